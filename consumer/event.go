@@ -1,0 +1,41 @@
+package consumer
+
+import (
+	"encoding/json"
+	"time"
+
+	"github.com/google/uuid"
+)
+
+// Event is one decoded delivery as a handler sees it. Events are values;
+// a handler must not keep a reference to Payload after it returns.
+type Event struct {
+	// ID is the producer-set event id (a UUID). It is the dedup key.
+	ID uuid.UUID
+	// Name is the event name, e.g. "order.order.placed.v1".
+	Name string
+	// OccurredAt is when the producer says the event happened.
+	OccurredAt time.Time
+	// Payload is the raw JSON object of the envelope's payload field.
+	Payload json.RawMessage
+	// Attempt is 0 on the first delivery, 1 on the first retry, and so on
+	// (the x-attempt header).
+	Attempt int
+	// Delivery holds the broker facts of this delivery.
+	Delivery Delivery
+}
+
+// Delivery holds the facts of how an event reached platformd.
+type Delivery struct {
+	// Pool is the name of the worker pool that consumed the event.
+	Pool string
+	// Queue is the RabbitMQ queue it was consumed from.
+	Queue string
+	// RoutingKey is the routing key it was published with.
+	RoutingKey string
+	// Redelivered is the broker's redelivered flag.
+	Redelivered bool
+	// Replay is true when the copy was sent back by replay tooling
+	// (the x-replay header).
+	Replay bool
+}

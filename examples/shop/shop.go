@@ -1,0 +1,54 @@
+// Package shop is the seed article's online shop as platformd handlers: the
+// stock service reserves goods for each order line when an order is placed,
+// and the shipping service keeps a copy of each order's status, applying
+// only newer versions.
+//
+// Both handlers only touch the service's database through the transaction
+// they are given, so platformd's dedup step makes their effects happen once
+// per event. The reservation insert is cumulative (not idempotent by
+// itself): it is exactly the effect a duplicate delivery would double.
+package shop
+
+import (
+	"embed"
+	"io/fs"
+
+	"github.com/platformd/platformd/consumer"
+)
+
+// Event names and handler names of the shop (DESIGN.md, "Example shop").
+const (
+	EventOrderPlaced        = "order.order.placed.v1"
+	EventOrderStatusChanged = "order.order.status_changed.v1"
+	HandlerStockReserve     = "stock.reserve"
+	HandlerShippingTrack    = "shipping.track_status"
+)
+
+//go:embed migrations
+var migrationFiles embed.FS
+
+func sub(dir string) fs.FS {
+	f, err := fs.Sub(migrationFiles, "migrations/"+dir)
+	if err != nil {
+		panic(err) // the embed pattern guarantees the folders
+	}
+	return f
+}
+
+// Register adds the shop's handlers to reg.
+func Register(reg *consumer.Registry) error {
+	if err := reg.Register(consumer.Registration{
+		Name:       HandlerStockReserve,
+		Events:     []string{EventOrderPlaced},
+		Handler:    consumer.HandlerFunc(Reserve),
+		Migrations: sub("stock"),
+	}); err != nil {
+		return err
+	}
+	return reg.Register(consumer.Registration{
+		Name:       HandlerShippingTrack,
+		Events:     []string{EventOrderStatusChanged},
+		Handler:    consumer.HandlerFunc(TrackStatus),
+		Migrations: sub("shipping"),
+	})
+}

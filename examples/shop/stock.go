@@ -1,0 +1,81 @@
+package shop
+
+import (
+	"context"
+	"fmt"
+	"regexp"
+
+	"github.com/google/uuid"
+	"github.com/jackc/pgx/v5"
+
+	"github.com/platformd/platformd/consumer"
+)
+
+// OrderPlaced is the payload of order.order.placed.v1.
+type OrderPlaced struct {
+	OrderID    uuid.UUID   `json:"order_id"`
+	CustomerID uuid.UUID   `json:"customer_id"`
+	Lines      []OrderLine `json:"lines"`
+}
+
+// OrderLine is one line of an order; Quantity is a decimal string with up
+// to 3 decimals, e.g. "2.000".
+type OrderLine struct {
+	ProductID uuid.UUID `json:"product_id"`
+	Quantity  string    `json:"quantity"`
+}
+
+var quantityRE = regexp.MustCompile(`^[0-9]{1,9}(\.[0-9]{1,3})?$`)
+
+// Validate checks an order before any effect; its errors are permanent.
+func (o OrderPlaced) Validate() error {
+	if o.OrderID == uuid.Nil {
+		return fmt.Errorf("order_id: required")
+	}
+	if len(o.Lines) == 0 {
+		return fmt.Errorf("lines: at least one line required")
+	}
+	for i, l := range o.Lines {
+		if l.ProductID == uuid.Nil {
+			return fmt.Errorf("lines[%d].product_id: required", i)
+		}
+		if !quantityRE.MatchString(l.Quantity) || isZero(l.Quantity) {
+			return fmt.Errorf("lines[%d].quantity: %q is not a positive decimal with at most 3 decimals", i, l.Quantity)
+		}
+	}
+	return nil
+}
+
+func isZero(q string) bool {
+	for _, c := range q {
+		if c != '0' && c != '.' {
+			return false
+		}
+	}
+	return true
+}
+
+const reserveSQL = `INSERT INTO reservation (id, order_id, product_id, quantity, created_at)
+SELECT gen_random_uuid(), $1, l.product_id, l.quantity, now()
+FROM unnest($2::uuid[], $3::numeric[]) AS l(product_id, quantity)`
+
+// Reserve is the stock.reserve handler: one reservation row per order line.
+// A payload that does not decode or validate is a permanent error.
+func Reserve(ctx context.Context, tx pgx.Tx, ev consumer.Event) error {
+	var o OrderPlaced
+	if err := decodeStrict(ev.Payload, &o); err != nil {
+		return consumer.Permanent(fmt.Errorf("stock.reserve: payload: %w", err))
+	}
+	if err := o.Validate(); err != nil {
+		return consumer.Permanent(fmt.Errorf("stock.reserve: payload: %w", err))
+	}
+	products := make([]uuid.UUID, len(o.Lines))
+	quantities := make([]string, len(o.Lines))
+	for i, l := range o.Lines {
+		products[i], quantities[i] = l.ProductID, l.Quantity
+	}
+	if _, err := tx.Exec(ctx, reserveSQL, o.OrderID, products, quantities); err != nil {
+		return fmt.Errorf("stock.reserve: insert reservations of order %s: %w", o.OrderID, err)
+	}
+	return nil
+}

@@ -1,0 +1,205 @@
+package config
+
+import "time"
+
+// Config is the whole platformd configuration.
+type Config struct {
+	Log      LogConfig       `yaml:"log"`
+	Admin    AdminConfig     `yaml:"admin"`
+	Metrics  MetricsConfig   `yaml:"metrics"`
+	Broker   BrokerConfig    `yaml:"broker"`
+	Services []ServiceConfig `yaml:"services"`
+}
+
+// LogConfig sets the slog level and format.
+type LogConfig struct {
+	// Level is debug|info|warn|error (default info).
+	Level string `yaml:"level"`
+	// Format is json|text (default json).
+	Format string `yaml:"format"`
+}
+
+// AdminConfig configures the gRPC admin server.
+type AdminConfig struct {
+	// Listen is the admin address (default 127.0.0.1:7070).
+	Listen string `yaml:"listen"`
+	// Tokens are the bearer tokens accepted; none means every RPC but
+	// health is refused.
+	Tokens []TokenConfig `yaml:"tokens"`
+	// TLS is optional; ClientCAFile turns on mTLS.
+	TLS TLSConfig `yaml:"tls"`
+}
+
+// Token roles.
+const (
+	// RoleRead may call lookups and listings.
+	RoleRead = "read"
+	// RoleAdmin may call every RPC.
+	RoleAdmin = "admin"
+)
+
+// TokenConfig is one named bearer token. Exactly one of Token and TokenFile
+// is set; Load reads TokenFile into Token.
+type TokenConfig struct {
+	// Name identifies the token in logs and audit records (unique).
+	Name string `yaml:"name"`
+	// Role is RoleRead or RoleAdmin.
+	Role string `yaml:"role"`
+	// Token is the bearer token itself (at least 16 characters, unique).
+	Token string `yaml:"token"`
+	// TokenFile is a file holding the token, trimmed of surrounding
+	// whitespace. A relative path is resolved against the directory of the
+	// config file; after Load it holds the resolved path.
+	TokenFile string `yaml:"token_file"`
+}
+
+// TLSConfig holds optional TLS files for the admin server. Relative paths
+// are resolved against the directory of the config file; after Load the
+// fields hold the resolved paths.
+type TLSConfig struct {
+	// CertFile is the PEM server certificate (with KeyFile, or neither).
+	CertFile string `yaml:"cert_file"`
+	// KeyFile is the PEM private key of CertFile.
+	KeyFile string `yaml:"key_file"`
+	// ClientCAFile, when set, turns on mTLS: clients must present a
+	// certificate signed by one of its PEM CAs.
+	ClientCAFile string `yaml:"client_ca_file"`
+}
+
+// Enabled reports whether the admin server serves TLS.
+func (t TLSConfig) Enabled() bool { return t.CertFile != "" }
+
+// MetricsConfig configures the Prometheus endpoint.
+type MetricsConfig struct {
+	// Listen is the metrics address (default 127.0.0.1:9464); "-" disables.
+	Listen string `yaml:"listen"`
+}
+
+// BrokerConfig configures the RabbitMQ connection.
+type BrokerConfig struct {
+	// URL is the AMQP URL (default amqp://guest:guest@127.0.0.1:5672/).
+	URL string `yaml:"url"`
+	// Exchange is the durable topic exchange (default "events").
+	Exchange string `yaml:"exchange"`
+	// MaxBodyBytes is the largest body accepted (default 1 MiB).
+	MaxBodyBytes int `yaml:"max_body_bytes"`
+}
+
+// Beyond-horizon policies.
+const (
+	// BeyondHorizonQuarantine sends an event older than the horizon to the
+	// failure queue (reason beyond_horizon).
+	BeyondHorizonQuarantine = "quarantine"
+	// BeyondHorizonProcess processes an event older than the horizon anyway.
+	BeyondHorizonProcess = "process"
+)
+
+// ServiceConfig is one consumer service and its database.
+type ServiceConfig struct {
+	// Name identifies the service (^[a-z][a-z0-9_-]*$, unique).
+	Name string `yaml:"name"`
+	// Database is the service's PostgreSQL DSN.
+	Database string `yaml:"database"`
+	// Horizon is the default replay horizon until one is stored.
+	Horizon time.Duration `yaml:"horizon"`
+	// MinHorizon is the floor SetHorizon refuses to go under without force.
+	MinHorizon time.Duration `yaml:"min_horizon"`
+	// BeyondHorizon is quarantine (default) or process.
+	BeyondHorizon string `yaml:"beyond_horizon"`
+	// Purge schedules the purge of processed_event.
+	Purge PurgeConfig `yaml:"purge"`
+	// Pools are the service's worker pools (at least one).
+	Pools []PoolConfig `yaml:"pools"`
+}
+
+// PurgeConfig schedules the processed_event purge.
+type PurgeConfig struct {
+	// Every is the purge period (default 15m).
+	Every time.Duration `yaml:"every"`
+	// BatchSize is the rows deleted per chunk (default 10000).
+	BatchSize int `yaml:"batch_size"`
+}
+
+// Queue types.
+const (
+	// QueueQuorum is a replicated quorum queue (the default).
+	QueueQuorum = "quorum"
+	// QueueClassic is a classic queue.
+	QueueClassic = "classic"
+)
+
+// PoolConfig is one named worker pool on one queue.
+type PoolConfig struct {
+	// Name identifies the pool in the whole config (^[a-z][a-z0-9_.-]*$);
+	// the admin API addresses pools by name alone.
+	Name string `yaml:"name"`
+	// Queue is the pool's durable queue, unique in the config.
+	Queue string `yaml:"queue"`
+	// QueueType is QueueQuorum (default) or QueueClassic.
+	QueueType string `yaml:"queue_type"`
+	// Bindings are the topic binding keys of Queue on the exchange.
+	Bindings []string `yaml:"bindings"`
+	// Handlers are the registered handler names the pool runs.
+	Handlers []string `yaml:"handlers"`
+	// Concurrency is the number of workers (default 4).
+	Concurrency int `yaml:"concurrency"`
+	// Prefetch is the AMQP prefetch count (default
+	// concurrency*batch.size*2, capped at 65535).
+	Prefetch int `yaml:"prefetch"`
+	// Batch bounds a worker's batch.
+	Batch BatchConfig `yaml:"batch"`
+	// Retry lists the retry delays.
+	Retry RetryConfig `yaml:"retry"`
+}
+
+// BatchConfig bounds a worker's batch.
+type BatchConfig struct {
+	// Size is the most deliveries in one batch (default 100).
+	Size int `yaml:"size"`
+	// Wait is how long a worker waits to fill a batch (default 5ms; 0
+	// takes only what has already arrived).
+	Wait time.Duration `yaml:"wait"`
+}
+
+// RetryConfig lists the retry delays; attempts = len(Delays)+1.
+type RetryConfig struct {
+	// Delays are the waits before each retry (default [1s, 10s, 1m, 10m]
+	// when the key is absent; an explicit empty list means no retry).
+	Delays []time.Duration `yaml:"delays"`
+}
+
+// Attempts is the number of times a message is tried: len(Delays)+1.
+func (r RetryConfig) Attempts() int { return len(r.Delays) + 1 }
+
+// RetrySpan is the sum of the pool's retry delays: the longest time a
+// message spends in retry before it reaches the failure queue.
+func (p PoolConfig) RetrySpan() time.Duration {
+	var s time.Duration
+	for _, d := range p.Retry.Delays {
+		s += d
+	}
+	return s
+}
+
+// Service returns the service called name.
+func (c *Config) Service(name string) (ServiceConfig, bool) {
+	for _, s := range c.Services {
+		if s.Name == name {
+			return s, true
+		}
+	}
+	return ServiceConfig{}, false
+}
+
+// Pool returns the pool called name and the service it belongs to. Pool
+// names are unique across the whole config.
+func (c *Config) Pool(name string) (ServiceConfig, PoolConfig, bool) {
+	for _, s := range c.Services {
+		for _, p := range s.Pools {
+			if p.Name == name {
+				return s, p, true
+			}
+		}
+	}
+	return ServiceConfig{}, PoolConfig{}, false
+}

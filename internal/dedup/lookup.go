@@ -1,0 +1,30 @@
+package dedup
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"time"
+
+	"github.com/google/uuid"
+	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgtype"
+	"github.com/jackc/pgx/v5/pgxpool"
+)
+
+// ErrNotFound is returned by Lookup for an id with no processed_event row.
+var ErrNotFound = errors.New("dedup: event not processed")
+
+// Lookup returns when id was processed, or ErrNotFound.
+func Lookup(ctx context.Context, db *pgxpool.Pool, id uuid.UUID) (time.Time, error) {
+	var at time.Time
+	err := db.QueryRow(ctx, `SELECT processed_at FROM processed_event WHERE event_id = $1`,
+		pgtype.UUID{Bytes: id, Valid: true}).Scan(&at)
+	if errors.Is(err, pgx.ErrNoRows) {
+		return time.Time{}, ErrNotFound
+	}
+	if err != nil {
+		return time.Time{}, fmt.Errorf("dedup: lookup %s: %w", id, err)
+	}
+	return at, nil
+}

@@ -1,0 +1,347 @@
+package dedup
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"runtime/debug"
+
+	"github.com/google/uuid"
+	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgconn"
+	"github.com/jackc/pgx/v5/pgtype"
+	"github.com/jackc/pgx/v5/pgxpool"
+
+	"github.com/platformd/platformd/consumer"
+)
+
+// Outcome is what happened to one event of a batch.
+type Outcome uint8
+
+// The outcomes of Process.
+const (
+	// OutcomeProcessed: the id was new; every handler succeeded and the
+	// effects committed with the processed_event row.
+	OutcomeProcessed Outcome = iota + 1
+	// OutcomeDuplicate: the id was already recorded (or appeared earlier in
+	// the same batch); no handler was called.
+	OutcomeDuplicate
+	// OutcomeFailed: a handler failed; the event's effects and its
+	// processed_event row were rolled back.
+	OutcomeFailed
+)
+
+// String returns the outcome's name.
+func (o Outcome) String() string {
+	switch o {
+	case OutcomeProcessed:
+		return "processed"
+	case OutcomeDuplicate:
+		return "duplicate"
+	case OutcomeFailed:
+		return "failed"
+	}
+	return fmt.Sprintf("Outcome(%d)", uint8(o))
+}
+
+// Result is the outcome of one event.
+type Result struct {
+	Outcome Outcome
+	// Err is the handler's error when Outcome is OutcomeFailed.
+	Err error
+	// Permanent is true when Err was marked with consumer.Permanent: no
+	// retry can succeed.
+	Permanent bool
+	// Handler names the handler that failed.
+	Handler string
+}
+
+// ErrNoHandler is the permanent failure of an event no handler handles.
+var ErrNoHandler = errors.New("no handler for event")
+
+// PanicError is the failure of a handler that panicked.
+type PanicError struct {
+	Value any
+	Stack []byte
+}
+
+// Error returns the panic value.
+func (e *PanicError) Error() string { return fmt.Sprintf("handler panicked: %v", e.Value) }
+
+// Route is one handler of an event name, in registration order.
+type Route struct {
+	Name    string
+	Handler consumer.Handler
+}
+
+// ProcessorConfig configures a Processor.
+type ProcessorConfig struct {
+	// Routes maps event names to their handlers, called in slice order.
+	Routes map[string][]Route
+	// SkipDedupInsert runs handlers without writing processed_event. It
+	// exists only to measure what the dedup step costs (bench); it removes
+	// the exactly-once guarantee.
+	SkipDedupInsert bool
+}
+
+// Processor runs batches of one service's events. It is safe for
+// concurrent use; each call uses one pooled connection.
+type Processor struct {
+	db     *pgxpool.Pool
+	routes map[string][]Route
+	skip   bool
+}
+
+// NewProcessor returns a Processor over db.
+func NewProcessor(db *pgxpool.Pool, cfg ProcessorConfig) *Processor {
+	return &Processor{db: db, routes: cfg.Routes, skip: cfg.SkipDedupInsert}
+}
+
+// RoutesFor builds the routes of the named handlers from reg, in the order
+// given.
+func RoutesFor(reg *consumer.Registry, handlerNames []string) (map[string][]Route, error) {
+	routes := map[string][]Route{}
+	for _, name := range handlerNames {
+		r, err := reg.Lookup(name)
+		if err != nil {
+			return nil, fmt.Errorf("dedup routes: %w", err)
+		}
+		for _, ev := range r.Events {
+			routes[ev] = append(routes[ev], Route{Name: r.Name, Handler: r.Handler})
+		}
+	}
+	return routes, nil
+}
+
+// Handles reports whether some handler handles eventName.
+func (p *Processor) Handles(eventName string) bool { return len(p.routes[eventName]) > 0 }
+
+// Process applies a batch of events in one READ COMMITTED transaction and
+// returns one Result per event, in order. An error means the batch's
+// outcome is not known to be durable (the database could not be reached,
+// the connection died, the commit failed or ctx ended): nothing may be
+// acknowledged, every event must be delivered again, and its redelivery
+// meets the processed_event row or not and does the right thing.
+func (p *Processor) Process(ctx context.Context, events []consumer.Event) ([]Result, error) {
+	results := make([]Result, len(events))
+	// The first copy of each id is the one that runs; later copies in the
+	// same batch are duplicates of it.
+	primaries := make([]int, 0, len(events))
+	if len(events) > 1 {
+		seen := make(map[uuid.UUID]struct{}, len(events))
+		for i := range events {
+			if _, dup := seen[events[i].ID]; dup {
+				results[i].Outcome = OutcomeDuplicate
+				continue
+			}
+			seen[events[i].ID] = struct{}{}
+			primaries = append(primaries, i)
+		}
+	} else {
+		for i := range events {
+			primaries = append(primaries, i)
+		}
+	}
+	if len(primaries) == 0 {
+		return results, nil
+	}
+	failed, err := p.processFast(ctx, events, primaries, results)
+	if err != nil {
+		return nil, err
+	}
+	if failed < 0 {
+		return results, nil
+	}
+	if err := p.processIsolated(ctx, events, primaries, failed, results); err != nil {
+		return nil, err
+	}
+	return results, nil
+}
+
+// processFast inserts every id in one statement, runs the handlers of the
+// inserted ones and commits once. On the first handler failure it rolls
+// back, records that failure in results and returns its index, so that the
+// caller replays the batch in isolation.
+func (p *Processor) processFast(ctx context.Context, events []consumer.Event, primaries []int, results []Result) (int, error) {
+	tx, err := p.begin(ctx)
+	if err != nil {
+		return -1, err
+	}
+	defer rollback(tx)
+
+	var inserted map[uuid.UUID]struct{}
+	if !p.skip {
+		inserted, err = insertIDs(ctx, tx, events, primaries)
+		if err != nil {
+			return -1, fmt.Errorf("dedup: insert processed_event: %w", err)
+		}
+	}
+	for _, i := range primaries {
+		if !p.skip {
+			if _, ok := inserted[events[i].ID]; !ok {
+				results[i] = Result{Outcome: OutcomeDuplicate}
+				continue
+			}
+		}
+		if r, err := p.runHandlers(ctx, tx, events[i]); err != nil {
+			if infra(ctx, tx, err) {
+				return -1, fmt.Errorf("dedup: handler %s: %w", r.Handler, err)
+			}
+			results[i] = r
+			return i, nil
+		}
+		results[i] = Result{Outcome: OutcomeProcessed}
+	}
+	if err := tx.Commit(ctx); err != nil {
+		return -1, fmt.Errorf("dedup: commit: %w", err)
+	}
+	return -1, nil
+}
+
+// processIsolated replays the batch with one savepoint per event: each
+// event's insert and handlers succeed or roll back on their own. known is
+// the index whose failure processFast already saw; it is not run again.
+func (p *Processor) processIsolated(ctx context.Context, events []consumer.Event, primaries []int, known int, results []Result) error {
+	tx, err := p.begin(ctx)
+	if err != nil {
+		return err
+	}
+	defer rollback(tx)
+	for _, i := range primaries {
+		if i == known {
+			continue
+		}
+		sp, err := tx.Begin(ctx) // SAVEPOINT
+		if err != nil {
+			return fmt.Errorf("dedup: savepoint: %w", err)
+		}
+		if !p.skip {
+			ins, err := insertIDs(ctx, sp, events, []int{i})
+			if err != nil {
+				return fmt.Errorf("dedup: insert processed_event: %w", err)
+			}
+			if len(ins) == 0 {
+				if err := sp.Commit(ctx); err != nil {
+					return fmt.Errorf("dedup: release savepoint: %w", err)
+				}
+				results[i] = Result{Outcome: OutcomeDuplicate}
+				continue
+			}
+		}
+		r, herr := p.runHandlers(ctx, sp, events[i])
+		if herr != nil {
+			if infra(ctx, tx, herr) {
+				return fmt.Errorf("dedup: handler %s: %w", r.Handler, herr)
+			}
+			if err := sp.Rollback(ctx); err != nil {
+				return fmt.Errorf("dedup: rollback to savepoint: %w", err)
+			}
+			results[i] = r
+			continue
+		}
+		if err := sp.Commit(ctx); err != nil {
+			return fmt.Errorf("dedup: release savepoint: %w", err)
+		}
+		results[i] = Result{Outcome: OutcomeProcessed}
+	}
+	if err := tx.Commit(ctx); err != nil {
+		return fmt.Errorf("dedup: commit: %w", err)
+	}
+	return nil
+}
+
+func (p *Processor) begin(ctx context.Context) (pgx.Tx, error) {
+	tx, err := p.db.BeginTx(ctx, pgx.TxOptions{IsoLevel: pgx.ReadCommitted})
+	if err != nil {
+		return nil, fmt.Errorf("dedup: begin: %w", err)
+	}
+	return tx, nil
+}
+
+// rollback ends tx if it is still open, even when the caller's ctx is done.
+func rollback(tx pgx.Tx) {
+	_ = tx.Rollback(context.WithoutCancel(context.Background()))
+}
+
+const insertSQL = `INSERT INTO processed_event (event_id, processed_at)
+SELECT unnest($1::uuid[]), now()
+ON CONFLICT (event_id) DO NOTHING
+RETURNING event_id`
+
+// insertIDs records the ids of events[idx...] and returns those inserted.
+func insertIDs(ctx context.Context, tx pgx.Tx, events []consumer.Event, idx []int) (map[uuid.UUID]struct{}, error) {
+	ids := make([]pgtype.UUID, len(idx))
+	for k, i := range idx {
+		ids[k] = pgtype.UUID{Bytes: events[i].ID, Valid: true}
+	}
+	rows, err := tx.Query(ctx, insertSQL, ids)
+	if err != nil {
+		return nil, err
+	}
+	inserted := make(map[uuid.UUID]struct{}, len(idx))
+	var id pgtype.UUID
+	_, err = pgx.ForEachRow(rows, []any{&id}, func() error {
+		inserted[id.Bytes] = struct{}{}
+		return nil
+	})
+	if err != nil {
+		return nil, err
+	}
+	return inserted, nil
+}
+
+// runHandlers calls every handler of ev in order, stopping at the first
+// error. A panic is recovered into a PanicError.
+func (p *Processor) runHandlers(ctx context.Context, tx pgx.Tx, ev consumer.Event) (res Result, err error) {
+	routes := p.routes[ev.Name]
+	if len(routes) == 0 {
+		err = consumer.Permanent(fmt.Errorf("%w %q", ErrNoHandler, ev.Name))
+		return Result{Outcome: OutcomeFailed, Err: err, Permanent: true}, err
+	}
+	var current string
+	defer func() {
+		if v := recover(); v != nil {
+			err = &PanicError{Value: v, Stack: debug.Stack()}
+			res = Result{Outcome: OutcomeFailed, Err: err, Handler: current}
+		}
+	}()
+	for _, r := range routes {
+		current = r.Name
+		if herr := r.Handler.Handle(ctx, tx, ev); herr != nil {
+			return Result{Outcome: OutcomeFailed, Err: herr, Permanent: consumer.IsPermanent(herr), Handler: r.Name}, herr
+		}
+	}
+	return Result{Outcome: OutcomeProcessed}, nil
+}
+
+// infra reports whether err is not the event's fault but the database's or
+// the caller's: then the batch's outcome is unknown and nothing is acked.
+func infra(ctx context.Context, tx pgx.Tx, err error) bool {
+	if ctx.Err() != nil || errors.Is(err, context.Canceled) || errors.Is(err, context.DeadlineExceeded) {
+		return true
+	}
+	if tx.Conn() == nil || tx.Conn().IsClosed() {
+		return true
+	}
+	if pgconn.Timeout(err) {
+		return true
+	}
+	var pgErr *pgconn.PgError
+	if errors.As(err, &pgErr) {
+		if pgErr.Code == "57014" {
+			// query_canceled: the handler's own statement ran past
+			// statement_timeout; retry the event like any handler error.
+			return false
+		}
+		switch pgErr.Code[:2] {
+		case "08", // connection exception
+			"53", // insufficient resources
+			"57", // operator intervention: admin or crash shutdown
+			"58": // system error
+			return true
+		}
+		return false
+	}
+	var connErr *pgconn.ConnectError
+	return errors.As(err, &connErr)
+}

@@ -1,0 +1,418 @@
+package dedup_test
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"log/slog"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/google/uuid"
+	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgconn"
+	"github.com/jackc/pgx/v5/pgxpool"
+	"github.com/stretchr/testify/require"
+	"go.uber.org/goleak"
+
+	"github.com/platformd/platformd/consumer"
+	"github.com/platformd/platformd/examples/shop"
+	"github.com/platformd/platformd/internal/dedup"
+	"github.com/platformd/platformd/internal/migrate"
+	"github.com/platformd/platformd/internal/testdb"
+)
+
+func TestMain(m *testing.M) {
+	goleak.VerifyTestMain(m, goleak.IgnoreTopFunction("github.com/jackc/pgx/v5/pgxpool.(*Pool).backgroundHealthCheck"))
+}
+
+// testBundle is one scratch stock database with the shop's migrations.
+type testBundle struct {
+	db  *pgxpool.Pool
+	reg *consumer.Registry
+	dsn string
+	// failOn makes the "test.flaky" handler fail for these ids.
+	failOn sync.Map
+	// sqlFailOn makes the handler run a failing SQL statement for these ids.
+	sqlFailOn sync.Map
+	calls     atomic.Int64
+}
+
+func setup(t testing.TB) *testBundle {
+	t.Helper()
+	ctx := context.Background()
+	b := &testBundle{reg: consumer.NewRegistry()}
+	require.NoError(t, shop.Register(b.reg))
+	b.reg.MustRegister(consumer.Registration{
+		Name:   "test.flaky",
+		Events: []string{shop.EventOrderPlaced},
+		Handler: consumer.HandlerFunc(func(ctx context.Context, tx pgx.Tx, ev consumer.Event) error {
+			b.calls.Add(1)
+			if v, ok := b.failOn.Load(ev.ID); ok {
+				return v.(error)
+			}
+			if _, ok := b.sqlFailOn.Load(ev.ID); ok {
+				// A real SQL error aborts the transaction (25P02 would
+				// follow for any further statement).
+				_, err := tx.Exec(ctx, `SELECT 1/0`)
+				return err
+			}
+			return nil
+		}),
+	})
+	b.dsn = testdb.New(t, t.Name())
+	sets, err := migrate.Sets(b.reg, []string{shop.HandlerStockReserve})
+	require.NoError(t, err)
+	require.NoError(t, migrate.Apply(ctx, b.dsn, sets, slog.New(slog.NewTextHandler(io.Discard, nil))))
+	b.db, err = dedup.Connect(ctx, b.dsn, dedup.PoolConfig{MaxConns: 8})
+	require.NoError(t, err)
+	t.Cleanup(b.db.Close)
+	return b
+}
+
+func (b *testBundle) processor(t testing.TB, handlers ...string) *dedup.Processor {
+	t.Helper()
+	routes, err := dedup.RoutesFor(b.reg, handlers)
+	require.NoError(t, err)
+	return dedup.NewProcessor(b.db, dedup.ProcessorConfig{Routes: routes})
+}
+
+func orderEvent(t testing.TB, lines int) consumer.Event {
+	t.Helper()
+	o := shop.OrderPlaced{OrderID: uuid.New(), CustomerID: uuid.New()}
+	for range lines {
+		o.Lines = append(o.Lines, shop.OrderLine{ProductID: uuid.New(), Quantity: "2.000"})
+	}
+	payload, err := json.Marshal(o)
+	require.NoError(t, err)
+	return consumer.Event{ID: uuid.Must(uuid.NewV7()), Name: shop.EventOrderPlaced, OccurredAt: time.Now(), Payload: payload}
+}
+
+func (b *testBundle) count(t testing.TB, query string, args ...any) int {
+	t.Helper()
+	var n int
+	require.NoError(t, b.db.QueryRow(context.Background(), query, args...).Scan(&n))
+	return n
+}
+
+func (b *testBundle) reservations(t testing.TB, ev consumer.Event) int {
+	var o shop.OrderPlaced
+	require.NoError(t, json.Unmarshal(ev.Payload, &o))
+	return b.count(t, `SELECT count(*) FROM reservation WHERE order_id = $1`, o.OrderID)
+}
+
+func (b *testBundle) processedRows(t testing.TB, id uuid.UUID) int {
+	return b.count(t, `SELECT count(*) FROM processed_event WHERE event_id = $1`, id)
+}
+
+func outcomes(rs []dedup.Result) []dedup.Outcome {
+	out := make([]dedup.Outcome, len(rs))
+	for i, r := range rs {
+		out[i] = r.Outcome
+	}
+	return out
+}
+
+// The seed's step 7: the same event processed twice gives one reservation
+// per line and one processed_event row.
+func TestProcessSameEventTwice(t *testing.T) {
+	t.Parallel()
+	b := setup(t)
+	p := b.processor(t, shop.HandlerStockReserve)
+	ctx := context.Background()
+	ev := orderEvent(t, 3)
+
+	rs, err := p.Process(ctx, []consumer.Event{ev})
+	require.NoError(t, err)
+	require.Equal(t, dedup.OutcomeProcessed, rs[0].Outcome)
+	rs, err = p.Process(ctx, []consumer.Event{ev})
+	require.NoError(t, err)
+	require.Equal(t, dedup.OutcomeDuplicate, rs[0].Outcome)
+
+	require.Equal(t, 3, b.reservations(t, ev))
+	require.Equal(t, 1, b.processedRows(t, ev.ID))
+}
+
+// The seed's second test: a failing handler leaves no processed_event row
+// and no effect; processed again later, the effects happen once.
+func TestProcessHandlerFailureLeavesNoRow(t *testing.T) {
+	t.Parallel()
+	for _, mode := range []string{"go-error", "sql-error", "panic"} {
+		t.Run(mode, func(t *testing.T) {
+			t.Parallel()
+			b := setup(t)
+			// stock.reserve runs first, so its effect must be rolled back too.
+			p := b.processor(t, shop.HandlerStockReserve, "test.flaky")
+			ctx := context.Background()
+			ev := orderEvent(t, 2)
+			switch mode {
+			case "go-error":
+				b.failOn.Store(ev.ID, errors.New("boom"))
+			case "sql-error":
+				b.sqlFailOn.Store(ev.ID, true)
+			case "panic":
+				b.reg.MustRegister(consumer.Registration{Name: "test.panic", Events: []string{shop.EventOrderPlaced},
+					Handler: consumer.HandlerFunc(func(context.Context, pgx.Tx, consumer.Event) error { panic("kaboom") })})
+				p = b.processor(t, shop.HandlerStockReserve, "test.panic")
+			}
+
+			rs, err := p.Process(ctx, []consumer.Event{ev})
+			require.NoError(t, err)
+			require.Equal(t, dedup.OutcomeFailed, rs[0].Outcome)
+			require.Error(t, rs[0].Err)
+			require.False(t, rs[0].Permanent)
+			require.Equal(t, 0, b.processedRows(t, ev.ID))
+			require.Equal(t, 0, b.reservations(t, ev))
+			if mode == "panic" {
+				var pe *dedup.PanicError
+				require.ErrorAs(t, rs[0].Err, &pe)
+				return
+			}
+			_, err = dedup.Lookup(ctx, b.db, ev.ID)
+			require.ErrorIs(t, err, dedup.ErrNotFound)
+
+			b.failOn.Delete(ev.ID)
+			b.sqlFailOn.Delete(ev.ID)
+			rs, err = p.Process(ctx, []consumer.Event{ev})
+			require.NoError(t, err)
+			require.Equal(t, dedup.OutcomeProcessed, rs[0].Outcome)
+			require.Equal(t, 2, b.reservations(t, ev))
+			require.Equal(t, 1, b.processedRows(t, ev.ID))
+			at, err := dedup.Lookup(ctx, b.db, ev.ID)
+			require.NoError(t, err)
+			require.WithinDuration(t, time.Now(), at, time.Minute)
+		})
+	}
+}
+
+func TestProcessPermanentError(t *testing.T) {
+	t.Parallel()
+	b := setup(t)
+	p := b.processor(t, shop.HandlerStockReserve)
+	ev := orderEvent(t, 1)
+	ev.Payload = json.RawMessage(`{"order_id": "not-a-uuid", "customer_id": null, "lines": []}`)
+	rs, err := p.Process(context.Background(), []consumer.Event{ev})
+	require.NoError(t, err)
+	require.Equal(t, dedup.OutcomeFailed, rs[0].Outcome)
+	require.True(t, rs[0].Permanent)
+	require.Equal(t, shop.HandlerStockReserve, rs[0].Handler)
+	require.Equal(t, 0, b.processedRows(t, ev.ID))
+}
+
+// A batch of 100 where event 50 fails: 99 committed, event 50 failed with
+// no row; and the same with the failure being an SQL error that aborts the
+// transaction, and with several failures.
+func TestProcessBatchIsolatesFailure(t *testing.T) {
+	t.Parallel()
+	for _, tc := range []struct {
+		name   string
+		failAt []int
+		sql    bool
+	}{
+		{"go-error-at-50", []int{50}, false},
+		{"sql-error-at-50", []int{50}, true},
+		{"first-and-last", []int{0, 99}, true},
+		{"several", []int{3, 50, 51, 98}, false},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			t.Parallel()
+			b := setup(t)
+			p := b.processor(t, shop.HandlerStockReserve, "test.flaky")
+			evs := make([]consumer.Event, 100)
+			for i := range evs {
+				evs[i] = orderEvent(t, 1)
+			}
+			failing := map[int]bool{}
+			for _, i := range tc.failAt {
+				failing[i] = true
+				if tc.sql {
+					b.sqlFailOn.Store(evs[i].ID, true)
+				} else {
+					b.failOn.Store(evs[i].ID, fmt.Errorf("event %d fails", i))
+				}
+			}
+			rs, err := p.Process(context.Background(), evs)
+			require.NoError(t, err)
+			for i, r := range rs {
+				if failing[i] {
+					require.Equal(t, dedup.OutcomeFailed, r.Outcome, "event %d", i)
+					require.Equal(t, "test.flaky", r.Handler)
+					require.Equal(t, 0, b.processedRows(t, evs[i].ID))
+					require.Equal(t, 0, b.reservations(t, evs[i]))
+					if tc.sql {
+						var pgErr *pgconn.PgError
+						require.ErrorAs(t, r.Err, &pgErr)
+						require.Equal(t, "22012", pgErr.Code) // division_by_zero, never 25P02
+					}
+					continue
+				}
+				require.Equal(t, dedup.OutcomeProcessed, r.Outcome, "event %d: %v", i, r.Err)
+				require.Equal(t, 1, b.reservations(t, evs[i]))
+			}
+			require.Equal(t, 100-len(tc.failAt), b.count(t, `SELECT count(*) FROM processed_event`))
+		})
+	}
+}
+
+// The same id twice in one batch; an id processed in an earlier batch; a
+// batch of only duplicates.
+func TestProcessDuplicatesInAndAcrossBatches(t *testing.T) {
+	t.Parallel()
+	b := setup(t)
+	p := b.processor(t, shop.HandlerStockReserve)
+	ctx := context.Background()
+	a, c, d := orderEvent(t, 1), orderEvent(t, 2), orderEvent(t, 1)
+
+	rs, err := p.Process(ctx, []consumer.Event{a, c, a})
+	require.NoError(t, err)
+	require.Equal(t, []dedup.Outcome{dedup.OutcomeProcessed, dedup.OutcomeProcessed, dedup.OutcomeDuplicate}, outcomes(rs))
+
+	rs, err = p.Process(ctx, []consumer.Event{c, d})
+	require.NoError(t, err)
+	require.Equal(t, []dedup.Outcome{dedup.OutcomeDuplicate, dedup.OutcomeProcessed}, outcomes(rs))
+
+	rs, err = p.Process(ctx, []consumer.Event{a, d, c, d})
+	require.NoError(t, err)
+	require.Equal(t, []dedup.Outcome{dedup.OutcomeDuplicate, dedup.OutcomeDuplicate, dedup.OutcomeDuplicate, dedup.OutcomeDuplicate}, outcomes(rs))
+
+	require.Equal(t, 1, b.reservations(t, a))
+	require.Equal(t, 2, b.reservations(t, c))
+	require.Equal(t, 1, b.reservations(t, d))
+	require.Equal(t, 3, b.count(t, `SELECT count(*) FROM processed_event`))
+}
+
+// A duplicate inside the isolated replay (a batch with a failure) is still
+// recognised.
+func TestProcessIsolatedReplaySeesDuplicates(t *testing.T) {
+	t.Parallel()
+	b := setup(t)
+	p := b.processor(t, shop.HandlerStockReserve, "test.flaky")
+	ctx := context.Background()
+	old, bad, fresh := orderEvent(t, 1), orderEvent(t, 1), orderEvent(t, 1)
+	_, err := p.Process(ctx, []consumer.Event{old})
+	require.NoError(t, err)
+	b.failOn.Store(bad.ID, errors.New("nope"))
+	rs, err := p.Process(ctx, []consumer.Event{old, bad, fresh, fresh})
+	require.NoError(t, err)
+	require.Equal(t, []dedup.Outcome{dedup.OutcomeDuplicate, dedup.OutcomeFailed, dedup.OutcomeProcessed, dedup.OutcomeDuplicate}, outcomes(rs))
+	require.Equal(t, 1, b.reservations(t, old))
+	require.Equal(t, 1, b.reservations(t, fresh))
+	require.Equal(t, 0, b.reservations(t, bad))
+}
+
+// Two concurrent transactions with the same id: the second waits for the
+// first instead of erroring; exactly one effect whichever order they end in.
+func TestProcessConcurrentSameID(t *testing.T) {
+	t.Parallel()
+	for _, firstCommits := range []bool{true, false} {
+		t.Run(fmt.Sprintf("first_commits=%v", firstCommits), func(t *testing.T) {
+			t.Parallel()
+			b := setup(t)
+			ctx := context.Background()
+			ev := orderEvent(t, 1)
+			entered := make(chan struct{})
+			release := make(chan struct{})
+			var once sync.Once
+			// The first processor's handler blocks inside its transaction,
+			// holding the processed_event row, until released.
+			b.reg.MustRegister(consumer.Registration{Name: "test.gate", Events: []string{shop.EventOrderPlaced},
+				Handler: consumer.HandlerFunc(func(ctx context.Context, tx pgx.Tx, ev consumer.Event) error {
+					first := false
+					once.Do(func() { first = true })
+					if !first {
+						return nil
+					}
+					close(entered)
+					<-release
+					if !firstCommits {
+						return errors.New("first attempt fails")
+					}
+					return nil
+				})})
+			p := b.processor(t, shop.HandlerStockReserve, "test.gate")
+
+			type res struct {
+				rs  []dedup.Result
+				err error
+			}
+			firstDone := make(chan res, 1)
+			go func() {
+				rs, err := p.Process(ctx, []consumer.Event{ev})
+				firstDone <- res{rs, err}
+			}()
+			<-entered
+			secondDone := make(chan res, 1)
+			go func() {
+				rs, err := p.Process(ctx, []consumer.Event{ev})
+				secondDone <- res{rs, err}
+			}()
+			// The second is blocked on the first's row lock: prove it by
+			// waiting for it to show up as waiting on a lock.
+			require.Eventually(t, func() bool {
+				return b.count(t, `SELECT count(*) FROM pg_stat_activity WHERE datname = current_database() AND wait_event_type = 'Lock'`) == 1
+			}, 10*time.Second, 10*time.Millisecond)
+			select {
+			case <-secondDone:
+				t.Fatal("second transaction did not wait for the first")
+			default:
+			}
+			close(release)
+			r1, r2 := <-firstDone, <-secondDone
+			require.NoError(t, r1.err)
+			require.NoError(t, r2.err)
+			if firstCommits {
+				require.Equal(t, dedup.OutcomeProcessed, r1.rs[0].Outcome)
+				require.Equal(t, dedup.OutcomeDuplicate, r2.rs[0].Outcome)
+			} else {
+				require.Equal(t, dedup.OutcomeFailed, r1.rs[0].Outcome)
+				require.Equal(t, dedup.OutcomeProcessed, r2.rs[0].Outcome)
+			}
+			require.Equal(t, 1, b.reservations(t, ev))
+			require.Equal(t, 1, b.processedRows(t, ev.ID))
+		})
+	}
+}
+
+// A cancelled context or a dead connection is a batch-level error (nothing
+// may be acked), never an event outcome.
+func TestProcessInfrastructureErrors(t *testing.T) {
+	t.Parallel()
+	b := setup(t)
+	ctx := context.Background()
+	ev := orderEvent(t, 1)
+	b.reg.MustRegister(consumer.Registration{Name: "test.killer", Events: []string{shop.EventOrderPlaced},
+		Handler: consumer.HandlerFunc(func(ctx context.Context, tx pgx.Tx, ev consumer.Event) error {
+			// Terminate our own backend, as an operator or a failover would.
+			_, err := tx.Exec(ctx, `SELECT pg_terminate_backend(pg_backend_pid())`)
+			return err
+		})})
+	p := b.processor(t, shop.HandlerStockReserve, "test.killer")
+	_, err := p.Process(ctx, []consumer.Event{ev})
+	require.Error(t, err)
+	require.Equal(t, 0, b.processedRows(t, ev.ID))
+
+	cctx, cancel := context.WithCancel(ctx)
+	cancel()
+	_, err = b.processor(t, shop.HandlerStockReserve).Process(cctx, []consumer.Event{ev})
+	require.ErrorIs(t, err, context.Canceled)
+	require.Equal(t, 0, b.processedRows(t, ev.ID))
+}
+
+func TestProcessNoHandlerIsPermanent(t *testing.T) {
+	t.Parallel()
+	b := setup(t)
+	p := b.processor(t, shop.HandlerStockReserve)
+	ev := orderEvent(t, 1)
+	ev.Name = "order.order.unknown.v1"
+	require.False(t, p.Handles(ev.Name))
+	rs, err := p.Process(context.Background(), []consumer.Event{ev})
+	require.NoError(t, err)
+	require.Equal(t, dedup.OutcomeFailed, rs[0].Outcome)
+	require.True(t, rs[0].Permanent)
+	require.ErrorIs(t, rs[0].Err, dedup.ErrNoHandler)
+	require.Equal(t, 0, b.processedRows(t, ev.ID))
+}

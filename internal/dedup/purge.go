@@ -1,0 +1,134 @@
+package dedup
+
+import (
+	"cmp"
+	"context"
+	"fmt"
+	"math/rand/v2"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgxpool"
+)
+
+// Purge defaults.
+const (
+	PurgeBatchSizeDefault    = 10_000
+	PurgeChunkTimeoutDefault = 10 * time.Second
+	PurgePauseDefault        = 20 * time.Millisecond
+)
+
+// PurgeParams configures Purge.
+type PurgeParams struct {
+	// Horizon: rows processed before now()-Horizon, by the database clock,
+	// are deleted. Must be positive.
+	Horizon time.Duration
+	// BatchSize is the rows deleted per chunk (default 10000).
+	BatchSize int
+	// ChunkTimeout bounds each chunk's transaction (default 10s); it is set
+	// as the chunk's statement_timeout too.
+	ChunkTimeout time.Duration
+	// Pause is the sleep between chunks, jittered by up to 50% (default 20ms;
+	// -1 for none).
+	Pause time.Duration
+	// DryRun counts the rows that would go and deletes nothing.
+	DryRun bool
+	// OnChunkFunc, when set, is called after each chunk with its row count and
+	// duration (metrics, tests).
+	OnChunkFunc func(deleted int64, took time.Duration)
+}
+
+// PurgeResult reports a purge.
+type PurgeResult struct {
+	// Cutoff is now()-Horizon as computed by the database at the start.
+	Cutoff time.Time
+	// Deleted is the rows deleted (or, for a dry run, that would be).
+	Deleted int64
+	// Chunks is the number of chunk transactions run.
+	Chunks int
+	// LongestChunk is the longest chunk's duration.
+	LongestChunk time.Duration
+}
+
+// purgeChunkSQL deletes up to $2 rows older than $1, oldest first through
+// the processed_at index. SKIP LOCKED lets two overlapping purges (several
+// daemons, or a scheduled and a manual run) share the work without waiting
+// on or deadlocking with each other; each row is deleted once.
+const purgeChunkSQL = `WITH doomed AS (
+    SELECT event_id FROM processed_event
+    WHERE processed_at < $1
+    ORDER BY processed_at
+    LIMIT $2
+    FOR UPDATE SKIP LOCKED
+)
+DELETE FROM processed_event p USING doomed d WHERE p.event_id = d.event_id`
+
+// Purge deletes processed_event rows older than the horizon in chunks of
+// BatchSize rows, each chunk its own short transaction, until a chunk comes
+// back short. The cutoff is computed once, by the database clock, so that
+// no daemon's clock can shorten a horizon. Safe to run concurrently with
+// itself and with consumers.
+func Purge(ctx context.Context, db *pgxpool.Pool, p PurgeParams) (PurgeResult, error) {
+	var res PurgeResult
+	if p.Horizon <= 0 {
+		return res, fmt.Errorf("dedup: purge: horizon must be positive, got %s", p.Horizon)
+	}
+	batch := cmp.Or(p.BatchSize, PurgeBatchSizeDefault)
+	chunkTimeout := cmp.Or(p.ChunkTimeout, PurgeChunkTimeoutDefault)
+	pause := cmp.Or(p.Pause, PurgePauseDefault)
+
+	if err := db.QueryRow(ctx, `SELECT now() - make_interval(secs => $1::float8 / 1e6)`,
+		p.Horizon.Microseconds()).Scan(&res.Cutoff); err != nil {
+		return res, fmt.Errorf("dedup: purge: cutoff: %w", err)
+	}
+	if p.DryRun {
+		if err := db.QueryRow(ctx, `SELECT count(*) FROM processed_event WHERE processed_at < $1`,
+			res.Cutoff).Scan(&res.Deleted); err != nil {
+			return res, fmt.Errorf("dedup: purge dry run: %w", err)
+		}
+		return res, nil
+	}
+	for {
+		start := time.Now()
+		n, err := purgeChunk(ctx, db, res.Cutoff, batch, chunkTimeout)
+		took := time.Since(start)
+		if err != nil {
+			return res, fmt.Errorf("dedup: purge chunk %d: %w", res.Chunks+1, err)
+		}
+		res.Chunks++
+		res.Deleted += n
+		res.LongestChunk = max(res.LongestChunk, took)
+		if p.OnChunkFunc != nil {
+			p.OnChunkFunc(n, took)
+		}
+		if n < int64(batch) {
+			return res, nil
+		}
+		if pause > 0 {
+			jitter := time.Duration(rand.Int64N(int64(pause)/2 + 1))
+			select {
+			case <-ctx.Done():
+				return res, ctx.Err()
+			case <-time.After(pause + jitter):
+			}
+		}
+	}
+}
+
+func purgeChunk(ctx context.Context, db *pgxpool.Pool, cutoff time.Time, batch int, timeout time.Duration) (int64, error) {
+	ctx, cancel := context.WithTimeout(ctx, timeout)
+	defer cancel()
+	var n int64
+	err := pgx.BeginTxFunc(ctx, db, pgx.TxOptions{IsoLevel: pgx.ReadCommitted}, func(tx pgx.Tx) error {
+		if _, err := tx.Exec(ctx, fmt.Sprintf("SET LOCAL statement_timeout = %d", timeout.Milliseconds())); err != nil {
+			return err
+		}
+		tag, err := tx.Exec(ctx, purgeChunkSQL, cutoff, batch)
+		if err != nil {
+			return err
+		}
+		n = tag.RowsAffected()
+		return nil
+	})
+	return n, err
+}

@@ -1,0 +1,122 @@
+package dedup_test
+
+import (
+	"context"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/require"
+
+	"github.com/platformd/platformd/consumer"
+	"github.com/platformd/platformd/internal/dedup"
+)
+
+// seedRows inserts n rows processed age ago (by the database clock).
+func (b *testBundle) seedRows(t testing.TB, n int, age time.Duration) {
+	t.Helper()
+	_, err := b.db.Exec(context.Background(), `INSERT INTO processed_event (event_id, processed_at)
+		SELECT gen_random_uuid(), now() - make_interval(secs => $2::float8) FROM generate_series(1, $1)`,
+		n, age.Seconds())
+	require.NoError(t, err)
+}
+
+func TestPurgeDeletesOnlyExpiredRows(t *testing.T) {
+	t.Parallel()
+	b := setup(t)
+	ctx := context.Background()
+	horizon := time.Hour
+	b.seedRows(t, 250, horizon+2*time.Second) // expired by 2s
+	b.seedRows(t, 40, horizon-2*time.Second)  // 2s inside the horizon
+	b.seedRows(t, 10, time.Minute)
+
+	dry, err := dedup.Purge(ctx, b.db, dedup.PurgeParams{Horizon: horizon, DryRun: true})
+	require.NoError(t, err)
+	require.EqualValues(t, 250, dry.Deleted)
+	require.Equal(t, 300, b.count(t, `SELECT count(*) FROM processed_event`))
+
+	var chunks []int64
+	res, err := dedup.Purge(ctx, b.db, dedup.PurgeParams{Horizon: horizon, BatchSize: 100, Pause: -1,
+		OnChunkFunc: func(n int64, _ time.Duration) { chunks = append(chunks, n) }})
+	require.NoError(t, err)
+	require.EqualValues(t, 250, res.Deleted)
+	require.Equal(t, []int64{100, 100, 50}, chunks) // chunk size honoured, stops on a short chunk
+	require.Equal(t, 3, res.Chunks)
+	require.Equal(t, 50, b.count(t, `SELECT count(*) FROM processed_event`))
+	require.Equal(t, 0, b.count(t, `SELECT count(*) FROM processed_event WHERE processed_at < $1`, res.Cutoff))
+	// The cutoff is the database's now() minus the horizon.
+	var dbNow time.Time
+	require.NoError(t, b.db.QueryRow(ctx, `SELECT now()`).Scan(&dbNow))
+	require.WithinDuration(t, dbNow.Add(-horizon), res.Cutoff, 5*time.Second)
+
+	_, err = dedup.Purge(ctx, b.db, dedup.PurgeParams{})
+	require.Error(t, err)
+}
+
+// Overlapping purges share the work and together delete exactly the
+// expired rows.
+func TestPurgeOverlappingRuns(t *testing.T) {
+	t.Parallel()
+	b := setup(t)
+	b.seedRows(t, 5000, 2*time.Hour)
+	b.seedRows(t, 500, time.Minute)
+	var wg sync.WaitGroup
+	results := make([]dedup.PurgeResult, 3)
+	for i := range results {
+		wg.Go(func() {
+			r, err := dedup.Purge(context.Background(), b.db, dedup.PurgeParams{Horizon: time.Hour, BatchSize: 200, Pause: -1})
+			require.NoError(t, err)
+			results[i] = r
+		})
+	}
+	wg.Wait()
+	var total int64
+	for _, r := range results {
+		total += r.Deleted
+	}
+	require.EqualValues(t, 5000, total)
+	require.Equal(t, 500, b.count(t, `SELECT count(*) FROM processed_event`))
+}
+
+// Consumers inserting during a long purge are never blocked for the whole
+// purge: each batch waits at most for about one chunk.
+func TestPurgeDoesNotBlockInserts(t *testing.T) {
+	t.Parallel()
+	b := setup(t)
+	p := b.processor(t, "stock.reserve")
+	b.seedRows(t, 60_000, 2*time.Hour)
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+
+	var (
+		longest time.Duration
+		batches int
+	)
+	stopped := make(chan struct{})
+	go func() {
+		defer close(stopped)
+		for ctx.Err() == nil {
+			start := time.Now()
+			rs, err := p.Process(ctx, []consumer.Event{orderEvent(t, 1), orderEvent(t, 1)})
+			if ctx.Err() != nil {
+				return
+			}
+			if err != nil || rs[0].Outcome != dedup.OutcomeProcessed {
+				t.Errorf("process during purge: %v %v", err, rs)
+				return
+			}
+			longest = max(longest, time.Since(start))
+			batches++
+		}
+	}()
+	res, err := dedup.Purge(ctx, b.db, dedup.PurgeParams{Horizon: time.Hour, BatchSize: 2000})
+	cancel()
+	<-stopped
+	require.NoError(t, err)
+	require.EqualValues(t, 60_000, res.Deleted)
+	require.Positive(t, batches)
+	total := res.LongestChunk * time.Duration(res.Chunks)
+	t.Logf("purge: %d chunks, longest %s; consumer: %d batches, longest %s", res.Chunks, res.LongestChunk, batches, longest)
+	// No consumer batch waited for the whole purge.
+	require.Less(t, longest, total)
+}
