@@ -2,12 +2,19 @@ package config
 
 import "time"
 
-// Config is the whole platformd configuration.
+// Config is the whole platformd configuration, as Load returns it: defaults
+// applied, validated, token files read. It is a plain value, safe for
+// concurrent reads.
 type Config struct {
-	Log      LogConfig       `yaml:"log"`
-	Admin    AdminConfig     `yaml:"admin"`
-	Metrics  MetricsConfig   `yaml:"metrics"`
-	Broker   BrokerConfig    `yaml:"broker"`
+	// Log sets the logger.
+	Log LogConfig `yaml:"log"`
+	// Admin configures the gRPC admin server.
+	Admin AdminConfig `yaml:"admin"`
+	// Metrics configures the Prometheus endpoint.
+	Metrics MetricsConfig `yaml:"metrics"`
+	// Broker configures the RabbitMQ connection.
+	Broker BrokerConfig `yaml:"broker"`
+	// Services are the consumer services (at least one).
 	Services []ServiceConfig `yaml:"services"`
 }
 
@@ -81,7 +88,8 @@ type BrokerConfig struct {
 	URL string `yaml:"url"`
 	// Exchange is the durable topic exchange (default "events").
 	Exchange string `yaml:"exchange"`
-	// MaxBodyBytes is the largest body accepted (default 1 MiB).
+	// MaxBodyBytes is the largest body accepted (default 1 MiB, at most
+	// 512 MiB).
 	MaxBodyBytes int `yaml:"max_body_bytes"`
 }
 
@@ -156,8 +164,8 @@ type PoolConfig struct {
 type BatchConfig struct {
 	// Size is the most deliveries in one batch (default 100).
 	Size int `yaml:"size"`
-	// Wait is how long a worker waits to fill a batch (default 5ms; 0
-	// takes only what has already arrived).
+	// Wait is how long a worker waits to fill a batch (default 5ms, at
+	// most 10s; an explicit 0 is kept).
 	Wait time.Duration `yaml:"wait"`
 }
 
