@@ -1,0 +1,125 @@
+# platformd — run `make` (or `make help`) for the list of targets.
+#
+# Every target that needs PostgreSQL or RabbitMQ depends on `services`, which
+# installs and starts them when missing (scripts/services.sh). Tools (buf,
+# golangci-lint, staticcheck, protoc plugins) are pinned in tools/*/go.mod and
+# run with `go tool -modfile=...`: nothing to install by hand but Go and make.
+
+SHELL := bash
+.SHELLFLAGS := -euo pipefail -c
+.DEFAULT_GOAL := help
+# Targets are steps of one pipeline (test = services, verify, unit, fuzz,
+# chaos); never run them side by side, even under make -j.
+.NOTPARALLEL:
+
+GO ?= go## Go command
+TEST_DATABASE_URL ?= postgres://postgres@127.0.0.1:5432/postgres## PostgreSQL for tests and demo
+TEST_AMQP_URL ?= amqp://guest:guest@127.0.0.1:5672/## RabbitMQ for tests and demo
+FUZZTIME ?= 20s## how long `make fuzz` (part of `make test`) fuzzes FuzzDecode
+BENCHTIME ?= 1s## -benchtime for the Go micro-benchmarks in `make bench`
+BENCH_FLAGS ?=## flags for the bench program, e.g. BENCH_FLAGS='-h' to list them
+BREAKING_AGAINST ?=## buf input for `make breaking`; empty: branch main, else HEAD~1
+export GO TEST_DATABASE_URL TEST_AMQP_URL BREAKING_AGAINST
+
+LINT_MOD := tools/lint/go.mod
+GOLANGCI_LINT := $(GO) tool -modfile=$(LINT_MOD) golangci-lint
+STATICCHECK := $(GO) tool -modfile=$(LINT_MOD) staticcheck
+
+.PHONY: help
+help: ## show this help
+	@echo 'Usage: make <target> [VAR=value ...]'
+	@echo
+	@echo 'Targets:'
+	@awk 'BEGIN {FS = ":.*## "} /^[a-zA-Z0-9_ -]+:.*## / {printf "  %-14s %s\n", $$1, $$2}' $(MAKEFILE_LIST)
+	@echo
+	@echo 'Variables:'
+	@awk 'BEGIN {FS = " *\\?= *|## "} /^[A-Z_]+ \?=.*## / {printf "  %-18s %s (default: %s)\n", $$1, $$3, ($$2 == "" ? "empty" : $$2)}' $(MAKEFILE_LIST)
+
+.PHONY: services
+services: ## install (if missing) and start PostgreSQL and RabbitMQ
+	@bash scripts/services.sh
+
+.PHONY: demo
+demo: services ## run the demo shop against local PostgreSQL and RabbitMQ
+	$(GO) run ./examples/shop/cmd/demo
+
+.PHONY: test
+test: services verify unit fuzz chaos ## everything CI runs: services, verify, race tests, fuzz, chaos
+
+.PHONY: unit
+unit: services ## go test -race on all packages
+	$(GO) test -race -count=1 -timeout 20m ./...
+
+.PHONY: fuzz
+fuzz: ## fuzz the envelope decoder (FuzzDecode) for FUZZTIME
+	$(GO) test -run='^$$' -fuzz=FuzzDecode -fuzztime=$(FUZZTIME) ./internal/envelope/
+
+.PHONY: chaos
+chaos: services ## chaos suite (test/chaos), if present
+	@if [ -d test/chaos ]; then \
+		echo '$(GO) test -race -count=1 -run . -timeout 10m ./test/chaos/...'; \
+		$(GO) test -race -count=1 -run . -timeout 10m ./test/chaos/...; \
+	else \
+		echo 'chaos: no suite yet'; \
+	fi
+
+.PHONY: verify
+verify: fmt-check vet lint proto-verify tidy-check ## static checks: gofmt, vet, lint, proto, go mod tidy
+
+.PHONY: fmt-check
+fmt-check: ## fail if gofmt would change a (non-generated) Go file
+	@bash scripts/fmt-check.sh
+
+.PHONY: fmt
+fmt: ## format Go code (gofmt + goimports via golangci-lint fmt)
+	$(GOLANGCI_LINT) fmt ./...
+
+.PHONY: vet
+vet: ## go vet ./...
+	$(GO) vet ./...
+
+.PHONY: lint
+lint: ## golangci-lint run (pinned in tools/lint/go.mod; config .golangci.yaml)
+	$(GOLANGCI_LINT) run ./...
+
+.PHONY: staticcheck
+staticcheck: ## staticcheck alone (also part of lint)
+	$(STATICCHECK) ./...
+
+.PHONY: proto-verify
+proto-verify: ## buf lint + format check, generated code up to date, no breaking change vs HEAD~1
+	@bash scripts/proto.sh verify
+
+.PHONY: tidy-check
+tidy-check: ## fail if go mod tidy would change go.mod/go.sum (also the tool modules)
+	$(GO) mod tidy -diff
+	@for d in tools/lint tools/buf tools/buf/plugins; do \
+		(cd $$d && $(GO) mod tidy -diff) || { echo "tidy-check: run 'go mod tidy' in $$d"; exit 1; }; \
+	done
+
+.PHONY: generate proto
+generate proto: ## buf format -w, buf lint, buf generate (api/gen)
+	@bash scripts/proto.sh generate
+
+.PHONY: breaking
+breaking: ## buf breaking against BREAKING_AGAINST, branch main, or HEAD~1
+	@bash scripts/proto.sh breaking
+
+.PHONY: bench
+bench: services ## bench program (./bench/cmd/bench BENCH_FLAGS) + Go micro-benchmarks in internal/
+	@if [ -d bench/cmd/bench ]; then \
+		echo '$(GO) run ./bench/cmd/bench $(BENCH_FLAGS)'; \
+		$(GO) run ./bench/cmd/bench $(BENCH_FLAGS); \
+	else \
+		echo 'bench: no ./bench/cmd/bench yet'; \
+	fi
+	$(GO) test -run='^$$' -bench=. -benchmem -benchtime=$(BENCHTIME) ./internal/...
+
+.PHONY: build
+build: ## build cmd/* into bin/
+	$(GO) build -o bin/ ./cmd/...
+
+.PHONY: clean
+clean: ## remove bin/, results/ and test/profile leftovers
+	rm -rf bin/ results/
+	rm -f ./*.test ./*.out ./*.prof ./cover*
