@@ -1,0 +1,58 @@
+package state
+
+import (
+	"context"
+	"log/slog"
+	"math/rand/v2"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgxpool"
+)
+
+// Watch LISTENs on channels over a connection of its own from db and calls
+// fn for every notification, until ctx ends. A lost connection is
+// re-established with backoff; after each (re)connection fn is called once
+// with an empty payload on every channel, so the caller re-reads state it
+// may have missed. fn runs on Watch's goroutine and must not block long.
+func Watch(ctx context.Context, db *pgxpool.Pool, channels []string, fn func(channel, payload string), logger *slog.Logger) {
+	backoff := 100 * time.Millisecond
+	for ctx.Err() == nil {
+		err := watchOnce(ctx, db, channels, fn)
+		if ctx.Err() != nil {
+			return
+		}
+		logger.WarnContext(ctx, "state: watch lost, reconnecting", slog.Any("error", err), slog.Duration("backoff", backoff))
+		select {
+		case <-ctx.Done():
+			return
+		case <-time.After(backoff + time.Duration(rand.Int64N(int64(backoff)))):
+		}
+		backoff = min(backoff*2, 5*time.Second)
+	}
+}
+
+func watchOnce(ctx context.Context, db *pgxpool.Pool, channels []string, fn func(channel, payload string)) error {
+	pc, err := db.Acquire(ctx)
+	if err != nil {
+		return err
+	}
+	// A LISTENing session must not go back to the pool.
+	conn := pc.Hijack()
+	defer func() { _ = conn.Close(context.WithoutCancel(ctx)) }()
+	for _, ch := range channels {
+		if _, err := conn.Exec(ctx, "LISTEN "+pgx.Identifier{ch}.Sanitize()); err != nil {
+			return err
+		}
+	}
+	for _, ch := range channels {
+		fn(ch, "")
+	}
+	for {
+		n, err := conn.WaitForNotification(ctx)
+		if err != nil {
+			return err
+		}
+		fn(n.Channel, n.Payload)
+	}
+}

@@ -1,0 +1,332 @@
+package workers
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"io"
+	"log/slog"
+	"os"
+	"os/exec"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/google/uuid"
+	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgxpool"
+	amqp "github.com/rabbitmq/amqp091-go"
+	"github.com/stretchr/testify/require"
+	"go.uber.org/goleak"
+
+	"github.com/platformd/platformd/consumer"
+	"github.com/platformd/platformd/examples/shop"
+	"github.com/platformd/platformd/internal/dedup"
+	"github.com/platformd/platformd/internal/envelope"
+	"github.com/platformd/platformd/internal/metrics"
+	"github.com/platformd/platformd/internal/migrate"
+	"github.com/platformd/platformd/internal/testdb"
+)
+
+func TestMain(m *testing.M) {
+	goleak.VerifyTestMain(m,
+		goleak.IgnoreTopFunction("github.com/jackc/pgx/v5/pgxpool.(*Pool).backgroundHealthCheck"),
+		goleak.IgnoreTopFunction("internal/poll.runtime_pollWait"), // amqp091 heartbeat reader of a closing conn
+	)
+}
+
+func amqpURL() string {
+	if u := os.Getenv("TEST_AMQP_URL"); u != "" {
+		return u
+	}
+	return "amqp://guest:guest@127.0.0.1:5672/"
+}
+
+// bundle is one pool under test: its own scratch database, exchange and
+// queue names (and optionally its own vhost), and a test handler.
+type bundle struct {
+	t        *testing.T
+	ctx      context.Context
+	dsn      string
+	db       *pgxpool.Pool
+	url      string
+	exchange string
+	queue    string
+	cfg      PoolConfig
+	reg      *consumer.Registry
+	metrics  *metrics.Metrics
+	logger   *slog.Logger
+	consume  *Conn
+	publish  *Conn
+	pool     *Pool
+	pubConn  *amqp.Connection
+	pubCh    *amqp.Channel
+
+	poolInfoAfterStop Info
+
+	mu       sync.Mutex
+	attempts map[uuid.UUID][]int // attempts seen by test.probe per event
+	failN    map[uuid.UUID]int   // fail this many times
+	failPerm map[uuid.UUID]bool
+}
+
+type bundleOpt func(*bundle)
+
+func withVhost(b *bundle) {
+	vhost := "t-" + uuid.NewString()[:8]
+	rabbitmqctl(b.t, "add_vhost", vhost)
+	rabbitmqctl(b.t, "set_permissions", "-p", vhost, "guest", ".*", ".*", ".*")
+	b.t.Cleanup(func() { rabbitmqctl(b.t, "delete_vhost", vhost) })
+	b.url = strings.TrimSuffix(amqpURL(), "/") + "/" + vhost
+}
+
+func rabbitmqctl(t *testing.T, args ...string) string {
+	t.Helper()
+	out, err := exec.Command("rabbitmqctl", args...).CombinedOutput()
+	require.NoError(t, err, "rabbitmqctl %v: %s", args, out)
+	return string(out)
+}
+
+func newBundle(t *testing.T, opts ...bundleOpt) *bundle {
+	t.Helper()
+	ctx := context.Background()
+	suffix := uuid.NewString()[:8]
+	b := &bundle{
+		t: t, ctx: ctx, url: amqpURL(),
+		exchange: "t.events." + suffix, queue: "t.stock." + suffix,
+		reg:      consumer.NewRegistry(),
+		metrics:  metrics.New(),
+		logger:   slog.New(slog.NewTextHandler(testWriter{t}, &slog.HandlerOptions{Level: slog.LevelWarn})),
+		attempts: map[uuid.UUID][]int{}, failN: map[uuid.UUID]int{}, failPerm: map[uuid.UUID]bool{},
+	}
+	for _, o := range opts {
+		o(b)
+	}
+	require.NoError(t, shop.Register(b.reg))
+	b.reg.MustRegister(consumer.Registration{Name: "test.probe", Events: []string{shop.EventOrderPlaced},
+		Handler: consumer.HandlerFunc(b.probe)})
+	b.dsn = testdb.New(t, t.Name())
+	sets, err := migrate.Sets(b.reg, []string{shop.HandlerStockReserve})
+	require.NoError(t, err)
+	require.NoError(t, migrate.Apply(ctx, b.dsn, sets, slog.New(slog.NewTextHandler(io.Discard, nil))))
+	b.db, err = dedup.Connect(ctx, b.dsn, dedup.PoolConfig{MaxConns: 8})
+	require.NoError(t, err)
+	t.Cleanup(b.db.Close)
+
+	b.cfg = PoolConfig{
+		Name: "stock-" + suffix, Service: "stock",
+		Topology: Topology{
+			Exchange: b.exchange, Queue: b.queue, QueueType: "classic",
+			Bindings: []string{shop.EventOrderPlaced}, RetryDelays: []time.Duration{100 * time.Millisecond, 200 * time.Millisecond},
+		},
+		Concurrency: 2, Prefetch: 100, BatchSize: 20, BatchWait: 2 * time.Millisecond,
+		SoftStopTimeout: 10 * time.Second, StatePollInterval: 200 * time.Millisecond,
+	}
+	b.pubConn, err = amqp.Dial(b.url)
+	require.NoError(t, err)
+	b.pubCh, err = b.pubConn.Channel()
+	require.NoError(t, err)
+	require.NoError(t, b.pubCh.Confirm(false))
+	t.Cleanup(func() {
+		if ch, err := b.pubConn.Channel(); err == nil {
+			for _, q := range []string{b.queue, FailedQueue(b.queue), RetryQueue(b.queue, 100*time.Millisecond), RetryQueue(b.queue, 200*time.Millisecond)} {
+				_, _ = ch.QueueDelete(q, false, false, false)
+			}
+			_ = ch.ExchangeDelete(b.exchange, false, false)
+		}
+		_ = b.pubConn.Close()
+	})
+	return b
+}
+
+type testWriter struct{ t *testing.T }
+
+func (w testWriter) Write(p []byte) (int, error) {
+	w.t.Log(strings.TrimSpace(string(p)))
+	return len(p), nil
+}
+
+// start builds and starts the pool with the given handlers.
+func (b *bundle) start(handlers ...string) *Pool {
+	b.t.Helper()
+	routes, err := dedup.RoutesFor(b.reg, handlers)
+	require.NoError(b.t, err)
+	b.consume = NewConn(b.url, "test-consume", b.logger)
+	b.publish = NewConn(b.url, "test-publish", b.logger)
+	p, err := NewPool(b.cfg, Deps{
+		Processor: dedup.NewProcessor(b.db, dedup.ProcessorConfig{Routes: routes}),
+		DB:        b.db, Consume: b.consume, Publish: b.publish, Metrics: b.metrics, Logger: b.logger,
+	})
+	require.NoError(b.t, err)
+	require.NoError(b.t, p.Start(b.ctx))
+	b.pool = p
+	b.t.Cleanup(b.stop)
+	// The workers declare the topology: wait until they consume (or sit
+	// paused on a live channel) before publishing.
+	b.waitFor("pool connected", func() bool { return p.connected.Load() == int64(b.cfg.Concurrency) })
+	return p
+}
+
+func (b *bundle) stop() {
+	if b.pool == nil {
+		return
+	}
+	b.pool.Stop()
+	b.poolInfoAfterStop = b.pool.Info()
+	b.consume.Close()
+	b.publish.Close()
+	b.pool = nil
+}
+
+func (b *bundle) probe(_ context.Context, _ pgx.Tx, ev consumer.Event) error {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	b.attempts[ev.ID] = append(b.attempts[ev.ID], ev.Attempt)
+	if b.failPerm[ev.ID] {
+		return consumer.Permanent(fmt.Errorf("permanently bad %s", ev.ID))
+	}
+	if b.failN[ev.ID] > 0 {
+		b.failN[ev.ID]--
+		return fmt.Errorf("transient failure of %s", ev.ID)
+	}
+	return nil
+}
+
+func (b *bundle) order(lines int) (envelope.Envelope, shop.OrderPlaced) {
+	o := shop.OrderPlaced{OrderID: uuid.New(), CustomerID: uuid.New()}
+	for range lines {
+		o.Lines = append(o.Lines, shop.OrderLine{ProductID: uuid.New(), Quantity: "1.000"})
+	}
+	payload, err := json.Marshal(o)
+	require.NoError(b.t, err)
+	return envelope.Envelope{EventID: uuid.Must(uuid.NewV7()), EventName: shop.EventOrderPlaced,
+		OccurredAt: time.Now().UTC().Truncate(time.Millisecond), Payload: payload}, o
+}
+
+// publishEnv publishes an envelope through the exchange, as a producer would.
+func (b *bundle) publishEnv(env envelope.Envelope, headers amqp.Table) {
+	b.t.Helper()
+	body, err := envelope.Encode(env)
+	require.NoError(b.t, err)
+	b.publishRaw(env.EventName, body, headers)
+}
+
+func (b *bundle) publishRaw(routingKey string, body []byte, headers amqp.Table) {
+	b.t.Helper()
+	dc, err := b.pubCh.PublishWithDeferredConfirmWithContext(b.ctx, b.exchange, routingKey, false, false,
+		amqp.Publishing{ContentType: "application/json", DeliveryMode: amqp.Persistent, Body: body, Headers: headers})
+	require.NoError(b.t, err)
+	ok, err := dc.WaitContext(b.ctx)
+	require.NoError(b.t, err)
+	require.True(b.t, ok)
+}
+
+func (b *bundle) count(query string, args ...any) int {
+	b.t.Helper()
+	var n int
+	require.NoError(b.t, b.db.QueryRow(b.ctx, query, args...).Scan(&n))
+	return n
+}
+
+// waitFor polls cond until true or 30s pass.
+func (b *bundle) waitFor(what string, cond func() bool) {
+	b.t.Helper()
+	require.Eventually(b.t, cond, 30*time.Second, 20*time.Millisecond, what)
+}
+
+func (b *bundle) queueDepth(name string) int {
+	b.t.Helper()
+	conn, err := amqp.Dial(b.url)
+	require.NoError(b.t, err)
+	defer conn.Close()
+	ch, err := conn.Channel()
+	require.NoError(b.t, err)
+	q, err := ch.QueueDeclarePassive(name, true, false, false, false, amqp.Table{amqp.QueueTypeArg: b.cfg.QueueType})
+	require.NoError(b.t, err)
+	return q.Messages
+}
+
+// getFailed reads every message of the failure queue (acked: test only).
+func (b *bundle) getFailed() []amqp.Delivery {
+	b.t.Helper()
+	ch, err := b.pubConn.Channel()
+	require.NoError(b.t, err)
+	defer ch.Close()
+	var out []amqp.Delivery
+	for {
+		d, ok, err := ch.Get(FailedQueue(b.queue), true)
+		require.NoError(b.t, err)
+		if !ok {
+			return out
+		}
+		out = append(out, d)
+	}
+}
+
+func encodeForTest(t *testing.T, env envelope.Envelope) ([]byte, error) {
+	t.Helper()
+	return envelope.Encode(env)
+}
+
+func uuidV4(t *testing.T) uuid.UUID {
+	t.Helper()
+	return uuid.New()
+}
+
+// publishResilient publishes n distinct orders (and republishes a share),
+// like an outbox relay: a publish that fails or is not confirmed is sent
+// again on a fresh connection. It returns the number of distinct events.
+func (b *bundle) publishResilient(n int, dupShare float64) int {
+	var conn *amqp.Connection
+	var ch *amqp.Channel
+	defer func() {
+		if conn != nil {
+			_ = conn.Close()
+		}
+	}()
+	send := func(body []byte) {
+		for attempt := 0; attempt < 200; attempt++ {
+			if ch == nil || ch.IsClosed() {
+				if conn != nil {
+					_ = conn.Close()
+				}
+				var err error
+				if conn, err = amqp.Dial(b.url); err != nil {
+					time.Sleep(50 * time.Millisecond)
+					continue
+				}
+				if ch, err = conn.Channel(); err != nil || ch.Confirm(false) != nil {
+					ch = nil
+					continue
+				}
+			}
+			dc, err := ch.PublishWithDeferredConfirmWithContext(b.ctx, b.exchange, shop.EventOrderPlaced, false, false,
+				amqp.Publishing{ContentType: "application/json", DeliveryMode: amqp.Persistent, Body: body})
+			if err == nil {
+				if ok, werr := dc.WaitContext(b.ctx); werr == nil && ok {
+					return
+				}
+			}
+			ch = nil
+		}
+		b.t.Error("publishResilient: gave up")
+	}
+	every := 0
+	if dupShare > 0 {
+		every = int(1 / dupShare)
+	}
+	for i := range n {
+		env, _ := b.order(1)
+		body, err := envelope.Encode(env)
+		if err != nil {
+			b.t.Error(err)
+			return i
+		}
+		send(body)
+		if every > 0 && i%every == 0 {
+			send(body)
+		}
+	}
+	return n
+}

@@ -1,0 +1,341 @@
+package workers
+
+import (
+	"cmp"
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/jackc/pgx/v5/pgxpool"
+
+	"github.com/platformd/platformd/internal/dedup"
+	"github.com/platformd/platformd/internal/metrics"
+	"github.com/platformd/platformd/internal/state"
+)
+
+// Pool defaults.
+const (
+	SoftStopTimeoutDefault   = 20 * time.Second
+	StatePollIntervalDefault = 5 * time.Second
+	SettleTimeoutDefault     = 30 * time.Second
+)
+
+// Pool states, as reported by Info.
+const (
+	StateConnecting = "connecting"
+	StateRunning    = "running"
+	StatePaused     = "paused"
+	StateStopped    = "stopped"
+)
+
+// Beyond-horizon policies.
+const (
+	BeyondHorizonQuarantine = "quarantine"
+	BeyondHorizonProcess    = "process"
+)
+
+// PoolConfig configures one pool.
+type PoolConfig struct {
+	Name    string
+	Service string
+	Topology
+	Concurrency int
+	// Prefetch is the pool's total prefetch, split across its workers
+	// (each gets at least one batch).
+	Prefetch  int
+	BatchSize int
+	BatchWait time.Duration
+	// MaxBodyBytes bounds accepted bodies (envelope default when 0).
+	MaxBodyBytes int
+	// BeyondHorizon is quarantine (default) or process.
+	BeyondHorizon string
+	// HorizonFunc returns the service's replay horizon in force.
+	HorizonFunc func() time.Duration
+	// SoftStopTimeout bounds how long Stop lets in-flight batches finish.
+	SoftStopTimeout time.Duration
+	// StatePollInterval is how often the stored pause state is re-read as
+	// a safety net under LISTEN/NOTIFY.
+	StatePollInterval time.Duration
+
+	// testBeforeSettleFunc, set only by this package's tests, runs after a
+	// batch's outcome is known and before it is settled.
+	testBeforeSettleFunc func()
+}
+
+// Deps are a pool's collaborators.
+type Deps struct {
+	Processor *dedup.Processor
+	// DB is the service database (pause state).
+	DB *pgxpool.Pool
+	// Consume is the pool's consuming connection.
+	Consume *Conn
+	// Publish is the daemon's publishing connection.
+	Publish *Conn
+	Metrics *metrics.Metrics
+	Logger  *slog.Logger
+}
+
+// Info is a snapshot of a pool.
+type Info struct {
+	Name, Service, Queue string
+	State                string
+	PausedReason         string
+	Concurrency          int
+	InFlight             int
+	Processed            uint64
+	Duplicates           uint64
+	Retried              uint64
+	Failed               uint64
+}
+
+// Pool is one named worker pool. Its methods are safe for concurrent use.
+type Pool struct {
+	cfg  PoolConfig
+	deps Deps
+	log  *slog.Logger
+
+	processed, duplicates, retried, failed atomic.Uint64
+	inFlight                               atomic.Int64
+	connected                              atomic.Int64 // workers with a live consumer or paused on a live channel
+
+	mu       sync.Mutex
+	paused   bool
+	reason   string
+	changed  chan struct{} // closed and replaced on every pause change
+	idle     map[int]bool  // worker id -> quiesced while paused
+	started  bool
+	stopped  bool
+	stopOnce sync.Once
+	cancel   context.CancelFunc // fetch ctx
+	hard     context.CancelFunc // work ctx
+	wg       sync.WaitGroup
+
+	m poolMetrics
+}
+
+// NewPool validates cfg and returns a stopped pool.
+func NewPool(cfg PoolConfig, deps Deps) (*Pool, error) {
+	if cfg.Name == "" || cfg.Queue == "" || cfg.Exchange == "" {
+		return nil, errors.New("workers: pool needs a name, a queue and an exchange")
+	}
+	if deps.Processor == nil || deps.DB == nil || deps.Consume == nil || deps.Publish == nil || deps.Metrics == nil || deps.Logger == nil {
+		return nil, fmt.Errorf("workers: pool %s: missing dependency", cfg.Name)
+	}
+	cfg.Concurrency = cmp.Or(cfg.Concurrency, 1)
+	cfg.BatchSize = cmp.Or(cfg.BatchSize, 1)
+	cfg.Prefetch = max(cfg.Prefetch, cfg.BatchSize*cfg.Concurrency)
+	cfg.QueueType = cmp.Or(cfg.QueueType, "quorum")
+	cfg.BeyondHorizon = cmp.Or(cfg.BeyondHorizon, BeyondHorizonQuarantine)
+	cfg.SoftStopTimeout = cmp.Or(cfg.SoftStopTimeout, SoftStopTimeoutDefault)
+	cfg.StatePollInterval = cmp.Or(cfg.StatePollInterval, StatePollIntervalDefault)
+	p := &Pool{
+		cfg:     cfg,
+		deps:    deps,
+		log:     deps.Logger.With(slog.String("pool", cfg.Name), slog.String("service", cfg.Service)),
+		changed: make(chan struct{}),
+		idle:    map[int]bool{},
+	}
+	p.m = newPoolMetrics(deps.Metrics, cfg.Service, cfg.Name)
+	if deps.Consume.OnReconnectFunc == nil {
+		deps.Consume.OnReconnectFunc = p.m.reconnects.Inc
+	}
+	return p, nil
+}
+
+// Name returns the pool's name.
+func (p *Pool) Name() string { return p.cfg.Name }
+
+// Config returns the pool's configuration.
+func (p *Pool) Config() PoolConfig { return p.cfg }
+
+// Start reads the stored pause state, then starts the workers and the
+// state watcher in the background. It returns an error only if the state
+// cannot be read.
+func (p *Pool) Start(ctx context.Context) error {
+	st, err := state.GetPoolState(ctx, p.deps.DB, p.cfg.Name)
+	if err != nil {
+		return fmt.Errorf("workers: start pool %s: %w", p.cfg.Name, err)
+	}
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	if p.started {
+		return fmt.Errorf("workers: pool %s already started", p.cfg.Name)
+	}
+	p.started = true
+	p.setPausedLocked(st.Paused, st.Reason)
+	fetchCtx, cancel := context.WithCancel(context.WithoutCancel(ctx))
+	workCtx, hard := context.WithCancel(context.WithoutCancel(ctx))
+	p.cancel, p.hard = cancel, hard
+	for i := range p.cfg.Concurrency {
+		w := newWorker(p, i)
+		p.wg.Go(func() { w.run(fetchCtx, workCtx) })
+	}
+	p.wg.Go(func() { p.pollState(fetchCtx) })
+	return nil
+}
+
+// Stop stops consuming, lets in-flight batches finish and settle within
+// SoftStopTimeout, then cancels what remains (unsettled deliveries go back
+// to the queue when their channel closes). It blocks until every worker
+// has returned; it is safe to call twice and before Start.
+func (p *Pool) Stop() {
+	p.stopOnce.Do(func() {
+		p.mu.Lock()
+		started := p.started
+		p.stopped = true
+		p.mu.Unlock()
+		if !started {
+			return
+		}
+		p.cancel()
+		done := make(chan struct{})
+		go func() { p.wg.Wait(); close(done) }()
+		select {
+		case <-done:
+		case <-time.After(p.cfg.SoftStopTimeout):
+			p.log.Warn("workers: soft stop timed out, cancelling in-flight work")
+			p.hard()
+			<-done
+		}
+		p.hard()
+		p.m.paused.Set(0)
+	})
+}
+
+// Pause stores the pause in the service database (so every daemon sharing
+// it and every restart honours it), applies it here, and waits until every
+// worker has cancelled its consumer and settled its in-flight batch, or ctx
+// ends. Pausing a paused pool only updates the reason.
+func (p *Pool) Pause(ctx context.Context, reason, actor string) (Info, error) {
+	if _, err := state.SetPoolPaused(ctx, p.deps.DB, p.cfg.Name, true, reason, actor); err != nil {
+		return p.Info(), err
+	}
+	p.apply(true, reason)
+	p.log.InfoContext(ctx, "workers: pool paused", slog.String("reason", reason), slog.String("actor", actor))
+	return p.waitQuiesced(ctx)
+}
+
+// Resume stores and applies the resume; workers consume again.
+func (p *Pool) Resume(ctx context.Context, actor string) (Info, error) {
+	if _, err := state.SetPoolPaused(ctx, p.deps.DB, p.cfg.Name, false, "", actor); err != nil {
+		return p.Info(), err
+	}
+	p.apply(false, "")
+	p.log.InfoContext(ctx, "workers: pool resumed", slog.String("actor", actor))
+	return p.Info(), nil
+}
+
+// Refresh re-reads the stored pause state and applies it (called on a
+// NOTIFY from another daemon, and periodically).
+func (p *Pool) Refresh(ctx context.Context) error {
+	st, err := state.GetPoolState(ctx, p.deps.DB, p.cfg.Name)
+	if err != nil {
+		return err
+	}
+	p.apply(st.Paused, st.Reason)
+	return nil
+}
+
+func (p *Pool) pollState(ctx context.Context) {
+	t := time.NewTicker(p.cfg.StatePollInterval)
+	defer t.Stop()
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case <-t.C:
+			if err := p.Refresh(ctx); err != nil && ctx.Err() == nil {
+				p.log.WarnContext(ctx, "workers: read pause state", slog.Any("error", err))
+			}
+		}
+	}
+}
+
+func (p *Pool) apply(paused bool, reason string) {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	p.setPausedLocked(paused, reason)
+}
+
+func (p *Pool) setPausedLocked(paused bool, reason string) {
+	p.reason = reason
+	if p.paused == paused {
+		return
+	}
+	p.paused = paused
+	if paused {
+		p.m.paused.Set(1)
+	} else {
+		p.m.paused.Set(0)
+	}
+	close(p.changed)
+	p.changed = make(chan struct{})
+}
+
+// pauseState returns whether the pool is paused and the channel closed on
+// the next change.
+func (p *Pool) pauseState() (bool, <-chan struct{}) {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	return p.paused, p.changed
+}
+
+func (p *Pool) setIdle(worker int, idle bool) {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	p.idle[worker] = idle
+}
+
+func (p *Pool) waitQuiesced(ctx context.Context) (Info, error) {
+	t := time.NewTicker(10 * time.Millisecond)
+	defer t.Stop()
+	for {
+		p.mu.Lock()
+		n := 0
+		for _, idle := range p.idle {
+			if idle {
+				n++
+			}
+		}
+		done := !p.started || p.stopped || !p.paused || n == p.cfg.Concurrency
+		p.mu.Unlock()
+		if done {
+			return p.Info(), nil
+		}
+		select {
+		case <-ctx.Done():
+			return p.Info(), ctx.Err()
+		case <-t.C:
+		}
+	}
+}
+
+// Info returns a snapshot of the pool's state and counters.
+func (p *Pool) Info() Info {
+	p.mu.Lock()
+	st := StateRunning
+	switch {
+	case !p.started || p.stopped:
+		st = StateStopped
+	case p.paused:
+		st = StatePaused
+	case p.connected.Load() < int64(p.cfg.Concurrency):
+		st = StateConnecting
+	}
+	reason := ""
+	if p.paused {
+		reason = p.reason
+	}
+	p.mu.Unlock()
+	return Info{
+		Name: p.cfg.Name, Service: p.cfg.Service, Queue: p.cfg.Queue,
+		State: st, PausedReason: reason, Concurrency: p.cfg.Concurrency,
+		InFlight:  int(p.inFlight.Load()),
+		Processed: p.processed.Load(), Duplicates: p.duplicates.Load(),
+		Retried: p.retried.Load(), Failed: p.failed.Load(),
+	}
+}

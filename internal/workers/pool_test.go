@@ -1,0 +1,319 @@
+package workers
+
+import (
+	"context"
+	"fmt"
+	"os/exec"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus/testutil"
+	amqp "github.com/rabbitmq/amqp091-go"
+	"github.com/stretchr/testify/require"
+
+	"github.com/platformd/platformd/examples/shop"
+	"github.com/platformd/platformd/internal/metrics"
+)
+
+func (b *bundle) dupCount(source string) float64 {
+	return testutil.ToFloat64(b.metrics.DuplicatesTotal.WithLabelValues(b.cfg.Service, b.cfg.Name, source))
+}
+
+func (b *bundle) reservations() int { return b.count(`SELECT count(*) FROM reservation`) }
+
+// The same event published twice as new messages (a relay republish): one
+// effect, the second counted as a republish duplicate.
+func TestPoolRepublishedEventAppliedOnce(t *testing.T) {
+	t.Parallel()
+	b := newBundle(t)
+	b.start(shop.HandlerStockReserve)
+	env, o := b.order(2)
+	b.publishEnv(env, nil)
+	b.publishEnv(env, nil)
+	b.publishEnv(env, amqp.Table{HeaderReplay: "ops"})
+	b.waitFor("3 settled", func() bool { i := b.pool.Info(); return i.Processed+i.Duplicates == 3 })
+	require.Equal(t, 2, b.count(`SELECT count(*) FROM reservation WHERE order_id = $1`, o.OrderID))
+	require.Equal(t, 1, b.count(`SELECT count(*) FROM processed_event`))
+	require.InDelta(t, 1, b.dupCount(metrics.SourceRepublish), 0)
+	require.InDelta(t, 1, b.dupCount(metrics.SourceReplay), 0)
+	require.Equal(t, 0, b.queueDepth(b.queue))
+}
+
+// Commit done, then the connection killed before the ack: the broker
+// redelivers, and the redelivery is counted as a duplicate; one effect.
+func TestPoolCommitThenConnectionLostBeforeAck(t *testing.T) {
+	t.Parallel()
+	b := newBundle(t)
+	var killed atomic.Bool
+	b.cfg.Concurrency = 1
+	b.cfg.testBeforeSettleFunc = func() {
+		if killed.CompareAndSwap(false, true) {
+			conn, err := b.consume.Get(context.Background())
+			if err == nil {
+				_ = conn.Close()
+			}
+		}
+	}
+	b.start(shop.HandlerStockReserve)
+	const n = 5
+	for range n {
+		env, _ := b.order(1)
+		b.publishEnv(env, nil)
+	}
+	b.waitFor("all settled after reconnect", func() bool {
+		return b.count(`SELECT count(*) FROM processed_event`) == n && b.queueDepth(b.queue) == 0 && b.pool.Info().InFlight == 0
+	})
+	require.True(t, killed.Load())
+	require.Equal(t, n, b.reservations())
+	require.Equal(t, n, b.count(`SELECT count(*) FROM processed_event`))
+	require.Positive(t, b.dupCount(metrics.SourceRedelivery))
+	require.Equal(t, 0, b.queueDepth(b.queue))
+}
+
+// A handler failing twice then succeeding: one effect, x-attempt seen as 0,
+// 1, 2. A handler always failing: in the failure queue after the
+// configured attempts with every header; a permanent error goes at once.
+func TestPoolRetriesAndFailureQueue(t *testing.T) {
+	t.Parallel()
+	b := newBundle(t)
+	flaky, flakyOrder := b.order(1)
+	always, _ := b.order(1)
+	perm, _ := b.order(1)
+	b.failN[flaky.EventID] = 2
+	b.failN[always.EventID] = 1000
+	b.failPerm[perm.EventID] = true
+	b.start(shop.HandlerStockReserve, "test.probe")
+	b.publishEnv(flaky, nil)
+	b.publishEnv(always, nil)
+	b.publishEnv(perm, nil)
+
+	b.waitFor("flaky processed, two failed", func() bool {
+		i := b.pool.Info()
+		return i.Processed == 1 && i.Failed == 2
+	})
+	b.mu.Lock()
+	require.Equal(t, []int{0, 1, 2}, b.attempts[flaky.EventID])
+	require.Equal(t, []int{0, 1, 2}, b.attempts[always.EventID]) // 2 delays: 3 attempts
+	require.Equal(t, []int{0}, b.attempts[perm.EventID])
+	b.mu.Unlock()
+	require.Equal(t, 1, b.count(`SELECT count(*) FROM reservation WHERE order_id = $1`, flakyOrder.OrderID))
+	require.Equal(t, 1, b.reservations())
+	require.EqualValues(t, 4, b.pool.Info().Retried) // 2 retries of flaky + 2 of always
+	failed := b.getFailed()
+	require.Len(t, failed, 2)
+	byReason := map[string]amqp.Delivery{}
+	for _, d := range failed {
+		byReason[d.Headers[HeaderFailureReason].(string)] = d
+		require.Equal(t, b.cfg.Name, d.Headers[HeaderPool])
+		require.Equal(t, shop.EventOrderPlaced, d.Headers[HeaderOriginalRoutingKey])
+		_, err := time.Parse(time.RFC3339, d.Headers[HeaderFailedAt].(string))
+		require.NoError(t, err)
+		require.NotEmpty(t, d.Headers[HeaderError])
+	}
+	require.Contains(t, byReason, ReasonRetriesExhausted)
+	require.Contains(t, byReason, ReasonPermanent)
+	require.EqualValues(t, 2, byReason[ReasonRetriesExhausted].Headers[HeaderAttempt])
+	require.EqualValues(t, 0, byReason[ReasonPermanent].Headers[HeaderAttempt])
+	body, _ := encodeForTest(t, always)
+	require.Equal(t, body, byReason[ReasonRetriesExhausted].Body) // body unchanged
+	require.Equal(t, 0, b.count(`SELECT count(*) FROM processed_event WHERE event_id = ANY($1)`, []string{always.EventID.String(), perm.EventID.String()}))
+}
+
+// Malformed bodies and an unknown event name go to the failure queue with
+// decode / no_handler; the valid messages around them are processed once.
+func TestPoolRejectsBadMessages(t *testing.T) {
+	t.Parallel()
+	b := newBundle(t)
+	b.cfg.Bindings = []string{"order.#"}
+	b.start(shop.HandlerStockReserve)
+	bad := [][]byte{
+		[]byte(`not json`),
+		[]byte(`[1,2]`),
+		[]byte(`{"event_id":"00000000-0000-0000-0000-000000000000","event_name":"order.order.placed.v1","occurred_at":"2026-01-01T00:00:00Z","payload":{}}`),
+		[]byte("{\"event_id\":\"\xff\"}"),
+	}
+	for i, body := range bad {
+		good, _ := b.order(1)
+		b.publishEnv(good, nil)
+		b.publishRaw(shop.EventOrderPlaced, body, amqp.Table{"i": int32(i)})
+	}
+	unknown, _ := b.order(1)
+	unknown.EventName = "order.order.cancelled.v1"
+	b.publishEnv(unknown, nil)
+	b.waitFor("all settled", func() bool { i := b.pool.Info(); return i.Processed == 4 && i.Failed == 5 })
+	require.Equal(t, 4, b.reservations())
+	reasons := map[string]int{}
+	for _, d := range b.getFailed() {
+		reasons[d.Headers[HeaderFailureReason].(string)]++
+	}
+	require.Equal(t, map[string]int{ReasonDecode: 4, ReasonNoHandler: 1}, reasons)
+	require.InDelta(t, 5, testutil.ToFloat64(b.metrics.MessagesTotal.WithLabelValues("stock", b.cfg.Name, metrics.OutcomeRejected)), 0)
+}
+
+// An event older than the horizon is quarantined (beyond_horizon) unless
+// the override header is set or the policy is process.
+func TestPoolBeyondHorizonGuard(t *testing.T) {
+	t.Parallel()
+	for _, policy := range []string{BeyondHorizonQuarantine, BeyondHorizonProcess} {
+		t.Run(policy, func(t *testing.T) {
+			t.Parallel()
+			b := newBundle(t)
+			b.cfg.BeyondHorizon = policy
+			b.cfg.HorizonFunc = func() time.Duration { return time.Hour }
+			b.start(shop.HandlerStockReserve)
+			old, _ := b.order(1)
+			old.EventID = uuidV4(t) // not v7: judged by occurred_at
+			old.OccurredAt = time.Now().Add(-2 * time.Hour).UTC()
+			fresh, _ := b.order(1)
+			forced, _ := b.order(1)
+			forced.EventID = uuidV4(t)
+			forced.OccurredAt = old.OccurredAt
+			b.publishEnv(old, nil)
+			b.publishEnv(fresh, nil)
+			b.publishEnv(forced, amqp.Table{HeaderBeyondHorizonOverride: "true"})
+			if policy == BeyondHorizonQuarantine {
+				b.waitFor("settled", func() bool { i := b.pool.Info(); return i.Processed == 2 && i.Failed == 1 })
+				f := b.getFailed()
+				require.Len(t, f, 1)
+				require.Equal(t, ReasonBeyondHorizon, f[0].Headers[HeaderFailureReason])
+				require.Equal(t, 2, b.reservations())
+				require.Equal(t, 0, b.count(`SELECT count(*) FROM processed_event WHERE event_id = $1`, old.EventID))
+				return
+			}
+			b.waitFor("settled", func() bool { return b.pool.Info().Processed == 3 })
+			require.Equal(t, 3, b.reservations())
+		})
+	}
+}
+
+// Stop under load, then a new pool on the same queue: nothing lost,
+// nothing applied twice.
+func TestPoolStopUnderLoadThenRestart(t *testing.T) {
+	t.Parallel()
+	b := newBundle(t)
+	b.start(shop.HandlerStockReserve)
+	n := 1500
+	if testing.Short() {
+		n = 300
+	}
+	sent := b.publishMany(n, 0.1)
+	b.waitFor("some processed", func() bool { return b.pool.Info().Processed > 50 })
+	b.stop()
+	require.Equal(t, StateStopped, b.poolInfoAfterStop.State)
+	b.start(shop.HandlerStockReserve)
+	b.waitFor("all processed", func() bool { return b.reservations() == sent && b.queueDepth(b.queue) == 0 })
+	time.Sleep(200 * time.Millisecond)
+	require.Equal(t, sent, b.reservations())
+	require.Equal(t, sent, b.count(`SELECT count(*) FROM processed_event`))
+}
+
+// publishMany publishes n distinct orders of one line and republishes a
+// share of them; it returns the number of distinct events.
+func (b *bundle) publishMany(n int, dupShare float64) int {
+	b.t.Helper()
+	every := 0
+	if dupShare > 0 {
+		every = int(1 / dupShare)
+	}
+	for i := range n {
+		env, _ := b.order(1)
+		body, err := encodeForTest(b.t, env)
+		require.NoError(b.t, err)
+		require.NoError(b.t, b.pubCh.PublishWithContext(b.ctx, b.exchange, env.EventName, false, false,
+			amqp.Publishing{ContentType: "application/json", DeliveryMode: amqp.Persistent, Body: body}))
+		if every > 0 && i%every == 0 {
+			require.NoError(b.t, b.pubCh.PublishWithContext(b.ctx, b.exchange, env.EventName, false, false,
+				amqp.Publishing{ContentType: "application/json", DeliveryMode: amqp.Persistent, Body: body}))
+		}
+	}
+	return n
+}
+
+// Operator closes of every connection (code 320) and terminated database
+// sessions under load: the pool recovers on its own, nothing is lost and
+// nothing is applied twice.
+func TestPoolRecoversFromBrokerAndDatabaseFaults(t *testing.T) {
+	t.Parallel()
+	b := newBundle(t, withVhost)
+	b.start(shop.HandlerStockReserve)
+	n := 3000
+	if testing.Short() {
+		n = 600
+	}
+	vhost := b.url[len(amqpURL()):]
+	done := make(chan int)
+	go func() { done <- b.publishResilient(n, 0.1) }()
+	faults := 0
+	for i := 0; i < 3; i++ {
+		time.Sleep(300 * time.Millisecond)
+		out, err := exec.Command("rabbitmqctl", "close_all_connections", "-p", vhost, "chaos test").CombinedOutput()
+		require.NoError(t, err, string(out))
+		faults++
+		_, err = b.db.Exec(b.ctx, `SELECT pg_terminate_backend(pid) FROM pg_stat_activity
+			WHERE datname = current_database() AND pid <> pg_backend_pid() AND application_name = 'platformd'`)
+		require.NoError(t, err)
+		faults++
+	}
+	sent := <-done
+	b.waitFor("all processed", func() bool { return b.reservations() == sent && b.queueDepth(b.queue) == 0 })
+	time.Sleep(300 * time.Millisecond)
+	require.Equal(t, sent, b.reservations(), "applied exactly once")
+	require.Equal(t, sent, b.count(`SELECT count(*) FROM processed_event`))
+	t.Logf("faults: %d, events: %d, info: %+v", faults, sent, b.pool.Info())
+}
+
+// Pause under load: nothing consumed while paused (queue depth grows),
+// in-flight work finished; resume drains it; one effect per event. The
+// pause is stored: a new pool on the same database starts paused.
+func TestPoolPauseResume(t *testing.T) {
+	t.Parallel()
+	b := newBundle(t)
+	p := b.start(shop.HandlerStockReserve)
+	b.publishMany(200, 0)
+	b.waitFor("some processed", func() bool { return p.Info().Processed > 0 })
+	info, err := p.Pause(b.ctx, "incident 42", "test")
+	require.NoError(t, err)
+	require.Equal(t, StatePaused, info.State)
+	require.Equal(t, "incident 42", info.PausedReason)
+	require.Zero(t, info.InFlight)
+	before := b.reservations()
+	b.publishMany(100, 0)
+	time.Sleep(500 * time.Millisecond)
+	require.Equal(t, before, b.reservations(), "nothing consumed while paused")
+	require.GreaterOrEqual(t, b.queueDepth(b.queue), 100)
+
+	// A restart honours the stored pause.
+	b.stop()
+	p = b.start(shop.HandlerStockReserve)
+	time.Sleep(300 * time.Millisecond)
+	require.Equal(t, StatePaused, p.Info().State)
+	require.Equal(t, before, b.reservations())
+
+	info, err = p.Resume(b.ctx, "test")
+	require.NoError(t, err)
+	require.NotEqual(t, StatePaused, info.State)
+	b.waitFor("drained", func() bool { return b.reservations() == 300 && b.queueDepth(b.queue) == 0 })
+	require.Equal(t, 300, b.count(`SELECT count(*) FROM processed_event`))
+}
+
+// A pause stored by another daemon (directly in the database, as the admin
+// API of another instance does) is picked up by polling or NOTIFY.
+func TestPoolPicksUpStoredPause(t *testing.T) {
+	t.Parallel()
+	b := newBundle(t)
+	p := b.start(shop.HandlerStockReserve)
+	_, err := b.db.Exec(b.ctx, `INSERT INTO platform.pool_state (pool, paused, reason, updated_by) VALUES ($1, true, 'elsewhere', 'other')`, b.cfg.Name)
+	require.NoError(t, err)
+	b.waitFor("paused", func() bool { return p.Info().State == StatePaused })
+	require.Equal(t, "elsewhere", p.Info().PausedReason)
+	b.publishMany(20, 0)
+	time.Sleep(400 * time.Millisecond)
+	require.Equal(t, 0, b.reservations())
+	require.NoError(t, p.Refresh(b.ctx))
+	_, err = b.db.Exec(b.ctx, `UPDATE platform.pool_state SET paused = false WHERE pool = $1`, b.cfg.Name)
+	require.NoError(t, err)
+	b.waitFor("drained", func() bool { return b.reservations() == 20 })
+}
+
+var _ = fmt.Sprintf

@@ -1,0 +1,512 @@
+package workers
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+	amqp "github.com/rabbitmq/amqp091-go"
+
+	"github.com/platformd/platformd/consumer"
+	"github.com/platformd/platformd/internal/dedup"
+	"github.com/platformd/platformd/internal/envelope"
+	"github.com/platformd/platformd/internal/metrics"
+)
+
+// poolMetrics are a pool's collectors with their labels bound once, so the
+// hot path does no label lookups.
+type poolMetrics struct {
+	processed, duplicate, retried, failed, rejected prometheus.Counter
+	dupRedelivery, dupReplay, dupRepublish          prometheus.Counter
+	failures                                        *prometheus.CounterVec
+	batchDuration, batchSize, handlerDuration       prometheus.Observer
+	paused, inFlight                                prometheus.Gauge
+	batchErrors, reconnects                         prometheus.Counter
+}
+
+func newPoolMetrics(m *metrics.Metrics, service, pool string) poolMetrics {
+	out := func(o string) prometheus.Counter { return m.MessagesTotal.WithLabelValues(service, pool, o) }
+	dup := func(s string) prometheus.Counter { return m.DuplicatesTotal.WithLabelValues(service, pool, s) }
+	return poolMetrics{
+		processed: out(metrics.OutcomeProcessed), duplicate: out(metrics.OutcomeDuplicate),
+		retried: out(metrics.OutcomeRetried), failed: out(metrics.OutcomeFailed), rejected: out(metrics.OutcomeRejected),
+		dupRedelivery: dup(metrics.SourceRedelivery), dupReplay: dup(metrics.SourceReplay), dupRepublish: dup(metrics.SourceRepublish),
+		failures:        m.FailuresTotal.MustCurryWith(prometheus.Labels{"service": service, "pool": pool}),
+		batchDuration:   m.BatchDuration.WithLabelValues(service, pool),
+		batchSize:       m.BatchSize.WithLabelValues(service, pool),
+		handlerDuration: m.HandlerDuration.WithLabelValues(service, pool),
+		paused:          m.PoolPaused.WithLabelValues(service, pool),
+		inFlight:        m.PoolInFlight.WithLabelValues(service, pool),
+		batchErrors:     m.BatchErrors.WithLabelValues(service, pool),
+		reconnects:      m.Reconnects.WithLabelValues(service, pool),
+	}
+}
+
+// action is what settling does with one delivery.
+type actionKind uint8
+
+const (
+	actAck     actionKind = iota + 1 // outcome durable: ack
+	actRequeue                       // outcome unknown: nack and requeue
+	actRetry                         // copy to a delay queue, then ack
+	actFail                          // copy to the failure queue, then ack
+)
+
+type action struct {
+	kind    actionKind
+	reason  string // failure reason
+	err     string // error text for headers and logs
+	attempt int    // next attempt for a retry
+	eventID string
+	outcome string // metrics outcome once settled
+	source  string // duplicate source
+}
+
+// worker is one consumer of a pool: one channel, one batch at a time.
+type worker struct {
+	pool *Pool
+	id   int
+	log  *slog.Logger
+	pub  *Publisher
+
+	prefetch  int
+	backoff   time.Duration
+	timer     *time.Timer
+	batch     []amqp.Delivery
+	acts      []action
+	events    []consumer.Event
+	eventIdx  []int
+	consumers int
+}
+
+func newWorker(p *Pool, id int) *worker {
+	prefetch := max((p.cfg.Prefetch+p.cfg.Concurrency-1)/p.cfg.Concurrency, p.cfg.BatchSize)
+	t := time.NewTimer(time.Hour)
+	t.Stop()
+	return &worker{
+		pool:     p,
+		id:       id,
+		log:      p.log.With(slog.Int("worker", id)),
+		pub:      NewPublisher(p.deps.Publish, p.cfg.BatchSize),
+		prefetch: prefetch,
+		timer:    t,
+		batch:    make([]amqp.Delivery, 0, p.cfg.BatchSize),
+	}
+}
+
+// run keeps a consuming session alive until fetchCtx ends.
+func (w *worker) run(fetchCtx, workCtx context.Context) {
+	defer w.pub.Close()
+	defer w.pool.setIdle(w.id, true)
+	backoff := BackoffMinDefault
+	for fetchCtx.Err() == nil {
+		start := time.Now()
+		err := w.session(fetchCtx, workCtx)
+		if fetchCtx.Err() != nil {
+			return
+		}
+		if time.Since(start) > time.Minute {
+			backoff = BackoffMinDefault
+		}
+		w.log.WarnContext(fetchCtx, "workers: consumer session ended, restarting", slog.Any("error", err), slog.Duration("backoff", backoff))
+		select {
+		case <-fetchCtx.Done():
+			return
+		case <-time.After(jitter(backoff)):
+		}
+		backoff = min(backoff*2, BackoffMaxDefault)
+	}
+}
+
+type sessionEnd uint8
+
+const (
+	endPaused sessionEnd = iota + 1
+	endStopping
+	endChannelGone
+)
+
+// session opens a fresh channel, declares the topology and consumes until
+// the channel dies or fetchCtx ends.
+func (w *worker) session(fetchCtx, workCtx context.Context) error {
+	conn, err := w.pool.deps.Consume.Get(fetchCtx)
+	if err != nil {
+		return err
+	}
+	ch, err := conn.Channel()
+	if err != nil {
+		return fmt.Errorf("open channel: %w", err)
+	}
+	defer func() { _ = ch.Close() }()
+	closed := ch.NotifyClose(make(chan *amqp.Error, 1))
+	if err := w.pool.cfg.Topology.Declare(ch); err != nil {
+		return err
+	}
+	if err := ch.Qos(w.prefetch, 0, false); err != nil {
+		return fmt.Errorf("qos: %w", err)
+	}
+	w.pool.connected.Add(1)
+	defer w.pool.connected.Add(-1)
+	for {
+		paused, changed := w.pool.pauseState()
+		if paused {
+			w.pool.setIdle(w.id, true)
+			select {
+			case <-changed:
+				continue
+			case <-fetchCtx.Done():
+				return nil
+			case e := <-closed:
+				return fmt.Errorf("channel closed while paused: %w", amqpErr(e))
+			}
+		}
+		w.pool.setIdle(w.id, false)
+		w.consumers++
+		tag := fmt.Sprintf("platformd.%s.%d.%d.%d", w.pool.cfg.Name, w.id, time.Now().UnixNano(), w.consumers)
+		deliveries, err := ch.Consume(w.pool.cfg.Queue, tag, false, false, false, false, nil)
+		if err != nil {
+			return fmt.Errorf("consume %s: %w", w.pool.cfg.Queue, err)
+		}
+		switch w.consume(fetchCtx, workCtx, ch, tag, deliveries, changed) {
+		case endPaused:
+			continue
+		case endStopping:
+			return nil
+		case endChannelGone:
+			select {
+			case e := <-closed:
+				return fmt.Errorf("channel closed: %w", amqpErr(e))
+			default:
+				return errors.New("consumer cancelled by the broker")
+			}
+		}
+	}
+}
+
+func amqpErr(e *amqp.Error) error {
+	if e == nil {
+		return errors.New("closed")
+	}
+	return e
+}
+
+// consume reads deliveries into batches and handles them until the pool is
+// paused, fetchCtx ends (both: cancel the consumer, then drain and handle
+// what the broker already sent) or the deliveries channel closes.
+func (w *worker) consume(fetchCtx, workCtx context.Context, ch *amqp.Channel, tag string, deliveries <-chan amqp.Delivery, changed <-chan struct{}) sessionEnd {
+	for {
+		select {
+		case d, ok := <-deliveries:
+			if !ok {
+				return endChannelGone
+			}
+			if !w.handle(workCtx, fetchCtx, ch, d, deliveries) {
+				return endChannelGone
+			}
+		case <-changed:
+			var paused bool
+			paused, changed = w.pool.pauseState()
+			if paused {
+				if !w.cancelAndDrain(workCtx, ch, tag, deliveries) {
+					return endChannelGone
+				}
+				return endPaused
+			}
+		case <-fetchCtx.Done():
+			w.cancelAndDrain(workCtx, ch, tag, deliveries)
+			return endStopping
+		}
+	}
+}
+
+// cancelAndDrain cancels the consumer and handles every delivery the broker
+// had already sent; the library closes deliveries once they are all read.
+func (w *worker) cancelAndDrain(workCtx context.Context, ch *amqp.Channel, tag string, deliveries <-chan amqp.Delivery) bool {
+	if err := ch.Cancel(tag, false); err != nil {
+		return false
+	}
+	for d := range deliveries {
+		if !w.handle(workCtx, nil, ch, d, deliveries) {
+			return false
+		}
+	}
+	return true
+}
+
+// handle gathers a batch starting with first and processes and settles it.
+// It returns false when the channel is gone.
+func (w *worker) handle(workCtx, fetchCtx context.Context, ch *amqp.Channel, first amqp.Delivery, deliveries <-chan amqp.Delivery) bool {
+	batch := w.collect(first, deliveries)
+	w.pool.inFlight.Add(int64(len(batch)))
+	w.pool.m.inFlight.Add(float64(len(batch)))
+	ok := w.processBatch(workCtx, ch, batch)
+	w.pool.inFlight.Add(-int64(len(batch)))
+	w.pool.m.inFlight.Sub(float64(len(batch)))
+	if w.backoff > 0 && fetchCtx != nil {
+		// The last batch could not be committed (database down?): do not
+		// spin through requeued deliveries.
+		select {
+		case <-fetchCtx.Done():
+		case <-time.After(jitter(w.backoff)):
+		}
+	}
+	return ok
+}
+
+// collect takes first plus whatever arrives within BatchWait, up to
+// BatchSize.
+func (w *worker) collect(first amqp.Delivery, deliveries <-chan amqp.Delivery) []amqp.Delivery {
+	batch := append(w.batch[:0], first)
+	size, wait := w.pool.cfg.BatchSize, w.pool.cfg.BatchWait
+	timerSet := false
+	defer func() {
+		if timerSet && !w.timer.Stop() {
+			select {
+			case <-w.timer.C:
+			default:
+			}
+		}
+	}()
+	for len(batch) < size {
+		select {
+		case d, ok := <-deliveries:
+			if !ok {
+				return batch
+			}
+			batch = append(batch, d)
+			continue
+		default:
+		}
+		if wait <= 0 {
+			return batch
+		}
+		if !timerSet {
+			w.timer.Reset(wait)
+			timerSet = true
+		}
+		select {
+		case d, ok := <-deliveries:
+			if !ok {
+				return batch
+			}
+			batch = append(batch, d)
+		case <-w.timer.C:
+			timerSet = false
+			return batch
+		}
+	}
+	return batch
+}
+
+// processBatch decodes, runs the dedup step and settles every delivery.
+func (w *worker) processBatch(workCtx context.Context, ch *amqp.Channel, batch []amqp.Delivery) bool {
+	start := time.Now()
+	p := w.pool
+	if cap(w.acts) < len(batch) {
+		w.acts = make([]action, len(batch))
+	}
+	w.acts = w.acts[:len(batch)]
+	clear(w.acts)
+	w.events = w.events[:0]
+	w.eventIdx = w.eventIdx[:0]
+	horizon := time.Duration(0)
+	if p.cfg.HorizonFunc != nil {
+		horizon = p.cfg.HorizonFunc()
+	}
+	for i := range batch {
+		d := &batch[i]
+		env, err := envelope.Decode(d.Body, p.cfg.MaxBodyBytes)
+		if err != nil {
+			w.acts[i] = action{kind: actFail, reason: ReasonDecode, err: err.Error(), outcome: metrics.OutcomeRejected}
+			continue
+		}
+		ev := toEvent(env, d, p.cfg.Name, p.cfg.Queue)
+		id := ev.ID.String()
+		if !p.deps.Processor.Handles(ev.Name) {
+			w.acts[i] = action{kind: actFail, reason: ReasonNoHandler, eventID: id, outcome: metrics.OutcomeRejected,
+				err: fmt.Sprintf("no handler of pool %s handles event %q", p.cfg.Name, ev.Name)}
+			continue
+		}
+		if horizon > 0 && p.cfg.BeyondHorizon == BeyondHorizonQuarantine && !beyondHorizonOverride(d) {
+			if at := eventTime(ev); start.Sub(at) > horizon {
+				w.acts[i] = action{kind: actFail, reason: ReasonBeyondHorizon, eventID: id, outcome: metrics.OutcomeRejected,
+					err: fmt.Sprintf("event from %s is older than the service's %s replay horizon: its processed_event row may have been purged", at.UTC().Format(time.RFC3339), horizon)}
+				continue
+			}
+		}
+		w.acts[i].eventID = id
+		w.events = append(w.events, ev)
+		w.eventIdx = append(w.eventIdx, i)
+	}
+	w.backoff = 0
+	if len(w.events) > 0 {
+		hstart := time.Now()
+		results, err := p.deps.Processor.Process(workCtx, w.events)
+		if err != nil {
+			p.m.batchErrors.Inc()
+			w.backoff = 500 * time.Millisecond
+			if workCtx.Err() == nil {
+				w.log.WarnContext(workCtx, "workers: batch outcome unknown, requeueing", slog.Int("events", len(w.events)), slog.Any("error", err))
+			}
+			for _, i := range w.eventIdx {
+				w.acts[i].kind = actRequeue
+			}
+		} else {
+			p.m.handlerDuration.Observe(time.Since(hstart).Seconds() / float64(len(w.events)))
+			for k, r := range results {
+				i := w.eventIdx[k]
+				w.acts[i] = w.decide(&batch[i], w.events[k], r, w.acts[i])
+			}
+		}
+	}
+	if p.cfg.testBeforeSettleFunc != nil {
+		p.cfg.testBeforeSettleFunc()
+	}
+	ok := w.settle(workCtx, ch, batch)
+	p.m.batchSize.Observe(float64(len(batch)))
+	p.m.batchDuration.Observe(time.Since(start).Seconds())
+	return ok
+}
+
+// decide turns a dedup result into an action.
+func (w *worker) decide(d *amqp.Delivery, ev consumer.Event, r dedup.Result, a action) action {
+	switch r.Outcome {
+	case dedup.OutcomeProcessed:
+		a.kind, a.outcome = actAck, metrics.OutcomeProcessed
+	case dedup.OutcomeDuplicate:
+		a.kind, a.outcome, a.source = actAck, metrics.OutcomeDuplicate, duplicateSource(d)
+	default:
+		errText := r.Err.Error()
+		if r.Handler != "" {
+			errText = r.Handler + ": " + errText
+		}
+		a.err = errText
+		delays := w.pool.cfg.RetryDelays
+		switch {
+		case r.Permanent:
+			a.kind, a.reason, a.outcome = actFail, ReasonPermanent, metrics.OutcomeFailed
+		case ev.Attempt < len(delays):
+			a.kind, a.attempt, a.outcome = actRetry, ev.Attempt+1, metrics.OutcomeRetried
+		default:
+			a.kind, a.reason, a.outcome = actFail, ReasonRetriesExhausted, metrics.OutcomeFailed
+		}
+	}
+	return a
+}
+
+// settle publishes the retry and failure copies, waits for their confirms,
+// then acks what is durable and requeues the rest. Acks use one multiple
+// ack up to the highest tag: every older tag on this channel belongs to
+// this batch (batches are settled in order, one at a time).
+func (w *worker) settle(workCtx context.Context, ch *amqp.Channel, batch []amqp.Delivery) bool {
+	p := w.pool
+	var out []outgoing
+	var outIdx []int
+	now := time.Now()
+	for i := range batch {
+		a := &w.acts[i]
+		switch a.kind {
+		case actRetry:
+			delay := p.cfg.RetryDelays[a.attempt-1]
+			out = append(out, outgoing{queue: RetryQueue(p.cfg.Queue, delay), msg: retryCopy(&batch[i], a.attempt, a.err)})
+			outIdx = append(outIdx, i)
+		case actFail:
+			out = append(out, outgoing{queue: FailedQueue(p.cfg.Queue), msg: failureCopy(&batch[i], p.cfg.Name, a.reason, a.err, now)})
+			outIdx = append(outIdx, i)
+		}
+	}
+	if len(out) > 0 {
+		ctx, cancel := context.WithTimeout(workCtx, SettleTimeoutDefault)
+		errs := w.pub.Publish(ctx, out)
+		cancel()
+		for k, err := range errs {
+			a := &w.acts[outIdx[k]]
+			if err != nil {
+				w.log.WarnContext(workCtx, "workers: copy not confirmed, requeueing original",
+					slog.String("event_id", a.eventID), slog.String("queue", out[k].queue), slog.Any("error", err))
+				a.kind = actRequeue
+				continue
+			}
+			w.logCopy(workCtx, a)
+		}
+	}
+	var maxAck uint64
+	alive := true
+	for i := range batch {
+		a := &w.acts[i]
+		if a.kind == actRequeue {
+			if err := ch.Nack(batch[i].DeliveryTag, false, true); err != nil {
+				alive = false
+			}
+			continue
+		}
+		maxAck = max(maxAck, batch[i].DeliveryTag)
+	}
+	if maxAck > 0 && alive {
+		if err := ch.Ack(maxAck, true); err != nil {
+			// The channel died: the broker requeues every unacked delivery,
+			// and the redelivery of a committed one is a duplicate.
+			return false
+		}
+		w.count(batch)
+	}
+	return alive && !ch.IsClosed()
+}
+
+func (w *worker) logCopy(ctx context.Context, a *action) {
+	if a.kind == actRetry {
+		w.log.DebugContext(ctx, "workers: event retried", slog.String("event_id", a.eventID),
+			slog.Int("attempt", a.attempt), slog.String("error", a.err))
+		return
+	}
+	w.log.WarnContext(ctx, "workers: message to failure queue", slog.String("event_id", a.eventID),
+		slog.String("reason", a.reason), slog.String("error", a.err))
+}
+
+// count updates counters for the settled (acked) deliveries.
+func (w *worker) count(batch []amqp.Delivery) {
+	p := w.pool
+	for i := range batch {
+		a := &w.acts[i]
+		switch a.outcome {
+		case metrics.OutcomeProcessed:
+			if a.kind == actAck {
+				p.processed.Add(1)
+				p.m.processed.Inc()
+			}
+		case metrics.OutcomeDuplicate:
+			if a.kind != actAck {
+				continue
+			}
+			p.duplicates.Add(1)
+			p.m.duplicate.Inc()
+			switch a.source {
+			case metrics.SourceRedelivery:
+				p.m.dupRedelivery.Inc()
+			case metrics.SourceReplay:
+				p.m.dupReplay.Inc()
+			default:
+				p.m.dupRepublish.Inc()
+			}
+		case metrics.OutcomeRetried:
+			if a.kind == actRetry {
+				p.retried.Add(1)
+				p.m.retried.Inc()
+			}
+		case metrics.OutcomeFailed, metrics.OutcomeRejected:
+			if a.kind != actFail {
+				continue
+			}
+			p.failed.Add(1)
+			if a.outcome == metrics.OutcomeFailed {
+				p.m.failed.Inc()
+			} else {
+				p.m.rejected.Inc()
+			}
+			p.m.failures.WithLabelValues(a.reason).Inc()
+		}
+	}
+}
