@@ -1,0 +1,276 @@
+package main
+
+import (
+	"context"
+	"fmt"
+	"io"
+	"time"
+
+	"github.com/spf13/cobra"
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/status"
+	"google.golang.org/protobuf/types/known/durationpb"
+
+	adminv1 "github.com/platformd/platformd/api/gen/platform/admin/v1"
+)
+
+// newServicesCmd returns "platformctl services".
+func newServicesCmd(a *app) *cobra.Command {
+	return &cobra.Command{
+		Use:     "services",
+		Short:   "List the services with their replay horizons and last purge",
+		Example: "  platformctl services\n  platformctl services -o json",
+		Args:    cobra.NoArgs,
+		RunE: runE(func(cmd *cobra.Command, _ []string) error {
+			return invoke(cmd.Context(), a,
+				func(ctx context.Context, c adminv1.AdminServiceClient) (*adminv1.ListServicesResponse, error) {
+					return c.ListServices(ctx, &adminv1.ListServicesRequest{})
+				},
+				func(w io.Writer, resp *adminv1.ListServicesResponse) { servicesTable(w, resp.GetServices()) })
+		}),
+	}
+}
+
+// newPoolsCmd returns "platformctl pools".
+func newPoolsCmd(a *app) *cobra.Command {
+	var service string
+	cmd := &cobra.Command{
+		Use:     "pools",
+		Short:   "List the worker pools with their state and counters",
+		Example: "  platformctl pools\n  platformctl pools --service stock -o json",
+		Args:    cobra.NoArgs,
+		RunE: runE(func(cmd *cobra.Command, _ []string) error {
+			return invoke(cmd.Context(), a,
+				func(ctx context.Context, c adminv1.AdminServiceClient) (*adminv1.ListPoolsResponse, error) {
+					return c.ListPools(ctx, &adminv1.ListPoolsRequest{Service: service})
+				},
+				func(w io.Writer, resp *adminv1.ListPoolsResponse) { poolsTable(w, resp.GetPools()) })
+		}),
+	}
+	cmd.Flags().StringVar(&service, "service", "", "only the pools of this service")
+	return cmd
+}
+
+// newPoolCmd returns "platformctl pool" and its subcommands.
+func newPoolCmd(a *app) *cobra.Command {
+	cmd := &cobra.Command{
+		Use:     "pool",
+		Short:   "Pause or resume a worker pool (admin token)",
+		Example: "  platformctl pool pause stock-events --reason \"db maintenance\"\n  platformctl pool resume stock-events",
+		Args:    cobra.NoArgs,
+		RunE:    missingSubcommand,
+	}
+
+	var reason string
+	pause := &cobra.Command{
+		Use:   "pause POOL",
+		Short: "Pause a pool: it finishes its in-flight work and takes no new messages",
+		Long: `Pause a pool: it finishes its in-flight work and takes no new messages.
+The pause holds across restarts and across every daemon sharing the service
+database. Pausing a paused pool changes nothing.`,
+		Example: "  platformctl pool pause stock-events --reason \"db maintenance\"",
+		Args:    cobra.ExactArgs(1),
+		RunE: runE(func(cmd *cobra.Command, args []string) error {
+			return invoke(cmd.Context(), a,
+				func(ctx context.Context, c adminv1.AdminServiceClient) (*adminv1.PausePoolResponse, error) {
+					return c.PausePool(ctx, &adminv1.PausePoolRequest{Pool: args[0], Reason: reason})
+				},
+				func(w io.Writer, resp *adminv1.PausePoolResponse) { poolsTable(w, []*adminv1.Pool{resp.GetPool()}) })
+		}),
+	}
+	pause.Flags().StringVar(&reason, "reason", "", "why, for other operators (at most 1024 bytes)")
+
+	resume := &cobra.Command{
+		Use:     "resume POOL",
+		Short:   "Resume a paused pool",
+		Example: "  platformctl pool resume stock-events",
+		Args:    cobra.ExactArgs(1),
+		RunE: runE(func(cmd *cobra.Command, args []string) error {
+			return invoke(cmd.Context(), a,
+				func(ctx context.Context, c adminv1.AdminServiceClient) (*adminv1.ResumePoolResponse, error) {
+					return c.ResumePool(ctx, &adminv1.ResumePoolRequest{Pool: args[0]})
+				},
+				func(w io.Writer, resp *adminv1.ResumePoolResponse) { poolsTable(w, []*adminv1.Pool{resp.GetPool()}) })
+		}),
+	}
+	cmd.AddCommand(pause, resume)
+	return cmd
+}
+
+// newLookupCmd returns "platformctl lookup".
+func newLookupCmd(a *app) *cobra.Command {
+	var service string
+	cmd := &cobra.Command{
+		Use:   "lookup EVENT_ID",
+		Short: "Tell whether an event was processed, when, and when it becomes purgeable",
+		Long: `Tell whether an event was processed, by one service or by every service,
+when, and when its dedup row becomes purgeable. EVENT_ID is a UUID in
+canonical form (xxxxxxxx-xxxx-xxxx-xxxx-xxxxxxxxxxxx).`,
+		Example: "  platformctl lookup 0b1d7c52-5a4e-4a8e-9d1f-3c0f9a6b2e11\n  platformctl lookup 0b1d7c52-5a4e-4a8e-9d1f-3c0f9a6b2e11 --service stock -o json",
+		Args:    cobra.ExactArgs(1),
+		RunE: runE(func(cmd *cobra.Command, args []string) error {
+			return invoke(cmd.Context(), a,
+				func(ctx context.Context, c adminv1.AdminServiceClient) (*adminv1.LookupEventResponse, error) {
+					return c.LookupEvent(ctx, &adminv1.LookupEventRequest{EventId: args[0], Service: service})
+				},
+				func(w io.Writer, resp *adminv1.LookupEventResponse) { lookupTable(w, resp.GetResults()) })
+		}),
+	}
+	cmd.Flags().StringVar(&service, "service", "", "look only in this service (default: every service)")
+	return cmd
+}
+
+// newHorizonCmd returns "platformctl horizon" and its subcommands.
+func newHorizonCmd(a *app) *cobra.Command {
+	cmd := &cobra.Command{
+		Use:     "horizon",
+		Short:   "Show or change a service's replay horizon",
+		Example: "  platformctl horizon get stock\n  platformctl horizon set stock 336h",
+		Args:    cobra.NoArgs,
+		RunE:    missingSubcommand,
+	}
+
+	get := &cobra.Command{
+		Use:     "get SERVICE",
+		Short:   "Show a service's replay horizon and who set it",
+		Example: "  platformctl horizon get stock",
+		Args:    cobra.ExactArgs(1),
+		RunE: runE(func(cmd *cobra.Command, args []string) error {
+			return invoke(cmd.Context(), a,
+				func(ctx context.Context, c adminv1.AdminServiceClient) (*adminv1.GetHorizonResponse, error) {
+					return c.GetHorizon(ctx, &adminv1.GetHorizonRequest{Service: args[0]})
+				},
+				func(w io.Writer, resp *adminv1.GetHorizonResponse) { horizonTable(w, resp.GetHorizon()) })
+		}),
+	}
+
+	var force bool
+	set := &cobra.Command{
+		Use:   "set SERVICE DURATION",
+		Short: "Change a service's replay horizon (admin token)",
+		Long: `Change a service's replay horizon. DURATION uses Go syntax (336h, 90m,
+1h30m). A horizon under the service's min_horizon is refused (exit code 4)
+unless --force is given. The change is persisted and audited with the
+token's name.`,
+		Example: "  platformctl horizon set stock 336h\n  platformctl horizon set stock 12h --force",
+		Args:    cobra.ExactArgs(2),
+		RunE: runE(func(cmd *cobra.Command, args []string) error {
+			d, err := time.ParseDuration(args[1])
+			if err != nil {
+				return status.Errorf(codes.InvalidArgument, "horizon %q: %v", args[1], err)
+			}
+			return invoke(cmd.Context(), a,
+				func(ctx context.Context, c adminv1.AdminServiceClient) (*adminv1.SetHorizonResponse, error) {
+					return c.SetHorizon(ctx, &adminv1.SetHorizonRequest{Service: args[0], Horizon: durationpb.New(d), Force: force})
+				},
+				func(w io.Writer, resp *adminv1.SetHorizonResponse) { horizonTable(w, resp.GetHorizon()) })
+		}),
+	}
+	set.Flags().BoolVar(&force, "force", false, "accept a horizon under the service's min_horizon")
+	cmd.AddCommand(get, set)
+	return cmd
+}
+
+// newPurgeCmd returns "platformctl purge" and its subcommands.
+func newPurgeCmd(a *app) *cobra.Command {
+	cmd := &cobra.Command{
+		Use:     "purge",
+		Short:   "Run a purge now or list past purge runs",
+		Example: "  platformctl purge run stock --dry-run\n  platformctl purge list stock",
+		Args:    cobra.NoArgs,
+		RunE:    missingSubcommand,
+	}
+
+	var dryRun bool
+	runCmd := &cobra.Command{
+		Use:     "run SERVICE",
+		Short:   "Purge a service's processed events older than its horizon, now (admin token)",
+		Example: "  platformctl purge run stock --dry-run\n  platformctl purge run stock",
+		Args:    cobra.ExactArgs(1),
+		RunE: runE(func(cmd *cobra.Command, args []string) error {
+			return invoke(cmd.Context(), a,
+				func(ctx context.Context, c adminv1.AdminServiceClient) (*adminv1.RunPurgeResponse, error) {
+					return c.RunPurge(ctx, &adminv1.RunPurgeRequest{Service: args[0], DryRun: dryRun})
+				},
+				func(w io.Writer, resp *adminv1.RunPurgeResponse) {
+					purgeRunsTable(w, []*adminv1.PurgeRun{resp.GetRun()})
+				})
+		}),
+	}
+	runCmd.Flags().BoolVar(&dryRun, "dry-run", false, "only count the rows that would be deleted")
+
+	var limit int32
+	list := &cobra.Command{
+		Use:     "list SERVICE",
+		Short:   "List a service's recent purge runs, newest first",
+		Example: "  platformctl purge list stock\n  platformctl purge list stock --limit 10 -o json",
+		Args:    cobra.ExactArgs(1),
+		RunE: runE(func(cmd *cobra.Command, args []string) error {
+			return invoke(cmd.Context(), a,
+				func(ctx context.Context, c adminv1.AdminServiceClient) (*adminv1.ListPurgeRunsResponse, error) {
+					return c.ListPurgeRuns(ctx, &adminv1.ListPurgeRunsRequest{Service: args[0], Limit: limit})
+				},
+				func(w io.Writer, resp *adminv1.ListPurgeRunsResponse) { purgeRunsTable(w, resp.GetRuns()) })
+		}),
+	}
+	list.Flags().Int32Var(&limit, "limit", 0, "at most this many runs, up to 10000 (0: the server's default, 100)")
+	cmd.AddCommand(runCmd, list)
+	return cmd
+}
+
+// newFailedCmd returns "platformctl failed" and its subcommands.
+func newFailedCmd(a *app) *cobra.Command {
+	cmd := &cobra.Command{
+		Use:     "failed",
+		Short:   "List or retry the messages of a pool's failure queue",
+		Example: "  platformctl failed list stock-events\n  platformctl failed retry stock-events --all",
+		Args:    cobra.NoArgs,
+		RunE:    missingSubcommand,
+	}
+
+	var limit int32
+	list := &cobra.Command{
+		Use:     "list POOL",
+		Short:   "List the messages of a pool's failure queue, oldest first, without removing them",
+		Example: "  platformctl failed list stock-events\n  platformctl failed list stock-events --limit 10 -o json",
+		Args:    cobra.ExactArgs(1),
+		RunE: runE(func(cmd *cobra.Command, args []string) error {
+			return invoke(cmd.Context(), a,
+				func(ctx context.Context, c adminv1.AdminServiceClient) (*adminv1.ListFailedMessagesResponse, error) {
+					return c.ListFailedMessages(ctx, &adminv1.ListFailedMessagesRequest{Pool: args[0], Limit: limit})
+				},
+				func(w io.Writer, resp *adminv1.ListFailedMessagesResponse) { failedTable(w, resp.GetMessages()) })
+		}),
+	}
+	list.Flags().Int32Var(&limit, "limit", 0, "at most this many messages, up to 10000 (0: the server's default, 100)")
+
+	var all bool
+	retry := &cobra.Command{
+		Use:   "retry POOL (EVENT_ID... | --all)",
+		Short: "Move failed messages back to the pool's queue (admin token)",
+		Long: `Move failed messages back to the pool's queue with their attempt count reset:
+those with the given event ids, or every one with --all.`,
+		Example: "  platformctl failed retry stock-events 9a8b7c6d-5e4f-4a3b-8c2d-1e0f9a8b7c6d\n  platformctl failed retry stock-events --all",
+		Args:    cobra.MinimumNArgs(1),
+		RunE: runE(func(cmd *cobra.Command, args []string) error {
+			pool, ids := args[0], args[1:]
+			switch {
+			case all && len(ids) > 0:
+				return usagef("give either EVENT_IDs or --all, not both")
+			case !all && len(ids) == 0:
+				return usagef("give EVENT_IDs or --all")
+			}
+			return invoke(cmd.Context(), a,
+				func(ctx context.Context, c adminv1.AdminServiceClient) (*adminv1.RetryFailedMessagesResponse, error) {
+					return c.RetryFailedMessages(ctx, &adminv1.RetryFailedMessagesRequest{Pool: pool, EventIds: ids, All: all})
+				},
+				func(w io.Writer, resp *adminv1.RetryFailedMessagesResponse) {
+					row(w, "RETRIED")
+					row(w, fmt.Sprint(resp.GetRetried()))
+				})
+		}),
+	}
+	retry.Flags().BoolVar(&all, "all", false, "retry every message of the failure queue")
+	cmd.AddCommand(list, retry)
+	return cmd
+}

@@ -1,0 +1,114 @@
+package main
+
+import (
+	"fmt"
+	"io"
+	"strconv"
+	"strings"
+	"time"
+
+	"google.golang.org/protobuf/types/known/durationpb"
+	"google.golang.org/protobuf/types/known/timestamppb"
+
+	adminv1 "github.com/platformd/platformd/api/gen/platform/admin/v1"
+)
+
+// row writes one tab-separated table row.
+func row(w io.Writer, cells ...string) {
+	fmt.Fprintln(w, strings.Join(cells, "\t"))
+}
+
+// formatTime formats ts in RFC 3339, UTC, or unset as "-".
+func formatTime(ts *timestamppb.Timestamp) string {
+	if ts == nil {
+		return "-"
+	}
+	return ts.AsTime().UTC().Format(time.RFC3339)
+}
+
+// formatDuration formats d in Go syntax, or unset as "-".
+func formatDuration(d *durationpb.Duration) string {
+	if d == nil {
+		return "-"
+	}
+	return d.AsDuration().String()
+}
+
+// orDash returns s, or "-" if it is empty.
+func orDash(s string) string {
+	if s == "" {
+		return "-"
+	}
+	return s
+}
+
+// formatState formats a pool state as a lower-case word (running, paused...).
+func formatState(s adminv1.PoolState) string {
+	name, ok := strings.CutPrefix(s.String(), "POOL_STATE_")
+	if !ok {
+		return s.String()
+	}
+	return strings.ToLower(name)
+}
+
+// servicesTable prints services.
+func servicesTable(w io.Writer, services []*adminv1.Service) {
+	row(w, "NAME", "HORIZON", "MIN_HORIZON", "LAST_PURGE", "BEYOND_HORIZON")
+	for _, s := range services {
+		lastPurge := "never"
+		if s.GetLastPurge() != nil {
+			lastPurge = formatTime(s.GetLastPurge())
+		}
+		row(w, s.GetName(), formatDuration(s.GetHorizon()), formatDuration(s.GetMinHorizon()), lastPurge, orDash(s.GetBeyondHorizon()))
+	}
+}
+
+// poolsTable prints pools.
+func poolsTable(w io.Writer, pools []*adminv1.Pool) {
+	row(w, "NAME", "SERVICE", "QUEUE", "STATE", "CONCURRENCY", "IN_FLIGHT", "PROCESSED", "DUPLICATES", "RETRIED", "FAILED", "PAUSED_REASON")
+	for _, p := range pools {
+		row(w, p.GetName(), p.GetService(), p.GetQueue(), formatState(p.GetState()),
+			strconv.Itoa(int(p.GetConcurrency())), strconv.Itoa(int(p.GetInFlight())),
+			strconv.FormatUint(p.GetProcessed(), 10), strconv.FormatUint(p.GetDuplicates(), 10),
+			strconv.FormatUint(p.GetRetried(), 10), strconv.FormatUint(p.GetFailed(), 10),
+			oneLine(p.GetPausedReason()))
+	}
+}
+
+// lookupTable prints lookup results.
+func lookupTable(w io.Writer, results []*adminv1.LookupResult) {
+	row(w, "SERVICE", "PROCESSED", "PROCESSED_AT", "PURGEABLE_AT")
+	for _, r := range results {
+		row(w, r.GetService(), strconv.FormatBool(r.GetProcessed()), formatTime(r.GetProcessedAt()), formatTime(r.GetPurgeableAt()))
+	}
+}
+
+// horizonTable prints a horizon.
+func horizonTable(w io.Writer, h *adminv1.Horizon) {
+	row(w, "SERVICE", "HORIZON", "MIN_HORIZON", "UPDATED_AT", "UPDATED_BY")
+	row(w, h.GetService(), formatDuration(h.GetHorizon()), formatDuration(h.GetMinHorizon()), formatTime(h.GetUpdatedAt()), orDash(h.GetUpdatedBy()))
+}
+
+// purgeRunsTable prints purge runs.
+func purgeRunsTable(w io.Writer, runs []*adminv1.PurgeRun) {
+	row(w, "SERVICE", "TRIGGER", "DRY_RUN", "CUTOFF", "DELETED", "STARTED_AT", "FINISHED_AT", "ERROR")
+	for _, r := range runs {
+		row(w, r.GetService(), orDash(r.GetTrigger()), strconv.FormatBool(r.GetDryRun()), formatTime(r.GetCutoff()),
+			strconv.FormatInt(r.GetDeleted(), 10), formatTime(r.GetStartedAt()), formatTime(r.GetFinishedAt()), orDash(r.GetError()))
+	}
+}
+
+// failedTable prints failed messages. The error text comes last: it is the
+// longest and may hold spaces.
+func failedTable(w io.Writer, msgs []*adminv1.FailedMessage) {
+	row(w, "EVENT_ID", "EVENT_NAME", "REASON", "ATTEMPT", "FAILED_AT", "ERROR")
+	for _, m := range msgs {
+		row(w, orDash(m.GetEventId()), orDash(m.GetEventName()), m.GetFailureReason(),
+			strconv.Itoa(int(m.GetAttempt())), formatTime(m.GetFailedAt()), oneLine(m.GetError()))
+	}
+}
+
+// oneLine replaces the line breaks and tabs of s, which would break a table.
+func oneLine(s string) string {
+	return orDash(strings.NewReplacer("\r\n", " ", "\n", " ", "\r", " ", "\t", " ").Replace(s))
+}

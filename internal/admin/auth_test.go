@@ -1,0 +1,150 @@
+package admin_test
+
+import (
+	"context"
+	"testing"
+
+	"github.com/stretchr/testify/require"
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/health/grpc_health_v1"
+	"google.golang.org/grpc/metadata"
+	"google.golang.org/protobuf/types/known/durationpb"
+
+	adminv1 "github.com/platformd/platformd/api/gen/platform/admin/v1"
+	"github.com/platformd/platformd/internal/admin"
+	"github.com/platformd/platformd/internal/admin/admintest"
+)
+
+func TestAuthUnauthenticated(t *testing.T) {
+	t.Parallel()
+	b := setup(t, setupOpts{})
+
+	for name, values := range map[string][]string{
+		"NoHeader":     nil,
+		"Empty":        {""},
+		"NoScheme":     {adminTokenValue},
+		"BasicScheme":  {"Basic " + adminTokenValue},
+		"BearerAlone":  {"Bearer"},
+		"BearerBlank":  {"Bearer   "},
+		"ExtraField":   {"Bearer " + adminTokenValue + " extra"},
+		"TwoHeaders":   {"Bearer " + adminTokenValue, "Bearer " + readTokenValue},
+		"WrongToken":   {"Bearer not-the-token"},
+		"TokenPrefix":  {"Bearer " + adminTokenValue[:len(adminTokenValue)-1]},
+		"TokenSuffix":  {"Bearer " + adminTokenValue + "x"},
+		"TokenCaseMix": {"Bearer " + "ADM" + adminTokenValue[3:]},
+	} {
+		t.Run(name, func(t *testing.T) {
+			ctx := t.Context()
+			for _, v := range values {
+				ctx = metadata.AppendToOutgoingContext(ctx, "authorization", v)
+			}
+			_, err := b.client.ListServices(ctx, &adminv1.ListServicesRequest{})
+			st := requireCode(t, err, codes.Unauthenticated)
+			require.NotContains(t, st.Message(), adminTokenValue)
+		})
+	}
+	require.Empty(t, b.backend.Calls())
+}
+
+func TestAuthSchemeCaseInsensitive(t *testing.T) {
+	t.Parallel()
+	b := setup(t, setupOpts{})
+	ctx := metadata.AppendToOutgoingContext(t.Context(), "authorization", "bearer "+readTokenValue)
+	_, err := b.client.ListServices(ctx, &adminv1.ListServicesRequest{})
+	require.NoError(t, err)
+}
+
+func TestAuthRoles(t *testing.T) {
+	t.Parallel()
+	b := setup(t, setupOpts{})
+	id := admintest.StockEventID.String()
+
+	calls := map[string]func(ctx context.Context) error{
+		"ListServices": func(ctx context.Context) error {
+			_, err := b.client.ListServices(ctx, &adminv1.ListServicesRequest{})
+			return err
+		},
+		"ListPools": func(ctx context.Context) error {
+			_, err := b.client.ListPools(ctx, &adminv1.ListPoolsRequest{})
+			return err
+		},
+		"LookupEvent": func(ctx context.Context) error {
+			_, err := b.client.LookupEvent(ctx, &adminv1.LookupEventRequest{EventId: id})
+			return err
+		},
+		"GetHorizon": func(ctx context.Context) error {
+			_, err := b.client.GetHorizon(ctx, &adminv1.GetHorizonRequest{Service: "stock"})
+			return err
+		},
+		"ListPurgeRuns": func(ctx context.Context) error {
+			_, err := b.client.ListPurgeRuns(ctx, &adminv1.ListPurgeRunsRequest{Service: "stock"})
+			return err
+		},
+		"ListFailedMessages": func(ctx context.Context) error {
+			_, err := b.client.ListFailedMessages(ctx, &adminv1.ListFailedMessagesRequest{Pool: "stock-events"})
+			return err
+		},
+		"PausePool": func(ctx context.Context) error {
+			_, err := b.client.PausePool(ctx, &adminv1.PausePoolRequest{Pool: "stock-events"})
+			return err
+		},
+		"ResumePool": func(ctx context.Context) error {
+			_, err := b.client.ResumePool(ctx, &adminv1.ResumePoolRequest{Pool: "stock-events"})
+			return err
+		},
+		"SetHorizon": func(ctx context.Context) error {
+			_, err := b.client.SetHorizon(ctx, &adminv1.SetHorizonRequest{Service: "stock", Horizon: durationpb.New(336 * 3600e9)})
+			return err
+		},
+		"RunPurge": func(ctx context.Context) error {
+			_, err := b.client.RunPurge(ctx, &adminv1.RunPurgeRequest{Service: "stock", DryRun: true})
+			return err
+		},
+		"RetryFailedMessages": func(ctx context.Context) error {
+			_, err := b.client.RetryFailedMessages(ctx, &adminv1.RetryFailedMessagesRequest{Pool: "shipping-events", All: true})
+			return err
+		},
+	}
+	readAllowed := map[string]bool{
+		"ListServices": true, "ListPools": true, "LookupEvent": true,
+		"GetHorizon": true, "ListPurgeRuns": true, "ListFailedMessages": true,
+	}
+	require.Len(t, calls, len(adminv1.AdminService_ServiceDesc.Methods), "every RPC is covered")
+
+	for method, call := range calls {
+		t.Run(method, func(t *testing.T) {
+			require.NoError(t, call(asAdmin(t)), "admin may call everything")
+			err := call(asReader(t))
+			if readAllowed[method] {
+				require.NoError(t, err)
+				return
+			}
+			st := requireCode(t, err, codes.PermissionDenied)
+			require.Contains(t, st.Message(), "dashboards")
+			require.NotContains(t, st.Message(), readTokenValue)
+		})
+	}
+	for _, c := range b.backend.Calls() {
+		if c.Actor != "" {
+			require.Equal(t, "ops", c.Actor, "only the admin token reached audited methods")
+		}
+	}
+}
+
+func TestAuthNoTokenConfigured(t *testing.T) {
+	t.Parallel()
+	b := setup(t, setupOpts{cfg: &admin.ServerConfig{}})
+
+	_, err := b.client.ListServices(asAdmin(t), &adminv1.ListServicesRequest{})
+	requireCode(t, err, codes.Unauthenticated)
+	_, err = b.client.ListServices(t.Context(), &adminv1.ListServicesRequest{})
+	requireCode(t, err, codes.Unauthenticated)
+
+	resp, err := grpc_health_v1.NewHealthClient(b.conn).Check(t.Context(), &grpc_health_v1.HealthCheckRequest{})
+	require.NoError(t, err, "health needs no token")
+	require.Equal(t, grpc_health_v1.HealthCheckResponse_SERVING, resp.GetStatus())
+
+	_, err = listReflectionServices(t, b.conn)
+	requireCode(t, err, codes.Unauthenticated)
+	require.Empty(t, b.backend.Calls())
+}

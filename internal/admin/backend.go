@@ -1,0 +1,177 @@
+package admin
+
+import (
+	"context"
+	"time"
+
+	"github.com/google/uuid"
+)
+
+// Backend is what the admin server calls to do its work. The daemon
+// implements it over the dedup, workers and scheduler packages.
+//
+// Methods report an unknown service or pool with an error wrapping
+// ErrNotFound, a bad argument with ErrInvalidArgument, a horizon under the
+// minimum with ErrBelowMinHorizon and a dependency that cannot be reached
+// (database, broker) with ErrUnavailable; any other error is answered as an
+// internal error without its text. The server validates requests before
+// calling the Backend (see the RPCs' documentation in admin.proto), so names
+// required by the API are non-empty, ids are valid non-nil UUIDs, limits are
+// in 1..ListLimitMax and horizons are positive. actor is the name of the
+// caller's token, for the audit trail.
+//
+// Implementations must be safe for concurrent use.
+type Backend interface {
+	// ListServices returns every hosted service, ordered by name.
+	ListServices(ctx context.Context) ([]ServiceInfo, error)
+	// ListPools returns the pools of service, or of every service when
+	// service is "", ordered by name. An unknown service is ErrNotFound.
+	ListPools(ctx context.Context, service string) ([]PoolInfo, error)
+	// PausePool pauses pool and returns it. Pausing a paused pool is a
+	// no-op. An unknown pool is ErrNotFound.
+	PausePool(ctx context.Context, pool, reason, actor string) (PoolInfo, error)
+	// ResumePool resumes pool and returns it. Resuming a running pool is a
+	// no-op. An unknown pool is ErrNotFound.
+	ResumePool(ctx context.Context, pool, actor string) (PoolInfo, error)
+	// LookupEvent reports whether id was processed by service, or by every
+	// service when service is "", one result per service looked in. An
+	// unknown service is ErrNotFound.
+	LookupEvent(ctx context.Context, id uuid.UUID, service string) ([]LookupResult, error)
+	// GetHorizon returns the horizon in force for service.
+	GetHorizon(ctx context.Context, service string) (HorizonInfo, error)
+	// SetHorizon sets the horizon of service and returns the result. A
+	// horizon under the service's minimum without force is
+	// ErrBelowMinHorizon.
+	SetHorizon(ctx context.Context, service string, horizon time.Duration, force bool, actor string) (HorizonInfo, error)
+	// RunPurge purges service now, or only counts with dryRun, and returns
+	// the finished run.
+	RunPurge(ctx context.Context, service string, dryRun bool, actor string) (PurgeRun, error)
+	// ListPurgeRuns returns at most limit purge runs of service, newest
+	// first.
+	ListPurgeRuns(ctx context.Context, service string, limit int) ([]PurgeRun, error)
+	// ListFailedMessages returns at most limit messages of pool's failure
+	// queue, oldest first, without removing them.
+	ListFailedMessages(ctx context.Context, pool string, limit int) ([]FailedMessage, error)
+	// RetryFailedMessages moves the failed messages of pool with the given
+	// event ids, or every one when all is set (ids is then empty), back to
+	// the pool's queue with the attempt count reset, and returns how many
+	// were moved.
+	RetryFailedMessages(ctx context.Context, pool string, ids []uuid.UUID, all bool, actor string) (int, error)
+}
+
+// Pool states reported in PoolInfo.State.
+const (
+	PoolStateRunning    = "running"
+	PoolStatePaused     = "paused"
+	PoolStateConnecting = "connecting"
+	PoolStateStopped    = "stopped"
+)
+
+// ServiceInfo describes one hosted service.
+type ServiceInfo struct {
+	// Name is the service's name.
+	Name string
+	// Horizon is the replay horizon in force.
+	Horizon time.Duration
+	// MinHorizon is the smallest horizon SetHorizon accepts without force.
+	MinHorizon time.Duration
+	// LastPurge is when the last purge run finished; zero if never.
+	LastPurge time.Time
+	// BeyondHorizon is the service's policy for events older than its
+	// horizon; may be empty.
+	BeyondHorizon string
+}
+
+// PoolInfo describes one worker pool.
+type PoolInfo struct {
+	// Name is the pool's name.
+	Name string
+	// Service is the name of the pool's service.
+	Service string
+	// Queue is the queue the pool consumes.
+	Queue string
+	// State is one of the PoolState… constants; anything else is reported
+	// as POOL_STATE_UNSPECIFIED.
+	State string
+	// PausedReason is the reason given for the pause; empty unless paused.
+	PausedReason string
+	// Concurrency is the number of workers.
+	Concurrency int
+	// InFlight is the number of messages being processed.
+	InFlight int
+	// Processed, Duplicates, Retried and Failed count outcomes since the
+	// daemon started.
+	Processed, Duplicates, Retried, Failed uint64
+}
+
+// LookupResult is what one service knows of an event id.
+type LookupResult struct {
+	// Service is the name of the service looked in.
+	Service string
+	// Processed is true if the service processed the event.
+	Processed bool
+	// ProcessedAt is when it was processed; zero unless Processed.
+	ProcessedAt time.Time
+	// PurgeableAt is when its dedup row becomes purgeable; zero unless
+	// Processed.
+	PurgeableAt time.Time
+}
+
+// HorizonInfo is a service's replay horizon and who set it.
+type HorizonInfo struct {
+	// Service is the name of the service.
+	Service string
+	// Horizon is the horizon in force.
+	Horizon time.Duration
+	// MinHorizon is the smallest horizon accepted without force.
+	MinHorizon time.Duration
+	// UpdatedAt is when the horizon was last set; zero if the configured
+	// default is in force.
+	UpdatedAt time.Time
+	// UpdatedBy is the actor that last set it; empty if the configured
+	// default is in force.
+	UpdatedBy string
+}
+
+// PurgeRun is one purge of a service's processed_event table.
+type PurgeRun struct {
+	// Service is the name of the purged service.
+	Service string
+	// Cutoff is the instant before which rows were deleted; zero if unknown.
+	Cutoff time.Time
+	// StartedAt is when the run started.
+	StartedAt time.Time
+	// FinishedAt is when it finished; zero while it runs.
+	FinishedAt time.Time
+	// Deleted is the number of rows deleted, or that would be for a dry
+	// run.
+	Deleted int64
+	// DryRun is true if the run only counted rows.
+	DryRun bool
+	// Trigger is "schedule" or "admin".
+	Trigger string
+	// Error is the error that ended the run; empty on success.
+	Error string
+}
+
+// FailedMessage is one message in a pool's failure queue, read from its
+// headers (see DESIGN.md, Topology).
+type FailedMessage struct {
+	// EventID is the event's id; empty if the body could not be decoded.
+	EventID string
+	// EventName is the event's name.
+	EventName string
+	// FailureReason is the x-failure-reason header.
+	FailureReason string
+	// Error is the x-error header.
+	Error string
+	// Attempt is the x-attempt header.
+	Attempt int
+	// FailedAt is the x-failed-at header.
+	FailedAt time.Time
+	// Pool is the x-pool header.
+	Pool string
+	// RoutingKey is the x-original-routing-key header: the routing key the
+	// message was published with.
+	RoutingKey string
+}

@@ -1,0 +1,173 @@
+package admin
+
+import (
+	"context"
+
+	adminv1 "github.com/platformd/platformd/api/gen/platform/admin/v1"
+)
+
+// ListServices implements AdminService.ListServices.
+func (s *Server) ListServices(ctx context.Context, _ *adminv1.ListServicesRequest) (*adminv1.ListServicesResponse, error) {
+	services, err := s.backend.ListServices(ctx)
+	if err != nil {
+		return nil, s.toStatus(ctx, "ListServices", err)
+	}
+	resp := &adminv1.ListServicesResponse{Services: make([]*adminv1.Service, 0, len(services))}
+	for _, svc := range services {
+		resp.Services = append(resp.Services, serviceToProto(svc))
+	}
+	return resp, nil
+}
+
+// ListPools implements AdminService.ListPools.
+func (s *Server) ListPools(ctx context.Context, req *adminv1.ListPoolsRequest) (*adminv1.ListPoolsResponse, error) {
+	pools, err := s.backend.ListPools(ctx, req.GetService())
+	if err != nil {
+		return nil, s.toStatus(ctx, "ListPools", err)
+	}
+	resp := &adminv1.ListPoolsResponse{Pools: make([]*adminv1.Pool, 0, len(pools))}
+	for _, p := range pools {
+		resp.Pools = append(resp.Pools, poolToProto(p))
+	}
+	return resp, nil
+}
+
+// PausePool implements AdminService.PausePool.
+func (s *Server) PausePool(ctx context.Context, req *adminv1.PausePoolRequest) (*adminv1.PausePoolResponse, error) {
+	if err := requireName("pool", req.GetPool()); err != nil {
+		return nil, err
+	}
+	if err := checkReason(req.GetReason()); err != nil {
+		return nil, err
+	}
+	pool, err := s.backend.PausePool(ctx, req.GetPool(), req.GetReason(), ActorFromContext(ctx))
+	if err != nil {
+		return nil, s.toStatus(ctx, "PausePool", err)
+	}
+	return &adminv1.PausePoolResponse{Pool: poolToProto(pool)}, nil
+}
+
+// ResumePool implements AdminService.ResumePool.
+func (s *Server) ResumePool(ctx context.Context, req *adminv1.ResumePoolRequest) (*adminv1.ResumePoolResponse, error) {
+	if err := requireName("pool", req.GetPool()); err != nil {
+		return nil, err
+	}
+	pool, err := s.backend.ResumePool(ctx, req.GetPool(), ActorFromContext(ctx))
+	if err != nil {
+		return nil, s.toStatus(ctx, "ResumePool", err)
+	}
+	return &adminv1.ResumePoolResponse{Pool: poolToProto(pool)}, nil
+}
+
+// LookupEvent implements AdminService.LookupEvent.
+func (s *Server) LookupEvent(ctx context.Context, req *adminv1.LookupEventRequest) (*adminv1.LookupEventResponse, error) {
+	id, err := parseEventID("event_id", req.GetEventId())
+	if err != nil {
+		return nil, err
+	}
+	results, err := s.backend.LookupEvent(ctx, id, req.GetService())
+	if err != nil {
+		return nil, s.toStatus(ctx, "LookupEvent", err)
+	}
+	resp := &adminv1.LookupEventResponse{Results: make([]*adminv1.LookupResult, 0, len(results))}
+	for _, r := range results {
+		resp.Results = append(resp.Results, lookupResultToProto(r))
+	}
+	return resp, nil
+}
+
+// GetHorizon implements AdminService.GetHorizon.
+func (s *Server) GetHorizon(ctx context.Context, req *adminv1.GetHorizonRequest) (*adminv1.GetHorizonResponse, error) {
+	if err := requireName("service", req.GetService()); err != nil {
+		return nil, err
+	}
+	h, err := s.backend.GetHorizon(ctx, req.GetService())
+	if err != nil {
+		return nil, s.toStatus(ctx, "GetHorizon", err)
+	}
+	return &adminv1.GetHorizonResponse{Horizon: horizonToProto(h)}, nil
+}
+
+// SetHorizon implements AdminService.SetHorizon.
+func (s *Server) SetHorizon(ctx context.Context, req *adminv1.SetHorizonRequest) (*adminv1.SetHorizonResponse, error) {
+	if err := requireName("service", req.GetService()); err != nil {
+		return nil, err
+	}
+	horizon, err := positiveDuration("horizon", req.GetHorizon())
+	if err != nil {
+		return nil, err
+	}
+	h, err := s.backend.SetHorizon(ctx, req.GetService(), horizon, req.GetForce(), ActorFromContext(ctx))
+	if err != nil {
+		return nil, s.toStatus(ctx, "SetHorizon", err)
+	}
+	return &adminv1.SetHorizonResponse{Horizon: horizonToProto(h)}, nil
+}
+
+// RunPurge implements AdminService.RunPurge.
+func (s *Server) RunPurge(ctx context.Context, req *adminv1.RunPurgeRequest) (*adminv1.RunPurgeResponse, error) {
+	if err := requireName("service", req.GetService()); err != nil {
+		return nil, err
+	}
+	run, err := s.backend.RunPurge(ctx, req.GetService(), req.GetDryRun(), ActorFromContext(ctx))
+	if err != nil {
+		return nil, s.toStatus(ctx, "RunPurge", err)
+	}
+	return &adminv1.RunPurgeResponse{Run: purgeRunToProto(run)}, nil
+}
+
+// ListPurgeRuns implements AdminService.ListPurgeRuns.
+func (s *Server) ListPurgeRuns(ctx context.Context, req *adminv1.ListPurgeRunsRequest) (*adminv1.ListPurgeRunsResponse, error) {
+	if err := requireName("service", req.GetService()); err != nil {
+		return nil, err
+	}
+	limit, err := listLimit(req.GetLimit())
+	if err != nil {
+		return nil, err
+	}
+	runs, err := s.backend.ListPurgeRuns(ctx, req.GetService(), limit)
+	if err != nil {
+		return nil, s.toStatus(ctx, "ListPurgeRuns", err)
+	}
+	resp := &adminv1.ListPurgeRunsResponse{Runs: make([]*adminv1.PurgeRun, 0, len(runs))}
+	for _, r := range runs {
+		resp.Runs = append(resp.Runs, purgeRunToProto(r))
+	}
+	return resp, nil
+}
+
+// ListFailedMessages implements AdminService.ListFailedMessages.
+func (s *Server) ListFailedMessages(ctx context.Context, req *adminv1.ListFailedMessagesRequest) (*adminv1.ListFailedMessagesResponse, error) {
+	if err := requireName("pool", req.GetPool()); err != nil {
+		return nil, err
+	}
+	limit, err := listLimit(req.GetLimit())
+	if err != nil {
+		return nil, err
+	}
+	msgs, err := s.backend.ListFailedMessages(ctx, req.GetPool(), limit)
+	if err != nil {
+		return nil, s.toStatus(ctx, "ListFailedMessages", err)
+	}
+	resp := &adminv1.ListFailedMessagesResponse{Messages: make([]*adminv1.FailedMessage, 0, len(msgs))}
+	for _, m := range msgs {
+		resp.Messages = append(resp.Messages, failedMessageToProto(m))
+	}
+	return resp, nil
+}
+
+// RetryFailedMessages implements AdminService.RetryFailedMessages.
+func (s *Server) RetryFailedMessages(ctx context.Context, req *adminv1.RetryFailedMessagesRequest) (*adminv1.RetryFailedMessagesResponse, error) {
+	if err := requireName("pool", req.GetPool()); err != nil {
+		return nil, err
+	}
+	ids, err := retryTargets(req.GetEventIds(), req.GetAll())
+	if err != nil {
+		return nil, err
+	}
+	n, err := s.backend.RetryFailedMessages(ctx, req.GetPool(), ids, req.GetAll(), ActorFromContext(ctx))
+	if err != nil {
+		return nil, s.toStatus(ctx, "RetryFailedMessages", err)
+	}
+	return &adminv1.RetryFailedMessagesResponse{Retried: clampInt32(n)}, nil
+}

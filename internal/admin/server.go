@@ -1,0 +1,356 @@
+package admin
+
+import (
+	"cmp"
+	"context"
+	"crypto/tls"
+	"crypto/x509"
+	"errors"
+	"fmt"
+	"log/slog"
+	"net"
+	"os"
+	"runtime/debug"
+	"strings"
+	"sync"
+	"time"
+
+	"github.com/grpc-ecosystem/go-grpc-middleware/v2/interceptors"
+	"github.com/grpc-ecosystem/go-grpc-middleware/v2/interceptors/logging"
+	"github.com/grpc-ecosystem/go-grpc-middleware/v2/interceptors/recovery"
+	"github.com/grpc-ecosystem/go-grpc-middleware/v2/interceptors/selector"
+	"google.golang.org/grpc"
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/credentials"
+	"google.golang.org/grpc/health"
+	"google.golang.org/grpc/health/grpc_health_v1"
+	"google.golang.org/grpc/reflection"
+	"google.golang.org/grpc/status"
+
+	adminv1 "github.com/platformd/platformd/api/gen/platform/admin/v1"
+)
+
+// Defaults and limits of the admin server.
+const (
+	// ListenDefault is the address the server listens on when
+	// ServerConfig.Listen is empty.
+	ListenDefault = "127.0.0.1:7070"
+	// StopTimeoutDefault is how long Stop waits for in-flight calls when
+	// ServerConfig.StopTimeout is zero.
+	StopTimeoutDefault = 10 * time.Second
+	// MaxRecvMsgSize is the largest request accepted, in bytes; a larger one
+	// is refused with codes.ResourceExhausted.
+	MaxRecvMsgSize = 1 << 20
+)
+
+// ServerConfig configures a Server.
+type ServerConfig struct {
+	// Listen is the TCP address Start listens on. Default: ListenDefault.
+	Listen string
+	// Tokens are the bearer tokens accepted. With none, every call but
+	// health checks is refused.
+	Tokens []Token
+	// TLS optionally turns on TLS, and mTLS.
+	TLS TLSConfig
+	// StopTimeout bounds how long Stop waits for in-flight calls before
+	// cutting them off. Default: StopTimeoutDefault.
+	StopTimeout time.Duration
+}
+
+// Token is one named bearer token.
+type Token struct {
+	// Name identifies the token in logs and audit trails; it is not secret.
+	Name string
+	// Role is RoleRead or RoleAdmin.
+	Role string
+	// Value is the secret presented as "authorization: Bearer <Value>". It
+	// is never logged.
+	Value string
+}
+
+// TLSConfig holds the optional TLS files of the server, all PEM.
+type TLSConfig struct {
+	// CertFile and KeyFile are the server's certificate chain and key. Both
+	// set turns TLS (1.2 or later) on; both empty serves plaintext.
+	CertFile, KeyFile string
+	// ClientCAFile, when set, requires every client to present a
+	// certificate signed by one of its CAs (mTLS). It needs CertFile.
+	ClientCAFile string
+}
+
+// Server is the gRPC admin server: AdminService, grpc.health.v1 and server
+// reflection, behind the interceptors described in the package doc. Its
+// methods are safe for concurrent use.
+type Server struct {
+	adminv1.UnimplementedAdminServiceServer
+
+	backend     Backend
+	logger      *slog.Logger
+	listen      string
+	stopTimeout time.Duration
+	grpcServer  *grpc.Server
+	health      *health.Server
+
+	mu       sync.Mutex
+	started  bool
+	stopped  bool
+	addr     net.Addr
+	serveWG  sync.WaitGroup
+	stopOnce sync.Once
+}
+
+// Compile-time check that Server implements the generated interface.
+var _ adminv1.AdminServiceServer = (*Server)(nil)
+
+// NewServer validates cfg and returns a Server that calls backend. It does
+// not listen yet: see Start and Serve. A nil logger discards logs.
+func NewServer(cfg ServerConfig, backend Backend, logger *slog.Logger) (*Server, error) {
+	if backend == nil {
+		return nil, errors.New("admin: nil backend")
+	}
+	if logger == nil {
+		logger = slog.New(slog.DiscardHandler)
+	}
+	if err := validateTokens(cfg.Tokens); err != nil {
+		return nil, fmt.Errorf("admin: %w", err)
+	}
+	serverOpts := []grpc.ServerOption{grpc.MaxRecvMsgSize(MaxRecvMsgSize)}
+	tlsConfig, err := loadTLS(cfg.TLS)
+	if err != nil {
+		return nil, fmt.Errorf("admin: %w", err)
+	}
+	if tlsConfig != nil {
+		serverOpts = append(serverOpts, grpc.Creds(credentials.NewTLS(tlsConfig)))
+	}
+
+	s := &Server{
+		backend:     backend,
+		logger:      logger,
+		listen:      cmp.Or(cfg.Listen, ListenDefault),
+		stopTimeout: cmp.Or(cfg.StopTimeout, StopTimeoutDefault),
+		health:      health.NewServer(),
+	}
+
+	auth := newAuthenticator(cfg.Tokens)
+	needsAuth := selector.MatchFunc(func(_ context.Context, c interceptors.CallMeta) bool {
+		return !auth.skip(c.FullMethod())
+	})
+	notHealth := selector.MatchFunc(func(_ context.Context, c interceptors.CallMeta) bool {
+		return !strings.HasPrefix(c.FullMethod(), healthPrefix)
+	})
+	logOpts := []logging.Option{
+		logging.WithLogOnEvents(logging.FinishCall),
+		logging.WithFieldsFromContext(func(ctx context.Context) logging.Fields {
+			if actor := callActor(ctx); actor != "" {
+				return logging.Fields{"actor", actor}
+			}
+			return logging.Fields{}
+		}),
+	}
+	slogger := interceptorLogger(logger)
+	recoveryOpt := recovery.WithRecoveryHandlerContext(s.recoverPanic)
+	serverOpts = append(serverOpts,
+		grpc.ChainUnaryInterceptor(
+			recovery.UnaryServerInterceptor(recoveryOpt),
+			unaryCallInfo,
+			selector.UnaryServerInterceptor(logging.UnaryServerInterceptor(slogger, logOpts...), notHealth),
+			selector.UnaryServerInterceptor(auth.unaryAuth, needsAuth),
+		),
+		grpc.ChainStreamInterceptor(
+			recovery.StreamServerInterceptor(recoveryOpt),
+			streamCallInfo,
+			selector.StreamServerInterceptor(logging.StreamServerInterceptor(slogger, logOpts...), notHealth),
+			selector.StreamServerInterceptor(auth.streamAuth, needsAuth),
+		),
+	)
+
+	s.grpcServer = grpc.NewServer(serverOpts...)
+	adminv1.RegisterAdminServiceServer(s.grpcServer, s)
+	grpc_health_v1.RegisterHealthServer(s.grpcServer, s.health)
+	reflection.Register(s.grpcServer)
+	s.setServing(grpc_health_v1.HealthCheckResponse_NOT_SERVING)
+	return s, nil
+}
+
+// Start listens on the configured address and serves in the background
+// until Stop. ctx bounds only the listen: cancelling it later does not stop
+// the server.
+func (s *Server) Start(ctx context.Context) error {
+	var lc net.ListenConfig
+	lis, err := lc.Listen(ctx, "tcp", s.listen)
+	if err != nil {
+		return fmt.Errorf("admin: error listening on %s: %w", s.listen, err)
+	}
+	if err := s.markStarted(lis, true); err != nil {
+		_ = lis.Close()
+		return err
+	}
+	go func() {
+		defer s.serveWG.Done()
+		if err := s.serve(lis); err != nil {
+			s.logger.ErrorContext(ctx, "admin: server stopped", slog.Any("error", err))
+		}
+	}()
+	s.logger.InfoContext(ctx, "admin: serving", slog.String("addr", lis.Addr().String()))
+	return nil
+}
+
+// Serve serves on lis, which it closes, until Stop; it returns nil after
+// Stop. It is the blocking alternative to Start, for tests and callers that
+// make their own listener. Only one of Start and Serve may be called, once.
+func (s *Server) Serve(lis net.Listener) error {
+	if err := s.markStarted(lis, false); err != nil {
+		_ = lis.Close()
+		return err
+	}
+	return s.serve(lis)
+}
+
+// markStarted records that the server serves on lis, in a goroutine that
+// Stop waits for if background.
+func (s *Server) markStarted(lis net.Listener, background bool) error {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	switch {
+	case s.stopped:
+		return errors.New("admin: server stopped")
+	case s.started:
+		return errors.New("admin: server already started")
+	}
+	s.started = true
+	s.addr = lis.Addr()
+	if background {
+		s.serveWG.Add(1)
+	}
+	return nil
+}
+
+// serve marks the server SERVING and serves lis.
+func (s *Server) serve(lis net.Listener) error {
+	s.setServing(grpc_health_v1.HealthCheckResponse_SERVING)
+	if err := s.grpcServer.Serve(lis); err != nil && !errors.Is(err, grpc.ErrServerStopped) {
+		return fmt.Errorf("admin: error serving: %w", err)
+	}
+	return nil
+}
+
+// Stop stops the server: health turns NOT_SERVING first, then in-flight
+// calls get up to the stop timeout to finish before they are cut off. It
+// blocks until the server has stopped, may be called more than once and is
+// safe to call before Start.
+func (s *Server) Stop() {
+	s.stopOnce.Do(func() {
+		s.mu.Lock()
+		s.stopped = true
+		s.mu.Unlock()
+		s.health.Shutdown()
+		done := make(chan struct{})
+		go func() {
+			defer close(done)
+			s.grpcServer.GracefulStop()
+		}()
+		timer := time.NewTimer(s.stopTimeout)
+		defer timer.Stop()
+		select {
+		case <-done:
+		case <-timer.C:
+			s.logger.Warn("admin: in-flight calls did not finish in time, cutting them off",
+				slog.Duration("stop_timeout", s.stopTimeout))
+			s.grpcServer.Stop()
+			<-done
+		}
+		s.serveWG.Wait()
+	})
+}
+
+// Addr returns the address the server listens on, or nil before Start or
+// Serve.
+func (s *Server) Addr() net.Addr {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.addr
+}
+
+// setServing sets the health status of the server and of AdminService. It
+// has no effect once Stop began.
+func (s *Server) setServing(st grpc_health_v1.HealthCheckResponse_ServingStatus) {
+	s.health.SetServingStatus("", st)
+	s.health.SetServingStatus(adminv1.AdminService_ServiceDesc.ServiceName, st)
+}
+
+// recoverPanic is the recovery interceptor's handler: it logs the panic with
+// its stack and answers codes.Internal with no detail.
+func (s *Server) recoverPanic(ctx context.Context, p any) error {
+	method, _ := grpc.Method(ctx)
+	s.logger.ErrorContext(ctx, "admin: panic in handler",
+		slog.String("method", method),
+		slog.String("panic", fmt.Sprint(p)),
+		slog.String("stack", string(debug.Stack())))
+	return status.Error(codes.Internal, internalMessage)
+}
+
+// interceptorLogger adapts logger to go-grpc-middleware's logging.Logger.
+func interceptorLogger(logger *slog.Logger) logging.Logger {
+	return logging.LoggerFunc(func(ctx context.Context, lvl logging.Level, msg string, fields ...any) {
+		logger.Log(ctx, slog.Level(lvl), "admin: "+msg, fields...)
+	})
+}
+
+// validateTokens checks the configured tokens.
+func validateTokens(tokens []Token) error {
+	names := make(map[string]bool, len(tokens))
+	values := make(map[string]bool, len(tokens))
+	for i, t := range tokens {
+		switch {
+		case t.Name == "":
+			return fmt.Errorf("token %d: empty name", i)
+		case names[t.Name]:
+			return fmt.Errorf("token %q: duplicate name", t.Name)
+		case t.Role != RoleRead && t.Role != RoleAdmin:
+			return fmt.Errorf("token %q: role %q, want %q or %q", t.Name, t.Role, RoleRead, RoleAdmin)
+		case t.Value == "":
+			return fmt.Errorf("token %q: empty value", t.Name)
+		case strings.ContainsAny(t.Value, " \t\r\n"):
+			return fmt.Errorf("token %q: value contains whitespace", t.Name)
+		case values[t.Value]:
+			return fmt.Errorf("token %q: same value as another token", t.Name)
+		}
+		names[t.Name] = true
+		values[t.Value] = true
+	}
+	return nil
+}
+
+// loadTLS returns the server's TLS configuration, or nil for plaintext.
+func loadTLS(cfg TLSConfig) (*tls.Config, error) {
+	if cfg.CertFile == "" && cfg.KeyFile == "" {
+		if cfg.ClientCAFile != "" {
+			return nil, errors.New("tls: client_ca_file needs cert_file and key_file")
+		}
+		return nil, nil
+	}
+	if cfg.CertFile == "" || cfg.KeyFile == "" {
+		return nil, errors.New("tls: cert_file and key_file must be set together")
+	}
+	cert, err := tls.LoadX509KeyPair(cfg.CertFile, cfg.KeyFile)
+	if err != nil {
+		return nil, fmt.Errorf("tls: error loading key pair: %w", err)
+	}
+	tlsConfig := &tls.Config{
+		MinVersion:   tls.VersionTLS12,
+		Certificates: []tls.Certificate{cert},
+	}
+	if cfg.ClientCAFile != "" {
+		pem, err := os.ReadFile(cfg.ClientCAFile)
+		if err != nil {
+			return nil, fmt.Errorf("tls: error reading client_ca_file: %w", err)
+		}
+		pool := x509.NewCertPool()
+		if !pool.AppendCertsFromPEM(pem) {
+			return nil, fmt.Errorf("tls: no PEM certificate in client_ca_file %s", cfg.ClientCAFile)
+		}
+		tlsConfig.ClientCAs = pool
+		tlsConfig.ClientAuth = tls.RequireAndVerifyClientCert
+	}
+	return tlsConfig, nil
+}
