@@ -1,0 +1,250 @@
+package daemon
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"time"
+
+	"github.com/google/uuid"
+
+	"github.com/platformd/platformd/internal/admin"
+	"github.com/platformd/platformd/internal/dedup"
+	"github.com/platformd/platformd/internal/scheduler"
+	"github.com/platformd/platformd/internal/state"
+	"github.com/platformd/platformd/internal/workers"
+)
+
+// backend implements admin.Backend over the running daemon.
+type backend struct{ d *Daemon }
+
+var _ admin.Backend = (*backend)(nil)
+
+func (b *backend) service(name string) (*service, error) {
+	for _, s := range b.d.services {
+		if s.cfg.Name == name {
+			return s, nil
+		}
+	}
+	return nil, fmt.Errorf("%w: service %q", admin.ErrNotFound, name)
+}
+
+func (b *backend) pool(name string) (*workers.Pool, *service, error) {
+	p, ok := b.d.pools[name]
+	if !ok {
+		return nil, nil, fmt.Errorf("%w: pool %q", admin.ErrNotFound, name)
+	}
+	return p, b.d.poolSvc[name], nil
+}
+
+// unavailable marks database errors as Unavailable for the client.
+func unavailable(err error) error {
+	if err == nil || errors.Is(err, context.Canceled) || errors.Is(err, context.DeadlineExceeded) {
+		return err
+	}
+	return fmt.Errorf("%w: %w", admin.ErrUnavailable, err)
+}
+
+func (b *backend) ListServices(ctx context.Context) ([]admin.ServiceInfo, error) {
+	out := make([]admin.ServiceInfo, 0, len(b.d.services))
+	for _, s := range b.d.services {
+		h, err := state.GetHorizon(ctx, s.db, s.cfg.Name, s.cfg.Horizon, s.cfg.MinHorizon)
+		if err != nil {
+			return nil, unavailable(err)
+		}
+		info := admin.ServiceInfo{Name: s.cfg.Name, Horizon: h.Horizon, MinHorizon: s.cfg.MinHorizon, BeyondHorizon: s.cfg.BeyondHorizon}
+		last, ok, err := state.LastPurge(ctx, s.db, s.cfg.Name)
+		if err != nil {
+			return nil, unavailable(err)
+		}
+		if ok {
+			info.LastPurge = last.FinishedAt
+		}
+		out = append(out, info)
+	}
+	return out, nil
+}
+
+func poolInfo(i workers.Info) admin.PoolInfo {
+	return admin.PoolInfo{
+		Name: i.Name, Service: i.Service, Queue: i.Queue, State: i.State, PausedReason: i.PausedReason,
+		Concurrency: i.Concurrency, InFlight: i.InFlight,
+		Processed: i.Processed, Duplicates: i.Duplicates, Retried: i.Retried, Failed: i.Failed,
+	}
+}
+
+func (b *backend) ListPools(_ context.Context, serviceName string) ([]admin.PoolInfo, error) {
+	var out []admin.PoolInfo
+	if serviceName != "" {
+		s, err := b.service(serviceName)
+		if err != nil {
+			return nil, err
+		}
+		for _, p := range s.pools {
+			out = append(out, poolInfo(p.Info()))
+		}
+		return out, nil
+	}
+	for _, s := range b.d.services {
+		for _, p := range s.pools {
+			out = append(out, poolInfo(p.Info()))
+		}
+	}
+	return out, nil
+}
+
+func (b *backend) PausePool(ctx context.Context, name, reason, actor string) (admin.PoolInfo, error) {
+	p, _, err := b.pool(name)
+	if err != nil {
+		return admin.PoolInfo{}, err
+	}
+	// Wait a bounded time for in-flight batches; the pause holds anyway.
+	wctx, cancel := context.WithTimeout(ctx, 30*time.Second)
+	defer cancel()
+	info, err := p.Pause(wctx, reason, actor)
+	if err != nil && !errors.Is(err, context.DeadlineExceeded) {
+		return poolInfo(info), unavailable(err)
+	}
+	return poolInfo(p.Info()), nil
+}
+
+func (b *backend) ResumePool(ctx context.Context, name, actor string) (admin.PoolInfo, error) {
+	p, _, err := b.pool(name)
+	if err != nil {
+		return admin.PoolInfo{}, err
+	}
+	info, err := p.Resume(ctx, actor)
+	return poolInfo(info), unavailable(err)
+}
+
+func (b *backend) LookupEvent(ctx context.Context, id uuid.UUID, serviceName string) ([]admin.LookupResult, error) {
+	svcs := b.d.services
+	if serviceName != "" {
+		s, err := b.service(serviceName)
+		if err != nil {
+			return nil, err
+		}
+		svcs = []*service{s}
+	}
+	out := make([]admin.LookupResult, 0, len(svcs))
+	for _, s := range svcs {
+		r := admin.LookupResult{Service: s.cfg.Name}
+		at, err := dedup.Lookup(ctx, s.db, id)
+		switch {
+		case errors.Is(err, dedup.ErrNotFound):
+		case err != nil:
+			return nil, unavailable(err)
+		default:
+			h, err := state.GetHorizon(ctx, s.db, s.cfg.Name, s.cfg.Horizon, s.cfg.MinHorizon)
+			if err != nil {
+				return nil, unavailable(err)
+			}
+			r.Processed, r.ProcessedAt, r.PurgeableAt = true, at, at.Add(h.Horizon)
+		}
+		out = append(out, r)
+	}
+	return out, nil
+}
+
+func horizonInfo(h state.Horizon) admin.HorizonInfo {
+	return admin.HorizonInfo{Service: h.Service, Horizon: h.Horizon, MinHorizon: h.MinHorizon, UpdatedAt: h.UpdatedAt, UpdatedBy: h.UpdatedBy}
+}
+
+func (b *backend) GetHorizon(ctx context.Context, name string) (admin.HorizonInfo, error) {
+	s, err := b.service(name)
+	if err != nil {
+		return admin.HorizonInfo{}, err
+	}
+	h, err := state.GetHorizon(ctx, s.db, s.cfg.Name, s.cfg.Horizon, s.cfg.MinHorizon)
+	return horizonInfo(h), unavailable(err)
+}
+
+func (b *backend) SetHorizon(ctx context.Context, name string, horizon time.Duration, force bool, actor string) (admin.HorizonInfo, error) {
+	s, err := b.service(name)
+	if err != nil {
+		return admin.HorizonInfo{}, err
+	}
+	// A horizon shorter than a retry span would let a retried copy outlive
+	// its processed_event row: refuse it even with force.
+	for _, p := range s.cfg.Pools {
+		if span := p.RetrySpan(); horizon <= span {
+			return admin.HorizonInfo{}, fmt.Errorf("%w: horizon %s is not longer than pool %s's retry span %s",
+				admin.ErrBelowMinHorizon, horizon, p.Name, span)
+		}
+	}
+	h, err := state.SetHorizon(ctx, s.db, s.cfg.Name, horizon, s.cfg.MinHorizon, force, actor)
+	switch {
+	case errors.Is(err, state.ErrBelowMinHorizon):
+		return admin.HorizonInfo{}, fmt.Errorf("%w: %s is under %s's min_horizon %s; use force to go lower",
+			admin.ErrBelowMinHorizon, horizon, name, s.cfg.MinHorizon)
+	case errors.Is(err, state.ErrInvalidHorizon):
+		return admin.HorizonInfo{}, fmt.Errorf("%w: %w", admin.ErrInvalidArgument, err)
+	case err != nil:
+		return admin.HorizonInfo{}, unavailable(err)
+	}
+	s.horizon.refresh(ctx)
+	return horizonInfo(h), nil
+}
+
+func purgeRun(r state.PurgeRun) admin.PurgeRun {
+	return admin.PurgeRun{Service: r.Service, Cutoff: r.Cutoff, StartedAt: r.StartedAt, FinishedAt: r.FinishedAt,
+		Deleted: r.Deleted, DryRun: r.DryRun, Trigger: r.Trigger, Error: r.Error}
+}
+
+func (b *backend) RunPurge(ctx context.Context, name string, dryRun bool, actor string) (admin.PurgeRun, error) {
+	if _, err := b.service(name); err != nil {
+		return admin.PurgeRun{}, err
+	}
+	r, err := b.d.sched.RunNow(ctx, name, dryRun, actor)
+	switch {
+	case errors.Is(err, scheduler.ErrUnknownService):
+		return admin.PurgeRun{}, fmt.Errorf("%w: service %q", admin.ErrNotFound, name)
+	case errors.Is(err, scheduler.ErrPurgeInProgress):
+		return admin.PurgeRun{}, fmt.Errorf("%w: a purge of %s is already running", admin.ErrUnavailable, name)
+	case err != nil:
+		return purgeRun(r), unavailable(err)
+	}
+	return purgeRun(r), nil
+}
+
+func (b *backend) ListPurgeRuns(ctx context.Context, name string, limit int) ([]admin.PurgeRun, error) {
+	s, err := b.service(name)
+	if err != nil {
+		return nil, err
+	}
+	runs, err := state.ListPurgeRuns(ctx, s.db, name, limit)
+	if err != nil {
+		return nil, unavailable(err)
+	}
+	out := make([]admin.PurgeRun, len(runs))
+	for i, r := range runs {
+		out[i] = purgeRun(r)
+	}
+	return out, nil
+}
+
+func (b *backend) ListFailedMessages(ctx context.Context, name string, limit int) ([]admin.FailedMessage, error) {
+	p, _, err := b.pool(name)
+	if err != nil {
+		return nil, err
+	}
+	msgs, err := workers.ListFailed(ctx, b.d.amqpURL, p.Config().Queue, limit)
+	if err != nil {
+		return nil, unavailable(err)
+	}
+	out := make([]admin.FailedMessage, len(msgs))
+	for i, m := range msgs {
+		out[i] = admin.FailedMessage{EventID: m.EventID, EventName: m.EventName, FailureReason: m.Reason, Error: m.Error,
+			Attempt: m.Attempt, FailedAt: m.FailedAt, Pool: m.Pool, RoutingKey: m.RoutingKey}
+	}
+	return out, nil
+}
+
+func (b *backend) RetryFailedMessages(ctx context.Context, name string, ids []uuid.UUID, all bool, actor string) (int, error) {
+	p, _, err := b.pool(name)
+	if err != nil {
+		return 0, err
+	}
+	n, err := workers.RetryFailed(ctx, b.d.amqpURL, p.Config().Queue, ids, all, actor)
+	return n, unavailable(err)
+}

@@ -1,0 +1,410 @@
+// Package daemon wires platformd together from a validated configuration:
+// service databases and their migrations, worker pools, the purge
+// scheduler, the admin gRPC server and the metrics endpoint. It owns the
+// order of start and of graceful shutdown.
+package daemon
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"net"
+	"net/http"
+	"os"
+	"sync"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgxpool"
+
+	"github.com/platformd/platformd/consumer"
+	"github.com/platformd/platformd/internal/admin"
+	"github.com/platformd/platformd/internal/config"
+	"github.com/platformd/platformd/internal/dedup"
+	"github.com/platformd/platformd/internal/metrics"
+	"github.com/platformd/platformd/internal/migrate"
+	"github.com/platformd/platformd/internal/scheduler"
+	"github.com/platformd/platformd/internal/state"
+	"github.com/platformd/platformd/internal/workers"
+)
+
+// SkipDedupInsertEnv, set to 1, runs handlers without the dedup insert. It
+// exists only for `make bench` to measure what the dedup step costs; it
+// removes the exactly-once guarantee and the daemon says so loudly.
+const SkipDedupInsertEnv = "PLATFORMD_BENCH_SKIP_DEDUP_INSERT"
+
+// Catalog adapts a consumer.Registry to config.HandlerCatalog.
+type Catalog struct{ Registry *consumer.Registry }
+
+// HandlerEvents returns the events of a registered handler.
+func (c Catalog) HandlerEvents(name string) ([]string, bool) {
+	r, err := c.Registry.Lookup(name)
+	if err != nil {
+		return nil, false
+	}
+	return r.Events, true
+}
+
+// serviceHandlers returns the handler names used by a service's pools.
+func serviceHandlers(s config.ServiceConfig) []string {
+	var names []string
+	for _, p := range s.Pools {
+		names = append(names, p.Handlers...)
+	}
+	return names
+}
+
+// Migrate applies the platform's and the handlers' migrations to every
+// service database; with createDB it first creates missing databases.
+func Migrate(ctx context.Context, cfg *config.Config, reg *consumer.Registry, createDB bool, logger *slog.Logger) error {
+	for _, s := range cfg.Services {
+		if createDB {
+			if err := CreateDatabase(ctx, s.Database, logger); err != nil {
+				return fmt.Errorf("service %s: %w", s.Name, err)
+			}
+		}
+		sets, err := migrate.Sets(reg, serviceHandlers(s))
+		if err != nil {
+			return fmt.Errorf("service %s: %w", s.Name, err)
+		}
+		if err := migrate.Apply(ctx, s.Database, sets, logger.With(slog.String("service", s.Name))); err != nil {
+			return fmt.Errorf("service %s: %w", s.Name, err)
+		}
+	}
+	return nil
+}
+
+// CreateDatabase creates the database named in dsn if it does not exist,
+// connecting to the same server's "postgres" database.
+func CreateDatabase(ctx context.Context, dsn string, logger *slog.Logger) error {
+	cc, err := pgx.ParseConfig(dsn)
+	if err != nil {
+		return fmt.Errorf("create database: %w", err)
+	}
+	name := cc.Database
+	cc.Database = "postgres"
+	conn, err := pgx.ConnectConfig(ctx, cc)
+	if err != nil {
+		return fmt.Errorf("create database %s: %w", name, err)
+	}
+	defer conn.Close(ctx)
+	var exists bool
+	if err := conn.QueryRow(ctx, `SELECT EXISTS (SELECT 1 FROM pg_database WHERE datname = $1)`, name).Scan(&exists); err != nil {
+		return fmt.Errorf("create database %s: %w", name, err)
+	}
+	if exists {
+		return nil
+	}
+	if _, err := conn.Exec(ctx, "CREATE DATABASE "+pgx.Identifier{name}.Sanitize()); err != nil {
+		var again bool
+		if conn.QueryRow(ctx, `SELECT EXISTS (SELECT 1 FROM pg_database WHERE datname = $1)`, name).Scan(&again) == nil && again {
+			return nil // created concurrently by another daemon
+		}
+		return fmt.Errorf("create database %s: %w", name, err)
+	}
+	logger.InfoContext(ctx, "daemon: database created", slog.String("database", name))
+	return nil
+}
+
+// Options tunes Run.
+type Options struct {
+	// NoMigrate skips the migrations at start.
+	NoMigrate bool
+	// CreateDB creates missing service databases at start.
+	CreateDB bool
+}
+
+// service is one running consumer service.
+type service struct {
+	cfg     config.ServiceConfig
+	db      *pgxpool.Pool
+	pools   []*workers.Pool
+	horizon *horizonCache
+}
+
+// Daemon is a running platformd.
+type Daemon struct {
+	cfg      *config.Config
+	reg      *consumer.Registry
+	log      *slog.Logger
+	metrics  *metrics.Metrics
+	services []*service
+	pools    map[string]*workers.Pool
+	poolSvc  map[string]*service
+	publish  *workers.Conn
+	consumes []*workers.Conn
+	sched    *scheduler.Scheduler
+	admin    *admin.Server
+	httpSrv  *http.Server
+	cancel   context.CancelFunc
+	wg       sync.WaitGroup
+	amqpURL  string
+}
+
+// Run starts platformd and blocks until ctx ends, then shuts down
+// gracefully: the admin API reports NOT_SERVING and stops, the scheduler
+// stops, pools stop consuming and settle their in-flight batches.
+func Run(ctx context.Context, cfg *config.Config, reg *consumer.Registry, opts Options, logger *slog.Logger) error {
+	if !opts.NoMigrate || opts.CreateDB {
+		if err := migrateWithRetry(ctx, cfg, reg, opts.CreateDB, logger); err != nil {
+			return err
+		}
+	}
+	d, err := start(ctx, cfg, reg, logger)
+	if err != nil {
+		return err
+	}
+	<-ctx.Done()
+	logger.Info("daemon: shutting down")
+	d.Stop()
+	logger.Info("daemon: stopped")
+	return nil
+}
+
+// migrateWithRetry migrates, retrying while a database is unreachable (a
+// daemon may start before PostgreSQL) until ctx ends.
+func migrateWithRetry(ctx context.Context, cfg *config.Config, reg *consumer.Registry, createDB bool, logger *slog.Logger) error {
+	backoff := 200 * time.Millisecond
+	for {
+		err := Migrate(ctx, cfg, reg, createDB, logger)
+		if err == nil || ctx.Err() != nil {
+			return err
+		}
+		var pgErr interface{ SQLState() string }
+		if errors.As(err, &pgErr) {
+			return err // the server answered: a real migration error
+		}
+		logger.WarnContext(ctx, "daemon: migrate failed, retrying", slog.Any("error", err), slog.Duration("backoff", backoff))
+		select {
+		case <-ctx.Done():
+			return ctx.Err()
+		case <-time.After(backoff):
+		}
+		backoff = min(backoff*2, 5*time.Second)
+	}
+}
+
+func start(ctx context.Context, cfg *config.Config, reg *consumer.Registry, logger *slog.Logger) (*Daemon, error) {
+	runCtx, cancel := context.WithCancel(context.WithoutCancel(ctx))
+	d := &Daemon{cfg: cfg, reg: reg, log: logger, metrics: metrics.New(), pools: map[string]*workers.Pool{},
+		poolSvc: map[string]*service{}, cancel: cancel, amqpURL: cfg.Broker.URL}
+	ok := false
+	defer func() {
+		if !ok {
+			d.Stop()
+		}
+	}()
+	skip := os.Getenv(SkipDedupInsertEnv) == "1"
+	if skip {
+		logger.Warn("daemon: " + SkipDedupInsertEnv + "=1: the dedup insert is OFF; duplicates WILL be applied. Benchmarks only.")
+	}
+	d.publish = workers.NewConn(cfg.Broker.URL, "platformd-publish", logger)
+	for _, sc := range cfg.Services {
+		conns := int32(2) // LISTEN watcher, scheduler lock
+		for _, p := range sc.Pools {
+			conns += int32(p.Concurrency)
+		}
+		db, err := dedup.Connect(ctx, sc.Database, dedup.PoolConfig{MaxConns: conns + 4})
+		if err != nil {
+			return nil, fmt.Errorf("service %s: %w", sc.Name, err)
+		}
+		svc := &service{cfg: sc, db: db}
+		svc.horizon = &horizonCache{db: db, service: sc.Name, def: sc.Horizon, min: sc.MinHorizon, log: logger}
+		svc.horizon.refresh(ctx)
+		d.services = append(d.services, svc)
+		for _, pc := range sc.Pools {
+			routes, err := dedup.RoutesFor(reg, pc.Handlers)
+			if err != nil {
+				return nil, fmt.Errorf("pool %s: %w", pc.Name, err)
+			}
+			consume := workers.NewConn(cfg.Broker.URL, "platformd-"+pc.Name, logger)
+			d.consumes = append(d.consumes, consume)
+			pool, err := workers.NewPool(workers.PoolConfig{
+				Name: pc.Name, Service: sc.Name,
+				Topology: workers.Topology{
+					Exchange: cfg.Broker.Exchange, Queue: pc.Queue, QueueType: pc.QueueType,
+					Bindings: pc.Bindings, RetryDelays: pc.Retry.Delays,
+				},
+				Concurrency: pc.Concurrency, Prefetch: pc.Prefetch,
+				BatchSize: pc.Batch.Size, BatchWait: pc.Batch.Wait,
+				MaxBodyBytes:  cfg.Broker.MaxBodyBytes,
+				BeyondHorizon: sc.BeyondHorizon,
+				HorizonFunc:   svc.horizon.get,
+			}, workers.Deps{
+				Processor: dedup.NewProcessor(db, dedup.ProcessorConfig{Routes: routes, SkipDedupInsert: skip}),
+				DB:        db, Consume: consume, Publish: d.publish, Metrics: d.metrics, Logger: logger,
+			})
+			if err != nil {
+				return nil, err
+			}
+			svc.pools = append(svc.pools, pool)
+			d.pools[pc.Name] = pool
+			d.poolSvc[pc.Name] = svc
+		}
+	}
+	if err := d.startMetrics(); err != nil {
+		return nil, err
+	}
+	for _, svc := range d.services {
+		for _, p := range svc.pools {
+			if err := p.Start(ctx); err != nil {
+				return nil, err
+			}
+		}
+		d.wg.Go(func() { d.watch(runCtx, svc) })
+		d.wg.Go(func() { svc.horizon.refreshEvery(runCtx, HorizonRefreshDefault) })
+	}
+	var schedSvcs []scheduler.ServiceConfig
+	for _, svc := range d.services {
+		schedSvcs = append(schedSvcs, scheduler.ServiceConfig{
+			Name: svc.cfg.Name, DB: svc.db, DefaultHorizon: svc.cfg.Horizon, MinHorizon: svc.cfg.MinHorizon,
+			Every: svc.cfg.Purge.Every, BatchSize: svc.cfg.Purge.BatchSize,
+		})
+	}
+	sched, err := scheduler.New(scheduler.Config{Services: schedSvcs, Logger: logger, Metrics: d.metrics})
+	if err != nil {
+		return nil, err
+	}
+	d.sched = sched
+	if err := sched.Start(ctx); err != nil {
+		return nil, err
+	}
+	if err := d.startAdmin(ctx); err != nil {
+		return nil, err
+	}
+	ok = true
+	logger.Info("daemon: running", slog.Int("services", len(d.services)), slog.Int("pools", len(d.pools)),
+		slog.String("admin", cfg.Admin.Listen), slog.String("metrics", cfg.Metrics.Listen))
+	return d, nil
+}
+
+func (d *Daemon) startMetrics() error {
+	if d.cfg.Metrics.Listen == config.MetricsDisabled {
+		return nil
+	}
+	lis, err := net.Listen("tcp", d.cfg.Metrics.Listen)
+	if err != nil {
+		return fmt.Errorf("metrics: listen %s: %w", d.cfg.Metrics.Listen, err)
+	}
+	mux := http.NewServeMux()
+	mux.Handle("/metrics", d.metrics.Handler())
+	d.httpSrv = &http.Server{Handler: mux, ReadHeaderTimeout: 5 * time.Second}
+	d.wg.Go(func() { _ = d.httpSrv.Serve(lis) })
+	return nil
+}
+
+func (d *Daemon) startAdmin(ctx context.Context) error {
+	sc := admin.ServerConfig{Listen: d.cfg.Admin.Listen, TLS: admin.TLSConfig{
+		CertFile: d.cfg.Admin.TLS.CertFile, KeyFile: d.cfg.Admin.TLS.KeyFile, ClientCAFile: d.cfg.Admin.TLS.ClientCAFile,
+	}}
+	for _, t := range d.cfg.Admin.Tokens {
+		sc.Tokens = append(sc.Tokens, admin.Token{Name: t.Name, Role: t.Role, Value: t.Token})
+	}
+	srv, err := admin.NewServer(sc, &backend{d: d}, d.log)
+	if err != nil {
+		return err
+	}
+	d.admin = srv
+	return srv.Start(ctx)
+}
+
+// watch applies pause and horizon changes announced by any daemon sharing
+// the service database.
+func (d *Daemon) watch(ctx context.Context, svc *service) {
+	state.Watch(ctx, svc.db, []string{state.ChannelPool, state.ChannelHorizon}, func(channel, payload string) {
+		switch channel {
+		case state.ChannelHorizon:
+			svc.horizon.refresh(ctx)
+		case state.ChannelPool:
+			for _, p := range svc.pools {
+				if payload == "" || payload == p.Name() {
+					if err := p.Refresh(ctx); err != nil && ctx.Err() == nil {
+						d.log.WarnContext(ctx, "daemon: refresh pool state", slog.String("pool", p.Name()), slog.Any("error", err))
+					}
+				}
+			}
+		}
+	}, d.log)
+}
+
+// Stop shuts everything down in order; it is safe to call twice.
+func (d *Daemon) Stop() {
+	if d.admin != nil {
+		d.admin.Stop()
+	}
+	if d.sched != nil {
+		d.sched.Stop()
+	}
+	var wg sync.WaitGroup
+	for _, p := range d.pools {
+		wg.Go(p.Stop)
+	}
+	wg.Wait()
+	d.cancel()
+	if d.httpSrv != nil {
+		sctx, cancel := context.WithTimeout(context.Background(), 2*time.Second)
+		_ = d.httpSrv.Shutdown(sctx)
+		cancel()
+	}
+	d.wg.Wait()
+	for _, c := range d.consumes {
+		c.Close()
+	}
+	if d.publish != nil {
+		d.publish.Close()
+	}
+	for _, s := range d.services {
+		s.db.Close()
+	}
+}
+
+// horizonCache holds a service's horizon in force for the hot path.
+type horizonCache struct {
+	db       *pgxpool.Pool
+	service  string
+	def, min time.Duration
+	log      *slog.Logger
+
+	mu sync.RWMutex
+	h  time.Duration
+}
+
+// HorizonRefreshDefault is how often the cached horizon is re-read when no
+// notification arrives.
+const HorizonRefreshDefault = 30 * time.Second
+
+func (c *horizonCache) refresh(ctx context.Context) {
+	h, err := state.GetHorizon(ctx, c.db, c.service, c.def, c.min)
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if err != nil {
+		if c.h == 0 {
+			c.h = c.def
+		}
+		c.log.WarnContext(ctx, "daemon: read horizon", slog.String("service", c.service), slog.Any("error", err))
+		return
+	}
+	c.h = h.Horizon
+}
+
+func (c *horizonCache) get() time.Duration {
+	c.mu.RLock()
+	defer c.mu.RUnlock()
+	return c.h
+}
+
+// refreshEvery re-reads the horizon periodically, a safety net under
+// NOTIFY, until ctx ends.
+func (c *horizonCache) refreshEvery(ctx context.Context, every time.Duration) {
+	t := time.NewTicker(every)
+	defer t.Stop()
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case <-t.C:
+			c.refresh(ctx)
+		}
+	}
+}

@@ -1,0 +1,109 @@
+package daemon
+
+import (
+	"context"
+	"errors"
+	"flag"
+	"fmt"
+	"io"
+	"log/slog"
+	"os"
+	"os/signal"
+	"syscall"
+
+	"github.com/platformd/platformd/consumer"
+	"github.com/platformd/platformd/internal/config"
+)
+
+const usage = `usage: platformd <command> -config FILE [flags]
+
+commands:
+  run       migrate every service database, then consume until SIGINT/SIGTERM
+            (a second signal exits at once: the dedup table makes that safe)
+  migrate   apply the platform's and the handlers' migrations
+  check     validate the configuration and exit
+
+exit codes: 0 ok, 1 runtime error, 2 usage or invalid configuration
+`
+
+// Main is the whole platformd command line over a handler registry: it
+// parses args, loads and validates the configuration (reporting every
+// mistake with its key's path before touching the broker or a database),
+// and runs the command. It returns the process exit code.
+func Main(args []string, reg *consumer.Registry, stderr io.Writer) int {
+	if len(args) == 0 || args[0] == "-h" || args[0] == "--help" || args[0] == "help" {
+		fmt.Fprint(stderr, usage)
+		if len(args) == 0 {
+			return 2
+		}
+		return 0
+	}
+	cmd := args[0]
+	fs := flag.NewFlagSet("platformd "+cmd, flag.ContinueOnError)
+	fs.SetOutput(stderr)
+	cfgPath := fs.String("config", "", "path of the YAML configuration (required)")
+	noMigrate := fs.Bool("no-migrate", false, "run: do not apply migrations at start")
+	createDB := fs.Bool("create-db", false, "run, migrate: create missing service databases first")
+	if err := fs.Parse(args[1:]); err != nil {
+		return 2
+	}
+	if *cfgPath == "" {
+		fmt.Fprintf(stderr, "platformd %s: -config is required\n\n%s", cmd, usage)
+		return 2
+	}
+	switch cmd {
+	case "run", "migrate", "check":
+	default:
+		fmt.Fprintf(stderr, "platformd: unknown command %q\n\n%s", cmd, usage)
+		return 2
+	}
+	cfg, err := config.Load(*cfgPath, Catalog{Registry: reg})
+	if err != nil {
+		var cerr *config.Error
+		if errors.As(err, &cerr) {
+			fmt.Fprintf(stderr, "platformd: invalid configuration %s:\n", *cfgPath)
+			for _, p := range cerr.Problems {
+				fmt.Fprintf(stderr, "  %s: %s\n", p.Path, p.Message)
+			}
+		} else {
+			fmt.Fprintf(stderr, "platformd: %v\n", err)
+		}
+		return 2
+	}
+	logger := newLogger(cfg.Log, stderr)
+	switch cmd {
+	case "check":
+		fmt.Fprintf(stderr, "platformd: %s is valid (%d services)\n", *cfgPath, len(cfg.Services))
+		return 0
+	case "migrate":
+		ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
+		defer stop()
+		if err := Migrate(ctx, cfg, reg, *createDB, logger); err != nil {
+			logger.Error("platformd: migrate failed", slog.Any("error", err))
+			return 1
+		}
+		logger.Info("platformd: migrations applied", slog.Int("services", len(cfg.Services)))
+		return 0
+	}
+	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
+	defer stop()
+	go func() {
+		<-ctx.Done()
+		stop() // restore default handling: a second signal kills at once
+	}()
+	if err := Run(ctx, cfg, reg, Options{NoMigrate: *noMigrate, CreateDB: *createDB}, logger); err != nil && !errors.Is(err, context.Canceled) {
+		logger.Error("platformd: run failed", slog.Any("error", err))
+		return 1
+	}
+	return 0
+}
+
+func newLogger(c config.LogConfig, w io.Writer) *slog.Logger {
+	var level slog.Level
+	_ = level.UnmarshalText([]byte(c.Level))
+	opts := &slog.HandlerOptions{Level: level}
+	if c.Format == "text" {
+		return slog.New(slog.NewTextHandler(w, opts))
+	}
+	return slog.New(slog.NewJSONHandler(w, opts))
+}

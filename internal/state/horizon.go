@@ -1,0 +1,118 @@
+package state
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgxpool"
+)
+
+// HorizonUpdatedByConfig is Horizon.UpdatedBy when no horizon is stored and
+// the configured default is in force.
+const HorizonUpdatedByConfig = "config"
+
+// ErrBelowMinHorizon is SetHorizon's refusal of a horizon under the
+// service's min_horizon without force.
+var ErrBelowMinHorizon = errors.New("horizon below min_horizon")
+
+// ErrInvalidHorizon is SetHorizon's refusal of a horizon that is not
+// positive (at microsecond precision).
+var ErrInvalidHorizon = errors.New("horizon must be positive")
+
+// Horizon is the replay horizon in force for a service: processed_event
+// rows older than Horizon (by the database clock) may be purged.
+type Horizon struct {
+	// Service is the service's name.
+	Service string
+	// Horizon is the horizon in force.
+	Horizon time.Duration
+	// MinHorizon is the floor SetHorizon refuses to go under without force
+	// (from the configuration; not stored).
+	MinHorizon time.Duration
+	// Forced is true when the stored horizon is under the MinHorizon it was
+	// set against, which only SetHorizon with force allows.
+	Forced bool
+	// UpdatedAt is when the horizon was stored; zero when Stored is false.
+	UpdatedAt time.Time
+	// UpdatedBy is the actor (an admin token's name, never a secret) that
+	// stored it, or HorizonUpdatedByConfig when Stored is false.
+	UpdatedBy string
+	// Stored is false when no horizon is stored and the configured default
+	// is in force.
+	Stored bool
+}
+
+// GetHorizon returns the horizon stored for service, or def (Stored false,
+// UpdatedBy HorizonUpdatedByConfig) when none is stored. min is reported as
+// MinHorizon. It is safe for concurrent use.
+func GetHorizon(ctx context.Context, db *pgxpool.Pool, service string, def, min time.Duration) (Horizon, error) {
+	h := Horizon{Service: service, MinHorizon: min}
+	err := db.QueryRow(ctx, `SELECT horizon, forced, updated_at, updated_by
+		FROM platform.service_horizon WHERE service = $1`, service).
+		Scan(&h.Horizon, &h.Forced, &h.UpdatedAt, &h.UpdatedBy)
+	if errors.Is(err, pgx.ErrNoRows) {
+		h.Horizon, h.UpdatedBy = def, HorizonUpdatedByConfig
+		return h, nil
+	}
+	if err != nil {
+		return Horizon{}, fmt.Errorf("state: get horizon of %s: %w", service, err)
+	}
+	h.Stored = true
+	return h, nil
+}
+
+// SetHorizon stores h as service's horizon, truncated to microseconds (the
+// precision of a PostgreSQL interval), and returns what was stored. It
+// refuses a horizon that is not positive (ErrInvalidHorizon) and, unless
+// force is set, one under min (ErrBelowMinHorizon); a horizon under min
+// stored with force is marked Forced. In the same transaction it writes a
+// platform.horizon_audit row (old horizon, NULL when none was stored; new
+// horizon; forced; actor) and NOTIFYs ChannelHorizon with the service name,
+// delivered on commit. actor is a name for the audit trail (an admin
+// token's name), never a secret. Concurrent calls for one service are
+// serialized, so each audit row's old horizon is the one it replaced.
+func SetHorizon(ctx context.Context, db *pgxpool.Pool, service string, h, min time.Duration, force bool, actor string) (Horizon, error) {
+	h = h.Truncate(time.Microsecond)
+	if h <= 0 {
+		return Horizon{}, fmt.Errorf("state: set horizon of %s to %s: %w", service, h, ErrInvalidHorizon)
+	}
+	below := h < min
+	if below && !force {
+		return Horizon{}, fmt.Errorf("state: set horizon of %s to %s (min_horizon %s): %w", service, h, min, ErrBelowMinHorizon)
+	}
+	res := Horizon{Service: service, MinHorizon: min, Stored: true}
+	err := pgx.BeginFunc(ctx, db, func(tx pgx.Tx) error {
+		// Serialize setters of this service: the first horizon of a service
+		// has no row to lock yet.
+		if _, err := tx.Exec(ctx, `SELECT pg_advisory_xact_lock(hashtextextended('platformd.horizon.' || $1, 0))`, service); err != nil {
+			return err
+		}
+		var old *time.Duration
+		err := tx.QueryRow(ctx, `SELECT horizon FROM platform.service_horizon WHERE service = $1`, service).Scan(&old)
+		if err != nil && !errors.Is(err, pgx.ErrNoRows) {
+			return err
+		}
+		if err := tx.QueryRow(ctx, `INSERT INTO platform.service_horizon (service, horizon, forced, updated_at, updated_by)
+			VALUES ($1, $2, $3, now(), $4)
+			ON CONFLICT (service) DO UPDATE SET horizon = EXCLUDED.horizon, forced = EXCLUDED.forced,
+				updated_at = EXCLUDED.updated_at, updated_by = EXCLUDED.updated_by
+			RETURNING horizon, forced, updated_at, updated_by`, service, h, below, actor).
+			Scan(&res.Horizon, &res.Forced, &res.UpdatedAt, &res.UpdatedBy); err != nil {
+			return err
+		}
+		if _, err := tx.Exec(ctx, `INSERT INTO platform.horizon_audit
+			(service, old_horizon, new_horizon, forced, changed_at, changed_by)
+			VALUES ($1, $2, $3, $4, now(), $5)`, service, old, h, below, actor); err != nil {
+			return err
+		}
+		_, err = tx.Exec(ctx, `SELECT pg_notify($1, $2)`, ChannelHorizon, service)
+		return err
+	})
+	if err != nil {
+		return Horizon{}, fmt.Errorf("state: set horizon of %s: %w", service, err)
+	}
+	return res, nil
+}

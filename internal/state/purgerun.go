@@ -1,0 +1,154 @@
+package state
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgxpool"
+)
+
+// Purge triggers (PurgeRun.Trigger).
+const (
+	// TriggerSchedule is a run started by the scheduler's periodic job.
+	TriggerSchedule = "schedule"
+	// TriggerAdmin is a run asked for through the admin API.
+	TriggerAdmin = "admin"
+)
+
+// ListPurgeRunsLimitDefault is the number of runs ListPurgeRuns returns
+// when limit is not positive.
+const ListPurgeRunsLimitDefault = 20
+
+// ErrPurgeRunNotFound is FinishPurgeRun's error for an id that is unknown
+// or already finished.
+var ErrPurgeRunNotFound = errors.New("purge run not found or already finished")
+
+// PurgeRun is one purge of a service's processed_event table, as recorded
+// in platform.purge_run. Times are by the database clock.
+type PurgeRun struct {
+	// ID identifies the run.
+	ID int64
+	// Service is the purged service's name.
+	Service string
+	// Trigger is TriggerSchedule or TriggerAdmin.
+	Trigger string
+	// DryRun is true when the run only counted the rows it would delete.
+	DryRun bool
+	// StartedAt is when the run started.
+	StartedAt time.Time
+	// FinishedAt is when it finished; zero while it runs.
+	FinishedAt time.Time
+	// Cutoff is the instant before which rows were purged; zero if the run
+	// failed before computing it.
+	Cutoff time.Time
+	// Deleted is the number of rows deleted (for a dry run, that would be).
+	Deleted int64
+	// Error is the text of the error that ended the run; empty on success.
+	Error string
+	// Daemon identifies the daemon instance that ran it.
+	Daemon string
+}
+
+const purgeRunColumns = `id, service, trigger, dry_run, started_at, finished_at, cutoff, deleted, error, daemon`
+
+func scanPurgeRun(row pgx.Row) (PurgeRun, error) {
+	var (
+		r                PurgeRun
+		finished, cutoff *time.Time
+		errText          *string
+	)
+	if err := row.Scan(&r.ID, &r.Service, &r.Trigger, &r.DryRun, &r.StartedAt, &finished, &cutoff,
+		&r.Deleted, &errText, &r.Daemon); err != nil {
+		return PurgeRun{}, err
+	}
+	if finished != nil {
+		r.FinishedAt = *finished
+	}
+	if cutoff != nil {
+		r.Cutoff = *cutoff
+	}
+	if errText != nil {
+		r.Error = *errText
+	}
+	return r, nil
+}
+
+// StartPurgeRun records the start of a purge of service (started_at is the
+// database's now()) and returns the run's id. trigger is TriggerSchedule or
+// TriggerAdmin; daemon identifies the daemon instance running it.
+func StartPurgeRun(ctx context.Context, db *pgxpool.Pool, service, trigger string, dryRun bool, daemon string) (int64, error) {
+	if trigger != TriggerSchedule && trigger != TriggerAdmin {
+		return 0, fmt.Errorf("state: start purge run of %s: unknown trigger %q", service, trigger)
+	}
+	var id int64
+	if err := db.QueryRow(ctx, `INSERT INTO platform.purge_run (service, trigger, dry_run, started_at, daemon)
+		VALUES ($1, $2, $3, now(), $4) RETURNING id`, service, trigger, dryRun, daemon).Scan(&id); err != nil {
+		return 0, fmt.Errorf("state: start purge run of %s: %w", service, err)
+	}
+	return id, nil
+}
+
+// FinishPurgeRun records the end of run id (finished_at is the database's
+// clock_timestamp()) with its cutoff (NULL when zero), the rows deleted and
+// runErr's text (NULL when nil), and returns the finished run. A run that is
+// unknown or already finished is ErrPurgeRunNotFound.
+func FinishPurgeRun(ctx context.Context, db *pgxpool.Pool, id int64, cutoff time.Time, deleted int64, runErr error) (PurgeRun, error) {
+	var (
+		c       *time.Time
+		errText *string
+	)
+	if !cutoff.IsZero() {
+		c = &cutoff
+	}
+	if runErr != nil {
+		s := runErr.Error()
+		errText = &s
+	}
+	r, err := scanPurgeRun(db.QueryRow(ctx, `UPDATE platform.purge_run
+		SET finished_at = clock_timestamp(), cutoff = $2, deleted = $3, error = $4
+		WHERE id = $1 AND finished_at IS NULL
+		RETURNING `+purgeRunColumns, id, c, deleted, errText))
+	if errors.Is(err, pgx.ErrNoRows) {
+		return PurgeRun{}, fmt.Errorf("state: finish purge run %d: %w", id, ErrPurgeRunNotFound)
+	}
+	if err != nil {
+		return PurgeRun{}, fmt.Errorf("state: finish purge run %d: %w", id, err)
+	}
+	return r, nil
+}
+
+// ListPurgeRuns returns at most limit runs of service (ListPurgeRunsLimitDefault
+// when limit is not positive), newest first, running ones included.
+func ListPurgeRuns(ctx context.Context, db *pgxpool.Pool, service string, limit int) ([]PurgeRun, error) {
+	if limit <= 0 {
+		limit = ListPurgeRunsLimitDefault
+	}
+	rows, err := db.Query(ctx, `SELECT `+purgeRunColumns+` FROM platform.purge_run
+		WHERE service = $1 ORDER BY started_at DESC, id DESC LIMIT $2`, service, limit)
+	if err != nil {
+		return nil, fmt.Errorf("state: list purge runs of %s: %w", service, err)
+	}
+	runs, err := pgx.CollectRows(rows, func(row pgx.CollectableRow) (PurgeRun, error) { return scanPurgeRun(row) })
+	if err != nil {
+		return nil, fmt.Errorf("state: list purge runs of %s: %w", service, err)
+	}
+	return runs, nil
+}
+
+// LastPurge returns the last finished, successful run of service that
+// deleted (not a dry run), by finish time; false when there is none.
+func LastPurge(ctx context.Context, db *pgxpool.Pool, service string) (PurgeRun, bool, error) {
+	r, err := scanPurgeRun(db.QueryRow(ctx, `SELECT `+purgeRunColumns+` FROM platform.purge_run
+		WHERE service = $1 AND finished_at IS NOT NULL AND error IS NULL AND NOT dry_run
+		ORDER BY finished_at DESC, id DESC LIMIT 1`, service))
+	if errors.Is(err, pgx.ErrNoRows) {
+		return PurgeRun{}, false, nil
+	}
+	if err != nil {
+		return PurgeRun{}, false, fmt.Errorf("state: last purge of %s: %w", service, err)
+	}
+	return r, true, nil
+}
