@@ -246,6 +246,7 @@ func start(ctx context.Context, cfg *config.Config, reg *consumer.Registry, logg
 	if err := d.startMetrics(); err != nil {
 		return nil, err
 	}
+	d.declareTopology(ctx)
 	for _, svc := range d.services {
 		for _, p := range svc.pools {
 			if err := p.Start(ctx); err != nil {
@@ -277,6 +278,23 @@ func start(ctx context.Context, cfg *config.Config, reg *consumer.Registry, logg
 	logger.Info("daemon: running", slog.Int("services", len(d.services)), slog.Int("pools", len(d.pools)),
 		slog.String("admin", cfg.Admin.Listen), slog.String("metrics", cfg.Metrics.Listen))
 	return d, nil
+}
+
+// declareTopology declares every pool's topology once before the pools
+// start, so that producers may publish as soon as the daemon reports
+// running. A broker that is down is not fatal: the workers declare again
+// whenever they connect.
+func (d *Daemon) declareTopology(ctx context.Context) {
+	cctx, cancel := context.WithTimeout(ctx, 10*time.Second)
+	defer cancel()
+	for _, svc := range d.services {
+		for _, p := range svc.pools {
+			if err := p.DeclareTopology(cctx); err != nil {
+				d.log.WarnContext(ctx, "daemon: declare topology at start failed; workers will retry",
+					slog.String("pool", p.Name()), slog.Any("error", err))
+			}
+		}
+	}
 }
 
 func (d *Daemon) startMetrics() error {

@@ -152,6 +152,25 @@ func (p *Pool) Name() string { return p.cfg.Name }
 // Config returns the pool's configuration.
 func (p *Pool) Config() PoolConfig { return p.cfg }
 
+// DeclareTopology declares the pool's exchange, queues and bindings on a
+// channel of its own (the workers declare them again whenever they
+// connect).
+func (p *Pool) DeclareTopology(ctx context.Context) error {
+	conn, err := p.deps.Consume.Get(ctx)
+	if err != nil {
+		return err
+	}
+	ch, err := conn.Channel()
+	if err != nil {
+		return fmt.Errorf("workers: pool %s: open channel: %w", p.cfg.Name, err)
+	}
+	defer func() { _ = ch.Close() }()
+	if err := p.cfg.Topology.Declare(ch); err != nil {
+		return fmt.Errorf("workers: pool %s: %w", p.cfg.Name, err)
+	}
+	return nil
+}
+
 // Start reads the stored pause state, then starts the workers and the
 // state watcher in the background. It returns an error only if the state
 // cannot be read.

@@ -1,0 +1,439 @@
+package main_test
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"fmt"
+	"net"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strings"
+	"sync"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/google/uuid"
+	"github.com/jackc/pgx/v5/pgxpool"
+	amqp "github.com/rabbitmq/amqp091-go"
+	"github.com/stretchr/testify/require"
+	"google.golang.org/grpc"
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/credentials/insecure"
+	"google.golang.org/grpc/metadata"
+	"google.golang.org/grpc/status"
+	"google.golang.org/protobuf/types/known/durationpb"
+
+	adminv1 "github.com/platformd/platformd/api/gen/platform/admin/v1"
+	"github.com/platformd/platformd/examples/shop"
+	"github.com/platformd/platformd/internal/envelope"
+	"github.com/platformd/platformd/internal/testdb"
+)
+
+var binary string
+
+func TestMain(m *testing.M) {
+	dir, err := os.MkdirTemp("", "platformd-e2e")
+	if err != nil {
+		panic(err)
+	}
+	binary = filepath.Join(dir, "platformd")
+	if out, err := exec.Command("go", "build", "-race", "-o", binary, ".").CombinedOutput(); err != nil {
+		panic(fmt.Sprintf("build platformd: %v\n%s", err, out))
+	}
+	code := m.Run()
+	_ = os.RemoveAll(dir)
+	os.Exit(code)
+}
+
+func amqpURL() string {
+	if u := os.Getenv("TEST_AMQP_URL"); u != "" {
+		return u
+	}
+	return "amqp://guest:guest@127.0.0.1:5672/"
+}
+
+func freePort(t *testing.T) string {
+	t.Helper()
+	l, err := net.Listen("tcp", "127.0.0.1:0")
+	require.NoError(t, err)
+	defer l.Close()
+	return l.Addr().String()
+}
+
+const adminToken = "e2e-admin-token-0123456789"
+
+// env is one daemon's world: its own databases, exchange, queues and ports.
+type env struct {
+	t                  *testing.T
+	dir                string
+	stockDSN, shipDSN  string
+	exchange, suffix   string
+	adminAddr, metrics string
+}
+
+func newEnv(t *testing.T) *env {
+	t.Helper()
+	suffix := uuid.NewString()[:8]
+	e := &env{t: t, dir: t.TempDir(), suffix: suffix, exchange: "e2e.events." + suffix,
+		stockDSN: testdb.New(t, "e2e_stock"), shipDSN: testdb.New(t, "e2e_ship")}
+	t.Cleanup(func() {
+		conn, err := amqp.Dial(amqpURL())
+		if err != nil {
+			return
+		}
+		defer conn.Close()
+		ch, err := conn.Channel()
+		if err != nil {
+			return
+		}
+		for _, q := range []string{"stock", "shipping"} {
+			base := "e2e." + q + "." + suffix
+			for _, n := range []string{base, base + ".failed", base + ".retry.1s", base + ".retry.2s"} {
+				_, _ = ch.QueueDelete(n, false, false, false)
+			}
+		}
+		_ = ch.ExchangeDelete(e.exchange, false, false)
+	})
+	return e
+}
+
+func (e *env) config(t *testing.T, extra string) string {
+	t.Helper()
+	e.adminAddr, e.metrics = freePort(t), freePort(t)
+	cfg := fmt.Sprintf(`log: {level: info, format: json}
+admin:
+  listen: %s
+  tokens:
+    - {name: ops, role: admin, token: %q}
+metrics: {listen: %s}
+broker: {url: %q, exchange: %s}
+services:
+  - name: stock
+    database: %q
+    horizon: 336h
+    min_horizon: 24h
+    pools:
+      - name: stock-events-%[7]s
+        queue: e2e.stock.%[7]s
+        queue_type: classic
+        bindings: [order.order.placed.v1]
+        handlers: [stock.reserve]
+        concurrency: 2
+        batch: {size: 50, wait: 2ms}
+        retry: {delays: [1s, 2s]}
+  - name: shipping
+    database: %q
+    pools:
+      - name: shipping-events-%[7]s
+        queue: e2e.shipping.%[7]s
+        queue_type: quorum
+        bindings: [order.order.status_changed.v1]
+        handlers: [shipping.track_status]
+        retry: {delays: [1s]}
+%[9]s`, e.adminAddr, adminToken, e.metrics, amqpURL(), e.exchange, e.stockDSN, e.suffix, e.shipDSN, extra)
+	path := filepath.Join(e.dir, "platformd.yaml")
+	require.NoError(t, os.WriteFile(path, []byte(cfg), 0o600))
+	return path
+}
+
+// daemon is a running platformd subprocess.
+type daemon struct {
+	cmd    *exec.Cmd
+	stderr *lockedWriter
+	done   chan error
+}
+
+func (e *env) start(t *testing.T, cfgPath string) *daemon {
+	t.Helper()
+	d := &daemon{cmd: exec.Command(binary, "run", "-config", cfgPath), stderr: &lockedWriter{buf: &bytes.Buffer{}}, done: make(chan error, 1)}
+	d.cmd.Stderr = d.stderr
+	require.NoError(t, d.cmd.Start())
+	go func() { d.done <- d.cmd.Wait() }()
+	t.Cleanup(func() {
+		_ = d.cmd.Process.Kill()
+		<-d.done
+		d.done <- nil
+	})
+	require.Eventually(t, func() bool {
+		select {
+		case err := <-d.done:
+			d.done <- err
+			t.Fatalf("daemon exited at start: %v\n%s", err, d.stderr)
+		default:
+		}
+		c, err := net.Dial("tcp", e.adminAddr)
+		if err == nil {
+			c.Close()
+		}
+		return err == nil
+	}, 60*time.Second, 50*time.Millisecond, "daemon did not start: %s", d.stderr)
+	// The pools declare the topology when they connect: wait for every one
+	// to consume (or sit paused) before producers publish.
+	cli, ctx := adminClient(t, e.adminAddr, adminToken)
+	require.Eventually(t, func() bool {
+		r, err := cli.ListPools(ctx, &adminv1.ListPoolsRequest{})
+		if err != nil {
+			return false
+		}
+		for _, p := range r.GetPools() {
+			if s := p.GetState(); s != adminv1.PoolState_POOL_STATE_RUNNING && s != adminv1.PoolState_POOL_STATE_PAUSED {
+				return false
+			}
+		}
+		return len(r.GetPools()) == 2
+	}, 60*time.Second, 50*time.Millisecond, "pools did not connect: %s", d.stderr)
+	return d
+}
+
+// lockedWriter serialises the child's stderr copy with the test's reads.
+type lockedWriter struct {
+	mu  sync.Mutex
+	buf *bytes.Buffer
+}
+
+func (w *lockedWriter) Write(p []byte) (int, error) {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	return w.buf.Write(p)
+}
+
+func (w *lockedWriter) String() string {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	return w.buf.String()
+}
+
+func (d *daemon) terminate(t *testing.T) error {
+	t.Helper()
+	require.NoError(t, d.cmd.Process.Signal(syscall.SIGTERM))
+	select {
+	case err := <-d.done:
+		d.done <- err
+		return err
+	case <-time.After(60 * time.Second):
+		t.Fatalf("daemon did not stop within 60s after SIGTERM")
+		return nil
+	}
+}
+
+func (e *env) publishOrders(t *testing.T, n int, dupEvery int) int {
+	t.Helper()
+	conn, err := amqp.Dial(amqpURL())
+	require.NoError(t, err)
+	defer conn.Close()
+	ch, err := conn.Channel()
+	require.NoError(t, err)
+	require.NoError(t, ch.Confirm(false))
+	lines := 0
+	for i := range n {
+		o := shop.OrderPlaced{OrderID: uuid.New(), CustomerID: uuid.New(), Lines: []shop.OrderLine{{ProductID: uuid.New(), Quantity: "1.000"}}}
+		payload, _ := json.Marshal(o)
+		body, err := envelope.Encode(envelope.Envelope{EventID: uuid.Must(uuid.NewV7()), EventName: shop.EventOrderPlaced, OccurredAt: time.Now().UTC(), Payload: payload})
+		require.NoError(t, err)
+		copies := 1
+		if dupEvery > 0 && i%dupEvery == 0 {
+			copies = 2
+		}
+		for range copies {
+			dc, err := ch.PublishWithDeferredConfirmWithContext(context.Background(), e.exchange, shop.EventOrderPlaced, false, false,
+				amqp.Publishing{ContentType: "application/json", DeliveryMode: amqp.Persistent, Body: body})
+			require.NoError(t, err)
+			ok, err := dc.WaitContext(context.Background())
+			require.NoError(t, err)
+			require.True(t, ok)
+		}
+		lines++
+	}
+	return lines
+}
+
+func count(t *testing.T, dsn, q string) int {
+	t.Helper()
+	db, err := pgxpool.New(context.Background(), dsn)
+	require.NoError(t, err)
+	defer db.Close()
+	var n int
+	require.NoError(t, db.QueryRow(context.Background(), q).Scan(&n))
+	return n
+}
+
+// A configuration with mistakes: the daemon refuses to start, names each
+// key, and exits 2 without touching the broker.
+func TestConfigMistakesRefuseToStart(t *testing.T) {
+	t.Parallel()
+	dir := t.TempDir()
+	bad := `log: {level: loud}
+broker: {url: "amqp://guest:guest@127.0.0.1:5672/", exchange: never_declared_` + uuid.NewString()[:8] + `}
+services:
+  - name: stock
+    database: postgres://postgres@127.0.0.1:5432/stock
+    horizon: 1h
+    min_horizon: 24h
+    pools:
+      - name: p1
+        queue: q1
+        bindings: [order.order.placed.v1]
+        handlers: [stock.reserve, nope.handler]
+        concurrency: 0
+        batchsize: 3
+        retry: {delays: [1s, "3 days"]}
+      - name: p1
+        queue: q2
+        bindings: [order.order.placed.v1]
+        handlers: [stock.reserve]
+`
+	path := filepath.Join(dir, "bad.yaml")
+	require.NoError(t, os.WriteFile(path, []byte(bad), 0o600))
+	for _, cmd := range []string{"run", "check"} {
+		out, err := exec.Command(binary, cmd, "-config", path).CombinedOutput()
+		var exitErr *exec.ExitError
+		require.ErrorAs(t, err, &exitErr)
+		require.Equal(t, 2, exitErr.ExitCode(), string(out))
+		for _, key := range []string{"log.level", "services[0].pools[0].handlers[1]", "services[0].pools[0].concurrency",
+			"services[0].pools[0].batchsize", "services[0].pools[0].retry.delays[1]", "services[0].pools[1].name", "services[0].horizon"} {
+			require.Contains(t, string(out), key, "output must name %s:\n%s", key, out)
+		}
+	}
+}
+
+// SIGTERM under load: the daemon finishes and acks its in-flight batches
+// and exits 0; after a restart everything is applied exactly once.
+func TestSIGTERMUnderLoadThenRestart(t *testing.T) {
+	t.Parallel()
+	e := newEnv(t)
+	cfg := e.config(t, "")
+	d := e.start(t, cfg)
+	n := 2000
+	if testing.Short() {
+		n = 500
+	}
+	done := make(chan int)
+	go func() { done <- e.publishOrders(t, n, 10) }()
+	require.Eventually(t, func() bool { return count(t, e.stockDSN, `SELECT count(*) FROM reservation`) > 100 }, 60*time.Second, 20*time.Millisecond)
+	require.NoError(t, d.terminate(t), "exit 0 after SIGTERM; logs:\n%s", d.stderr)
+	require.Contains(t, d.stderr.String(), "daemon: stopped")
+	sent := <-done
+	d2 := e.start(t, cfg)
+	defer func() {
+		if t.Failed() {
+			out, _ := exec.Command("rabbitmqctl", "list_queues", "name", "messages_ready", "messages_unacknowledged", "consumers").CombinedOutput()
+			t.Logf("queues:\n%s", out)
+			_ = d2.cmd.Process.Signal(syscall.SIGQUIT)
+			time.Sleep(2 * time.Second)
+			t.Logf("first daemon:\n%s", d.stderr)
+			t.Logf("daemon goroutines:\n%s", d2.stderr)
+		}
+	}()
+	require.Eventually(t, func() bool { return count(t, e.stockDSN, `SELECT count(*) FROM reservation`) == sent }, 90*time.Second, 50*time.Millisecond,
+		"sent %d, reservations %d, processed_event %d; logs:\n%s", sent, count(t, e.stockDSN, `SELECT count(*) FROM reservation`),
+		count(t, e.stockDSN, `SELECT count(*) FROM processed_event`), d2.stderr)
+	time.Sleep(500 * time.Millisecond)
+	require.Equal(t, sent, count(t, e.stockDSN, `SELECT count(*) FROM reservation`))
+	require.Equal(t, sent, count(t, e.stockDSN, `SELECT count(*) FROM processed_event`))
+}
+
+func adminClient(t *testing.T, addr, token string) (adminv1.AdminServiceClient, context.Context) {
+	t.Helper()
+	conn, err := grpc.NewClient(addr, grpc.WithTransportCredentials(insecure.NewCredentials()))
+	require.NoError(t, err)
+	t.Cleanup(func() { conn.Close() })
+	ctx := metadata.AppendToOutgoingContext(context.Background(), "authorization", "Bearer "+token)
+	return adminv1.NewAdminServiceClient(conn), ctx
+}
+
+// The admin API against the real daemon: pause through daemon A stops the
+// pool on daemon B sharing the database; a lower horizon is refused, then
+// forced with audit and used by the next purge; failed messages are listed
+// without being removed and retried into exactly-once processing.
+func TestAdminAcrossDaemons(t *testing.T) {
+	t.Parallel()
+	e := newEnv(t)
+	cfgA := e.config(t, "")
+	a := e.start(t, cfgA)
+	addrA := e.adminAddr
+	cfgB := filepath.Join(e.dir, "b.yaml")
+	raw, err := os.ReadFile(cfgA)
+	require.NoError(t, err)
+	addrB, metricsB := freePort(t), freePort(t)
+	bcfg := strings.Replace(strings.Replace(string(raw), addrA, addrB, 1), e.metrics, metricsB, 1)
+	require.NoError(t, os.WriteFile(cfgB, []byte(bcfg), 0o600))
+	e.adminAddr = addrB
+	e.start(t, cfgB)
+	cliA, ctx := adminClient(t, addrA, adminToken)
+	cliB, _ := adminClient(t, addrB, adminToken)
+	pool := "stock-events-" + e.suffix
+
+	// Pause through A: B's pool pauses too.
+	_, err = cliA.PausePool(ctx, &adminv1.PausePoolRequest{Pool: pool, Reason: "e2e"})
+	require.NoError(t, err)
+	require.Eventually(t, func() bool {
+		r, err := cliB.ListPools(ctx, &adminv1.ListPoolsRequest{Service: "stock"})
+		return err == nil && r.GetPools()[0].GetState() == adminv1.PoolState_POOL_STATE_PAUSED
+	}, 10*time.Second, 50*time.Millisecond)
+	sent := e.publishOrders(t, 50, 0)
+	time.Sleep(700 * time.Millisecond)
+	require.Zero(t, count(t, e.stockDSN, `SELECT count(*) FROM reservation`), "nothing consumed while paused")
+	_, err = cliB.ResumePool(ctx, &adminv1.ResumePoolRequest{Pool: pool})
+	require.NoError(t, err)
+	require.Eventually(t, func() bool { return count(t, e.stockDSN, `SELECT count(*) FROM reservation`) == sent }, 30*time.Second, 50*time.Millisecond)
+
+	// Horizon: below the floor refused, then forced and audited.
+	_, err = cliA.SetHorizon(ctx, &adminv1.SetHorizonRequest{Service: "stock", Horizon: durationpb.New(time.Hour)})
+	require.Equal(t, codes.FailedPrecondition, status.Code(err))
+	h, err := cliA.SetHorizon(ctx, &adminv1.SetHorizonRequest{Service: "stock", Horizon: durationpb.New(time.Hour), Force: true})
+	require.NoError(t, err)
+	require.Equal(t, "ops", h.GetHorizon().GetUpdatedBy())
+	require.Equal(t, 1, count(t, e.stockDSN, `SELECT count(*) FROM platform.horizon_audit WHERE forced AND changed_by = 'ops'`))
+	// The next purge uses it: rows 2h old go, the fresh ones stay.
+	db, err := pgxpool.New(context.Background(), e.stockDSN)
+	require.NoError(t, err)
+	defer db.Close()
+	_, err = db.Exec(context.Background(), `INSERT INTO processed_event SELECT gen_random_uuid(), now() - interval '2 hours' FROM generate_series(1, 30)`)
+	require.NoError(t, err)
+	run, err := cliB.RunPurge(ctx, &adminv1.RunPurgeRequest{Service: "stock"})
+	require.NoError(t, err)
+	require.EqualValues(t, 30, run.GetRun().GetDeleted())
+	require.Equal(t, sent, count(t, e.stockDSN, `SELECT count(*) FROM processed_event`))
+	runs, err := cliA.ListPurgeRuns(ctx, &adminv1.ListPurgeRunsRequest{Service: "stock"})
+	require.NoError(t, err)
+	require.NotEmpty(t, runs.GetRuns())
+
+	// Failed messages: a permanent payload error lands in the failure
+	// queue; listing leaves it there; retry brings it back (and it fails
+	// again, permanently, since the cause is not fixed).
+	conn, err := amqp.Dial(amqpURL())
+	require.NoError(t, err)
+	defer conn.Close()
+	ch, err := conn.Channel()
+	require.NoError(t, err)
+	badID := uuid.Must(uuid.NewV7())
+	body, err := envelope.Encode(envelope.Envelope{EventID: badID, EventName: shop.EventOrderPlaced, OccurredAt: time.Now().UTC(),
+		Payload: json.RawMessage(`{"order_id": 5}`)})
+	require.NoError(t, err)
+	require.NoError(t, ch.PublishWithContext(ctx, e.exchange, shop.EventOrderPlaced, false, false, amqp.Publishing{Body: body}))
+	var listed *adminv1.ListFailedMessagesResponse
+	require.Eventually(t, func() bool {
+		listed, err = cliA.ListFailedMessages(ctx, &adminv1.ListFailedMessagesRequest{Pool: pool})
+		return err == nil && len(listed.GetMessages()) == 1
+	}, 20*time.Second, 100*time.Millisecond)
+	require.Equal(t, badID.String(), listed.GetMessages()[0].GetEventId())
+	require.Equal(t, "permanent", listed.GetMessages()[0].GetFailureReason())
+	again, err := cliA.ListFailedMessages(ctx, &adminv1.ListFailedMessagesRequest{Pool: pool})
+	require.NoError(t, err)
+	require.Len(t, again.GetMessages(), 1, "listing leaves messages in place")
+	retried, err := cliA.RetryFailedMessages(ctx, &adminv1.RetryFailedMessagesRequest{Pool: pool, EventIds: []string{badID.String()}})
+	require.NoError(t, err)
+	require.EqualValues(t, 1, retried.GetRetried())
+	require.Eventually(t, func() bool {
+		l, err := cliA.ListFailedMessages(ctx, &adminv1.ListFailedMessagesRequest{Pool: pool})
+		return err == nil && len(l.GetMessages()) == 1
+	}, 20*time.Second, 100*time.Millisecond, "the retried copy fails again and comes back")
+
+	// Lookup of a processed id, and of an unknown pool.
+	_, err = cliA.PausePool(ctx, &adminv1.PausePoolRequest{Pool: "nope"})
+	require.Equal(t, codes.NotFound, status.Code(err))
+	_ = a
+}

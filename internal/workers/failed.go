@@ -1,0 +1,154 @@
+package workers
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"strings"
+	"time"
+
+	"github.com/google/uuid"
+	amqp "github.com/rabbitmq/amqp091-go"
+)
+
+// FailedMessage describes one message of a failure queue.
+type FailedMessage struct {
+	EventID, EventName string
+	Reason, Error      string
+	Attempt            int
+	FailedAt           time.Time
+	Pool, RoutingKey   string
+}
+
+// failedListMax bounds what one listing or retry holds unacked.
+const failedListMax = 100_000
+
+// headersResetOnRetry are the failure and retry bookkeeping headers a
+// retried copy drops: it starts over at attempt 0.
+var headersResetOnRetry = []string{
+	HeaderAttempt, HeaderFailureReason, HeaderError, HeaderFailedAt, headerPublishID,
+	"x-death", "x-first-death-exchange", "x-first-death-queue", "x-first-death-reason",
+	"x-last-death-exchange", "x-last-death-queue", "x-last-death-reason", "x-delivery-count",
+}
+
+// peekIDs reads event_id and event_name from a body without the strict
+// checks (a decode failure may still carry readable ids).
+func peekIDs(body []byte) (id, name string) {
+	var v struct {
+		EventID   string `json:"event_id"`
+		EventName string `json:"event_name"`
+	}
+	if json.Unmarshal(body, &v) == nil {
+		return v.EventID, v.EventName
+	}
+	return "", ""
+}
+
+func failedOf(d *amqp.Delivery) FailedMessage {
+	m := FailedMessage{Attempt: attemptOf(d.Headers), RoutingKey: originalRoutingKey(d)}
+	m.EventID, m.EventName = peekIDs(d.Body)
+	m.Reason, _ = d.Headers[HeaderFailureReason].(string)
+	m.Error, _ = d.Headers[HeaderError].(string)
+	m.Pool, _ = d.Headers[HeaderPool].(string)
+	if s, ok := d.Headers[HeaderFailedAt].(string); ok {
+		m.FailedAt, _ = time.Parse(time.RFC3339, s)
+	}
+	return m
+}
+
+// withFailedQueue opens a connection and a channel, reads how many
+// messages the failure queue of queue holds, and runs fn; closing the
+// channel afterwards returns every message fn did not ack to the queue, in
+// its place.
+func withFailedQueue(ctx context.Context, url, queue string, fn func(conn *amqp.Connection, ch *amqp.Channel, count int) error) error {
+	conn, err := amqp.DialConfig(url, amqp.Config{Properties: amqp.Table{"connection_name": "platformd-admin"}})
+	if err != nil {
+		return fmt.Errorf("failed queue of %s: %w", queue, err)
+	}
+	defer conn.Close()
+	ch, err := conn.Channel()
+	if err != nil {
+		return fmt.Errorf("failed queue of %s: %w", queue, err)
+	}
+	defer func() { _ = ch.Close() }()
+	q, err := ch.QueueDeclarePassive(FailedQueue(queue), true, false, false, false, nil)
+	if err != nil {
+		return fmt.Errorf("failed queue of %s: %w", queue, err)
+	}
+	if ctx.Err() != nil {
+		return ctx.Err()
+	}
+	return fn(conn, ch, min(q.Messages, failedListMax))
+}
+
+// ListFailed returns up to limit messages of queue's failure queue, in
+// queue order, and leaves every message there: they are fetched without
+// ack and returned to the queue when the channel closes.
+func ListFailed(ctx context.Context, url, queue string, limit int) ([]FailedMessage, error) {
+	var out []FailedMessage
+	err := withFailedQueue(ctx, url, queue, func(_ *amqp.Connection, ch *amqp.Channel, count int) error {
+		for range min(count, limit) {
+			if ctx.Err() != nil {
+				return ctx.Err()
+			}
+			d, ok, err := ch.Get(FailedQueue(queue), false)
+			if err != nil {
+				return fmt.Errorf("read failed queue of %s: %w", queue, err)
+			}
+			if !ok {
+				break
+			}
+			out = append(out, failedOf(&d))
+		}
+		return nil
+	})
+	return out, err
+}
+
+// RetryFailed moves the chosen messages of queue's failure queue (those
+// whose event id is in ids, or all) back to queue with the attempt count
+// reset and the x-replay header set. Each copy is confirmed by the broker
+// before its original is acked; the others stay where they were.
+func RetryFailed(ctx context.Context, url, queue string, ids []uuid.UUID, all bool, actor string) (int, error) {
+	want := make(map[string]bool, len(ids))
+	for _, id := range ids {
+		want[strings.ToLower(id.String())] = true
+	}
+	moved := 0
+	err := withFailedQueue(ctx, url, queue, func(conn *amqp.Connection, ch *amqp.Channel, count int) error {
+		pubConn := &Conn{url: url, name: "platformd-admin-publish", conn: conn, dialed: true}
+		pub := NewPublisher(pubConn, 1)
+		defer pub.Close()
+		for range count {
+			if ctx.Err() != nil {
+				return ctx.Err()
+			}
+			d, ok, err := ch.Get(FailedQueue(queue), false)
+			if err != nil {
+				return fmt.Errorf("read failed queue of %s: %w", queue, err)
+			}
+			if !ok {
+				break
+			}
+			id, _ := peekIDs(d.Body)
+			if !all && !want[strings.ToLower(id)] {
+				continue
+			}
+			msg := copyOf(&d)
+			for _, h := range headersResetOnRetry {
+				delete(msg.Headers, h)
+			}
+			msg.Headers[HeaderReplay] = "retry-failed:" + actor
+			msg.Headers[HeaderOriginalRoutingKey] = originalRoutingKey(&d)
+			if errs := pub.Publish(ctx, []outgoing{{queue: queue, msg: msg}}); errs[0] != nil {
+				return fmt.Errorf("retry %s to %s: %w", id, queue, errs[0])
+			}
+			if err := d.Ack(false); err != nil {
+				return fmt.Errorf("retry %s: remove original: %w", id, err)
+			}
+			moved++
+		}
+		return nil
+	})
+	return moved, err
+}
