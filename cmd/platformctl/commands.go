@@ -244,12 +244,14 @@ func newFailedCmd(a *app) *cobra.Command {
 	}
 	list.Flags().Int32Var(&limit, "limit", 0, "at most this many messages, up to 10000 (0: the server's default, 100)")
 
-	var all bool
+	var all, override bool
 	retry := &cobra.Command{
 		Use:   "retry POOL (EVENT_ID... | --all)",
 		Short: "Move failed messages back to the pool's queue (admin token)",
 		Long: `Move failed messages back to the pool's queue with their attempt count reset:
-those with the given event ids, or every one with --all.`,
+those with the given event ids, or every one with --all. Messages quarantined
+as beyond_horizon are quarantined again unless --override-beyond-horizon says
+the operator knows they were never applied.`,
 		Example: "  platformctl failed retry stock-events 9a8b7c6d-5e4f-4a3b-8c2d-1e0f9a8b7c6d\n  platformctl failed retry stock-events --all",
 		Args:    cobra.MinimumNArgs(1),
 		RunE: runE(func(cmd *cobra.Command, args []string) error {
@@ -262,7 +264,7 @@ those with the given event ids, or every one with --all.`,
 			}
 			return invoke(cmd.Context(), a,
 				func(ctx context.Context, c adminv1.AdminServiceClient) (*adminv1.RetryFailedMessagesResponse, error) {
-					return c.RetryFailedMessages(ctx, &adminv1.RetryFailedMessagesRequest{Pool: pool, EventIds: ids, All: all})
+					return c.RetryFailedMessages(ctx, &adminv1.RetryFailedMessagesRequest{Pool: pool, EventIds: ids, All: all, OverrideBeyondHorizon: override})
 				},
 				func(w io.Writer, resp *adminv1.RetryFailedMessagesResponse) {
 					row(w, "RETRIED")
@@ -271,6 +273,7 @@ those with the given event ids, or every one with --all.`,
 		}),
 	}
 	retry.Flags().BoolVar(&all, "all", false, "retry every message of the failure queue")
+	retry.Flags().BoolVar(&override, "override-beyond-horizon", false, "let the copies through the beyond-horizon guard")
 	cmd.AddCommand(list, retry)
 	return cmd
 }

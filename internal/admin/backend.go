@@ -56,7 +56,7 @@ type Backend interface {
 	// event ids, or every one when all is set (ids is then empty), back to
 	// the pool's queue with the attempt count reset, and returns how many
 	// were moved.
-	RetryFailedMessages(ctx context.Context, pool string, ids []uuid.UUID, all bool, actor string) (int, error)
+	RetryFailedMessages(ctx context.Context, pool string, ids []uuid.UUID, all, overrideBeyondHorizon bool, actor string) (int, error)
 }
 
 // Pool states reported in PoolInfo.State.

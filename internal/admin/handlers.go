@@ -165,7 +165,7 @@ func (s *Server) RetryFailedMessages(ctx context.Context, req *adminv1.RetryFail
 	if err != nil {
 		return nil, err
 	}
-	n, err := s.backend.RetryFailedMessages(ctx, req.GetPool(), ids, req.GetAll(), ActorFromContext(ctx))
+	n, err := s.backend.RetryFailedMessages(ctx, req.GetPool(), ids, req.GetAll(), req.GetOverrideBeyondHorizon(), ActorFromContext(ctx))
 	if err != nil {
 		return nil, s.toStatus(ctx, "RetryFailedMessages", err)
 	}

@@ -240,11 +240,11 @@ func (b *backend) ListFailedMessages(ctx context.Context, name string, limit int
 	return out, nil
 }
 
-func (b *backend) RetryFailedMessages(ctx context.Context, name string, ids []uuid.UUID, all bool, actor string) (int, error) {
+func (b *backend) RetryFailedMessages(ctx context.Context, name string, ids []uuid.UUID, all, override bool, actor string) (int, error) {
 	p, _, err := b.pool(name)
 	if err != nil {
 		return 0, err
 	}
-	n, err := workers.RetryFailed(ctx, b.d.amqpURL, p.Config().Queue, ids, all, actor)
+	n, err := workers.RetryFailed(ctx, b.d.amqpURL, p.Config().Queue, ids, all, override, actor)
 	return n, unavailable(err)
 }

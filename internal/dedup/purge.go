@@ -16,6 +16,12 @@ const (
 	PurgeBatchSizeDefault    = 10_000
 	PurgeChunkTimeoutDefault = 10 * time.Second
 	PurgePauseDefault        = 20 * time.Millisecond
+	// PurgeTargetChunkDefault is the chunk duration Purge aims under: a
+	// chunk holds row locks and competes with consumers for I/O, so its
+	// size adapts to stay below this whatever the table's size and the
+	// machine's load.
+	PurgeTargetChunkDefault = 150 * time.Millisecond
+	purgeMinChunk           = 100
 )
 
 // PurgeParams configures Purge.
@@ -23,8 +29,13 @@ type PurgeParams struct {
 	// Horizon: rows processed before now()-Horizon, by the database clock,
 	// are deleted. Must be positive.
 	Horizon time.Duration
-	// BatchSize is the rows deleted per chunk (default 10000).
+	// BatchSize is the most rows deleted per chunk (default 10000). The
+	// chunk shrinks when a chunk takes longer than TargetChunk and grows
+	// back up to BatchSize when chunks are fast.
 	BatchSize int
+	// TargetChunk is the chunk duration to stay under (default
+	// PurgeTargetChunkDefault; -1 keeps every chunk at BatchSize).
+	TargetChunk time.Duration
 	// ChunkTimeout bounds each chunk's transaction (default 10s); it is set
 	// as the chunk's statement_timeout too.
 	ChunkTimeout time.Duration
@@ -76,6 +87,8 @@ func Purge(ctx context.Context, db *pgxpool.Pool, p PurgeParams) (PurgeResult, e
 	batch := cmp.Or(p.BatchSize, PurgeBatchSizeDefault)
 	chunkTimeout := cmp.Or(p.ChunkTimeout, PurgeChunkTimeoutDefault)
 	pause := cmp.Or(p.Pause, PurgePauseDefault)
+	target := cmp.Or(p.TargetChunk, PurgeTargetChunkDefault)
+	size := batch
 
 	if err := db.QueryRow(ctx, `SELECT now() - make_interval(secs => $1::float8 / 1e6)`,
 		p.Horizon.Microseconds()).Scan(&res.Cutoff); err != nil {
@@ -90,7 +103,7 @@ func Purge(ctx context.Context, db *pgxpool.Pool, p PurgeParams) (PurgeResult, e
 	}
 	for {
 		start := time.Now()
-		n, err := purgeChunk(ctx, db, res.Cutoff, batch, chunkTimeout)
+		n, err := purgeChunk(ctx, db, res.Cutoff, size, chunkTimeout)
 		took := time.Since(start)
 		if err != nil {
 			return res, fmt.Errorf("dedup: purge chunk %d: %w", res.Chunks+1, err)
@@ -101,8 +114,11 @@ func Purge(ctx context.Context, db *pgxpool.Pool, p PurgeParams) (PurgeResult, e
 		if p.OnChunkFunc != nil {
 			p.OnChunkFunc(n, took)
 		}
-		if n < int64(batch) {
+		if n < int64(size) {
 			return res, nil
+		}
+		if target > 0 {
+			size = nextChunkSize(size, batch, took, target)
 		}
 		if pause > 0 {
 			jitter := time.Duration(rand.Int64N(int64(pause)/2 + 1))
@@ -131,4 +147,17 @@ func purgeChunk(ctx context.Context, db *pgxpool.Pool, cutoff time.Time, batch i
 		return nil
 	})
 	return n, err
+}
+
+// nextChunkSize scales the chunk so the next one takes about target: down
+// in proportion when a chunk was slow, doubling back towards max when it
+// was fast.
+func nextChunkSize(size, maxSize int, took, target time.Duration) int {
+	switch {
+	case took > target:
+		size = int(float64(size) * float64(target) / float64(took) * 0.8)
+	case took < target/2:
+		size *= 2
+	}
+	return min(max(size, min(purgeMinChunk, maxSize)), maxSize)
 }

@@ -120,3 +120,14 @@ func TestPurgeDoesNotBlockInserts(t *testing.T) {
 	// No consumer batch waited for the whole purge.
 	require.Less(t, longest, total)
 }
+
+func TestNextChunkSize(t *testing.T) {
+	t.Parallel()
+	target := 150 * time.Millisecond
+	require.Equal(t, 2400, dedup.NextChunkSize(10000, 10000, 500*time.Millisecond, target))
+	require.Equal(t, 10000, dedup.NextChunkSize(10000, 10000, 10*time.Millisecond, target))
+	require.Equal(t, 4000, dedup.NextChunkSize(2000, 10000, 10*time.Millisecond, target))
+	require.Equal(t, 2000, dedup.NextChunkSize(2000, 10000, 100*time.Millisecond, target))
+	require.Equal(t, 100, dedup.NextChunkSize(150, 10000, 10*time.Second, target))
+	require.Equal(t, 50, dedup.NextChunkSize(50, 50, 10*time.Second, target))
+}

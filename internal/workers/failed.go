@@ -107,9 +107,10 @@ func ListFailed(ctx context.Context, url, queue string, limit int) ([]FailedMess
 
 // RetryFailed moves the chosen messages of queue's failure queue (those
 // whose event id is in ids, or all) back to queue with the attempt count
-// reset and the x-replay header set. Each copy is confirmed by the broker
+// reset and the x-replay header set (and, with overrideBeyondHorizon, the
+// header that lets them through the beyond-horizon guard). Each copy is confirmed by the broker
 // before its original is acked; the others stay where they were.
-func RetryFailed(ctx context.Context, url, queue string, ids []uuid.UUID, all bool, actor string) (int, error) {
+func RetryFailed(ctx context.Context, url, queue string, ids []uuid.UUID, all, overrideBeyondHorizon bool, actor string) (int, error) {
 	want := make(map[string]bool, len(ids))
 	for _, id := range ids {
 		want[strings.ToLower(id.String())] = true
@@ -139,6 +140,9 @@ func RetryFailed(ctx context.Context, url, queue string, ids []uuid.UUID, all bo
 				delete(msg.Headers, h)
 			}
 			msg.Headers[HeaderReplay] = "retry-failed:" + actor
+			if overrideBeyondHorizon {
+				msg.Headers[HeaderBeyondHorizonOverride] = true
+			}
 			msg.Headers[HeaderOriginalRoutingKey] = originalRoutingKey(&d)
 			if errs := pub.Publish(ctx, []outgoing{{queue: queue, msg: msg}}); errs[0] != nil {
 				return fmt.Errorf("retry %s to %s: %w", id, queue, errs[0])

@@ -2,12 +2,12 @@ package workers
 
 import (
 	"context"
-	"fmt"
 	"os/exec"
 	"sync/atomic"
 	"testing"
 	"time"
 
+	"github.com/google/uuid"
 	"github.com/prometheus/client_golang/prometheus/testutil"
 	amqp "github.com/rabbitmq/amqp091-go"
 	"github.com/stretchr/testify/require"
@@ -316,4 +316,55 @@ func TestPoolPicksUpStoredPause(t *testing.T) {
 	b.waitFor("drained", func() bool { return b.reservations() == 20 })
 }
 
-var _ = fmt.Sprintf
+// Listing a failure queue leaves every message in place, in order;
+// RetryFailed moves the chosen ones back with the attempt count reset and
+// the replay header, and a quarantined beyond-horizon event goes through
+// only with the override.
+func TestFailedListAndRetry(t *testing.T) {
+	t.Parallel()
+	b := newBundle(t)
+	b.cfg.HorizonFunc = func() time.Duration { return time.Hour }
+	b.start(shop.HandlerStockReserve, "test.probe")
+	old, _ := b.order(1)
+	old.EventID = uuidV4(t)
+	old.OccurredAt = time.Now().Add(-3 * time.Hour).UTC()
+	flaky, _ := b.order(1)
+	b.failN[flaky.EventID] = 3 // exhausts 2 delays, then succeeds on retry
+	b.publishEnv(old, nil)
+	b.publishEnv(flaky, nil)
+	b.waitFor("two failed", func() bool { return b.pool.Info().Failed == 2 })
+
+	for range 2 {
+		list, err := ListFailed(b.ctx, b.url, b.queue, 10)
+		require.NoError(t, err)
+		require.Len(t, list, 2)
+		require.Equal(t, old.EventID.String(), list[0].EventID)
+		require.Equal(t, ReasonBeyondHorizon, list[0].Reason)
+		require.Equal(t, ReasonRetriesExhausted, list[1].Reason)
+		require.Equal(t, 2, list[1].Attempt)
+		require.Equal(t, shop.EventOrderPlaced, list[1].RoutingKey)
+	}
+	require.Equal(t, 2, b.queueDepth(FailedQueue(b.queue)))
+
+	n, err := RetryFailed(b.ctx, b.url, b.queue, []uuid.UUID{flaky.EventID}, false, false, "ops")
+	require.NoError(t, err)
+	require.Equal(t, 1, n)
+	b.waitFor("flaky processed", func() bool { return b.pool.Info().Processed == 1 })
+	b.mu.Lock()
+	require.Equal(t, []int{0, 1, 2, 0}, b.attempts[flaky.EventID]) // attempt count reset
+	b.mu.Unlock()
+	require.InDelta(t, 0, b.dupCount(metrics.SourceReplay), 0)
+
+	// Without the override the old event is quarantined again; with it,
+	// it is applied.
+	n, err = RetryFailed(b.ctx, b.url, b.queue, nil, true, false, "ops")
+	require.NoError(t, err)
+	require.Equal(t, 1, n)
+	b.waitFor("quarantined again", func() bool { return b.pool.Info().Failed == 3 && b.queueDepth(FailedQueue(b.queue)) == 1 })
+	n, err = RetryFailed(b.ctx, b.url, b.queue, []uuid.UUID{old.EventID}, false, true, "ops")
+	require.NoError(t, err)
+	require.Equal(t, 1, n)
+	b.waitFor("old applied", func() bool { return b.pool.Info().Processed == 2 })
+	require.Equal(t, 0, b.queueDepth(FailedQueue(b.queue)))
+	require.Equal(t, 2, b.reservations())
+}

@@ -361,7 +361,7 @@ func (b *Backend) ListFailedMessages(ctx context.Context, pool string, limit int
 }
 
 // RetryFailedMessages implements admin.Backend.
-func (b *Backend) RetryFailedMessages(ctx context.Context, pool string, ids []uuid.UUID, all bool, actor string) (int, error) {
+func (b *Backend) RetryFailedMessages(ctx context.Context, pool string, ids []uuid.UUID, all, _ bool, actor string) (int, error) {
 	if err := b.begin(ctx, Call{Method: "RetryFailedMessages", Pool: pool, IDs: slices.Clone(ids), All: all, Actor: actor}); err != nil {
 		return 0, err
 	}

@@ -1685,9 +1685,14 @@ type RetryFailedMessagesRequest struct {
 	// hyphenated form; at most 10000.
 	EventIds []string `protobuf:"bytes,2,rep,name=event_ids,json=eventIds,proto3" json:"event_ids,omitempty"`
 	// all retries every message in the pool's failure queue.
-	All           bool `protobuf:"varint,3,opt,name=all,proto3" json:"all,omitempty"`
-	unknownFields protoimpl.UnknownFields
-	sizeCache     protoimpl.SizeCache
+	All bool `protobuf:"varint,3,opt,name=all,proto3" json:"all,omitempty"`
+	// override_beyond_horizon lets the retried copies through the
+	// beyond-horizon guard (header x-beyond-horizon-override: true): the
+	// operator asserts these events were never applied, although their
+	// processed_event rows may have been purged. Audited with the token name.
+	OverrideBeyondHorizon bool `protobuf:"varint,4,opt,name=override_beyond_horizon,json=overrideBeyondHorizon,proto3" json:"override_beyond_horizon,omitempty"`
+	unknownFields         protoimpl.UnknownFields
+	sizeCache             protoimpl.SizeCache
 }
 
 func (x *RetryFailedMessagesRequest) Reset() {
@@ -1737,6 +1742,13 @@ func (x *RetryFailedMessagesRequest) GetEventIds() []string {
 func (x *RetryFailedMessagesRequest) GetAll() bool {
 	if x != nil {
 		return x.All
+	}
+	return false
+}
+
+func (x *RetryFailedMessagesRequest) GetOverrideBeyondHorizon() bool {
+	if x != nil {
+		return x.OverrideBeyondHorizon
 	}
 	return false
 }
@@ -1895,11 +1907,12 @@ const file_platform_admin_v1_admin_proto_rawDesc = "" +
 	"\x04pool\x18\x01 \x01(\tR\x04pool\x12\x14\n" +
 	"\x05limit\x18\x02 \x01(\x05R\x05limit\"Z\n" +
 	"\x1aListFailedMessagesResponse\x12<\n" +
-	"\bmessages\x18\x01 \x03(\v2 .platform.admin.v1.FailedMessageR\bmessages\"_\n" +
+	"\bmessages\x18\x01 \x03(\v2 .platform.admin.v1.FailedMessageR\bmessages\"\x97\x01\n" +
 	"\x1aRetryFailedMessagesRequest\x12\x12\n" +
 	"\x04pool\x18\x01 \x01(\tR\x04pool\x12\x1b\n" +
 	"\tevent_ids\x18\x02 \x03(\tR\beventIds\x12\x10\n" +
-	"\x03all\x18\x03 \x01(\bR\x03all\"7\n" +
+	"\x03all\x18\x03 \x01(\bR\x03all\x126\n" +
+	"\x17override_beyond_horizon\x18\x04 \x01(\bR\x15overrideBeyondHorizon\"7\n" +
 	"\x1bRetryFailedMessagesResponse\x12\x18\n" +
 	"\aretried\x18\x01 \x01(\x05R\aretried*\x89\x01\n" +
 	"\tPoolState\x12\x1a\n" +

@@ -1,0 +1,4 @@
+package dedup
+
+// NextChunkSize exposes nextChunkSize to the tests.
+var NextChunkSize = nextChunkSize
