@@ -154,8 +154,8 @@ func (e *env) start(t *testing.T, cfgPath string) *daemon {
 	go func() { d.done <- d.cmd.Wait() }()
 	t.Cleanup(func() {
 		_ = d.cmd.Process.Kill()
-		<-d.done
-		d.done <- nil
+		err := <-d.done
+		d.done <- err
 	})
 	require.Eventually(t, func() bool {
 		select {
@@ -221,18 +221,33 @@ func (d *daemon) terminate(t *testing.T) error {
 
 func (e *env) publishOrders(t *testing.T, n int, dupEvery int) int {
 	t.Helper()
-	conn, err := amqp.Dial(amqpURL())
+	sent, err := e.publish(n, dupEvery)
 	require.NoError(t, err)
+	return sent
+}
+
+// publish sends n one-line orders, every dupEvery-th twice (a relay
+// republish), each confirmed; it returns the number of distinct orders.
+func (e *env) publish(n int, dupEvery int) (int, error) {
+	conn, err := amqp.Dial(amqpURL())
+	if err != nil {
+		return 0, err
+	}
 	defer conn.Close()
 	ch, err := conn.Channel()
-	require.NoError(t, err)
-	require.NoError(t, ch.Confirm(false))
-	lines := 0
+	if err != nil {
+		return 0, err
+	}
+	if err := ch.Confirm(false); err != nil {
+		return 0, err
+	}
 	for i := range n {
 		o := shop.OrderPlaced{OrderID: uuid.New(), CustomerID: uuid.New(), Lines: []shop.OrderLine{{ProductID: uuid.New(), Quantity: "1.000"}}}
 		payload, _ := json.Marshal(o)
 		body, err := envelope.Encode(envelope.Envelope{EventID: uuid.Must(uuid.NewV7()), EventName: shop.EventOrderPlaced, OccurredAt: time.Now().UTC(), Payload: payload})
-		require.NoError(t, err)
+		if err != nil {
+			return i, err
+		}
 		copies := 1
 		if dupEvery > 0 && i%dupEvery == 0 {
 			copies = 2
@@ -240,14 +255,15 @@ func (e *env) publishOrders(t *testing.T, n int, dupEvery int) int {
 		for range copies {
 			dc, err := ch.PublishWithDeferredConfirmWithContext(context.Background(), e.exchange, shop.EventOrderPlaced, false, false,
 				amqp.Publishing{ContentType: "application/json", DeliveryMode: amqp.Persistent, Body: body})
-			require.NoError(t, err)
-			ok, err := dc.WaitContext(context.Background())
-			require.NoError(t, err)
-			require.True(t, ok)
+			if err != nil {
+				return i, err
+			}
+			if ok, err := dc.WaitContext(context.Background()); err != nil || !ok {
+				return i, fmt.Errorf("publish %d not confirmed: %w", i, err)
+			}
 		}
-		lines++
 	}
-	return lines
+	return n, nil
 }
 
 func count(t *testing.T, dsn, q string) int {
@@ -311,7 +327,13 @@ func TestSIGTERMUnderLoadThenRestart(t *testing.T) {
 		n = 500
 	}
 	done := make(chan int)
-	go func() { done <- e.publishOrders(t, n, 10) }()
+	go func() {
+		sent, err := e.publish(n, 10)
+		if err != nil {
+			t.Errorf("publish: %v", err)
+		}
+		done <- sent
+	}()
 	require.Eventually(t, func() bool { return count(t, e.stockDSN, `SELECT count(*) FROM reservation`) > 100 }, 60*time.Second, 20*time.Millisecond)
 	require.NoError(t, d.terminate(t), "exit 0 after SIGTERM; logs:\n%s", d.stderr)
 	require.Contains(t, d.stderr.String(), "daemon: stopped")

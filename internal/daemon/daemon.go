@@ -157,7 +157,7 @@ func Run(ctx context.Context, cfg *config.Config, reg *consumer.Registry, opts O
 	}
 	<-ctx.Done()
 	logger.Info("daemon: shutting down")
-	d.Stop()
+	d.Stop() //nolint:contextcheck // shutdown starts because ctx is done; it must not use it
 	logger.Info("daemon: stopped")
 	return nil
 }
@@ -190,7 +190,7 @@ func start(ctx context.Context, cfg *config.Config, reg *consumer.Registry, logg
 	d := &Daemon{cfg: cfg, reg: reg, log: logger, metrics: metrics.New(), pools: map[string]*workers.Pool{},
 		poolSvc: map[string]*service{}, cancel: cancel, amqpURL: cfg.Broker.URL}
 	ok := false
-	defer func() {
+	defer func() { //nolint:contextcheck // cleanup of a failed start must run whatever ctx says
 		if !ok {
 			d.Stop()
 		}

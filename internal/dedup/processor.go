@@ -167,7 +167,7 @@ func (p *Processor) processFast(ctx context.Context, events []consumer.Event, pr
 	if err != nil {
 		return -1, err
 	}
-	defer rollback(tx)
+	defer rollback(ctx, tx)
 
 	var inserted map[uuid.UUID]struct{}
 	if !p.skip {
@@ -206,7 +206,7 @@ func (p *Processor) processIsolated(ctx context.Context, events []consumer.Event
 	if err != nil {
 		return err
 	}
-	defer rollback(tx)
+	defer rollback(ctx, tx)
 	for _, i := range primaries {
 		if i == known {
 			continue
@@ -259,8 +259,8 @@ func (p *Processor) begin(ctx context.Context) (pgx.Tx, error) {
 }
 
 // rollback ends tx if it is still open, even when the caller's ctx is done.
-func rollback(tx pgx.Tx) {
-	_ = tx.Rollback(context.WithoutCancel(context.Background()))
+func rollback(ctx context.Context, tx pgx.Tx) {
+	_ = tx.Rollback(context.WithoutCancel(ctx))
 }
 
 const insertSQL = `INSERT INTO processed_event (event_id, processed_at)

@@ -83,12 +83,17 @@ func (b *testBundle) processor(t testing.TB, handlers ...string) *dedup.Processo
 
 func orderEvent(t testing.TB, lines int) consumer.Event {
 	t.Helper()
+	return newOrderEvent(lines)
+}
+
+// newOrderEvent is an order of lines lines of quantity 2 (safe to call
+// from any goroutine).
+func newOrderEvent(lines int) consumer.Event {
 	o := shop.OrderPlaced{OrderID: uuid.New(), CustomerID: uuid.New()}
 	for range lines {
 		o.Lines = append(o.Lines, shop.OrderLine{ProductID: uuid.New(), Quantity: "2.000"})
 	}
-	payload, err := json.Marshal(o)
-	require.NoError(t, err)
+	payload, _ := json.Marshal(o) // a struct of uuids and strings cannot fail to marshal
 	return consumer.Event{ID: uuid.Must(uuid.NewV7()), Name: shop.EventOrderPlaced, OccurredAt: time.Now(), Payload: payload}
 }
 

@@ -97,7 +97,7 @@ func TestPurgeDoesNotBlockInserts(t *testing.T) {
 		defer close(stopped)
 		for ctx.Err() == nil {
 			start := time.Now()
-			rs, err := p.Process(ctx, []consumer.Event{orderEvent(t, 1), orderEvent(t, 1)})
+			rs, err := p.Process(ctx, []consumer.Event{newOrderEvent(1), newOrderEvent(1)})
 			if ctx.Err() != nil {
 				return
 			}
