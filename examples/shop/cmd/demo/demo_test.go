@@ -1,0 +1,72 @@
+package main
+
+import (
+	"strings"
+	"testing"
+
+	"github.com/stretchr/testify/require"
+
+	"github.com/platformd/platformd/examples/shop"
+	"github.com/platformd/platformd/internal/envelope"
+)
+
+// The end-to-end run needs PostgreSQL and RabbitMQ: `make demo`. These
+// tests cover the parts that do not.
+
+func TestParseMetrics(t *testing.T) {
+	t.Parallel()
+	text := `# HELP platformd_messages_total Messages handled, by outcome.
+# TYPE platformd_messages_total counter
+platformd_messages_total{outcome="processed",pool="stock-events",service="stock"} 1234
+platformd_messages_total{outcome="duplicate",pool="stock-events",service="stock"} 5
+platformd_messages_total{outcome="processed",pool="other",service="x"} 99
+platformd_duplicates_total{pool="shipping-events",service="shipping",source="replay"} 7 1700000000000
+platformd_pool_in_flight{pool="shipping-events",service="shipping"} 3
+platformd_failures_total{pool="stock-events",reason="a \"quoted\" one",service="stock"} 1
+go_goroutines 12
+`
+	s := &scraper{pools: map[string]bool{"stock-events": true, "shipping-events": true}}
+	c, err := s.collect(strings.NewReader(text))
+	require.NoError(t, err)
+	require.Equal(t, map[string]float64{"processed": 1234, "duplicate": 5}, c.outcome)
+	require.Equal(t, map[string]float64{"replay": 7}, c.source)
+	require.InDelta(t, 3, c.inFlight, 0)
+	require.InDelta(t, 1239, c.deliveries(), 0)
+
+	_, labels, _, err := parseSample(`platformd_x{a="b\\c\"d",e="f"} 1`)
+	require.NoError(t, err)
+	require.Equal(t, map[string]string{"a": `b\c"d`, "e": "f"}, labels)
+}
+
+func TestPlan(t *testing.T) {
+	t.Parallel()
+	p, err := newPlan(200, 0.1, 0.05, 42)
+	require.NoError(t, err)
+	require.Len(t, p.orders, 200)
+	require.Len(t, p.stockIDs, 200)
+	require.Equal(t, len(p.events), len(p.stockIDs)+len(p.shippingIDs))
+	require.Len(t, p.replay, share(len(p.events), 0.05))
+	seen := map[string]bool{}
+	marked := 0
+	for _, ev := range p.events {
+		env, err := envelope.Decode(ev.body, 0)
+		require.NoError(t, err)
+		require.Equal(t, ev.id, env.EventID)
+		require.Equal(t, ev.name, env.EventName)
+		require.EqualValues(t, 7, ev.id.Version(), "producer-set UUID v7")
+		require.False(t, seen[ev.id.String()], "ids are unique")
+		seen[ev.id.String()] = true
+		if ev.republish {
+			marked++
+		}
+	}
+	require.Equal(t, p.republished, marked)
+	require.Equal(t, share(len(p.events), 0.1), marked)
+	lines := 0
+	for _, o := range p.orders {
+		require.NoError(t, shop.OrderPlaced{OrderID: o.id, CustomerID: o.id, Lines: o.lines}.Validate())
+		require.Equal(t, statuses[o.version-1], o.status)
+		lines += len(o.lines)
+	}
+	require.Equal(t, p.lines, lines)
+}

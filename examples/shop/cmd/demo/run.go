@@ -1,0 +1,638 @@
+package main
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"net"
+	"net/url"
+	"os"
+	"path/filepath"
+	"slices"
+	"strings"
+	"time"
+
+	"github.com/google/uuid"
+	"github.com/jackc/pgx/v5/pgxpool"
+	amqp "github.com/rabbitmq/amqp091-go"
+
+	"github.com/platformd/platformd/examples/shop"
+	"github.com/platformd/platformd/internal/config"
+	"github.com/platformd/platformd/internal/metrics"
+	"github.com/platformd/platformd/internal/workers"
+)
+
+// Poll intervals: counters are scraped often because a SIGKILLed process
+// takes its counters with it.
+const (
+	killPoll  = 50 * time.Millisecond
+	drainPoll = 200 * time.Millisecond
+	// maxPollFailures is how many polls in a row may fail (platformd,
+	// RabbitMQ or PostgreSQL briefly unreachable) before the demo gives up.
+	maxPollFailures = 50
+	// stableFor is how many polls in a row the counters must not move, with
+	// nothing ready or in flight, before the queues count as drained.
+	stableFor = 3
+)
+
+// target is one consumer service of the shop as the config places it.
+type target struct {
+	service, pool, queue string
+	db                   *pgxpool.Pool
+	// watched are the queues that must be empty: the pool's queue and its
+	// retry delay queues.
+	watched []string
+	failed  string // the failure queue
+}
+
+func findTarget(cfg *config.Config, handler string) (*target, string, error) {
+	for _, s := range cfg.Services {
+		for _, p := range s.Pools {
+			if slices.Contains(p.Handlers, handler) {
+				t := &target{service: s.Name, pool: p.Name, queue: p.Queue, watched: []string{p.Queue}, failed: workers.FailedQueue(p.Queue)}
+				for _, d := range p.Retry.Delays {
+					t.watched = append(t.watched, workers.RetryQueue(p.Queue, d))
+				}
+				return t, s.Database, nil
+			}
+		}
+	}
+	return nil, "", fmt.Errorf("no pool of the config runs handler %s: the demo needs the shop's pools", handler)
+}
+
+// demo holds what a run needs across its steps.
+type demo struct {
+	o               options
+	out             io.Writer
+	cfg             *config.Config
+	plan            *plan
+	d               *daemon
+	scr             *scraper
+	in              *inspector
+	stock, shipping *target
+	past            counters // the counters of the runs already ended
+	runs            int
+	failedAtStart   map[string]int
+	killedAfter     []int // events processed (all runs) at each SIGKILL
+	leftover        int   // messages already waiting when the demo started
+	step, steps     int
+	started         time.Time
+	// proxy, when not nil, relays the broker traffic of the runs the demo
+	// kills; proxyEnv is their environment, pointing them at it.
+	proxy    *proxy
+	proxyEnv []string
+	// approx is set when a killed run's last counts may be missing.
+	approx     bool
+	lastScrape counters
+	logRel     string // the log's path, relative to the repository
+}
+
+func (dm *demo) say(format string, args ...any) {
+	dm.step++
+	_, _ = fmt.Fprintf(dm.out, "[%d/%d] "+format+"\n", append([]any{dm.step, dm.steps}, args...)...)
+}
+
+func (dm *demo) note(format string, args ...any) {
+	_, _ = fmt.Fprintf(dm.out, "      "+format+"\n", args...)
+}
+
+func (dm *demo) targets() []*target { return []*target{dm.stock, dm.shipping} }
+
+// run is the whole demo; the deferred clean-up stops platformd on every
+// exit path unless -keep-running asked to leave it (and all went well).
+func run(ctx context.Context, o options, out io.Writer) (err error) {
+	dm := &demo{o: o, out: out, steps: 6, started: time.Now()}
+	root, err := findRoot()
+	if err != nil {
+		return err
+	}
+	cfgPath := o.config
+	if cfgPath == "" {
+		cfgPath = filepath.Join(root, "examples", "shop", "platformd.yaml")
+	} else if cfgPath, err = filepath.Abs(cfgPath); err != nil {
+		return err
+	}
+	if dm.cfg, err = config.Load(cfgPath, nil); err != nil {
+		return err
+	}
+	var stockDSN, shippingDSN string
+	if dm.stock, stockDSN, err = findTarget(dm.cfg, shop.HandlerStockReserve); err != nil {
+		return err
+	}
+	if dm.shipping, shippingDSN, err = findTarget(dm.cfg, shop.HandlerShippingTrack); err != nil {
+		return err
+	}
+	if dm.scr, err = newScraper(dm.cfg.Metrics.Listen, []string{dm.stock.pool, dm.shipping.pool}); err != nil {
+		return err
+	}
+	if dm.plan, err = newPlan(o.orders, o.republishShare, o.replayShare, o.seed); err != nil {
+		return err
+	}
+	if o.kills > 0 {
+		if err := dm.setupProxy(cfgPath); err != nil {
+			return err
+		}
+		if dm.proxy != nil {
+			defer dm.proxy.close()
+		}
+	}
+
+	if err := dm.portsFree(); err != nil {
+		return err
+	}
+	results := filepath.Join(root, "results", "demo-"+time.Now().Format("20060102-150405"))
+	if err := os.MkdirAll(results, 0o755); err != nil {
+		return err
+	}
+	tmp, err := os.MkdirTemp("", "platformd-demo-")
+	if err != nil {
+		return err
+	}
+	dm.d = &daemon{config: cfgPath, logPath: filepath.Join(results, "platformd.log")}
+	keep := false
+	defer func() {
+		if keep {
+			return // the binary stays in tmp for the running daemon
+		}
+		if dm.d.running() {
+			if serr := dm.d.stop(10 * time.Second); serr != nil && err == nil {
+				err = serr
+			}
+		}
+		_ = os.RemoveAll(tmp)
+	}()
+
+	dm.say("building platformd and preparing the stock and shipping databases")
+	if dm.d.bin, err = buildDaemon(ctx, root, tmp); err != nil {
+		return err
+	}
+	// The build is not counted in -timeout.
+	ctx, cancel := context.WithTimeoutCause(ctx, o.timeout,
+		fmt.Errorf("the demo did not finish within -timeout %s (try fewer -orders)", o.timeout))
+	defer cancel()
+	defer func() {
+		if err != nil && errors.Is(err, context.DeadlineExceeded) {
+			err = fmt.Errorf("%w: %w", context.Cause(ctx), err)
+		}
+	}()
+	if err := dm.d.command(ctx, "migrate", "-config", cfgPath, "-create-db"); err != nil {
+		return err
+	}
+	conn, err := amqp.Dial(dm.cfg.Broker.URL)
+	if err != nil {
+		return fmt.Errorf("connect to RabbitMQ at %s: %w (is it running? `make services` starts it)", config.RedactURL(dm.cfg.Broker.URL), err)
+	}
+	defer conn.Close()
+	dm.in = &inspector{conn: conn}
+	defer dm.in.close()
+	// Pools, not single connections: a connection PostgreSQL drops (a
+	// restart) is replaced at the next query.
+	if dm.stock.db, err = pgxpool.New(ctx, stockDSN); err != nil {
+		return fmt.Errorf("connect to the stock database: %w", err)
+	}
+	defer dm.stock.db.Close()
+	if dm.shipping.db, err = pgxpool.New(ctx, shippingDSN); err != nil {
+		return fmt.Errorf("connect to the shipping database: %w", err)
+	}
+	defer dm.shipping.db.Close()
+	if err := dm.preflight(); err != nil {
+		return err
+	}
+
+	dm.logRel = dm.d.logPath
+	if rel, err := filepath.Rel(root, dm.d.logPath); err == nil {
+		dm.logRel = rel
+	}
+	dm.say("starting platformd (its log: %s)", dm.logRel)
+	if err := dm.startDaemon(ctx, o.keepRunning && o.kills == 0, o.kills > 0); err != nil {
+		return err
+	}
+	if dm.leftover > 0 {
+		dm.note("%d messages of an earlier run were still queued: platformd processes them too", dm.leftover)
+	}
+
+	pl := dm.plan
+	dm.say("publishing %d orders (%d events, one UUID v7 event_id each); the relay republishes %d of them",
+		len(pl.orders), len(pl.events), pl.republished)
+	if err := dm.produce(ctx, conn); err != nil {
+		return err
+	}
+
+	dm.say("waiting until both queues are drained")
+	if _, err := dm.waitDrained(ctx, nil); err != nil {
+		return err
+	}
+
+	var final counters
+	if n := len(pl.replay); n > 0 {
+		dm.say("replaying %d already-processed events with header %s: demo", n, workers.HeaderReplay)
+		prod, err := newProducer(conn, dm.cfg.Broker.Exchange)
+		if err != nil {
+			return err
+		}
+		before, err := dm.scr.scrape(ctx)
+		if err != nil {
+			return fmt.Errorf("read platformd's metrics: %w", err)
+		}
+		err = prod.publish(ctx, pl.replay, amqp.Table{workers.HeaderReplay: "demo"})
+		prod.close()
+		if err != nil {
+			return fmt.Errorf("replay: %w", err)
+		}
+		want := before.source[metrics.SourceReplay] + float64(n)
+		if final, err = dm.waitDrained(ctx, func(c counters) bool { return c.source[metrics.SourceReplay] >= want }); err != nil {
+			return err
+		}
+	} else {
+		dm.say("replay skipped (-replay-share 0)")
+		if final, err = dm.scr.scrape(ctx); err != nil {
+			return fmt.Errorf("read platformd's metrics: %w", err)
+		}
+	}
+	total := dm.past.add(final)
+
+	if o.keepRunning {
+		dm.say("leaving platformd running; checking the databases")
+	} else {
+		dm.say("stopping platformd (SIGTERM) and checking the databases")
+		if err := dm.d.stop(30 * time.Second); err != nil {
+			return err
+		}
+	}
+	var v verdict
+	for attempt := 1; ; attempt++ {
+		if v, err = dm.verify(ctx); err == nil {
+			break
+		}
+		if attempt == 5 || ctx.Err() != nil {
+			return err
+		}
+		time.Sleep(time.Second) // PostgreSQL restarting?
+	}
+	dm.report(total, v)
+	if len(v.problems) > 0 {
+		return fmt.Errorf("exactly once does NOT hold:\n  %s", strings.Join(v.problems, "\n  "))
+	}
+	if o.keepRunning {
+		keep = true
+		dm.printAddresses()
+	}
+	return nil
+}
+
+// preflight refuses to start when another platformd consumes the shop's
+// queues, and notes what the queues hold before the demo publishes
+// anything.
+func (dm *demo) preflight() error {
+	dm.failedAtStart = map[string]int{}
+	for _, t := range dm.targets() {
+		for _, q := range t.watched {
+			ready, consumers, _, err := dm.in.queue(q)
+			if err != nil {
+				return err
+			}
+			if consumers > 0 {
+				return fmt.Errorf("queue %s already has %d consumer(s): another platformd is consuming it; stop it first", q, consumers)
+			}
+			dm.leftover += ready
+		}
+		ready, _, _, err := dm.in.queue(t.failed)
+		if err != nil {
+			return err
+		}
+		dm.failedAtStart[t.failed] = ready
+	}
+	return nil
+}
+
+// portsFree fails if platformd's metrics or admin address is taken.
+func (dm *demo) portsFree() error {
+	for _, a := range []struct{ what, addr, env string }{
+		{"metrics", dm.cfg.Metrics.Listen, "PLATFORMD_METRICS_LISTEN"},
+		{"admin", dm.cfg.Admin.Listen, "PLATFORMD_ADMIN_LISTEN"},
+	} {
+		l, err := net.Listen("tcp", a.addr)
+		if err != nil {
+			return fmt.Errorf("the %s address %s is already in use: is a platformd still running (e.g. a demo run with -keep-running)? "+
+				"Stop it, or set %s: %w", a.what, a.addr, a.env, err)
+		}
+		_ = l.Close()
+	}
+	return nil
+}
+
+// startDaemon starts `platformd run` and waits until it consumes both
+// queues.
+// A run the demo will kill is proxied: it reaches RabbitMQ through the
+// demo's proxy.
+func (dm *demo) startDaemon(ctx context.Context, detach, proxied bool) error {
+	var env []string
+	if proxied && dm.proxy != nil {
+		env = dm.proxyEnv
+	}
+	if err := dm.d.start(detach, env); err != nil {
+		return err
+	}
+	dm.runs++
+	ctx, cancel := context.WithTimeout(ctx, 30*time.Second)
+	defer cancel()
+	tick := time.NewTicker(100 * time.Millisecond)
+	defer tick.Stop()
+	for {
+		select {
+		case <-ctx.Done():
+			return fmt.Errorf("platformd did not start consuming %s and %s within 30s: %w%s",
+				dm.stock.queue, dm.shipping.queue, ctx.Err(), dm.d.tail())
+		case <-dm.d.exited:
+			return dm.d.exitedErr()
+		case <-tick.C:
+		}
+		if _, err := dm.scr.scrape(ctx); err != nil {
+			continue
+		}
+		ready := true
+		for _, t := range dm.targets() {
+			_, consumers, _, err := dm.in.queue(t.queue)
+			if err != nil {
+				return err
+			}
+			ready = ready && consumers > 0
+		}
+		if ready {
+			return nil
+		}
+	}
+}
+
+// produce publishes the plan while it SIGKILLs platformd -kills times
+// mid-stream, each time right after a scrape of its counters, and starts it
+// again.
+func (dm *demo) produce(ctx context.Context, conn *amqp.Connection) error {
+	prod, err := newProducer(conn, dm.cfg.Broker.Exchange)
+	if err != nil {
+		return err
+	}
+	defer prod.close()
+	ctx, cancel := context.WithCancel(ctx)
+	defer cancel()
+	done := make(chan error, 1)
+	go func() { done <- prod.run(ctx, dm.plan) }()
+	var prodDone bool
+	total := len(dm.plan.events)
+	for k := 1; k <= dm.o.kills; k++ {
+		threshold := float64(total) * float64(k) / float64(dm.o.kills+1)
+		last, err := dm.pollUntil(ctx, killPoll, func(c counters) bool {
+			return dm.past.outcome[outProcessed]+c.outcome[outProcessed] >= threshold
+		}, done, &prodDone)
+		if err != nil {
+			return err
+		}
+		if dm.proxy != nil {
+			dm.note("platformd loses its broker connection mid-stream: it commits what it holds, its acks are lost")
+			dm.proxy.freeze()
+			if last, err = dm.settle(ctx, done, &prodDone); err != nil {
+				return err
+			}
+		} else {
+			// Counters move only once a batch is acked: what is committed
+			// and acked between this scrape and the kill is counted nowhere.
+			dm.approx = true
+		}
+		dm.d.kill()
+		if dm.proxy != nil {
+			dm.proxy.cut()
+		}
+		dm.past = dm.past.add(last)
+		rows, err := dm.countRows(ctx)
+		if err != nil {
+			return err
+		}
+		committed := rows[0] + rows[1]
+		dm.killedAfter = append(dm.killedAfter, committed)
+		dm.note("SIGKILL platformd (%d of %d events committed): RabbitMQ requeues every delivery it did not see acked", committed, total)
+		dm.d.logf("SIGKILL sent by the demo (its broker traffic was cut first: %t)", dm.proxy != nil)
+		dm.note("restarting platformd")
+		if err := dm.startDaemon(ctx, dm.o.keepRunning && k == dm.o.kills, k < dm.o.kills); err != nil {
+			return err
+		}
+	}
+	if !prodDone {
+		select {
+		case err := <-done:
+			if err != nil {
+				return fmt.Errorf("producer: %w", err)
+			}
+		case <-dm.d.exited:
+			return dm.d.exitedErr()
+		case <-ctx.Done():
+			return context.Cause(ctx)
+		}
+	}
+	dm.note("published %d events and %d relay republishes, all confirmed by the broker",
+		prod.published.Load(), prod.republished.Load())
+	return nil
+}
+
+// settle waits, while the proxy drops platformd's traffic, until platformd
+// has settled every delivery it holds (nothing in flight, counters still),
+// and returns its counters then: they are this run's final counts. It gives
+// up after a few seconds (a worker waiting for a publisher confirm never
+// settles) and returns the last scrape, marking the counts approximate.
+func (dm *demo) settle(ctx context.Context, done <-chan error, prodDone *bool) (counters, error) {
+	sctx, cancel := context.WithTimeout(ctx, 5*time.Second)
+	defer cancel()
+	stable, prev := 0, -1.0
+	last, err := dm.pollUntil(sctx, killPoll, func(c counters) bool {
+		n := c.deliveries()
+		if c.inFlight == 0 && n == prev {
+			stable++
+		} else {
+			stable = 0
+		}
+		prev = n
+		return stable >= stableFor
+	}, done, prodDone)
+	if err != nil && ctx.Err() == nil && errors.Is(err, context.DeadlineExceeded) {
+		dm.approx = true
+		return dm.lastScrape, nil
+	}
+	return last, err
+}
+
+// setupProxy puts the demo's proxy between platformd and RabbitMQ for the
+// runs it kills, if the config takes its broker URL from
+// PLATFORMD_AMQP_URL (the shop's does) and the URL is plain amqp. Else
+// platformd is simply SIGKILLed and the counts of the killed runs are
+// approximate.
+func (dm *demo) setupProxy(cfgPath string) error {
+	const envURL = "PLATFORMD_AMQP_URL"
+	u, err := url.Parse(dm.cfg.Broker.URL)
+	if err != nil || u.Scheme != "amqp" {
+		return nil
+	}
+	upstream := u.Host
+	if u.Port() == "" {
+		upstream = net.JoinHostPort(u.Hostname(), "5672")
+	}
+	p, err := newProxy(upstream)
+	if err != nil {
+		return fmt.Errorf("broker proxy: %w", err)
+	}
+	pu := *u
+	pu.Host = p.addr()
+	// Does the config read the variable? Load it again with it set.
+	old, had := os.LookupEnv(envURL)
+	_ = os.Setenv(envURL, pu.String())
+	cfg, err := config.Load(cfgPath, nil)
+	if had {
+		_ = os.Setenv(envURL, old)
+	} else {
+		_ = os.Unsetenv(envURL)
+	}
+	if err != nil || cfg.Broker.URL != pu.String() {
+		_ = p.close()
+		return nil
+	}
+	dm.proxy, dm.proxyEnv = p, append(os.Environ(), envURL+"="+pu.String())
+	return nil
+}
+
+// pollUntil scrapes the counters every interval until cond holds, and
+// returns that scrape. It fails if platformd exits or the producer fails;
+// a producer that finishes sets *prodDone.
+func (dm *demo) pollUntil(ctx context.Context, interval time.Duration, cond func(counters) bool, done <-chan error, prodDone *bool) (counters, error) {
+	tick := time.NewTicker(interval)
+	defer tick.Stop()
+	fails := 0
+	for {
+		select {
+		case <-ctx.Done():
+			return counters{}, context.Cause(ctx)
+		case <-dm.d.exited:
+			return counters{}, dm.d.exitedErr()
+		case err := <-done:
+			if err != nil {
+				return counters{}, fmt.Errorf("producer: %w", err)
+			}
+			*prodDone, done = true, nil
+		case <-tick.C:
+		}
+		c, err := dm.scr.scrape(ctx)
+		if err != nil {
+			if fails++; fails >= maxPollFailures {
+				return counters{}, fmt.Errorf("read platformd's metrics: %w", err)
+			}
+			continue
+		}
+		fails = 0
+		dm.lastScrape = c
+		if cond(c) {
+			return c, nil
+		}
+	}
+}
+
+// waitDrained waits until every event of the plan has its processed_event
+// row, nothing is ready in the shop's queues (retry queues included) or in
+// flight in platformd, extra (if any) holds, and the counters have not
+// moved for a few polls. It returns the last scrape.
+func (dm *demo) waitDrained(ctx context.Context, extra func(counters) bool) (counters, error) {
+	tick := time.NewTicker(drainPoll)
+	defer tick.Stop()
+	rowsDone := false
+	var rows [2]int
+	stable, prev, fails := 0, -1.0, 0
+	lastNote := time.Now()
+	var c counters
+	for {
+		select {
+		case <-ctx.Done():
+			return c, fmt.Errorf("waiting for the queues to drain: %w", context.Cause(ctx))
+		case <-dm.d.exited:
+			return c, dm.d.exitedErr()
+		case <-tick.C:
+		}
+		ready, err := dm.drainState(ctx, &c, &rows, &rowsDone)
+		if err != nil {
+			// Tolerate a passing failure (PostgreSQL restarting...).
+			if fails++; fails >= maxPollFailures {
+				return c, err
+			}
+			stable = 0
+			continue
+		}
+		fails = 0
+		n := c.deliveries()
+		if rowsDone && ready == 0 && c.inFlight == 0 && n == prev && (extra == nil || extra(c)) {
+			if stable++; stable >= stableFor {
+				return c, nil
+			}
+		} else {
+			stable = 0
+		}
+		prev = n
+		if time.Since(lastNote) >= 5*time.Second {
+			lastNote = time.Now()
+			dm.note("still draining: %d ready in the queues, %d in flight, processed_event rows %d/%d stock, %d/%d shipping",
+				ready, int(c.inFlight), rows[0], len(dm.plan.stockIDs), rows[1], len(dm.plan.shippingIDs))
+		}
+	}
+}
+
+// countRows counts the processed_event rows of this run's events in the
+// stock and shipping databases.
+func (dm *demo) countRows(ctx context.Context) ([2]int, error) {
+	var rows [2]int
+	for i, t := range dm.targets() {
+		ids := [][]uuid.UUID{dm.plan.stockIDs, dm.plan.shippingIDs}[i]
+		if err := t.db.QueryRow(ctx, `SELECT count(*) FROM processed_event WHERE event_id = ANY($1)`, ids).Scan(&rows[i]); err != nil {
+			return rows, fmt.Errorf("count processed_event rows in %s: %w", t.service, err)
+		}
+	}
+	return rows, nil
+}
+
+// drainState scrapes the counters into *c, counts this run's
+// processed_event rows into *rows until they are all there (*rowsDone), and
+// returns the messages ready in the watched queues.
+func (dm *demo) drainState(ctx context.Context, c *counters, rows *[2]int, rowsDone *bool) (int, error) {
+	var err error
+	if *c, err = dm.scr.scrape(ctx); err != nil {
+		return 0, fmt.Errorf("read platformd's metrics: %w", err)
+	}
+	ready := 0
+	for _, t := range dm.targets() {
+		for _, q := range t.watched {
+			n, _, _, err := dm.in.queue(q)
+			if err != nil {
+				return 0, err
+			}
+			ready += n
+		}
+	}
+	if !*rowsDone {
+		if *rows, err = dm.countRows(ctx); err != nil {
+			return 0, err
+		}
+		*rowsDone = *rows == [2]int{len(dm.plan.stockIDs), len(dm.plan.shippingIDs)}
+	}
+	return ready, nil
+}
+
+func (dm *demo) printAddresses() {
+	token := `"$PLATFORMD_ADMIN_TOKEN"`
+	if os.Getenv("PLATFORMD_ADMIN_TOKEN") == "" {
+		for _, t := range dm.cfg.Admin.Tokens {
+			if t.Role == config.RoleAdmin && strings.Contains(t.Token, "demo") {
+				token = t.Token // the config's loopback-only demo default
+				break
+			}
+		}
+	}
+	_, _ = fmt.Fprintf(dm.out, "\nplatformd keeps running (pid %d, log %s)\n", dm.d.pid(), dm.logRel)
+	_, _ = fmt.Fprintf(dm.out, "  metrics: %s\n", dm.scr.url)
+	_, _ = fmt.Fprintf(dm.out, "  admin:   %s, e.g. PLATFORMD_TOKEN=%s go run ./cmd/platformctl --addr %s pools\n",
+		dm.cfg.Admin.Listen, token, dm.cfg.Admin.Listen)
+	_, _ = fmt.Fprintf(dm.out, "  stop it: kill %d\n", dm.d.pid())
+}

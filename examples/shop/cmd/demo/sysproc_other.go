@@ -1,0 +1,10 @@
+//go:build !linux
+
+package main
+
+import "syscall"
+
+// sysProcAttr: the demo is written for Linux; elsewhere platformd stays in
+// the demo's process group (a Ctrl-C in the terminal reaches it as well, and
+// it shuts down cleanly on its own).
+func sysProcAttr(bool) *syscall.SysProcAttr { return nil }
