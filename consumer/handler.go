@@ -17,6 +17,19 @@ type Handler interface {
 	Handle(ctx context.Context, tx pgx.Tx, ev Event) error
 }
 
+// BatchHandler is a Handler that can also apply the effects of many events
+// at once (one statement over all of them instead of one per event), which
+// is where a batch's throughput comes from. platformd calls HandleBatch with
+// the new events of a batch, in delivery order, inside the batch's
+// transaction. If it fails, the batch is rolled back and replayed event by
+// event through Handle, each in a savepoint of its own, so that only the
+// events that fail on their own are retried. HandleBatch must therefore have
+// exactly the effects of calling Handle for each event in order.
+type BatchHandler interface {
+	Handler
+	HandleBatch(ctx context.Context, tx pgx.Tx, events []Event) error
+}
+
 // HandlerFunc adapts a function to the Handler interface.
 type HandlerFunc func(ctx context.Context, tx pgx.Tx, ev Event) error
 

@@ -24,28 +24,63 @@ type OrderStatusChanged struct {
 // copy of state needs ordering, which processed_event does not give
 // (seed, step 6).
 const trackSQL = `INSERT INTO order_status (order_id, status, version, updated_at)
-VALUES ($1, $2, $3, now())
+SELECT s.order_id, s.status, s.version, now()
+FROM unnest($1::uuid[], $2::text[], $3::int[]) AS s(order_id, status, version)
 ON CONFLICT (order_id) DO UPDATE
 SET status = EXCLUDED.status, version = EXCLUDED.version, updated_at = EXCLUDED.updated_at
 WHERE order_status.version < EXCLUDED.version`
 
-// TrackStatus is the shipping.track_status handler: a versioned upsert of
-// the order's status.
+// TrackStatus is the shipping.track_status handler for one event: a
+// versioned upsert of the order's status.
 func TrackStatus(ctx context.Context, tx pgx.Tx, ev consumer.Event) error {
-	var s OrderStatusChanged
-	if err := decodeStrict(ev.Payload, &s); err != nil {
-		return consumer.Permanent(fmt.Errorf("shipping.track_status: payload: %w", err))
+	return trackHandler{}.HandleBatch(ctx, tx, []consumer.Event{ev})
+}
+
+// trackHandler is shipping.track_status; it implements
+// consumer.BatchHandler.
+type trackHandler struct{}
+
+// Handle applies one status change.
+func (trackHandler) Handle(ctx context.Context, tx pgx.Tx, ev consumer.Event) error {
+	return TrackStatus(ctx, tx, ev)
+}
+
+// HandleBatch applies a batch of status changes in one upsert. Applying
+// them one by one keeps, per order, the first change with the highest
+// version; so does reducing them to that change first (an upsert may not
+// touch a row twice).
+func (trackHandler) HandleBatch(ctx context.Context, tx pgx.Tx, evs []consumer.Event) error {
+	latest := make(map[uuid.UUID]OrderStatusChanged, len(evs))
+	var order []uuid.UUID
+	for _, ev := range evs {
+		var s OrderStatusChanged
+		if err := decodeStrict(ev.Payload, &s); err != nil {
+			return consumer.Permanent(fmt.Errorf("shipping.track_status: event %s: payload: %w", ev.ID, err))
+		}
+		switch {
+		case s.OrderID == uuid.Nil:
+			return consumer.Permanent(fmt.Errorf("shipping.track_status: event %s: payload: order_id: required", ev.ID))
+		case s.Status == "" || len(s.Status) > 64:
+			return consumer.Permanent(fmt.Errorf("shipping.track_status: event %s: payload: status: 1 to 64 bytes required", ev.ID))
+		case s.Version < 1:
+			return consumer.Permanent(fmt.Errorf("shipping.track_status: event %s: payload: version: must be >= 1", ev.ID))
+		}
+		cur, ok := latest[s.OrderID]
+		if !ok {
+			order = append(order, s.OrderID)
+		}
+		if !ok || s.Version > cur.Version {
+			latest[s.OrderID] = s
+		}
 	}
-	switch {
-	case s.OrderID == uuid.Nil:
-		return consumer.Permanent(errors.New("shipping.track_status: payload: order_id: required"))
-	case s.Status == "" || len(s.Status) > 64:
-		return consumer.Permanent(errors.New("shipping.track_status: payload: status: 1 to 64 bytes required"))
-	case s.Version < 1:
-		return consumer.Permanent(errors.New("shipping.track_status: payload: version: must be >= 1"))
+	ids := make([]uuid.UUID, len(order))
+	statuses := make([]string, len(order))
+	versions := make([]int32, len(order))
+	for i, id := range order {
+		ids[i], statuses[i], versions[i] = id, latest[id].Status, latest[id].Version
 	}
-	if _, err := tx.Exec(ctx, trackSQL, s.OrderID, s.Status, s.Version); err != nil {
-		return fmt.Errorf("shipping.track_status: upsert order %s: %w", s.OrderID, err)
+	if _, err := tx.Exec(ctx, trackSQL, ids, statuses, versions); err != nil {
+		return fmt.Errorf("shipping.track_status: upsert %d orders: %w", len(ids), err)
 	}
 	return nil
 }

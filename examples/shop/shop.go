@@ -40,7 +40,7 @@ func Register(reg *consumer.Registry) error {
 	if err := reg.Register(consumer.Registration{
 		Name:       HandlerStockReserve,
 		Events:     []string{EventOrderPlaced},
-		Handler:    consumer.HandlerFunc(Reserve),
+		Handler:    reserveHandler{},
 		Migrations: sub("stock"),
 	}); err != nil {
 		return err
@@ -48,7 +48,7 @@ func Register(reg *consumer.Registry) error {
 	return reg.Register(consumer.Registration{
 		Name:       HandlerShippingTrack,
 		Events:     []string{EventOrderStatusChanged},
-		Handler:    consumer.HandlerFunc(TrackStatus),
+		Handler:    trackHandler{},
 		Migrations: sub("shipping"),
 	})
 }

@@ -3,6 +3,7 @@ package shop_test
 import (
 	"context"
 	"encoding/json"
+	"fmt"
 	"io"
 	"log/slog"
 	"testing"
@@ -105,4 +106,56 @@ func TestPayloadErrorsArePermanent(t *testing.T) {
 		require.Equal(t, dedup.OutcomeFailed, rs[0].Outcome, raw)
 		require.True(t, rs[0].Permanent, raw)
 	}
+}
+
+// The same versions arriving in ONE batch (the batch upsert): version 3
+// kept, and the first of equal versions wins as it would one by one.
+func TestTrackStatusBatch(t *testing.T) {
+	t.Parallel()
+	p, row := newProcessor(t, shop.HandlerShippingTrack)
+	order, other := uuid.New(), uuid.New()
+	var evs []consumer.Event
+	for _, v := range []int32{3, 1, 2, 3} {
+		evs = append(evs, event(t, shop.EventOrderStatusChanged, shop.OrderStatusChanged{OrderID: order, Status: fmt.Sprintf("s%d-%d", v, len(evs)), Version: v}))
+	}
+	evs = append(evs, event(t, shop.EventOrderStatusChanged, shop.OrderStatusChanged{OrderID: other, Status: "placed", Version: 1}))
+	rs, err := p.Process(context.Background(), evs)
+	require.NoError(t, err)
+	for _, r := range rs {
+		require.Equal(t, dedup.OutcomeProcessed, r.Outcome, "%v", r.Err)
+	}
+	got := row(`SELECT status, version FROM order_status WHERE order_id = $1`, order)
+	require.Equal(t, "s3-0", got[0])
+	require.EqualValues(t, 3, got[1])
+	got = row(`SELECT status FROM order_status WHERE order_id = $1`, other)
+	require.Equal(t, "placed", got[0])
+}
+
+// One bad payload in a batch of 100 makes the batch insert fail; the batch
+// is replayed event by event and only that event fails, permanently.
+func TestReserveBatchWithOneBadPayload(t *testing.T) {
+	t.Parallel()
+	p, row := newProcessor(t, shop.HandlerStockReserve)
+	var evs []consumer.Event
+	for i := range 100 {
+		if i == 50 {
+			evs = append(evs, consumer.Event{ID: uuid.Must(uuid.NewV7()), Name: shop.EventOrderPlaced, Payload: json.RawMessage(`{"order_id": 1}`)})
+			continue
+		}
+		evs = append(evs, event(t, shop.EventOrderPlaced, shop.OrderPlaced{OrderID: uuid.New(), CustomerID: uuid.New(),
+			Lines: []shop.OrderLine{{ProductID: uuid.New(), Quantity: "1"}, {ProductID: uuid.New(), Quantity: "2"}}}))
+	}
+	rs, err := p.Process(context.Background(), evs)
+	require.NoError(t, err)
+	for i, r := range rs {
+		if i == 50 {
+			require.Equal(t, dedup.OutcomeFailed, r.Outcome)
+			require.True(t, r.Permanent)
+			continue
+		}
+		require.Equal(t, dedup.OutcomeProcessed, r.Outcome, "event %d: %v", i, r.Err)
+	}
+	require.EqualValues(t, 198, row(`SELECT count(*) FROM reservation`)[0])
+	require.EqualValues(t, 99, row(`SELECT count(*) FROM processed_event`)[0])
+	require.EqualValues(t, 0, row(`SELECT count(*) FROM processed_event WHERE event_id = $1`, evs[50].ID)[0])
 }

@@ -56,26 +56,45 @@ func isZero(q string) bool {
 }
 
 const reserveSQL = `INSERT INTO reservation (id, order_id, product_id, quantity, created_at)
-SELECT gen_random_uuid(), $1, l.product_id, l.quantity, now()
-FROM unnest($2::uuid[], $3::numeric[]) AS l(product_id, quantity)`
+SELECT gen_random_uuid(), l.order_id, l.product_id, l.quantity, now()
+FROM unnest($1::uuid[], $2::uuid[], $3::numeric[]) AS l(order_id, product_id, quantity)`
 
-// Reserve is the stock.reserve handler: one reservation row per order line.
-// A payload that does not decode or validate is a permanent error.
+// Reserve is the stock.reserve handler for one event: one reservation row
+// per order line. A payload that does not decode or validate is a
+// permanent error.
 func Reserve(ctx context.Context, tx pgx.Tx, ev consumer.Event) error {
-	var o OrderPlaced
-	if err := decodeStrict(ev.Payload, &o); err != nil {
-		return consumer.Permanent(fmt.Errorf("stock.reserve: payload: %w", err))
+	return reserveHandler{}.HandleBatch(ctx, tx, []consumer.Event{ev})
+}
+
+// reserveHandler is stock.reserve; it implements consumer.BatchHandler so
+// that a batch's reservations are one INSERT.
+type reserveHandler struct{}
+
+// Handle reserves one event's lines.
+func (reserveHandler) Handle(ctx context.Context, tx pgx.Tx, ev consumer.Event) error {
+	return Reserve(ctx, tx, ev)
+}
+
+// HandleBatch reserves the lines of every event in one statement.
+func (reserveHandler) HandleBatch(ctx context.Context, tx pgx.Tx, evs []consumer.Event) error {
+	var orders, products []uuid.UUID
+	var quantities []string
+	for _, ev := range evs {
+		var o OrderPlaced
+		if err := decodeStrict(ev.Payload, &o); err != nil {
+			return consumer.Permanent(fmt.Errorf("stock.reserve: event %s: payload: %w", ev.ID, err))
+		}
+		if err := o.Validate(); err != nil {
+			return consumer.Permanent(fmt.Errorf("stock.reserve: event %s: payload: %w", ev.ID, err))
+		}
+		for _, l := range o.Lines {
+			orders = append(orders, o.OrderID)
+			products = append(products, l.ProductID)
+			quantities = append(quantities, l.Quantity)
+		}
 	}
-	if err := o.Validate(); err != nil {
-		return consumer.Permanent(fmt.Errorf("stock.reserve: payload: %w", err))
-	}
-	products := make([]uuid.UUID, len(o.Lines))
-	quantities := make([]string, len(o.Lines))
-	for i, l := range o.Lines {
-		products[i], quantities[i] = l.ProductID, l.Quantity
-	}
-	if _, err := tx.Exec(ctx, reserveSQL, o.OrderID, products, quantities); err != nil {
-		return fmt.Errorf("stock.reserve: insert reservations of order %s: %w", o.OrderID, err)
+	if _, err := tx.Exec(ctx, reserveSQL, orders, products, quantities); err != nil {
+		return fmt.Errorf("stock.reserve: insert %d reservations: %w", len(orders), err)
 	}
 	return nil
 }

@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"runtime/debug"
+	"slices"
 
 	"github.com/google/uuid"
 	"github.com/jackc/pgx/v5"
@@ -90,11 +91,32 @@ type Processor struct {
 	db     *pgxpool.Pool
 	routes map[string][]Route
 	skip   bool
+	// order lists every handler once, each after the handlers routed
+	// before it for some event (registration order).
+	order []Route
 }
 
 // NewProcessor returns a Processor over db.
 func NewProcessor(db *pgxpool.Pool, cfg ProcessorConfig) *Processor {
-	return &Processor{db: db, routes: cfg.Routes, skip: cfg.SkipDedupInsert}
+	p := &Processor{db: db, routes: cfg.Routes, skip: cfg.SkipDedupInsert}
+	seen := map[string]bool{}
+	// Routes of every event list handlers in registration order; merge
+	// them into one order (stable across map iteration by sorting names
+	// of events first).
+	names := make([]string, 0, len(cfg.Routes))
+	for ev := range cfg.Routes {
+		names = append(names, ev)
+	}
+	slices.Sort(names)
+	for _, ev := range names {
+		for _, r := range cfg.Routes[ev] {
+			if !seen[r.Name] {
+				seen[r.Name] = true
+				p.order = append(p.order, r)
+			}
+		}
+	}
+	return p
 }
 
 // RoutesFor builds the routes of the named handlers from reg, in the order
@@ -127,20 +149,26 @@ func (p *Processor) Process(ctx context.Context, events []consumer.Event) ([]Res
 	// The first copy of each id is the one that runs; later copies in the
 	// same batch are duplicates of it.
 	primaries := make([]int, 0, len(events))
+	var seen map[uuid.UUID]struct{}
 	if len(events) > 1 {
-		seen := make(map[uuid.UUID]struct{}, len(events))
-		for i := range events {
+		seen = make(map[uuid.UUID]struct{}, len(events))
+	}
+	for i := range events {
+		if !p.Handles(events[i].Name) {
+			// Never recorded: a later deployment with a handler for it may
+			// still apply it.
+			err := consumer.Permanent(fmt.Errorf("%w %q", ErrNoHandler, events[i].Name))
+			results[i] = Result{Outcome: OutcomeFailed, Err: err, Permanent: true}
+			continue
+		}
+		if seen != nil {
 			if _, dup := seen[events[i].ID]; dup {
 				results[i].Outcome = OutcomeDuplicate
 				continue
 			}
 			seen[events[i].ID] = struct{}{}
-			primaries = append(primaries, i)
 		}
-	} else {
-		for i := range events {
-			primaries = append(primaries, i)
-		}
+		primaries = append(primaries, i)
 	}
 	if len(primaries) == 0 {
 		return results, nil
@@ -149,7 +177,7 @@ func (p *Processor) Process(ctx context.Context, events []consumer.Event) ([]Res
 	if err != nil {
 		return nil, err
 	}
-	if failed < 0 {
+	if failed == noFailure {
 		return results, nil
 	}
 	if err := p.processIsolated(ctx, events, primaries, failed, results); err != nil {
@@ -159,9 +187,10 @@ func (p *Processor) Process(ctx context.Context, events []consumer.Event) ([]Res
 }
 
 // processFast inserts every id in one statement, runs the handlers of the
-// inserted ones and commits once. On the first handler failure it rolls
-// back, records that failure in results and returns its index, so that the
-// caller replays the batch in isolation.
+// inserted ones and commits once. On a handler failure it rolls back and
+// returns the failing index (its result recorded) or unknownFailure, so
+// that the caller replays the batch in isolation; noFailure means
+// committed.
 func (p *Processor) processFast(ctx context.Context, events []consumer.Event, primaries []int, results []Result) (int, error) {
 	tx, err := p.begin(ctx)
 	if err != nil {
@@ -176,6 +205,7 @@ func (p *Processor) processFast(ctx context.Context, events []consumer.Event, pr
 			return -1, fmt.Errorf("dedup: insert processed_event: %w", err)
 		}
 	}
+	fresh := make([]int, 0, len(primaries))
 	for _, i := range primaries {
 		if !p.skip {
 			if _, ok := inserted[events[i].ID]; !ok {
@@ -183,19 +213,97 @@ func (p *Processor) processFast(ctx context.Context, events []consumer.Event, pr
 				continue
 			}
 		}
-		if r, err := p.runHandlers(ctx, tx, events[i]); err != nil {
-			if infra(ctx, tx, err) {
-				return -1, fmt.Errorf("dedup: handler %s: %w", r.Handler, err)
-			}
-			results[i] = r
-			return i, nil
+		fresh = append(fresh, i)
+	}
+	if len(fresh) > 0 {
+		failed, err := p.runFresh(ctx, tx, events, fresh, results)
+		if err != nil || failed != noFailure {
+			return failed, err
 		}
+	}
+	for _, i := range fresh {
 		results[i] = Result{Outcome: OutcomeProcessed}
 	}
 	if err := tx.Commit(ctx); err != nil {
 		return -1, fmt.Errorf("dedup: commit: %w", err)
 	}
 	return -1, nil
+}
+
+// noFailure and unknownFailure are runFresh's answers besides an index.
+const (
+	noFailure      = -1
+	unknownFailure = -2
+)
+
+// runFresh runs the handlers of the new events: handler by handler in
+// registration order, a BatchHandler once over all its events, any other
+// handler event by event. It returns noFailure, the index of the event
+// whose handler failed (its result recorded), or unknownFailure when a
+// batch call failed; err is an infrastructure error.
+func (p *Processor) runFresh(ctx context.Context, tx pgx.Tx, events []consumer.Event, fresh []int, results []Result) (int, error) {
+	var batch []consumer.Event
+	var idx []int
+	for _, h := range p.order {
+		batch, idx = batch[:0], idx[:0]
+		for _, i := range fresh {
+			if routed(p.routes[events[i].Name], h.Name) {
+				batch = append(batch, events[i])
+				idx = append(idx, i)
+			}
+		}
+		if len(batch) == 0 {
+			continue
+		}
+		if bh, ok := h.Handler.(consumer.BatchHandler); ok && len(batch) > 1 {
+			if err := callBatch(ctx, tx, bh, batch); err != nil {
+				if infra(ctx, tx, err) {
+					return noFailure, fmt.Errorf("dedup: handler %s: %w", h.Name, err)
+				}
+				return unknownFailure, nil
+			}
+			continue
+		}
+		for k, ev := range batch {
+			if err := callOne(ctx, tx, h.Handler, ev); err != nil {
+				if infra(ctx, tx, err) {
+					return noFailure, fmt.Errorf("dedup: handler %s: %w", h.Name, err)
+				}
+				results[idx[k]] = Result{Outcome: OutcomeFailed, Err: err, Permanent: consumer.IsPermanent(err), Handler: h.Name}
+				return idx[k], nil
+			}
+		}
+	}
+	return noFailure, nil
+}
+
+func routed(routes []Route, name string) bool {
+	for _, r := range routes {
+		if r.Name == name {
+			return true
+		}
+	}
+	return false
+}
+
+// callOne calls h for ev, turning a panic into a PanicError.
+func callOne(ctx context.Context, tx pgx.Tx, h consumer.Handler, ev consumer.Event) (err error) {
+	defer func() {
+		if v := recover(); v != nil {
+			err = &PanicError{Value: v, Stack: debug.Stack()}
+		}
+	}()
+	return h.Handle(ctx, tx, ev)
+}
+
+// callBatch calls h for evs, turning a panic into a PanicError.
+func callBatch(ctx context.Context, tx pgx.Tx, h consumer.BatchHandler, evs []consumer.Event) (err error) {
+	defer func() {
+		if v := recover(); v != nil {
+			err = &PanicError{Value: v, Stack: debug.Stack()}
+		}
+	}()
+	return h.HandleBatch(ctx, tx, evs)
 }
 
 // processIsolated replays the batch with one savepoint per event: each
@@ -292,23 +400,10 @@ func insertIDs(ctx context.Context, tx pgx.Tx, events []consumer.Event, idx []in
 
 // runHandlers calls every handler of ev in order, stopping at the first
 // error. A panic is recovered into a PanicError.
-func (p *Processor) runHandlers(ctx context.Context, tx pgx.Tx, ev consumer.Event) (res Result, err error) {
-	routes := p.routes[ev.Name]
-	if len(routes) == 0 {
-		err = consumer.Permanent(fmt.Errorf("%w %q", ErrNoHandler, ev.Name))
-		return Result{Outcome: OutcomeFailed, Err: err, Permanent: true}, err
-	}
-	var current string
-	defer func() {
-		if v := recover(); v != nil {
-			err = &PanicError{Value: v, Stack: debug.Stack()}
-			res = Result{Outcome: OutcomeFailed, Err: err, Handler: current}
-		}
-	}()
-	for _, r := range routes {
-		current = r.Name
-		if herr := r.Handler.Handle(ctx, tx, ev); herr != nil {
-			return Result{Outcome: OutcomeFailed, Err: herr, Permanent: consumer.IsPermanent(herr), Handler: r.Name}, herr
+func (p *Processor) runHandlers(ctx context.Context, tx pgx.Tx, ev consumer.Event) (Result, error) {
+	for _, r := range p.routes[ev.Name] {
+		if err := callOne(ctx, tx, r.Handler, ev); err != nil {
+			return Result{Outcome: OutcomeFailed, Err: err, Permanent: consumer.IsPermanent(err), Handler: r.Name}, err
 		}
 	}
 	return Result{Outcome: OutcomeProcessed}, nil
