@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"context"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"net"
 	"os"
@@ -32,7 +33,7 @@ import (
 	"github.com/platformd/platformd/internal/testdb"
 )
 
-var binary string
+var binary, ctlBinary, grpcurlBinary string
 
 func TestMain(m *testing.M) {
 	dir, err := os.MkdirTemp("", "platformd-e2e")
@@ -40,8 +41,17 @@ func TestMain(m *testing.M) {
 		panic(err)
 	}
 	binary = filepath.Join(dir, "platformd")
-	if out, err := exec.Command("go", "build", "-race", "-o", binary, ".").CombinedOutput(); err != nil {
-		panic(fmt.Sprintf("build platformd: %v\n%s", err, out))
+	ctlBinary = filepath.Join(dir, "platformctl")
+	grpcurlBinary = filepath.Join(dir, "grpcurl")
+	for _, b := range [][]string{
+		{"build", "-race", "-o", binary, "."},
+		{"build", "-o", ctlBinary, "../platformctl"},
+		// grpcurl is pinned in a tool module of its own.
+		{"build", "-modfile=../../tools/grpcurl/go.mod", "-o", grpcurlBinary, "github.com/fullstorydev/grpcurl/cmd/grpcurl"},
+	} {
+		if out, err := exec.Command("go", b...).CombinedOutput(); err != nil {
+			panic(fmt.Sprintf("go %v: %v\n%s", b, err, out))
+		}
 	}
 	code := m.Run()
 	_ = os.RemoveAll(dir)
@@ -454,8 +464,51 @@ func TestAdminAcrossDaemons(t *testing.T) {
 		return err == nil && len(l.GetMessages()) == 1
 	}, 20*time.Second, 100*time.Millisecond, "the retried copy fails again and comes back")
 
-	// Lookup of a processed id, and of an unknown pool.
+	// Unknown pool.
 	_, err = cliA.PausePool(ctx, &adminv1.PausePoolRequest{Pool: "nope"})
 	require.Equal(t, codes.NotFound, status.Code(err))
+
+	// grpcurl through server reflection, as outside tooling does.
+	out, err := exec.Command(grpcurlBinary, "-plaintext", "-H", "authorization: Bearer "+adminToken, addrA, "list").CombinedOutput()
+	require.NoError(t, err, string(out))
+	require.Contains(t, string(out), "platform.admin.v1.AdminService")
+	out, err = exec.Command(grpcurlBinary, "-plaintext", "-H", "authorization: Bearer "+adminToken, "-d", `{"service":"stock"}`,
+		addrA, "platform.admin.v1.AdminService/GetHorizon").CombinedOutput()
+	require.NoError(t, err, string(out))
+	require.Contains(t, string(out), `"updatedBy": "ops"`)
+
+	// platformctl against the real daemon, both output formats, and the
+	// exit codes scripts rely on.
+	ctl := func(args ...string) (string, int) {
+		cmd := exec.Command(ctlBinary, append([]string{"--addr", addrA}, args...)...)
+		cmd.Env = append(os.Environ(), "PLATFORMD_TOKEN="+adminToken)
+		out, err := cmd.CombinedOutput()
+		code := 0
+		var exitErr *exec.ExitError
+		if errors.As(err, &exitErr) {
+			code = exitErr.ExitCode()
+		}
+		return string(out), code
+	}
+	out2, code := ctl("pools", "--service", "stock")
+	require.Zero(t, code, out2)
+	require.Contains(t, out2, pool)
+	require.Contains(t, out2, "running")
+	out2, code = ctl("-o", "json", "lookup", badID.String(), "--service", "stock")
+	require.Zero(t, code, out2)
+	var lookup struct {
+		Results []struct {
+			Service   string `json:"service"`
+			Processed bool   `json:"processed"`
+		} `json:"results"`
+	}
+	require.NoError(t, json.Unmarshal([]byte(out2), &lookup), out2)
+	require.Equal(t, "stock", lookup.Results[0].Service)
+	require.False(t, lookup.Results[0].Processed)
+	out2, code = ctl("pool", "pause", "nope")
+	require.Equal(t, 3, code, out2)
+	require.Contains(t, out2, "NotFound")
+	out2, code = ctl("lookup", "{"+badID.String()+"}")
+	require.Equal(t, 4, code, out2)
 	_ = a
 }
