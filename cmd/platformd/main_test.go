@@ -6,7 +6,9 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"io"
 	"net"
+	"net/http"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -365,6 +367,23 @@ func TestSIGTERMUnderLoadThenRestart(t *testing.T) {
 	time.Sleep(500 * time.Millisecond)
 	require.Equal(t, sent, count(t, e.stockDSN, `SELECT count(*) FROM reservation`))
 	require.Equal(t, sent, count(t, e.stockDSN, `SELECT count(*) FROM processed_event`))
+
+	// The metrics of the contract, with their labels.
+	resp, err := http.Get("http://" + e.metrics + "/metrics")
+	require.NoError(t, err)
+	defer resp.Body.Close()
+	body, err := io.ReadAll(resp.Body)
+	require.NoError(t, err)
+	for _, want := range []string{
+		`platformd_messages_total{outcome="processed",pool="stock-events-` + e.suffix + `",service="stock"}`,
+		`platformd_duplicates_total{pool="stock-events-` + e.suffix + `",service="stock",source="republish"}`,
+		`platformd_batch_duration_seconds_bucket{pool="stock-events-` + e.suffix + `",service="stock"`,
+		`platformd_handler_duration_seconds_bucket{`,
+		`platformd_pool_paused{pool="stock-events-` + e.suffix + `",service="stock"} 0`,
+		`platformd_processed_event_rows_estimate{service="stock"}`,
+	} {
+		require.Contains(t, string(body), want)
+	}
 }
 
 func adminClient(t *testing.T, addr, token string) (adminv1.AdminServiceClient, context.Context) {

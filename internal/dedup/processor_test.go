@@ -421,3 +421,33 @@ func TestProcessNoHandlerIsPermanent(t *testing.T) {
 	require.ErrorIs(t, rs[0].Err, dedup.ErrNoHandler)
 	require.Equal(t, 0, b.processedRows(t, ev.ID))
 }
+
+// Every platformd session carries the timeouts that stop a stuck or
+// black-holed worker from holding a processed_event row for hours, and READ
+// COMMITTED (the dedup race resolution depends on it).
+func TestConnectSessionSettings(t *testing.T) {
+	t.Parallel()
+	b := setup(t)
+	ctx := context.Background()
+	for setting, want := range map[string]string{
+		"statement_timeout":                   "30s",
+		"idle_in_transaction_session_timeout": "15s",
+		"default_transaction_isolation":       "read committed",
+		"application_name":                    "platformd",
+	} {
+		var got string
+		require.NoError(t, b.db.QueryRow(ctx, "SELECT current_setting($1)", setting).Scan(&got))
+		require.Equal(t, want, got, setting)
+	}
+	// A session idle inside a transaction is cut by the server.
+	db, err := dedup.Connect(ctx, b.dsn, dedup.PoolConfig{IdleInTransactionTimeout: 200 * time.Millisecond})
+	require.NoError(t, err)
+	defer db.Close()
+	tx, err := db.Begin(ctx)
+	require.NoError(t, err)
+	_, err = tx.Exec(ctx, `INSERT INTO processed_event VALUES (gen_random_uuid(), now())`)
+	require.NoError(t, err)
+	time.Sleep(600 * time.Millisecond)
+	require.Error(t, tx.Commit(ctx))
+	require.Equal(t, 0, b.count(t, `SELECT count(*) FROM processed_event`))
+}
