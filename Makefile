@@ -55,10 +55,10 @@ fuzz: ## fuzz the envelope decoder (FuzzDecode) for FUZZTIME
 	$(GO) test -run='^$$' -fuzz=FuzzDecode -fuzztime=$(FUZZTIME) ./internal/envelope/
 
 .PHONY: chaos
-chaos: services ## chaos suite (test/chaos), if present
+chaos: services ## chaos suite (test/chaos, ~3-5 min; restarts PostgreSQL once), if present
 	@if [ -d test/chaos ]; then \
-		echo '$(GO) test -race -count=1 -run . -timeout 10m ./test/chaos/...'; \
-		$(GO) test -race -count=1 -run . -timeout 10m ./test/chaos/...; \
+		echo 'CHAOS_PG_RESTART=1 $(GO) test -race -count=1 -v -run . -timeout 10m ./test/chaos/...'; \
+		CHAOS_PG_RESTART=1 $(GO) test -race -count=1 -v -run . -timeout 10m ./test/chaos/...; \
 	else \
 		echo 'chaos: no suite yet'; \
 	fi

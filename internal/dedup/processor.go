@@ -1,6 +1,7 @@
 package dedup
 
 import (
+	"bytes"
 	"context"
 	"errors"
 	"fmt"
@@ -382,6 +383,9 @@ func insertIDs(ctx context.Context, tx pgx.Tx, events []consumer.Event, idx []in
 	for k, i := range idx {
 		ids[k] = pgtype.UUID{Bytes: events[i].ID, Valid: true}
 	}
+	// Lock rows in one global order: two daemons inserting overlapping
+	// ids (relay republishes) in different orders would deadlock (40P01).
+	slices.SortFunc(ids, func(a, b pgtype.UUID) int { return bytes.Compare(a.Bytes[:], b.Bytes[:]) })
 	rows, err := tx.Query(ctx, insertSQL, ids)
 	if err != nil {
 		return nil, err

@@ -4,8 +4,11 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"io"
+	"strings"
 	"time"
 
+	"github.com/jackc/pgx/v5/pgconn"
 	"github.com/jackc/pgx/v5/pgxpool"
 )
 
@@ -28,6 +31,26 @@ type purgeLock struct {
 // tryPurgeLock takes service's purge lock without waiting. It returns nil
 // and no error when another session holds it.
 func tryPurgeLock(ctx context.Context, db *pgxpool.Pool, service string) (*purgeLock, error) {
+	l, err := tryPurgeLockOnce(ctx, db, service)
+	if err != nil && ctx.Err() == nil && deadConn(err) {
+		// A pooled connection killed since its last use (a failover, an
+		// operator's pg_terminate_backend) fails its first query; the next
+		// acquire gets a fresh one.
+		return tryPurgeLockOnce(ctx, db, service)
+	}
+	return l, err
+}
+
+// deadConn reports whether err says the connection itself was lost.
+func deadConn(err error) bool {
+	var pgErr *pgconn.PgError
+	if errors.As(err, &pgErr) {
+		return pgErr.Code == "57P01" || strings.HasPrefix(pgErr.Code, "08")
+	}
+	return pgconn.SafeToRetry(err) || errors.Is(err, io.EOF) || errors.Is(err, io.ErrUnexpectedEOF)
+}
+
+func tryPurgeLockOnce(ctx context.Context, db *pgxpool.Pool, service string) (*purgeLock, error) {
 	name := PurgeLockName(service)
 	conn, err := db.Acquire(ctx)
 	if err != nil {

@@ -1,0 +1,255 @@
+package chaos
+
+import (
+	"bytes"
+	"net"
+	"sync"
+	"testing"
+)
+
+// proxy is a TCP proxy the daemon's DSN points at. In black-hole mode it
+// stops forwarding bytes in both directions (and stops passing on closes)
+// without closing anything, like a network partition: bytes already sent
+// wait, as TCP retransmission would, and flow again when the hole heals.
+type proxy struct {
+	ln     net.Listener
+	target string
+	done   chan struct{}
+	wg     sync.WaitGroup
+
+	mu    sync.Mutex
+	open  chan struct{} // closed while forwarding
+	armed chan struct{} // set by blackholeOnTraffic, closed once the hole opens
+	armN  int           // client chunks still to forward before it opens
+	armDB string        // counting only sessions on this database
+	conns map[net.Conn]struct{}
+	ports map[int]bool // local ports of live upstream connections
+}
+
+func newProxy(t *testing.T, target string) *proxy {
+	t.Helper()
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatalf("proxy: %v", err)
+	}
+	p := &proxy{ln: ln, target: target, done: make(chan struct{}), open: make(chan struct{}),
+		conns: map[net.Conn]struct{}{}, ports: map[int]bool{}}
+	close(p.open)
+	p.wg.Add(1)
+	go p.accept()
+	t.Cleanup(p.close)
+	return p
+}
+
+func (p *proxy) addr() string { return p.ln.Addr().String() }
+
+// blackhole stops all forwarding until heal (and disarms
+// blackholeOnTraffic).
+func (p *proxy) blackhole() {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	p.armed = nil
+	select {
+	case <-p.open:
+		p.open = make(chan struct{})
+	default: // already black-holed
+	}
+}
+
+// blackholeOnTraffic opens the black hole once n statements that follow a
+// BEGIN on sessions of database db have been forwarded to the server from
+// now on: the hole then catches a session inside its transaction, after its
+// first statement (the dedup insert) ran, rather than between two
+// transactions. The returned channel is closed once the hole is open.
+func (p *proxy) blackholeOnTraffic(n int, db string) <-chan struct{} {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	p.armed, p.armN, p.armDB = make(chan struct{}), n, db
+	return p.armed
+}
+
+// startupDatabase returns the database named in a PostgreSQL startup
+// message (the first chunk a client sends without SSL), or "".
+func startupDatabase(b []byte) string {
+	const key = "database\x00"
+	i := bytes.Index(b, []byte(key))
+	if i < 0 {
+		return ""
+	}
+	rest := b[i+len(key):]
+	if j := bytes.IndexByte(rest, 0); j >= 0 {
+		return string(rest[:j])
+	}
+	return ""
+}
+
+// isBegin reports whether a client chunk is a simple-protocol query
+// starting a transaction (how pgx sends BEGIN).
+func isBegin(chunk []byte) bool {
+	return len(chunk) > 5 && chunk[0] == 'Q' && bytes.HasPrefix(bytes.ToLower(bytes.TrimSpace(chunk[5:])), []byte("begin"))
+}
+
+// trip counts a statement forwarded from a client of db right after its
+// BEGIN and opens the hole if it is armed and the count is reached.
+func (p *proxy) trip(db string) {
+	p.mu.Lock()
+	armed := p.armed
+	if armed == nil || db != p.armDB {
+		p.mu.Unlock()
+		return
+	}
+	p.armN--
+	if p.armN > 0 {
+		p.mu.Unlock()
+		return
+	}
+	p.armed = nil
+	p.mu.Unlock()
+	p.blackhole()
+	close(armed)
+}
+
+// heal forwards again, starting with what waited, and disarms
+// blackholeOnTraffic.
+func (p *proxy) heal() {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	p.armed = nil
+	select {
+	case <-p.open:
+	default:
+		close(p.open)
+	}
+}
+
+// upstreamPorts are the local ports of the proxy's connections to the
+// server: pg_stat_activity.client_port of the sessions behind the proxy.
+func (p *proxy) upstreamPorts() []int {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	out := make([]int, 0, len(p.ports))
+	for port := range p.ports {
+		out = append(out, port)
+	}
+	return out
+}
+
+// gate blocks while the proxy is black-holed; false once it closes.
+func (p *proxy) gate() bool {
+	p.mu.Lock()
+	open := p.open
+	p.mu.Unlock()
+	select {
+	case <-open:
+		return true
+	case <-p.done:
+		return false
+	}
+}
+
+func (p *proxy) accept() {
+	defer p.wg.Done()
+	for {
+		c, err := p.ln.Accept()
+		if err != nil {
+			return
+		}
+		up, err := net.Dial("tcp", p.target)
+		if err != nil {
+			_ = c.Close()
+			continue
+		}
+		port := up.LocalAddr().(*net.TCPAddr).Port
+		p.mu.Lock()
+		select {
+		case <-p.done:
+			p.mu.Unlock()
+			_ = c.Close()
+			_ = up.Close()
+			return
+		default:
+		}
+		p.conns[c], p.conns[up], p.ports[port] = struct{}{}, struct{}{}, true
+		p.mu.Unlock()
+		var pair sync.WaitGroup
+		pair.Add(2)
+		p.wg.Add(1)
+		go func() {
+			defer p.wg.Done()
+			pair.Wait()
+			p.mu.Lock()
+			delete(p.conns, c)
+			delete(p.conns, up)
+			delete(p.ports, port)
+			p.mu.Unlock()
+		}()
+		p.wg.Add(2)
+		go func() {
+			defer p.wg.Done()
+			defer pair.Done()
+			db, first, afterBegin := "", true, false
+			p.pipe(up, c, func(chunk []byte) {
+				switch {
+				case first:
+					first, db = false, startupDatabase(chunk)
+				case isBegin(chunk):
+					afterBegin = true
+				case afterBegin:
+					afterBegin = false
+					p.trip(db)
+				}
+			})
+		}()
+		go func() {
+			defer p.wg.Done()
+			defer pair.Done()
+			p.pipe(c, up, nil)
+		}()
+	}
+}
+
+// pipe copies src to dst, holding every chunk (and the end of the stream)
+// while the proxy is black-holed.
+func (p *proxy) pipe(dst, src net.Conn, afterChunk func([]byte)) {
+	buf := make([]byte, 32<<10)
+	for {
+		if !p.gate() {
+			break
+		}
+		n, err := src.Read(buf)
+		if n > 0 {
+			if !p.gate() {
+				break
+			}
+			if _, werr := dst.Write(buf[:n]); werr != nil {
+				break
+			}
+			if afterChunk != nil {
+				afterChunk(buf[:n])
+			}
+		}
+		if err != nil { // EOF, reset or closed: end both directions
+			break
+		}
+	}
+	p.gate()
+	_ = dst.Close()
+	_ = src.Close()
+}
+
+func (p *proxy) close() {
+	p.mu.Lock()
+	select {
+	case <-p.done:
+		p.mu.Unlock()
+		return
+	default:
+	}
+	close(p.done)
+	_ = p.ln.Close()
+	for c := range p.conns {
+		_ = c.Close()
+	}
+	p.mu.Unlock()
+	p.wg.Wait()
+}
