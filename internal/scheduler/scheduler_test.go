@@ -299,7 +299,13 @@ func TestSchedulersDoNotOverlap(t *testing.T) {
 				require.NoError(t, s.Start(ctx))
 				time.Sleep(30 * time.Millisecond) // stagger the schedules a little
 			}
-			time.Sleep(2500 * time.Millisecond)
+			// Run until at least three purges have finished and another
+			// daemon was turned away by the lock (a loaded machine makes
+			// each purge slower: wait for the events, not a fixed time).
+			require.Eventually(t, func() bool {
+				return b.count(t, `SELECT count(*) FROM platform.purge_run WHERE NOT dry_run AND finished_at IS NOT NULL`) >= 3 &&
+					len(logs.find("scheduler: purge skipped, another run holds the lock")) > 0
+			}, 30*time.Second, 50*time.Millisecond)
 			for _, s := range scheds {
 				s.Stop()
 			}
