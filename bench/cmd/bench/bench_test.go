@@ -1,0 +1,144 @@
+package main
+
+import (
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/require"
+
+	"github.com/platformd/platformd/internal/envelope"
+)
+
+func TestParseProcStat(t *testing.T) {
+	// comm with a space and a parenthesis; utime 150, stime 50, cutime 30,
+	// cstime 20 ticks.
+	line := "4242 (beam (x) smp) S 1 4242 4242 0 -1 4194560 100 0 0 0 150 50 30 20 20 0 30 0 12345 1000 100 18446744073709551615\n"
+	pt, err := parseProcStat([]byte(line))
+	require.NoError(t, err)
+	require.Equal(t, "beam (x) smp", pt.comm)
+	require.Equal(t, 1, pt.ppid)
+	require.InDelta(t, 2.0, pt.self, 1e-9)
+	require.InDelta(t, 0.5, pt.children, 1e-9)
+}
+
+func TestGroupCPUCountsReapedChildrenOnceAtTheRoot(t *testing.T) {
+	procs := map[int]procTimes{
+		1:  {comm: "init", self: 100, children: 1000},
+		10: {comm: "postgres", ppid: 1, self: 1, children: 5},  // postmaster: 5s of reaped backends
+		11: {comm: "postgres", ppid: 10, self: 2, children: 7}, // a backend's own children are not the group's
+		12: {comm: "postgres", ppid: 10, self: 3},
+		20: {comm: "beam.smp", ppid: 1, self: 4, children: 1},
+	}
+	require.InDelta(t, 1+5+2+3, groupCPU(procs, "postgres"), 1e-9)
+	require.InDelta(t, 5, groupCPU(procs, "beam.smp"), 1e-9)
+}
+
+func TestParseVmHWM(t *testing.T) {
+	n, err := parseVmHWM(strings.NewReader("Name:\tx\nVmPeak:\t  100 kB\nVmHWM:\t   2048 kB\nVmRSS:\t 1000 kB\n"))
+	require.NoError(t, err)
+	require.Equal(t, int64(2048*1024), n)
+	_, err = parseVmHWM(strings.NewReader("Name:\tx\n"))
+	require.Error(t, err)
+}
+
+func TestParseMachineCPU(t *testing.T) {
+	// user nice system idle iowait irq softirq steal guest guest_nice
+	v, err := parseMachineCPU([]byte("cpu  100 10 50 9999 99 5 5 30 40 0\ncpu0 1 2 3 4 5 6 7 8 9 10\n"))
+	require.NoError(t, err)
+	require.InDelta(t, 2.0, v, 1e-9) // 100+10+50+5+5+30 ticks
+}
+
+func TestSummarize(t *testing.T) {
+	s := summarize([]float64{30, 10, 20})
+	require.InDelta(t, 20.0, s.Median, 1e-9)
+	require.InDelta(t, 10.0, s.Min, 1e-9)
+	require.InDelta(t, 30.0, s.Max, 1e-9)
+	require.InDelta(t, 1.0, s.RelSpread, 1e-9)
+	require.InDelta(t, 25.0, summarize([]float64{20, 30}).Median, 1e-9)
+}
+
+func TestPercentile(t *testing.T) {
+	var d []time.Duration
+	for i := 1; i <= 1000; i++ {
+		d = append(d, time.Duration(i)*time.Millisecond)
+	}
+	require.Equal(t, 500*time.Millisecond, percentile(d, 50))
+	require.Equal(t, 990*time.Millisecond, percentile(d, 99))
+	require.Equal(t, 1000*time.Millisecond, percentile(d, 100))
+	require.Equal(t, time.Duration(0), percentile(nil, 99))
+}
+
+func TestParseMessagesTotal(t *testing.T) {
+	m, err := parseMessagesTotal(strings.NewReader(`# HELP platformd_messages_total Messages handled, by outcome.
+# TYPE platformd_messages_total counter
+platformd_messages_total{outcome="duplicate",pool="p",service="stock"} 10000
+platformd_messages_total{outcome="processed",pool="p",service="stock"} 100000
+platformd_messages_total{outcome="processed",pool="q",service="stock"} 1
+platformd_messages_totalx{outcome="processed"} 5
+`))
+	require.NoError(t, err)
+	require.InDelta(t, 100001.0, m["processed"], 1e-9)
+	require.InDelta(t, 10000.0, m["duplicate"], 1e-9)
+}
+
+func TestWorkloadDuplicatesAreByteIdenticalCopies(t *testing.T) {
+	w, err := newWorkload(1000, 0.1, 2, 7)
+	require.NoError(t, err)
+	require.Equal(t, 1100, w.total())
+	counts := map[string]int{}
+	for _, b := range w.bodies {
+		env, err := envelope.Decode(b, 0)
+		require.NoError(t, err)
+		counts[env.EventID.String()]++
+	}
+	require.Len(t, counts, 1000)
+	twice := 0
+	for _, n := range counts {
+		if n == 2 {
+			twice++
+		}
+	}
+	require.Equal(t, 100, twice)
+}
+
+func TestOccurredAt(t *testing.T) {
+	at := time.Date(2026, 1, 2, 3, 4, 5, 123456789, time.UTC)
+	w, err := newWorkload(1, 0, 1, 1)
+	require.NoError(t, err)
+	env, err := envelope.Decode(w.bodies[0], 0)
+	require.NoError(t, err)
+	env.OccurredAt = at
+	body, err := envelope.Encode(env)
+	require.NoError(t, err)
+	require.Equal(t, at.UnixNano(), occurredAt(body))
+	require.Zero(t, occurredAt([]byte(`{}`)))
+}
+
+func TestChartAndTable(t *testing.T) {
+	r := &report{
+		Settings: map[string]any{"queue_type": "quorum", "rounds": 2},
+		Workload: map[string]any{"events": 10, "duplicates": 1, "messages": 11, "lines": 1},
+		Contenders: []*contenderReport{
+			{contender: contender{Name: "raw", Kind: kindRaw}, Rounds: []drainResult{{MsgsPerSec: 100, Acked: 11}, {MsgsPerSec: 120, Acked: 11}}},
+			{contender: contender{Name: "platformd", Kind: kindPlatformd}, Rounds: []drainResult{{MsgsPerSec: 90, PeakRSS: 1 << 20}, {MsgsPerSec: 85}},
+				Latency: &latencyResult{P99ms: 12, Rate: 1000}},
+			{contender: contender{Name: "platformd-nodedup", Kind: kindPlatformd, SkipDedup: true}, Rounds: []drainResult{{MsgsPerSec: 95, DupsApplied: 1}, {MsgsPerSec: 95}}},
+		},
+	}
+	for _, c := range r.Contenders {
+		c.summarize()
+	}
+	r.computeRatios()
+	require.Len(t, r.Ratios, 4)
+	require.InDelta(t, 87.5/110, r.Ratios[0].Value, 1e-9)
+	require.False(t, r.Ratios[0].Met)
+	var sb strings.Builder
+	r.printTable(&sb)
+	require.Contains(t, sb.String(), "platformd-nodedup")
+	svg := r.chart()
+	require.True(t, strings.HasPrefix(svg, "<svg"))
+	require.Contains(t, svg, "platformd-nodedup")
+	require.Equal(t, "12,345", thousands(12345))
+	require.InDelta(t, 20000.0, niceStep(12000), 1e-9)
+}

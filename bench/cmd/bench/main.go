@@ -1,0 +1,495 @@
+// Command bench measures platformd against its alternatives on the local
+// PostgreSQL and RabbitMQ (`make bench`; docs/performance.md explains the
+// method). In one run it pre-loads the same workload into a durable queue
+// per contender and measures each contender draining it, in turns, for
+// several rounds: messages per second (median and spread), effects checked
+// exactly once, the CPU split between broker, database and consumer, the
+// consumer's peak RSS, and publish-to-commit latency at a fixed rate. It
+// prints a table and writes a JSON report and an SVG chart under results/.
+//
+// The contenders: raw (consume and ack, no database), the seed port (the
+// article's one transaction per message, N workers), peer (a Watermill
+// router, built from bench/peer, its own Go module), and the platformd
+// binary built from ./cmd/platformd with batch size 1, with its default
+// batch, and with the dedup insert switched off.
+package main
+
+import (
+	"context"
+	"crypto/rand"
+	"encoding/hex"
+	"errors"
+	"flag"
+	"fmt"
+	"os"
+	"os/exec"
+	"os/signal"
+	"path/filepath"
+	"runtime"
+	"slices"
+	"strings"
+	"syscall"
+	"time"
+)
+
+// roleArg as the first argument makes the bench binary run as one of its
+// own contenders (raw, seed) or as a profiled platformd.
+const roleArg = "__role"
+
+// skipDedupEnv is the daemon's bench-only switch (internal/daemon).
+const skipDedupEnv = "PLATFORMD_BENCH_SKIP_DEDUP_INSERT"
+
+type options struct {
+	events      int
+	dupShare    float64
+	lines       int
+	rounds      int
+	slowRounds  int
+	contenders  string
+	queueType   string
+	amqpURL     string
+	databaseURL string
+	out         string
+	seed        uint64
+
+	workers   int
+	prefetch  int
+	batch     int
+	batchWait time.Duration
+
+	rawConsumers, rawPrefetch, rawAckEvery int
+
+	latencyRate     int
+	latencyDuration time.Duration
+	latencyWarmup   time.Duration
+
+	loadChannels int
+	settle       time.Duration
+	poll         time.Duration
+	checkpoint   bool
+	drainTimeout time.Duration
+	keep         bool
+	platformdBin string
+	pprofDir     string
+	strict       bool
+	retries      int
+	trace        bool
+	probe        string
+	altBin       string
+	rerender     string
+}
+
+func envOr(k, def string) string {
+	if v := os.Getenv(k); v != "" {
+		return v
+	}
+	return def
+}
+
+func parseFlags(args []string) (*options, error) {
+	o := &options{}
+	fs := flag.NewFlagSet("bench", flag.ContinueOnError)
+	fs.IntVar(&o.events, "events", 100000, "distinct order events in the workload")
+	fs.Float64Var(&o.dupShare, "dup", 0.10, "share of the events delivered twice (0..1)")
+	fs.IntVar(&o.lines, "lines", 1, "lines per order (one reservation row each)")
+	fs.IntVar(&o.rounds, "rounds", 3, "rounds; each contender drains once per round, in turns")
+	fs.IntVar(&o.slowRounds, "slow-rounds", 2, "rounds of the one-commit-per-message contenders (seed, peer, platformd-b1): the first min(rounds, slow-rounds); their drains take minutes and vary little")
+	fs.StringVar(&o.contenders, "contenders", "raw,seed,peer,platformd-b1,platformd,platformd-nodedup", "comma-separated subset of contenders")
+	fs.StringVar(&o.queueType, "queue-type", "quorum", "type of every bench queue: quorum (platformd's default) or classic")
+	fs.StringVar(&o.amqpURL, "amqp-url", envOr("TEST_AMQP_URL", "amqp://guest:guest@127.0.0.1:5672/"), "RabbitMQ URL (default $TEST_AMQP_URL)")
+	fs.StringVar(&o.databaseURL, "database-url", envOr("TEST_DATABASE_URL", "postgres://postgres@127.0.0.1:5432/postgres"),
+		"PostgreSQL URL of a maintenance database; the bench creates and drops its own database beside it (default $TEST_DATABASE_URL)")
+	fs.StringVar(&o.out, "out", "results", "directory for the JSON report and the chart")
+	fs.Uint64Var(&o.seed, "seed", 1, "workload random seed")
+	fs.IntVar(&o.workers, "workers", 4, "consumers of seed and peer, platformd's pool concurrency (the sample's)")
+	fs.IntVar(&o.prefetch, "prefetch", 800, "platformd pool prefetch (the sample's); seed and peer get prefetch/workers per worker")
+	fs.IntVar(&o.batch, "batch", 100, "platformd's default batch.size")
+	fs.DurationVar(&o.batchWait, "batch-wait", 5*time.Millisecond, "platformd's batch.wait")
+	fs.IntVar(&o.rawConsumers, "raw-consumers", 2, "raw: channels consuming in parallel")
+	fs.IntVar(&o.rawPrefetch, "raw-prefetch", 2000, "raw: prefetch per channel")
+	fs.IntVar(&o.rawAckEvery, "raw-ack-every", 250, "raw: multiple-ack every this many deliveries (and whenever none is waiting)")
+	fs.IntVar(&o.latencyRate, "latency-rate", 1000, "latency phase: publish rate, msgs/s")
+	fs.DurationVar(&o.latencyDuration, "latency-duration", 10*time.Second, "latency phase: measured time per contender (0 skips the phase)")
+	fs.DurationVar(&o.latencyWarmup, "latency-warmup", 2*time.Second, "latency phase: warm-up before measuring")
+	fs.IntVar(&o.loadChannels, "load-channels", 4, "channels publishing the workload in parallel")
+	fs.DurationVar(&o.settle, "settle", time.Second, "pause between loading a queue and starting its contender")
+	fs.DurationVar(&o.poll, "poll", 10*time.Millisecond, "queue depth polling period (the drain time's resolution)")
+	fs.BoolVar(&o.checkpoint, "checkpoint", true, "CHECKPOINT before each drain so no contender pays for the previous one's dirty pages")
+	fs.DurationVar(&o.drainTimeout, "drain-timeout", 10*time.Minute, "give up on a drain after this long")
+	fs.BoolVar(&o.keep, "keep", false, "keep the bench database and queues")
+	fs.StringVar(&o.platformdBin, "platformd-bin", "", "platformd binary to run (default: built from ./cmd/platformd)")
+	fs.StringVar(&o.pprofDir, "pprof", "", "run platformd as daemon.Main inside the bench binary with CPU and allocation profiles written to this directory")
+	fs.BoolVar(&o.strict, "strict", false, "exit 3 when a target is missed")
+	fs.StringVar(&o.probe, "commit-probe", probePoll, "how the latency phase sees commits: poll (a trigger-fed table read every 2 ms) or notify (LISTEN/NOTIFY, which serialises commits)")
+	fs.StringVar(&o.altBin, "alt-bin", "", "a second platformd binary, run as contender platformd-alt (add it to -contenders): A/B of a change in one run")
+	fs.StringVar(&o.rerender, "report", "", "print the table of an earlier JSON report and redraw its chart beside it (nothing is measured)")
+	fs.BoolVar(&o.trace, "trace", false, "print every queue poll of the drains (debugging)")
+	fs.IntVar(&o.retries, "retries", 2, "measure a drain again, up to this many times, when it fails for a reason other than an exactly-once check (a restart of the shared services)")
+	if err := fs.Parse(args); err != nil {
+		return nil, err
+	}
+	if fs.NArg() > 0 {
+		return nil, fmt.Errorf("unexpected arguments %q", fs.Args())
+	}
+	if o.queueType != "quorum" && o.queueType != "classic" {
+		return nil, fmt.Errorf("-queue-type: quorum or classic, not %q", o.queueType)
+	}
+	if o.probe != probePoll && o.probe != probeNotify {
+		return nil, fmt.Errorf("-commit-probe: poll or notify, not %q", o.probe)
+	}
+	if o.rounds < 1 || o.slowRounds < 1 || o.workers < 1 || o.batch < 1 || o.latencyRate < 1 || o.poll <= 0 {
+		return nil, errors.New("-rounds, -workers, -batch, -latency-rate and -poll must be positive")
+	}
+	return o, nil
+}
+
+func main() {
+	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
+	defer stop()
+	if len(os.Args) > 2 && os.Args[1] == roleArg {
+		os.Exit(runRole(ctx, os.Args[2], os.Args[3:]))
+	}
+	o, err := parseFlags(os.Args[1:])
+	if err != nil {
+		if errors.Is(err, flag.ErrHelp) {
+			os.Exit(0)
+		}
+		fmt.Fprintln(os.Stderr, "bench:", err)
+		os.Exit(2)
+	}
+	if o.rerender != "" {
+		if err := rerender(o.rerender); err != nil {
+			fmt.Fprintln(os.Stderr, "bench:", err)
+			os.Exit(1)
+		}
+		return
+	}
+	code, err := run(ctx, o)
+	if err != nil {
+		fmt.Fprintln(os.Stderr, "\nbench: FAILED:", err)
+	}
+	os.Exit(code)
+}
+
+func runRole(ctx context.Context, role string, args []string) int {
+	var err error
+	switch role {
+	case "raw":
+		err = runRaw(ctx, args)
+	case "seed":
+		err = runSeed(ctx, args)
+	case "platformd":
+		return runProfiledPlatformd(args) //nolint:contextcheck // daemon.Main owns its signal context, as in cmd/platformd
+	default:
+		err = fmt.Errorf("unknown role %q", role)
+	}
+	if err != nil {
+		fmt.Fprintf(os.Stderr, "bench %s: %v\n", role, err)
+		return 1
+	}
+	return 0
+}
+
+// bench is one run.
+type bench struct {
+	o        *options
+	runID    string
+	exchange string
+	tmp      string
+	self     string
+	bins     map[string]string
+	brk      *broker
+	db       *benchDB
+	wl       *workload
+}
+
+func (b *bench) queueOf(c contender) string { return "bench_" + b.runID + "_" + c.Name }
+
+func (b *bench) perWorkerPrefetch() int { return max(b.o.prefetch/b.o.workers, 1) }
+
+// run returns the exit code: 0, 1 on failure (an exactly-once check
+// included), 3 with -strict when a target is missed.
+func run(ctx context.Context, o *options) (int, error) {
+	var selected []contender
+	for name := range strings.SplitSeq(o.contenders, ",") {
+		name = strings.TrimSpace(name)
+		i := slices.IndexFunc(contenders(o), func(c contender) bool { return c.Name == name })
+		if i < 0 {
+			return 2, fmt.Errorf("unknown contender %q", name)
+		}
+		c := contenders(o)[i]
+		if c.Alt && o.altBin == "" {
+			return 2, errors.New("contender platformd-alt needs -alt-bin")
+		}
+		selected = append(selected, c)
+	}
+	idb := make([]byte, 4)
+	_, _ = rand.Read(idb)
+	b := &bench{o: o, runID: hex.EncodeToString(idb), bins: map[string]string{}}
+	b.exchange = "bench_" + b.runID
+	rep := &report{Started: time.Now(), Settings: map[string]any{
+		"queue_type": o.queueType, "rounds": o.rounds, "slow_rounds": min(o.slowRounds, o.rounds), "workers": o.workers, "prefetch": o.prefetch,
+		"batch": o.batch, "batch_wait": o.batchWait.String(), "raw_consumers": o.rawConsumers,
+		"raw_prefetch": o.rawPrefetch, "raw_ack_every": o.rawAckEvery, "latency_rate": o.latencyRate,
+		"latency_duration": o.latencyDuration.String(), "settle": o.settle.String(), "poll": o.poll.String(),
+		"checkpoint": o.checkpoint, "contenders": o.contenders, "commit_probe": o.probe,
+	}}
+	var err error
+	if b.self, err = os.Executable(); err != nil {
+		return 1, err
+	}
+	if b.tmp, err = os.MkdirTemp("", "platformd-bench-"); err != nil {
+		return 1, err
+	}
+	fmt.Printf("bench %s: logs and generated configs in %s\n", b.runID, b.tmp)
+	rep.Machine = machine()
+
+	if err := b.build(ctx, selected); err != nil {
+		return 1, err
+	}
+	if b.brk, err = dialBroker(o.amqpURL, o.queueType); err != nil {
+		return 1, err
+	}
+	defer b.brk.close()
+	rep.Machine.RabbitMQ = b.brk.version()
+	b.db, err = createBenchDB(ctx, o.databaseURL, "bench_"+b.runID)
+	defer b.cleanup(context.WithoutCancel(ctx), selected)
+	if err != nil {
+		return 1, err
+	}
+	rep.Machine.PostgreSQL, rep.Machine.PGSettings = b.pgInfo(ctx)
+
+	if b.wl, err = newWorkload(o.events, o.dupShare, o.lines, o.seed); err != nil {
+		return 2, err
+	}
+	rep.Workload = map[string]any{"events": b.wl.distinct, "duplicates": b.wl.dups, "messages": b.wl.total(), "lines": b.wl.lines,
+		"dup_share": o.dupShare, "body_bytes": len(b.wl.bodies[0])}
+	fmt.Printf("workload: %d events + %d duplicates = %d messages of ~%d bytes; %d round(s) of %d contender(s), %s queues\n",
+		b.wl.distinct, b.wl.dups, b.wl.total(), len(b.wl.bodies[0]), o.rounds, len(selected), o.queueType)
+
+	reports := make([]*contenderReport, len(selected))
+	for i, c := range selected {
+		reports[i] = &contenderReport{contender: c}
+		if c.Kind == kindPlatformd {
+			reports[i].Mode = "binary built from ./cmd/platformd"
+			if o.platformdBin != "" {
+				reports[i].Mode = "binary " + o.platformdBin
+			}
+			if c.Alt {
+				reports[i].Mode = "binary " + o.altBin
+			}
+			if o.pprofDir != "" {
+				reports[i].Mode = "daemon.Main in the bench binary, pprof on"
+			}
+		}
+	}
+	rep.Contenders = reports
+	for round := 1; round <= o.rounds; round++ {
+		// Rotate the order each round so that no contender always runs
+		// right after the same other one.
+		for k := range selected {
+			i := (k + round - 1) % len(selected)
+			c := selected[i]
+			if c.PerMessage && round > o.slowRounds {
+				continue
+			}
+			fmt.Printf("round %d/%d %-18s ", round, o.rounds, c.Name)
+			res, err := b.drain(ctx, c, round)
+			for try := 1; err != nil && !errors.Is(err, errExactlyOnce) && ctx.Err() == nil && try <= o.retries; try++ {
+				// Not the contender's fault as far as we know (the shared
+				// PostgreSQL or RabbitMQ restarted, say): measure again.
+				fmt.Printf("disrupted (%v); again in 10s\n", firstLine(err))
+				sleepCtx(ctx, 10*time.Second)
+				fmt.Printf("round %d/%d %-18s ", round, o.rounds, c.Name)
+				res, err = b.drain(ctx, c, round)
+				reports[i].Retries++
+			}
+			if err != nil {
+				fmt.Println()
+				return 1, err
+			}
+			reports[i].Rounds = append(reports[i].Rounds, res)
+			fmt.Printf("%8.0f msgs/s  %6.2fs  cpu broker %5.1fs db %5.1fs consumer %5.1fs other %4.1fs  rss %4.0f MiB  load %.1f  (loaded at %.0f/s)\n",
+				res.MsgsPerSec, res.Seconds, res.CPUBroker, res.CPUDB, res.CPUConsumer, res.CPUOther,
+				float64(res.PeakRSS)/(1<<20), res.LoadAvg, res.LoadPerSec)
+		}
+	}
+	if o.latencyDuration > 0 {
+		for i, c := range selected {
+			fmt.Printf("latency %-18s at %d msgs/s for %s: ", c.Name, o.latencyRate, o.latencyDuration)
+			lr, err := b.latency(ctx, c)
+			for try := 1; err != nil && ctx.Err() == nil && try <= o.retries; try++ {
+				fmt.Printf("disrupted (%v); again in 10s\n", firstLine(err))
+				sleepCtx(ctx, 10*time.Second)
+				fmt.Printf("latency %-18s at %d msgs/s for %s: ", c.Name, o.latencyRate, o.latencyDuration)
+				lr, err = b.latency(ctx, c)
+				reports[i].Retries++
+			}
+			if err != nil {
+				fmt.Println()
+				return 1, err
+			}
+			reports[i].Latency = &lr
+			fmt.Printf("p50 %.1f ms  p99 %.1f ms  p99.9 %.1f ms  max %.1f ms (%d samples, %s)\n",
+				lr.P50ms, lr.P99ms, lr.P999ms, lr.MaxMs, lr.Samples, lr.Measure)
+		}
+	}
+	for _, r := range reports {
+		r.summarize()
+	}
+	rep.Finished = time.Now()
+	rep.Machine.LoadAvgEnd = loadAvg()
+	rep.computeRatios()
+	rep.printTable(os.Stdout)
+	jsonPath, svgPath, err := rep.write(o.out)
+	if err != nil {
+		return 1, err
+	}
+	fmt.Printf("\nwrote %s and %s\n", jsonPath, svgPath)
+	if o.strict {
+		for _, q := range rep.Ratios {
+			if !q.Met {
+				return 3, nil
+			}
+		}
+	}
+	return 0, nil
+}
+
+// build compiles the peer (its own module) and platformd.
+func (b *bench) build(ctx context.Context, selected []contender) error {
+	root, err := repoRoot()
+	if err != nil {
+		return err
+	}
+	goCmd := envOr("GO", "go")
+	need := map[string]bool{}
+	for _, c := range selected {
+		need[c.Kind] = true
+	}
+	if need[kindPeer] {
+		out := filepath.Join(b.tmp, "peer")
+		fmt.Println("building bench/peer (Watermill, its own module)...")
+		cmd := exec.CommandContext(ctx, goCmd, "build", "-o", out, ".")
+		cmd.Dir = filepath.Join(root, "bench", "peer")
+		if msg, err := cmd.CombinedOutput(); err != nil {
+			return fmt.Errorf("build bench/peer: %w\n%s", err, msg)
+		}
+		b.bins["peer"] = out
+	}
+	if need[kindPlatformd] && b.o.pprofDir == "" {
+		if b.o.platformdBin != "" {
+			b.bins["platformd"] = b.o.platformdBin
+		} else {
+			out := filepath.Join(b.tmp, "platformd")
+			fmt.Println("building ./cmd/platformd...")
+			cmd := exec.CommandContext(ctx, goCmd, "build", "-o", out, "./cmd/platformd")
+			cmd.Dir = root
+			if msg, err := cmd.CombinedOutput(); err != nil {
+				return fmt.Errorf("build ./cmd/platformd: %w\n%s", err, msg)
+			}
+			b.bins["platformd"] = out
+		}
+	}
+	if b.o.pprofDir != "" {
+		if err := os.MkdirAll(b.o.pprofDir, 0o755); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+func firstLine(err error) string {
+	s, _, _ := strings.Cut(err.Error(), "\n")
+	return s
+}
+
+// repoRoot finds the directory of platformd's go.mod from the working
+// directory up.
+func repoRoot() (string, error) {
+	dir, err := os.Getwd()
+	if err != nil {
+		return "", err
+	}
+	for {
+		if data, err := os.ReadFile(filepath.Join(dir, "go.mod")); err == nil &&
+			strings.Contains(string(data), "module github.com/platformd/platformd\n") {
+			return dir, nil
+		}
+		parent := filepath.Dir(dir)
+		if parent == dir {
+			return "", errors.New("run the bench from inside the platformd repository")
+		}
+		dir = parent
+	}
+}
+
+// cleanup stops nothing (drains stop their contenders) but deletes the
+// run's queues, exchange and database.
+func (b *bench) cleanup(ctx context.Context, selected []contender) {
+	if b.o.keep {
+		fmt.Printf("kept database %s and queues bench_%s_*\n", "bench_"+b.runID, b.runID)
+		return
+	}
+	ctx, cancel := context.WithTimeout(ctx, time.Minute)
+	defer cancel()
+	if b.brk != nil {
+		var queues []string
+		for _, c := range selected {
+			q := b.queueOf(c)
+			queues = append(queues, q, q+".failed")
+			for _, d := range []string{"1s", "10s", "1m", "10m"} {
+				queues = append(queues, q+".retry."+d)
+			}
+		}
+		if err := b.brk.deleteQueues(queues...); err != nil {
+			fmt.Fprintln(os.Stderr, "bench: cleanup:", err)
+		}
+		_ = b.brk.deleteExchange(b.exchange)
+	}
+	if b.db != nil {
+		if err := b.db.drop(ctx); err != nil {
+			fmt.Fprintln(os.Stderr, "bench: cleanup: drop database:", err)
+		}
+	}
+	_ = os.RemoveAll(filepath.Join(b.tmp, "peer"))
+	_ = os.RemoveAll(filepath.Join(b.tmp, "platformd"))
+}
+
+func (b *bench) pgInfo(ctx context.Context) (version, settings string) {
+	var v string
+	_ = b.db.pool.QueryRow(ctx, "SHOW server_version").Scan(&v)
+	var parts []string
+	for _, s := range []string{"synchronous_commit", "fsync", "shared_buffers", "max_wal_size", "wal_level"} {
+		var val string
+		if err := b.db.pool.QueryRow(ctx, "SELECT current_setting($1)", s).Scan(&val); err == nil {
+			parts = append(parts, s+"="+val)
+		}
+	}
+	return v, strings.Join(parts, " ")
+}
+
+func machine() machineInfo {
+	m := machineInfo{Cores: runtime.NumCPU(), GoVersion: runtime.Version(), LoadAvgStart: loadAvg()}
+	if b, err := os.ReadFile("/proc/sys/kernel/osrelease"); err == nil {
+		m.Kernel = strings.TrimSpace(string(b))
+	}
+	if b, err := os.ReadFile("/proc/cpuinfo"); err == nil {
+		for line := range strings.SplitSeq(string(b), "\n") {
+			if k, v, ok := strings.Cut(line, ":"); ok && strings.TrimSpace(k) == "model name" {
+				m.CPUModel = strings.TrimSpace(v)
+				break
+			}
+		}
+	}
+	if b, err := os.ReadFile("/proc/meminfo"); err == nil {
+		var kb int64
+		for line := range strings.SplitSeq(string(b), "\n") {
+			if _, err := fmt.Sscanf(line, "MemTotal: %d kB", &kb); err == nil {
+				m.MemTotalMiB = kb / 1024
+				break
+			}
+		}
+	}
+	return m
+}

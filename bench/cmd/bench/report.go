@@ -1,0 +1,237 @@
+package main
+
+import (
+	"encoding/json"
+	"fmt"
+	"io"
+	"os"
+	"path/filepath"
+	"strings"
+	"text/tabwriter"
+	"time"
+)
+
+// machineInfo says where the figures come from.
+type machineInfo struct {
+	Cores        int     `json:"cores"`
+	CPUModel     string  `json:"cpu_model"`
+	MemTotalMiB  int64   `json:"mem_total_mib"`
+	Kernel       string  `json:"kernel"`
+	GoVersion    string  `json:"go_version"`
+	PostgreSQL   string  `json:"postgresql"`
+	PGSettings   string  `json:"pg_settings"`
+	RabbitMQ     string  `json:"rabbitmq"`
+	LoadAvgStart float64 `json:"loadavg_1m_start"`
+	LoadAvgEnd   float64 `json:"loadavg_1m_end"`
+}
+
+// contenderReport is everything measured for one contender.
+type contenderReport struct {
+	contender
+	// Mode says how platformd ran: the binary built from ./cmd/platformd,
+	// or daemon.Main inside the bench binary with pprof on.
+	Mode        string         `json:"mode,omitempty"`
+	Rounds      []drainResult  `json:"rounds"`
+	MsgsPerSec  spread         `json:"msgs_per_sec"`
+	CPUBroker   spread         `json:"cpu_broker_s"`
+	CPUDB       spread         `json:"cpu_db_s"`
+	CPUConsumer spread         `json:"cpu_consumer_s"`
+	CPUOther    spread         `json:"cpu_other_s"`
+	PeakRSSMiB  spread         `json:"peak_rss_mib"`
+	Latency     *latencyResult `json:"latency,omitempty"`
+	// Retries counts measurements redone after a disruption.
+	Retries int `json:"retries,omitempty"`
+}
+
+func (r *contenderReport) summarize() {
+	pick := func(f func(d drainResult) float64) spread {
+		v := make([]float64, len(r.Rounds))
+		for i, d := range r.Rounds {
+			v[i] = f(d)
+		}
+		return summarize(v)
+	}
+	r.MsgsPerSec = pick(func(d drainResult) float64 { return d.MsgsPerSec })
+	r.CPUBroker = pick(func(d drainResult) float64 { return d.CPUBroker })
+	r.CPUDB = pick(func(d drainResult) float64 { return d.CPUDB })
+	r.CPUConsumer = pick(func(d drainResult) float64 { return d.CPUConsumer })
+	r.CPUOther = pick(func(d drainResult) float64 { return d.CPUOther })
+	r.PeakRSSMiB = pick(func(d drainResult) float64 { return float64(d.PeakRSS) / (1 << 20) })
+}
+
+// ratio is one target of the issue.
+type ratio struct {
+	Name   string  `json:"name"`
+	Value  float64 `json:"value"`
+	Min    float64 `json:"paired_min,omitempty"`
+	Max    float64 `json:"paired_max,omitempty"`
+	Target string  `json:"target"`
+	Met    bool    `json:"met"`
+	Note   string  `json:"note,omitempty"`
+}
+
+type report struct {
+	Started    time.Time          `json:"started"`
+	Finished   time.Time          `json:"finished"`
+	Machine    machineInfo        `json:"machine"`
+	Settings   map[string]any     `json:"settings"`
+	Workload   map[string]any     `json:"workload"`
+	Contenders []*contenderReport `json:"contenders"`
+	Ratios     []ratio            `json:"ratios"`
+}
+
+func (r *report) find(name string) *contenderReport {
+	for _, c := range r.Contenders {
+		if c.Name == name {
+			return c
+		}
+	}
+	return nil
+}
+
+// pairedRatio is a/b per round (rounds run in turns, so round i of both
+// saw the same machine conditions), summarised.
+func pairedRatio(a, b *contenderReport) spread {
+	var v []float64
+	for i := range min(len(a.Rounds), len(b.Rounds)) {
+		if b.Rounds[i].MsgsPerSec > 0 {
+			v = append(v, a.Rounds[i].MsgsPerSec/b.Rounds[i].MsgsPerSec)
+		}
+	}
+	return summarize(v)
+}
+
+// computeRatios evaluates the issue's targets on the medians.
+func (r *report) computeRatios() {
+	pd, raw, peer, nodedup := r.find("platformd"), r.find("raw"), r.find("peer"), r.find("platformd-nodedup")
+	if pd == nil || len(pd.Rounds) == 0 {
+		return
+	}
+	thr := func(a, b *contenderReport, name, target string, ok func(float64) bool) {
+		if b == nil || len(b.Rounds) == 0 {
+			return
+		}
+		v := pd.MsgsPerSec.Median / b.MsgsPerSec.Median
+		p := pairedRatio(a, b)
+		r.Ratios = append(r.Ratios, ratio{Name: name, Value: v, Min: p.Min, Max: p.Max, Target: target, Met: ok(v)})
+	}
+	thr(pd, raw, "platformd / raw (msgs/s)", ">= 0.8", func(v float64) bool { return v >= 0.8 })
+	thr(pd, peer, "platformd / peer (msgs/s)", ">= 5", func(v float64) bool { return v >= 5 })
+	if nodedup != nil && len(nodedup.Rounds) > 0 {
+		v := 1 - pd.MsgsPerSec.Median/nodedup.MsgsPerSec.Median
+		p := pairedRatio(pd, nodedup)
+		r.Ratios = append(r.Ratios, ratio{Name: "dedup overhead (1 - platformd / no-dedup)", Value: v, Min: 1 - p.Max, Max: 1 - p.Min,
+			Target: "<= 10%", Met: v <= 0.10})
+	}
+	r.Ratios = append(r.Ratios, ratio{Name: "platformd peak RSS (MiB, worst round)", Value: pd.PeakRSSMiB.Max, Target: "<= 128", Met: pd.PeakRSSMiB.Max <= 128})
+	if pd.Latency != nil {
+		r.Ratios = append(r.Ratios, ratio{Name: fmt.Sprintf("platformd p99 publish-to-commit at %.0f msgs/s (ms)", pd.Latency.Rate),
+			Value: pd.Latency.P99ms, Target: "<= 25", Met: pd.Latency.P99ms <= 25})
+	}
+}
+
+func (r *report) printTable(w io.Writer) {
+	fmt.Fprintf(w, "\nplatformd bench: %v distinct events x %v line(s) + %v duplicates = %v messages, %s queues, %v round(s) (one-commit-per-message contenders: %v)\n",
+		r.Workload["events"], r.Workload["lines"], r.Workload["duplicates"], r.Workload["messages"], r.Settings["queue_type"], r.Settings["rounds"], r.Settings["slow_rounds"])
+	fmt.Fprintf(w, "machine: %d cores (%s), kernel %s, PostgreSQL %s, RabbitMQ %s, load %.2f -> %.2f\n\n",
+		r.Machine.Cores, r.Machine.CPUModel, r.Machine.Kernel, r.Machine.PostgreSQL, r.Machine.RabbitMQ, r.Machine.LoadAvgStart, r.Machine.LoadAvgEnd)
+	tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', tabwriter.AlignRight)
+	fmt.Fprintln(tw, "contender\trounds\tmsgs/s\tmin..max\tspread\tbroker cpu-s\tdb cpu-s\tconsumer cpu-s\tother cpu-s\tCPU us/msg\tpeak RSS MiB\tp50 ms\tp99 ms\tp99.9 ms\teffects\t")
+	for _, c := range r.Contenders {
+		if len(c.Rounds) == 0 {
+			continue
+		}
+		msgs := toFloat(r.Workload["messages"])
+		cpuPerMsg := (c.CPUBroker.Median + c.CPUDB.Median + c.CPUConsumer.Median) / msgs * 1e6
+		lat := "\t\t\t"
+		if c.Latency != nil {
+			lat = fmt.Sprintf("%.1f\t%.1f\t%.1f\t", c.Latency.P50ms, c.Latency.P99ms, c.Latency.P999ms)
+		}
+		fmt.Fprintf(tw, "%s\t%d\t%.0f\t%.0f..%.0f\t%.1f%%\t%.1f\t%.1f\t%.1f\t%.1f\t%.0f\t%.0f\t%s%s\t\n",
+			c.Name, len(c.Rounds), c.MsgsPerSec.Median, c.MsgsPerSec.Min, c.MsgsPerSec.Max, 100*c.MsgsPerSec.RelSpread,
+			c.CPUBroker.Median, c.CPUDB.Median, c.CPUConsumer.Median, c.CPUOther.Median, cpuPerMsg,
+			c.PeakRSSMiB.Max, lat, effectsCell(c))
+	}
+	tw.Flush()
+	fmt.Fprintln(w, "\nmsgs/s: every delivery (duplicates included) / drain time, median of the rounds; spread = (max-min)/median.")
+	fmt.Fprintln(w, "cpu-s: CPU seconds during the drain (median); broker = beam.smp, db = every postgres process, other = rest of the machine.")
+	fmt.Fprintln(w, "latency: publish-to-commit at a fixed rate (raw: publish-to-ack); peak RSS: VmHWM, worst round.")
+	if len(r.Ratios) > 0 {
+		fmt.Fprintln(w, "\ntargets:")
+		tw = tabwriter.NewWriter(w, 0, 0, 2, ' ', 0)
+		for _, q := range r.Ratios {
+			met := "MET"
+			if !q.Met {
+				met = "MISSED"
+			}
+			val := fmt.Sprintf("%.2f", q.Value)
+			if strings.Contains(q.Name, "overhead") {
+				val = fmt.Sprintf("%.1f%% (rounds %.1f%%..%.1f%%)", 100*q.Value, 100*q.Min, 100*q.Max)
+			} else if q.Min != 0 || q.Max != 0 {
+				val += fmt.Sprintf(" (rounds %.2f..%.2f)", q.Min, q.Max)
+			}
+			fmt.Fprintf(tw, "  %s\t%s\ttarget %s\t%s\n", q.Name, val, q.Target, met)
+		}
+		tw.Flush()
+	}
+}
+
+func effectsCell(c *contenderReport) string {
+	last := c.Rounds[len(c.Rounds)-1]
+	switch {
+	case c.Kind == kindRaw:
+		return fmt.Sprintf("acked %d", last.Acked)
+	case c.SkipDedup:
+		return fmt.Sprintf("%d dups APPLIED", last.DupsApplied)
+	default:
+		return fmt.Sprintf("once: %d/%d", last.Effects.DistinctOrders, last.Effects.Reservations)
+	}
+}
+
+// rerender prints the table of the JSON report at path and writes its
+// chart beside it (same name, .svg).
+func rerender(path string) error {
+	data, err := os.ReadFile(path)
+	if err != nil {
+		return err
+	}
+	var r report
+	if err := json.Unmarshal(data, &r); err != nil {
+		return fmt.Errorf("%s: %w", path, err)
+	}
+	r.printTable(os.Stdout)
+	svg := strings.TrimSuffix(path, filepath.Ext(path)) + ".svg"
+	if err := os.WriteFile(svg, []byte(r.chart()), 0o644); err != nil {
+		return err
+	}
+	fmt.Printf("\nwrote %s\n", svg)
+	return nil
+}
+
+// write saves the JSON report and the chart under dir and returns their
+// paths.
+func (r *report) write(dir string) (string, string, error) {
+	if err := os.MkdirAll(dir, 0o755); err != nil {
+		return "", "", err
+	}
+	stamp := r.Started.UTC().Format("20060102T150405Z")
+	jsonPath := filepath.Join(dir, "bench-"+stamp+".json")
+	svgPath := filepath.Join(dir, "bench-"+stamp+".svg")
+	b, err := json.MarshalIndent(r, "", "  ")
+	if err != nil {
+		return "", "", err
+	}
+	if err := os.WriteFile(jsonPath, append(b, '\n'), 0o644); err != nil {
+		return "", "", err
+	}
+	if err := os.WriteFile(svgPath, []byte(r.chart()), 0o644); err != nil {
+		return "", "", err
+	}
+	for src, dst := range map[string]string{jsonPath: "latest.json", svgPath: "latest.svg"} {
+		data, err := os.ReadFile(src)
+		if err == nil {
+			_ = os.WriteFile(filepath.Join(dir, dst), data, 0o644)
+		}
+	}
+	return jsonPath, svgPath, nil
+}

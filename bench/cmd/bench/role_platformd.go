@@ -1,0 +1,52 @@
+package main
+
+import (
+	"flag"
+	"fmt"
+	"os"
+	"runtime/pprof"
+
+	"github.com/platformd/platformd/consumer"
+	"github.com/platformd/platformd/examples/shop"
+	"github.com/platformd/platformd/internal/daemon"
+)
+
+// runProfiledPlatformd is cmd/platformd's main with pprof around it: the
+// same daemon.Main over the same registry, so the profile is of the code
+// as shipped. It writes a CPU profile of the whole run and an allocation
+// profile at exit.
+func runProfiledPlatformd(args []string) int {
+	fs := flag.NewFlagSet("platformd-pprof", flag.ExitOnError)
+	cpuPath := fs.String("cpuprofile", "", "CPU profile output")
+	memPath := fs.String("memprofile", "", "allocation profile output")
+	_ = fs.Parse(args)
+	reg := consumer.NewRegistry()
+	if err := shop.Register(reg); err != nil {
+		fmt.Fprintln(os.Stderr, err)
+		return 1
+	}
+	if *cpuPath != "" {
+		f, err := os.Create(*cpuPath)
+		if err != nil {
+			fmt.Fprintln(os.Stderr, err)
+			return 1
+		}
+		defer f.Close()
+		if err := pprof.StartCPUProfile(f); err != nil {
+			fmt.Fprintln(os.Stderr, err)
+			return 1
+		}
+	}
+	code := daemon.Main(fs.Args(), reg, os.Stderr)
+	if *cpuPath != "" {
+		pprof.StopCPUProfile()
+	}
+	if *memPath != "" {
+		f, err := os.Create(*memPath)
+		if err == nil {
+			_ = pprof.Lookup("allocs").WriteTo(f, 0)
+			_ = f.Close()
+		}
+	}
+	return code
+}

@@ -1,0 +1,149 @@
+package main
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"math/rand/v2"
+	"sync"
+	"time"
+
+	"github.com/google/uuid"
+	amqp "github.com/rabbitmq/amqp091-go"
+
+	"github.com/platformd/platformd/examples/shop"
+	"github.com/platformd/platformd/internal/envelope"
+)
+
+// workload is the message sequence every contender drains: distinct
+// order.order.placed.v1 events, a share of which appear twice (byte-identical
+// copies, as a relay republish would send them), shuffled.
+type workload struct {
+	bodies   [][]byte // in publish order
+	distinct int      // distinct events (orders)
+	dups     int      // second copies
+	lines    int      // lines per order
+}
+
+// total is the number of messages published.
+func (w *workload) total() int { return len(w.bodies) }
+
+// productPool is how many distinct products the orders draw from.
+const productPool = 1000
+
+// newWorkload builds events events of lines lines each, dupShare of them
+// delivered twice, deterministically from seed (ids aside: event ids are
+// UUID v7 made now, as a producer's outbox would).
+func newWorkload(events int, dupShare float64, lines int, seed uint64) (*workload, error) {
+	if events <= 0 || lines <= 0 || dupShare < 0 || dupShare > 1 {
+		return nil, fmt.Errorf("workload: need events > 0, lines > 0 and 0 <= dup share <= 1 (got %d, %d, %g)", events, lines, dupShare)
+	}
+	rng := rand.New(rand.NewPCG(seed, seed^0x9e3779b97f4a7c15))
+	randUUID := func() uuid.UUID {
+		var u uuid.UUID
+		for i := range u {
+			u[i] = byte(rng.Uint32())
+		}
+		u[6] = u[6]&0x0f | 0x40 // version 4
+		u[8] = u[8]&0x3f | 0x80 // RFC 9562 variant
+		return u
+	}
+	products := make([]uuid.UUID, productPool)
+	for i := range products {
+		products[i] = randUUID()
+	}
+	now := time.Now().UTC()
+	bodies := make([][]byte, 0, events+int(float64(events)*dupShare)+1)
+	for range events {
+		id, err := uuid.NewV7()
+		if err != nil {
+			return nil, err
+		}
+		body, err := orderBody(id, randUUID(), randUUID(), lines, products, rng, now)
+		if err != nil {
+			return nil, err
+		}
+		bodies = append(bodies, body)
+	}
+	dups := int(float64(events)*dupShare + 0.5)
+	for _, i := range rng.Perm(events)[:dups] {
+		bodies = append(bodies, bodies[i])
+	}
+	rng.Shuffle(len(bodies), func(i, j int) { bodies[i], bodies[j] = bodies[j], bodies[i] })
+	return &workload{bodies: bodies, distinct: events, dups: dups, lines: lines}, nil
+}
+
+// orderBody encodes one order.order.placed.v1 envelope with the product's
+// encoder.
+func orderBody(id, orderID, customerID uuid.UUID, lines int, products []uuid.UUID, rng *rand.Rand, at time.Time) ([]byte, error) {
+	o := shop.OrderPlaced{OrderID: orderID, CustomerID: customerID, Lines: make([]shop.OrderLine, lines)}
+	for i := range o.Lines {
+		o.Lines[i] = shop.OrderLine{
+			ProductID: products[rng.IntN(len(products))],
+			Quantity:  fmt.Sprintf("%d.000", 1+rng.IntN(5)),
+		}
+	}
+	payload, err := json.Marshal(o)
+	if err != nil {
+		return nil, err
+	}
+	return envelope.Encode(envelope.Envelope{EventID: id, EventName: shop.EventOrderPlaced, OccurredAt: at, Payload: payload})
+}
+
+// publishing is how every bench message is sent: persistent, JSON.
+func publishing(body []byte) amqp.Publishing {
+	return amqp.Publishing{ContentType: "application/json", DeliveryMode: amqp.Persistent, Body: body}
+}
+
+// load publishes bodies to queue through the default exchange on
+// `channels` channels in parallel, with publisher confirms (a window of
+// unconfirmed messages per channel), and returns once the broker confirmed
+// every one.
+func load(ctx context.Context, conn *amqp.Connection, queue string, bodies [][]byte, channels int) error {
+	const window = 512
+	channels = max(channels, 1)
+	var wg sync.WaitGroup
+	errs := make([]error, channels)
+	for k := range channels {
+		wg.Go(func() {
+			errs[k] = func() error {
+				ch, err := conn.Channel()
+				if err != nil {
+					return err
+				}
+				defer ch.Close()
+				if err := ch.Confirm(false); err != nil {
+					return err
+				}
+				pending := make([]*amqp.DeferredConfirmation, 0, window)
+				wait := func(all bool) error {
+					for len(pending) > 0 && (all || len(pending) >= window) {
+						ok, err := pending[0].WaitContext(ctx)
+						if err != nil {
+							return err
+						}
+						if !ok {
+							return errors.New("load: broker nacked a publish")
+						}
+						pending = pending[1:]
+					}
+					return nil
+				}
+				for i := k; i < len(bodies); i += channels {
+					dc, err := ch.PublishWithDeferredConfirmWithContext(ctx, "", queue, true, false, publishing(bodies[i]))
+					if err != nil {
+						return err
+					}
+					pending = append(pending, dc)
+					if err := wait(false); err != nil {
+						return err
+					}
+				}
+				return wait(true)
+			}()
+		})
+	}
+	wg.Wait()
+	return errors.Join(errs...)
+}
