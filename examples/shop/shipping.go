@@ -73,7 +73,7 @@ func (trackHandler) HandleBatch(ctx context.Context, tx pgx.Tx, evs []consumer.E
 			latest[s.OrderID] = s
 		}
 	}
-	ids := make([]uuid.UUID, len(order))
+	ids := make([][16]byte, len(order))
 	statuses := make([]string, len(order))
 	versions := make([]int32, len(order))
 	for i, id := range order {
