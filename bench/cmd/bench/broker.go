@@ -36,13 +36,37 @@ func (b *broker) version() string {
 	return "unknown"
 }
 
+// connection returns the live connection, dialling again if the broker
+// closed it (a restart by someone else's test, say).
+func (b *broker) connection() (*amqp.Connection, error) {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	return b.connLocked()
+}
+
+func (b *broker) connLocked() (*amqp.Connection, error) {
+	if !b.conn.IsClosed() {
+		return b.conn, nil
+	}
+	conn, err := amqp.DialConfig(b.url, amqp.Config{Properties: amqp.Table{"connection_name": "platformd-bench"}})
+	if err != nil {
+		return nil, fmt.Errorf("broker: redial: %w", err)
+	}
+	b.conn, b.ch = conn, nil
+	return conn, nil
+}
+
 func (b *broker) channel() (*amqp.Channel, error) {
 	b.mu.Lock()
 	defer b.mu.Unlock()
 	if b.ch != nil && !b.ch.IsClosed() {
 		return b.ch, nil
 	}
-	ch, err := b.conn.Channel()
+	conn, err := b.connLocked()
+	if err != nil {
+		return nil, err
+	}
+	ch, err := conn.Channel()
 	if err != nil {
 		return nil, fmt.Errorf("broker: channel: %w", err)
 	}

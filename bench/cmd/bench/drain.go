@@ -51,7 +51,11 @@ func (b *bench) drain(ctx context.Context, c contender, round int) (drainResult,
 	}
 	total := b.wl.total()
 	lstart := time.Now()
-	if err := load(ctx, b.brk.conn, queue, b.wl.bodies, b.o.loadChannels); err != nil {
+	conn, err := b.brk.connection()
+	if err != nil {
+		return res, err
+	}
+	if err := load(ctx, conn, queue, b.wl.bodies, b.o.loadChannels); err != nil {
 		return res, fmt.Errorf("load %s: %w", queue, err)
 	}
 	res.LoadPerSec = float64(total) / time.Since(lstart).Seconds()

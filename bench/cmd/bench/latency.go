@@ -222,7 +222,11 @@ func (b *bench) latency(ctx context.Context, c contender) (latencyResult, error)
 // even when one publish is late). It returns the publish instant of each
 // event published after the warm-up, by order id.
 func (b *bench) publishAtRate(ctx context.Context, queue string) (map[uuid.UUID]time.Time, time.Time, time.Time, error) {
-	ch, err := b.brk.conn.Channel()
+	conn, err := b.brk.connection()
+	if err != nil {
+		return nil, time.Time{}, time.Time{}, err
+	}
+	ch, err := conn.Channel()
 	if err != nil {
 		return nil, time.Time{}, time.Time{}, err
 	}
