@@ -195,7 +195,7 @@ func (p *Processor) Process(ctx context.Context, events []consumer.Event) ([]Res
 func (p *Processor) processFast(ctx context.Context, events []consumer.Event, primaries []int, results []Result) (int, error) {
 	tx, err := p.begin(ctx)
 	if err != nil {
-		return -1, err
+		return noFailure, err
 	}
 	defer rollback(ctx, tx)
 
@@ -203,7 +203,7 @@ func (p *Processor) processFast(ctx context.Context, events []consumer.Event, pr
 	if !p.skip {
 		inserted, err = insertIDs(ctx, tx, events, primaries)
 		if err != nil {
-			return -1, fmt.Errorf("dedup: insert processed_event: %w", err)
+			return noFailure, fmt.Errorf("dedup: insert processed_event: %w", err)
 		}
 	}
 	fresh := make([]int, 0, len(primaries))
@@ -226,9 +226,9 @@ func (p *Processor) processFast(ctx context.Context, events []consumer.Event, pr
 		results[i] = Result{Outcome: OutcomeProcessed}
 	}
 	if err := tx.Commit(ctx); err != nil {
-		return -1, fmt.Errorf("dedup: commit: %w", err)
+		return noFailure, fmt.Errorf("dedup: commit: %w", err)
 	}
-	return -1, nil
+	return noFailure, nil
 }
 
 // noFailure and unknownFailure are runFresh's answers besides an index.

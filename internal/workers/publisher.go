@@ -120,11 +120,8 @@ drain:
 			break drain
 		}
 	}
-	for _, err := range errs {
-		if err != nil && p.ch.IsClosed() {
-			p.ch = nil
-			break
-		}
+	if p.ch.IsClosed() {
+		p.ch = nil // the next Publish opens a fresh channel
 	}
 	return errs
 }
