@@ -49,7 +49,8 @@ type bundle struct {
 	t        *testing.T
 	ctx      context.Context
 	dsn      string
-	db       *pgxpool.Pool
+	db       *pgxpool.Pool // the pool's own sessions (application_name platformd)
+	check    *pgxpool.Pool // the test's queries: faults aimed at platformd's sessions miss them
 	url      string
 	exchange string
 	queue    string
@@ -113,6 +114,9 @@ func newBundle(t *testing.T, opts ...bundleOpt) *bundle {
 	b.db, err = dedup.Connect(ctx, b.dsn, dedup.PoolConfig{MaxConns: 8})
 	require.NoError(t, err)
 	t.Cleanup(b.db.Close)
+	b.check, err = pgxpool.New(ctx, b.dsn)
+	require.NoError(t, err)
+	t.Cleanup(b.check.Close)
 
 	b.cfg = PoolConfig{
 		Name: "stock-" + suffix, Service: "stock",
@@ -225,7 +229,7 @@ func (b *bundle) publishRaw(routingKey string, body []byte, headers amqp.Table) 
 func (b *bundle) count(query string, args ...any) int {
 	b.t.Helper()
 	var n int
-	require.NoError(b.t, b.db.QueryRow(b.ctx, query, args...).Scan(&n))
+	require.NoError(b.t, b.check.QueryRow(b.ctx, query, args...).Scan(&n))
 	return n
 }
 

@@ -64,6 +64,9 @@ type PoolConfig struct {
 	// testBeforeSettleFunc, set only by this package's tests, runs after a
 	// batch's outcome is known and before it is settled.
 	testBeforeSettleFunc func()
+	// testAckFunc, set only by this package's tests, sees every multiple
+	// ack the workers send, once it succeeded.
+	testAckFunc func(worker int, tag uint64)
 }
 
 // Deps are a pool's collaborators.

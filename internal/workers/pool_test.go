@@ -250,7 +250,7 @@ func TestPoolRecoversFromBrokerAndDatabaseFaults(t *testing.T) {
 		out, err := exec.Command("rabbitmqctl", "close_all_connections", "-p", vhost, "chaos test").CombinedOutput()
 		require.NoError(t, err, string(out))
 		faults++
-		_, err = b.db.Exec(b.ctx, `SELECT pg_terminate_backend(pid) FROM pg_stat_activity
+		_, err = b.check.Exec(b.ctx, `SELECT pg_terminate_backend(pid) FROM pg_stat_activity
 			WHERE datname = current_database() AND pid <> pg_backend_pid() AND application_name = 'platformd'`)
 		require.NoError(t, err)
 		faults++
@@ -303,7 +303,7 @@ func TestPoolPicksUpStoredPause(t *testing.T) {
 	t.Parallel()
 	b := newBundle(t)
 	p := b.start(shop.HandlerStockReserve)
-	_, err := b.db.Exec(b.ctx, `INSERT INTO platform.pool_state (pool, paused, reason, updated_by) VALUES ($1, true, 'elsewhere', 'other')`, b.cfg.Name)
+	_, err := b.check.Exec(b.ctx, `INSERT INTO platform.pool_state (pool, paused, reason, updated_by) VALUES ($1, true, 'elsewhere', 'other')`, b.cfg.Name)
 	require.NoError(t, err)
 	b.waitFor("paused", func() bool { return p.Info().State == StatePaused })
 	require.Equal(t, "elsewhere", p.Info().PausedReason)
@@ -311,7 +311,7 @@ func TestPoolPicksUpStoredPause(t *testing.T) {
 	time.Sleep(400 * time.Millisecond)
 	require.Equal(t, 0, b.reservations())
 	require.NoError(t, p.Refresh(b.ctx))
-	_, err = b.db.Exec(b.ctx, `UPDATE platform.pool_state SET paused = false WHERE pool = $1`, b.cfg.Name)
+	_, err = b.check.Exec(b.ctx, `UPDATE platform.pool_state SET paused = false WHERE pool = $1`, b.cfg.Name)
 	require.NoError(t, err)
 	b.waitFor("drained", func() bool { return b.reservations() == 20 })
 }

@@ -80,6 +80,28 @@ type worker struct {
 	events    []consumer.Event
 	eventIdx  []int
 	consumers int
+
+	// lastBatch is the size of the previous batch: the worker lingers
+	// for batch.wait only while its batches come at least half full.
+	lastBatch int
+	// deliveries is the current consumer's delivery channel; a delivery
+	// already waiting there (held by peek) lets an ack wait for the next
+	// batch's.
+	deliveries <-chan amqp.Delivery
+	held       amqp.Delivery
+	hasHeld    bool
+	// ackLimit bounds how many settled deliveries an ack may cover.
+	ackLimit int
+	// ack is the ack held back for the next batch's multiple ack.
+	ack pendingAck
+}
+
+// pendingAck is an ack held back: every delivery up to tag is committed
+// (processed or duplicate) and will be acked by the next multiple ack on
+// the channel. Its counts reach the metrics once the ack is sent.
+type pendingAck struct {
+	tag                                         uint64
+	n, processed, redelivery, replay, republish int
 }
 
 func newWorker(p *Pool, id int) *worker {
@@ -94,6 +116,9 @@ func newWorker(p *Pool, id int) *worker {
 		prefetch: prefetch,
 		timer:    t,
 		batch:    make([]amqp.Delivery, 0, p.cfg.BatchSize),
+		// A quarter of the window: the broker keeps three quarters to
+		// send while acks are held back.
+		ackLimit: max(prefetch/4, 1),
 	}
 }
 
@@ -197,16 +222,18 @@ func amqpErr(e *amqp.Error) error {
 // paused, fetchCtx ends (both: cancel the consumer, then drain and handle
 // what the broker already sent) or the deliveries channel closes.
 func (w *worker) consume(fetchCtx, workCtx context.Context, ch *amqp.Channel, tag string, deliveries <-chan amqp.Delivery, changed <-chan struct{}) sessionEnd {
+	// A new channel: the old one's tags and deliveries are gone.
+	w.deliveries, w.ack, w.held, w.hasHeld = deliveries, pendingAck{}, amqp.Delivery{}, false
 	for {
-		select {
-		case d, ok := <-deliveries:
-			if !ok {
-				return endChannelGone
-			}
+		next, d := w.next(fetchCtx, ch, changed)
+		switch next {
+		case nextDelivery:
 			if !w.handle(workCtx, fetchCtx, ch, d, deliveries) {
 				return endChannelGone
 			}
-		case <-changed:
+		case nextGone:
+			return endChannelGone
+		case nextChanged:
 			var paused bool
 			paused, changed = w.pool.pauseState()
 			if paused {
@@ -215,11 +242,80 @@ func (w *worker) consume(fetchCtx, workCtx context.Context, ch *amqp.Channel, ta
 				}
 				return endPaused
 			}
-		case <-fetchCtx.Done():
+		case nextStop:
 			w.cancelAndDrain(workCtx, ch, tag, deliveries)
 			return endStopping
 		}
 	}
+}
+
+type nextEvent uint8
+
+const (
+	nextDelivery nextEvent = iota + 1
+	nextGone               // deliveries closed or an ack failed: the channel is gone
+	nextChanged            // the pause state changed
+	nextStop               // fetchCtx ended
+)
+
+// next waits for what consume does next. A delivery that settle's peek
+// holds goes first, once a pause or a stop has had its chance; before
+// blocking, the held-back ack is sent, so that no committed delivery stays
+// unacked while the worker waits.
+func (w *worker) next(fetchCtx context.Context, ch *amqp.Channel, changed <-chan struct{}) (nextEvent, amqp.Delivery) {
+	if w.hasHeld {
+		select {
+		case <-changed:
+			return nextChanged, amqp.Delivery{}
+		case <-fetchCtx.Done():
+			return nextStop, amqp.Delivery{}
+		default:
+			d, _ := w.takeHeld()
+			return nextDelivery, d
+		}
+	}
+	if !w.flushAck(ch) {
+		return nextGone, amqp.Delivery{}
+	}
+	select {
+	case d, ok := <-w.deliveries:
+		if !ok {
+			return nextGone, amqp.Delivery{}
+		}
+		return nextDelivery, d
+	case <-changed:
+		return nextChanged, amqp.Delivery{}
+	case <-fetchCtx.Done():
+		return nextStop, amqp.Delivery{}
+	}
+}
+
+// peek reports whether another delivery is ready, holding it for the next
+// batch. The library's delivery channel is unbuffered: a receive that does
+// not block is the only way to see its backlog.
+func (w *worker) peek() bool {
+	if w.hasHeld {
+		return true
+	}
+	select {
+	case d, ok := <-w.deliveries:
+		if ok {
+			w.held, w.hasHeld = d, true
+			return true
+		}
+	default:
+	}
+	return false
+}
+
+// takeHeld returns the delivery peek held, if any.
+func (w *worker) takeHeld() (amqp.Delivery, bool) {
+	if !w.hasHeld {
+		return amqp.Delivery{}, false
+	}
+	d := w.held
+	w.held, w.hasHeld = amqp.Delivery{}, false
+	return d, true
 }
 
 // cancelAndDrain cancels the consumer and handles every delivery the broker
@@ -228,12 +324,18 @@ func (w *worker) cancelAndDrain(workCtx context.Context, ch *amqp.Channel, tag s
 	if err := ch.Cancel(tag, false); err != nil {
 		return false
 	}
-	for d := range deliveries {
+	for {
+		d, ok := w.takeHeld()
+		if !ok {
+			if d, ok = <-deliveries; !ok {
+				break
+			}
+		}
 		if !w.handle(workCtx, nil, ch, d, deliveries) {
 			return false
 		}
 	}
-	return true
+	return w.flushAck(ch)
 }
 
 // handle gathers a batch starting with first and processes and settles it.
@@ -256,11 +358,31 @@ func (w *worker) handle(workCtx, fetchCtx context.Context, ch *amqp.Channel, fir
 	return ok
 }
 
-// collect takes first plus whatever arrives within BatchWait, up to
-// BatchSize.
+// idleLinger is how long a worker that is not busy waits for a second
+// delivery: long enough for the library's delivery goroutine to hand over
+// a backlog (its channel is unbuffered, so a receive that does not wait
+// at all finds the next delivery only when that goroutine is already
+// parked on it), short enough not to count as latency.
+const idleLinger = 250 * time.Microsecond
+
+// collect takes first plus what arrives within BatchWait, up to BatchSize,
+// but lingers the full BatchWait only while the worker is busy (its
+// previous batch was at least half full). Otherwise it waits idleLinger at
+// most: at low load a lone delivery is committed at once instead of
+// waiting for company that is not coming, and under load a backlog fills
+// the batch within that moment, which makes the worker busy again.
 func (w *worker) collect(first amqp.Delivery, deliveries <-chan amqp.Delivery) []amqp.Delivery {
+	batch := w.gather(first, deliveries)
+	w.lastBatch = len(batch)
+	return batch
+}
+
+func (w *worker) gather(first amqp.Delivery, deliveries <-chan amqp.Delivery) []amqp.Delivery {
 	batch := append(w.batch[:0], first)
 	size, wait := w.pool.cfg.BatchSize, w.pool.cfg.BatchWait
+	if 2*w.lastBatch < size {
+		wait = min(wait, idleLinger)
+	}
 	timerSet := false
 	defer func() {
 		if timerSet && !w.timer.Stop() {
@@ -434,10 +556,11 @@ func (w *worker) settle(workCtx context.Context, ch *amqp.Channel, batch []amqp.
 		}
 	}
 	var maxAck uint64
-	alive := true
+	alive, plain := true, len(out) == 0
 	for i := range batch {
 		a := &w.acts[i]
 		if a.kind == actRequeue {
+			plain = false
 			if err := ch.Nack(batch[i].DeliveryTag, false, true); err != nil {
 				alive = false
 			}
@@ -445,15 +568,94 @@ func (w *worker) settle(workCtx context.Context, ch *amqp.Channel, batch []amqp.
 		}
 		maxAck = max(maxAck, batch[i].DeliveryTag)
 	}
-	if maxAck > 0 && alive {
-		if err := ch.Ack(maxAck, true); err != nil {
+	if !alive {
+		return false
+	}
+	if plain && maxAck > 0 && w.ack.n+len(batch) <= w.ackLimit && w.peek() {
+		// Every delivery is committed and more are waiting: the next
+		// batch's multiple ack covers these too. One ack frame for several
+		// batches is what makes batch size 1 cheaper for the broker than
+		// an ack per message; a crash before it only redelivers committed
+		// events, which the dedup step skips.
+		w.hold(batch, maxAck)
+		return !ch.IsClosed()
+	}
+	if maxAck > 0 {
+		if err := w.sendAck(ch, maxAck); err != nil {
 			// The channel died: the broker requeues every unacked delivery,
 			// and the redelivery of a committed one is a duplicate.
+			w.ack = pendingAck{}
 			return false
 		}
+		w.countHeld()
 		w.count(batch)
+	} else if !w.flushAck(ch) {
+		return false
 	}
-	return alive && !ch.IsClosed()
+	return !ch.IsClosed()
+}
+
+// hold keeps batch's ack (up to tag) for the next multiple ack.
+func (w *worker) hold(batch []amqp.Delivery, tag uint64) {
+	w.ack.tag = tag
+	for i := range batch {
+		a := &w.acts[i]
+		w.ack.n++
+		switch {
+		case a.outcome == metrics.OutcomeProcessed:
+			w.ack.processed++
+		case a.source == metrics.SourceRedelivery:
+			w.ack.redelivery++
+		case a.source == metrics.SourceReplay:
+			w.ack.replay++
+		default:
+			w.ack.republish++
+		}
+	}
+}
+
+// flushAck sends the held-back ack, if any; false when the channel is gone
+// (the broker then redelivers those deliveries, as duplicates).
+func (w *worker) flushAck(ch *amqp.Channel) bool {
+	if w.ack.tag == 0 {
+		return true
+	}
+	tag := w.ack.tag
+	w.ack.tag = 0
+	if err := w.sendAck(ch, tag); err != nil {
+		w.ack = pendingAck{}
+		return false
+	}
+	w.countHeld()
+	return true
+}
+
+// sendAck acks every delivery up to tag on ch.
+func (w *worker) sendAck(ch *amqp.Channel, tag uint64) error {
+	if err := ch.Ack(tag, true); err != nil {
+		return err
+	}
+	if f := w.pool.cfg.testAckFunc; f != nil {
+		f(w.id, tag)
+	}
+	return nil
+}
+
+// countHeld moves the counts of an ack that was just sent to the metrics.
+func (w *worker) countHeld() {
+	p, a := w.pool, w.ack
+	w.ack = pendingAck{}
+	if a.n == 0 {
+		return
+	}
+	p.processed.Add(uint64(a.processed))
+	p.m.processed.Add(float64(a.processed))
+	dups := a.redelivery + a.replay + a.republish
+	p.duplicates.Add(uint64(dups))
+	p.m.duplicate.Add(float64(dups))
+	p.m.dupRedelivery.Add(float64(a.redelivery))
+	p.m.dupReplay.Add(float64(a.replay))
+	p.m.dupRepublish.Add(float64(a.republish))
 }
 
 func (w *worker) logCopy(ctx context.Context, a *action) {

@@ -1,0 +1,149 @@
+package workers
+
+import (
+	"io"
+	"log/slog"
+	"slices"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus/testutil"
+	amqp "github.com/rabbitmq/amqp091-go"
+	"github.com/stretchr/testify/require"
+
+	"github.com/platformd/platformd/examples/shop"
+	"github.com/platformd/platformd/internal/metrics"
+)
+
+// A worker lingers for batch.wait only while its batches come at least
+// half full: busy, it waits for stragglers; idle, a lone delivery is a
+// batch at once, and one arriving a moment later is the next batch.
+func TestCollectLingersOnlyWhenBusy(t *testing.T) {
+	t.Parallel()
+	p := &Pool{cfg: PoolConfig{Concurrency: 1, Prefetch: 4, BatchSize: 4, BatchWait: time.Minute}, log: slog.New(slog.NewTextHandler(io.Discard, nil))}
+	w := newWorker(p, 0)
+	deliveries := make(chan amqp.Delivery)
+	sendLater := func(tags ...uint64) *sync.WaitGroup {
+		var wg sync.WaitGroup
+		wg.Go(func() {
+			time.Sleep(50 * time.Millisecond)
+			for _, tag := range tags {
+				deliveries <- amqp.Delivery{DeliveryTag: tag}
+			}
+		})
+		return &wg
+	}
+	tags := func(batch []amqp.Delivery) []uint64 {
+		var out []uint64
+		for _, d := range batch {
+			out = append(out, d.DeliveryTag)
+		}
+		return out
+	}
+
+	// Idle (no previous batch, then a batch of one): each lone delivery
+	// goes at once.
+	sent := sendLater(2)
+	require.Equal(t, []uint64{1}, tags(w.collect(amqp.Delivery{DeliveryTag: 1}, deliveries)))
+	require.Equal(t, []uint64{2}, tags(w.collect(<-deliveries, deliveries)))
+	sent.Wait()
+
+	// Busy (the previous batch was full): the worker waits for the rest.
+	w.lastBatch = 4
+	sent = sendLater(4, 5, 6)
+	require.Equal(t, []uint64{3, 4, 5, 6}, tags(w.collect(amqp.Delivery{DeliveryTag: 3}, deliveries)))
+	sent.Wait()
+	require.Equal(t, 4, w.lastBatch)
+
+	// A half-full previous batch keeps the worker lingering.
+	w.lastBatch = 2
+	sent = sendLater(8)
+	require.Equal(t, []uint64{7, 8}, tags(w.collect(amqp.Delivery{DeliveryTag: 7}, closeAfter(deliveries, 8))))
+	sent.Wait()
+}
+
+// closeAfter forwards in to a new channel and closes it after the delivery
+// tagged last: collect returns what it has when its channel closes.
+func closeAfter(in <-chan amqp.Delivery, last uint64) <-chan amqp.Delivery {
+	out := make(chan amqp.Delivery)
+	go func() {
+		defer close(out)
+		for d := range in {
+			out <- d
+			if d.DeliveryTag == last {
+				return
+			}
+		}
+	}()
+	return out
+}
+
+// At low load a lone event is committed at once, not after batch.wait
+// (here a minute, longer than the test waits).
+func TestPoolLoneEventIsNotHeldForBatchWait(t *testing.T) {
+	t.Parallel()
+	b := newBundle(t)
+	b.cfg.Concurrency, b.cfg.BatchSize, b.cfg.BatchWait = 1, 100, time.Minute
+	b.start(shop.HandlerStockReserve)
+	for i := 1; i <= 2; i++ {
+		env, _ := b.order(1)
+		b.publishEnv(env, nil)
+		b.waitFor("the lone event committed", func() bool { return b.reservations() == i })
+	}
+}
+
+// Batch size 1 with a backlog: each event is its own transaction, but the
+// acks of consecutive events are merged into one multiple ack (at most a
+// quarter of the prefetch window held back, plus the batch that sends it), which is what lets batch size 1
+// cost the broker less than an ack per message. Every delivery is acked
+// once the backlog is gone, and the counters, which move when the ack is
+// sent, say so while the pool still runs.
+func TestPoolBatchSizeOneMergesAcks(t *testing.T) {
+	t.Parallel()
+	b := newBundle(t)
+	b.cfg.Concurrency, b.cfg.BatchSize, b.cfg.Prefetch = 1, 1, 200
+	var mu sync.Mutex
+	var acks []uint64
+	b.cfg.testAckFunc = func(_ int, tag uint64) {
+		mu.Lock()
+		acks = append(acks, tag)
+		mu.Unlock()
+	}
+	p := b.start(shop.HandlerStockReserve)
+	_, err := p.Pause(b.ctx, "pre-load", "test")
+	require.NoError(t, err)
+	const distinct, copies = 400, 40
+	b.publishMany(distinct, float64(copies)/distinct)
+	b.waitFor("backlog loaded", func() bool { return b.queueDepth(b.queue) == distinct+copies })
+	_, err = p.Resume(b.ctx, "test")
+	require.NoError(t, err)
+
+	settled := func() float64 {
+		return b.outcomeCount(metrics.OutcomeProcessed) + b.outcomeCount(metrics.OutcomeDuplicate)
+	}
+	b.waitFor("every delivery acked and counted", func() bool {
+		return settled() == distinct+copies && b.queueDepth(b.queue) == 0 && p.Info().InFlight == 0
+	})
+	require.Equal(t, distinct, b.reservations())
+	require.Equal(t, distinct, b.count(`SELECT count(*) FROM processed_event`))
+
+	mu.Lock()
+	got := slices.Clone(acks)
+	mu.Unlock()
+	require.True(t, slices.IsSorted(got), "acks in tag order: %v", got)
+	require.Equal(t, uint64(distinct+copies), got[len(got)-1], "the last ack covers the last delivery")
+	require.LessOrEqual(t, len(got), (distinct+copies)/5, "acks merged: %d acks for %d deliveries", len(got), distinct+copies)
+	for i := 1; i < len(got); i++ {
+		require.LessOrEqual(t, got[i]-got[i-1], uint64(50+1), "an ack holds back at most a quarter of the prefetch window, then goes with the next batch's")
+	}
+
+	// Nothing unacked either: a stop would put it back in the queue.
+	b.stop()
+	require.Equal(t, 0, b.queueDepth(b.queue))
+	t.Logf("%d deliveries, %d acks", distinct+copies, len(got))
+}
+
+func (b *bundle) outcomeCount(outcome string) float64 {
+	return testutil.ToFloat64(b.metrics.MessagesTotal.WithLabelValues(b.cfg.Service, b.cfg.Name, outcome))
+}
