@@ -4,6 +4,7 @@ go 1.26.8
 
 require (
 	github.com/go-co-op/gocron/v2 v2.21.2
+	github.com/go-json-experiment/json v1.27.2
 	github.com/goccy/go-yaml v1.19.2
 	github.com/google/uuid v1.6.0
 	github.com/grpc-ecosystem/go-grpc-middleware/v2 v2.3.4

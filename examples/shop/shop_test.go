@@ -99,6 +99,10 @@ func TestPayloadErrorsArePermanent(t *testing.T) {
 		`{"order_id": "` + uuid.NewString() + `", "lines": [{"product_id": "` + uuid.NewString() + `", "quantity": "-1"}]}`,
 		`{"order_id": "` + uuid.NewString() + `", "lines": [{"product_id": "` + uuid.NewString() + `", "quantity": 2}]}`,
 		`{"order_id": "` + uuid.NewString() + `", "extra": 1, "lines": [{"product_id": "` + uuid.NewString() + `", "quantity": "1"}]}`,
+		`{"Order_ID": "` + uuid.NewString() + `", "lines": [{"product_id": "` + uuid.NewString() + `", "quantity": "1"}]}`,
+		`{"order_id": "` + uuid.NewString() + `", "order_id": "` + uuid.NewString() + `", "lines": [{"product_id": "` + uuid.NewString() + `", "quantity": "1"}]}`,
+		`{"order_id": "` + uuid.NewString() + `", "lines": [{"product_id": "` + uuid.NewString() + `", "quantity": "1"}]} {}`,
+		`{"order_id": null, "lines": [{"product_id": "` + uuid.NewString() + `", "quantity": "1"}]}`,
 	} {
 		ev := consumer.Event{ID: uuid.Must(uuid.NewV7()), Name: shop.EventOrderPlaced, Payload: json.RawMessage(raw)}
 		rs, err := p.Process(context.Background(), []consumer.Event{ev})
@@ -158,4 +162,20 @@ func TestReserveBatchWithOneBadPayload(t *testing.T) {
 	require.EqualValues(t, 198, row(`SELECT count(*) FROM reservation`)[0])
 	require.EqualValues(t, 99, row(`SELECT count(*) FROM processed_event`)[0])
 	require.EqualValues(t, 0, row(`SELECT count(*) FROM processed_event WHERE event_id = $1`, evs[50].ID)[0])
+}
+
+// Quantities are what numeric(12,3) holds: 1 to 9 digits, then optionally
+// a dot and 1 to 3 digits, and not zero.
+func TestOrderPlacedValidateQuantity(t *testing.T) {
+	t.Parallel()
+	for q, ok := range map[string]bool{
+		"1": true, "2.000": true, "0.5": true, "123456789.123": true, "0.001": true,
+		"": false, "0": false, "0.000": false, "-1": false, "+1": false, ".5": false, "1.": false,
+		"1.2345": false, "1234567890": false, "1e3": false, " 1": false, "1,5": false, "1.2.3": false,
+	} {
+		o := shop.OrderPlaced{OrderID: uuid.New(), Lines: []shop.OrderLine{{ProductID: uuid.New(), Quantity: q}}}
+		if err := o.Validate(); (err == nil) != ok {
+			t.Errorf("quantity %q: Validate() = %v, want valid=%v", q, err, ok)
+		}
+	}
 }
