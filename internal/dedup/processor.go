@@ -7,11 +7,11 @@ import (
 	"fmt"
 	"runtime/debug"
 	"slices"
+	"sync"
 
 	"github.com/google/uuid"
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgconn"
-	"github.com/jackc/pgx/v5/pgtype"
 	"github.com/jackc/pgx/v5/pgxpool"
 
 	"github.com/platformd/platformd/consumer"
@@ -231,6 +231,15 @@ func (p *Processor) processFast(ctx context.Context, events []consumer.Event, pr
 	return noFailure, nil
 }
 
+// scratch is runFresh's working memory, reused across batches: a batch's
+// events gathered per handler were the largest allocation of the hot path.
+type scratch struct {
+	batch []consumer.Event
+	idx   []int
+}
+
+var scratchPool = sync.Pool{New: func() any { return new(scratch) }}
+
 // noFailure and unknownFailure are runFresh's answers besides an index.
 const (
 	noFailure      = -1
@@ -243,8 +252,13 @@ const (
 // whose handler failed (its result recorded), or unknownFailure when a
 // batch call failed; err is an infrastructure error.
 func (p *Processor) runFresh(ctx context.Context, tx pgx.Tx, events []consumer.Event, fresh []int, results []Result) (int, error) {
-	var batch []consumer.Event
-	var idx []int
+	s := scratchPool.Get().(*scratch)
+	batch, idx := s.batch[:0], s.idx[:0]
+	defer func() {
+		clear(batch[:cap(batch)]) // drop the references to the deliveries' bodies
+		s.batch, s.idx = batch[:0], idx[:0]
+		scratchPool.Put(s)
+	}()
 	for _, h := range p.order {
 		batch, idx = batch[:0], idx[:0]
 		for _, i := range fresh {
@@ -379,21 +393,23 @@ RETURNING event_id`
 
 // insertIDs records the ids of events[idx...] and returns those inserted.
 func insertIDs(ctx context.Context, tx pgx.Tx, events []consumer.Event, idx []int) (map[uuid.UUID]struct{}, error) {
-	ids := make([]pgtype.UUID, len(idx))
+	// [16]byte encodes directly; pgtype.UUID goes through its Valuer and
+	// allocates per element.
+	ids := make([][16]byte, len(idx))
 	for k, i := range idx {
-		ids[k] = pgtype.UUID{Bytes: events[i].ID, Valid: true}
+		ids[k] = events[i].ID
 	}
 	// Lock rows in one global order: two daemons inserting overlapping
 	// ids (relay republishes) in different orders would deadlock (40P01).
-	slices.SortFunc(ids, func(a, b pgtype.UUID) int { return bytes.Compare(a.Bytes[:], b.Bytes[:]) })
+	slices.SortFunc(ids, func(a, b [16]byte) int { return bytes.Compare(a[:], b[:]) })
 	rows, err := tx.Query(ctx, insertSQL, ids)
 	if err != nil {
 		return nil, err
 	}
 	inserted := make(map[uuid.UUID]struct{}, len(idx))
-	var id pgtype.UUID
+	var id [16]byte
 	_, err = pgx.ForEachRow(rows, []any{&id}, func() error {
-		inserted[id.Bytes] = struct{}{}
+		inserted[id] = struct{}{}
 		return nil
 	})
 	if err != nil {

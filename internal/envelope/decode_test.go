@@ -1,9 +1,11 @@
 package envelope
 
 import (
+	"bytes"
 	"encoding/json"
 	"fmt"
 	"math/rand/v2"
+	"slices"
 	"strings"
 	"sync"
 	"testing"
@@ -377,18 +379,25 @@ func TestDecodeTooLarge(t *testing.T) {
 	})
 }
 
-func TestDecodePayloadIsACopy(t *testing.T) {
+// The payload is the body's own bytes (no copy per message), capped so
+// that appending to it cannot overwrite the rest of the body; the other
+// fields are copies.
+func TestDecodePayloadAliasesBody(t *testing.T) {
 	t.Parallel()
 	body := []byte(good().body())
+	orig := slices.Clone(body)
 	env, err := Decode(body, 0)
 	require.NoError(t, err)
 	want := json.RawMessage(goodPayload) // compared byte for byte, not as JSON
 	require.Equal(t, want, env.Payload)
+	require.Equal(t, len(env.Payload), cap(env.Payload), "capacity capped at the payload's end")
+	_ = append(env.Payload, "XXXXXXXX"...)
+	require.Equal(t, orig, body, "an append to the payload leaves the body alone")
 	for i := range body {
 		body[i] = 'X'
 	}
-	require.Equal(t, want, env.Payload)
-	require.Equal(t, idName, env.EventName)
+	require.Equal(t, bytes.Repeat([]byte("X"), len(want)), []byte(env.Payload), "the payload is the body's bytes")
+	require.Equal(t, idName, env.EventName, "the name is a copy")
 }
 
 func TestDecodeTimeAgreesWithStdlib(t *testing.T) {

@@ -109,7 +109,9 @@ func keyField(key []byte) string {
 
 // Decode parses and validates one envelope body. maxBytes <= 0 means
 // DefaultMaxBodyBytes. Any error is a *FieldError; a body over the limit is
-// refused before any parsing with an error wrapping ErrTooLarge.
+// refused before any parsing with an error wrapping ErrTooLarge. The
+// returned Payload is a sub-slice of body, not a copy: body must not
+// change while the envelope is in use.
 func Decode(body []byte, maxBytes int) (Envelope, error) {
 	if maxBytes <= 0 {
 		maxBytes = DefaultMaxBodyBytes
