@@ -142,3 +142,19 @@ func TestChartAndTable(t *testing.T) {
 	require.Equal(t, "12,345", thousands(12345))
 	require.InDelta(t, 20000.0, niceStep(12000), 1e-9)
 }
+
+func TestWithDatabaseDisablesTLSUnlessAsked(t *testing.T) {
+	for in, want := range map[string]string{
+		"postgres://postgres@127.0.0.1:5432/postgres":                 "postgres://postgres@127.0.0.1:5432/b1?sslmode=disable",
+		"postgres://postgres@127.0.0.1:5432/postgres?sslmode=require": "postgres://postgres@127.0.0.1:5432/b1?sslmode=require",
+		"postgresql://u@h/x?application_name=a":                       "postgresql://u@h/b1?application_name=a&sslmode=disable",
+	} {
+		got, err := withDatabase(in, "b1")
+		if err != nil || got != want {
+			t.Errorf("withDatabase(%q) = %q, %v; want %q", in, got, err, want)
+		}
+	}
+	if _, err := withDatabase("mysql://h/x", "b1"); err == nil {
+		t.Error("withDatabase accepted a mysql:// URL")
+	}
+}
