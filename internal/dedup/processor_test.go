@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"io"
 	"log/slog"
+	"slices"
 	"sync"
 	"sync/atomic"
 	"testing"
@@ -384,6 +385,53 @@ func TestProcessConcurrentSameID(t *testing.T) {
 
 // A cancelled context or a dead connection is a batch-level error (nothing
 // may be acked), never an event outcome.
+// Two workers (or daemons) whose batches hold the same ids in opposite
+// orders, as relay republishes make them, must not deadlock (40P01): the
+// ids are inserted in one global order, so the second batch waits on the
+// first's rows and then sees them as duplicates. Each round starts both
+// batches together; inserted in batch order, they meet in the middle and
+// deadlock.
+func TestProcessOppositeOrdersDoNotDeadlock(t *testing.T) {
+	t.Parallel()
+	b := setup(t)
+	p := b.processor(t, shop.HandlerStockReserve)
+	ctx := context.Background()
+	const n = 2000
+	for round := 1; round <= 3; round++ {
+		evs := make([]consumer.Event, n)
+		for i := range evs {
+			evs[i] = orderEvent(t, 1)
+		}
+		reversed := slices.Clone(evs)
+		slices.Reverse(reversed)
+		batches := [][]consumer.Event{evs, reversed}
+		results := make([][]dedup.Result, len(batches))
+		errs := make([]error, len(batches))
+		start := make(chan struct{})
+		var wg sync.WaitGroup
+		for k := range batches {
+			wg.Go(func() {
+				<-start
+				results[k], errs[k] = p.Process(ctx, batches[k])
+			})
+		}
+		close(start)
+		wg.Wait()
+		require.NoError(t, errors.Join(errs...), "round %d", round)
+		processed := 0
+		for _, rs := range results {
+			for _, r := range rs {
+				require.NotEqual(t, dedup.OutcomeFailed, r.Outcome, "round %d: %v", round, r.Err)
+				if r.Outcome == dedup.OutcomeProcessed {
+					processed++
+				}
+			}
+		}
+		require.Equal(t, n, processed, "round %d: each id processed once", round)
+		require.Equal(t, n*round, b.count(t, `SELECT count(*) FROM reservation`))
+	}
+}
+
 func TestProcessInfrastructureErrors(t *testing.T) {
 	t.Parallel()
 	b := setup(t)
