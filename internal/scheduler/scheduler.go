@@ -93,6 +93,10 @@ type Config struct {
 	// (default RowEstimateEveryDefault; -1 disables it). Unused without
 	// Metrics.
 	RowEstimateEvery time.Duration
+	// PurgeRunsKeep is how many finished runs per service the purge
+	// history keeps; older ones are deleted after each run (default
+	// state.PurgeRunsKeepDefault).
+	PurgeRunsKeep int
 }
 
 // Scheduler purges the processed_event table of each configured service,
@@ -104,6 +108,7 @@ type Scheduler struct {
 	logger   *slog.Logger
 	metrics  *metrics.Metrics
 	rowEvery time.Duration
+	keepRuns int
 
 	// runCtx is the parent of every run's context; cancelled by Stop, or
 	// when Start's context ends.
@@ -131,6 +136,7 @@ func New(cfg Config) (*Scheduler, error) {
 		logger:   cfg.Logger,
 		metrics:  cfg.Metrics,
 		rowEvery: cmp.Or(cfg.RowEstimateEvery, RowEstimateEveryDefault),
+		keepRuns: cfg.PurgeRunsKeep,
 		stopped:  make(chan struct{}),
 	}
 	if s.logger == nil {
@@ -355,6 +361,11 @@ func (s *Scheduler) purge(ctx context.Context, svc *ServiceConfig, trigger strin
 
 	rctx, cancel = context.WithTimeout(context.WithoutCancel(ctx), recordTimeout)
 	run, finErr := state.FinishPurgeRun(rctx, svc.DB, id, res.Cutoff, res.Deleted, runErr)
+	if finErr == nil {
+		if _, err := state.PrunePurgeRuns(rctx, svc.DB, svc.Name, s.keepRuns); err != nil {
+			s.logger.WarnContext(ctx, "scheduler: purge history not pruned", slog.String("service", svc.Name), slog.Any("error", err))
+		}
+	}
 	cancel()
 	if finErr != nil {
 		// Report what is known even though it could not be recorded.

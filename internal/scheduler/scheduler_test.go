@@ -160,6 +160,25 @@ func TestRunNowDryRun(t *testing.T) {
 	require.Zero(t, testutil.ToFloat64(m.PurgeLastSuccess.WithLabelValues("stock")))
 }
 
+// Each run prunes the history to the newest PurgeRunsKeep finished runs.
+func TestRunsPruneTheHistory(t *testing.T) {
+	t.Parallel()
+	b := setup(t)
+	s := newScheduler(t, scheduler.Config{Services: []scheduler.ServiceConfig{service(b.db, time.Hour)}, PurgeRunsKeep: 3})
+	ctx := context.Background()
+	var ids []int64
+	for range 5 {
+		run, err := s.RunNow(ctx, "stock", true, "ops")
+		require.NoError(t, err)
+		ids = append(ids, run.ID)
+	}
+	runs, err := state.ListPurgeRuns(ctx, b.db, "stock", 10)
+	require.NoError(t, err)
+	require.Len(t, runs, 3)
+	require.Equal(t, ids[4], runs[0].ID)
+	require.Equal(t, ids[2], runs[2].ID)
+}
+
 func TestRunNowErrors(t *testing.T) {
 	t.Parallel()
 	b := setup(t)

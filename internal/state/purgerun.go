@@ -22,6 +22,10 @@ const (
 // when limit is not positive.
 const ListPurgeRunsLimitDefault = 20
 
+// PurgeRunsKeepDefault is how many finished runs per service the purge
+// history keeps (about ten days at one run every 15 minutes).
+const PurgeRunsKeepDefault = 1000
+
 // ErrPurgeRunNotFound is FinishPurgeRun's error for an id that is unknown
 // or already finished.
 var ErrPurgeRunNotFound = errors.New("purge run not found or already finished")
@@ -151,4 +155,23 @@ func LastPurge(ctx context.Context, db *pgxpool.Pool, service string) (PurgeRun,
 		return PurgeRun{}, false, fmt.Errorf("state: last purge of %s: %w", service, err)
 	}
 	return r, true, nil
+}
+
+// PrunePurgeRuns deletes the finished runs of service beyond its newest
+// keep finished ones (PurgeRunsKeepDefault when keep is not positive) and
+// returns how many it deleted. Runs still going are never deleted.
+func PrunePurgeRuns(ctx context.Context, db *pgxpool.Pool, service string, keep int) (int64, error) {
+	if keep <= 0 {
+		keep = PurgeRunsKeepDefault
+	}
+	tag, err := db.Exec(ctx, `DELETE FROM platform.purge_run
+		WHERE service = $1 AND finished_at IS NOT NULL AND id < (
+			SELECT min(id) FROM (
+				SELECT id FROM platform.purge_run
+				WHERE service = $1 AND finished_at IS NOT NULL
+				ORDER BY id DESC LIMIT $2) AS newest)`, service, keep)
+	if err != nil {
+		return 0, fmt.Errorf("state: prune purge runs of %s: %w", service, err)
+	}
+	return tag.RowsAffected(), nil
 }

@@ -115,3 +115,46 @@ func TestListPurgeRunsAndLastPurge(t *testing.T) {
 	require.True(t, ok)
 	require.Equal(t, ok2, last.ID)
 }
+
+// The history keeps the newest finished runs of each service; runs still
+// going and other services' runs stay.
+func TestPrunePurgeRuns(t *testing.T) {
+	t.Parallel()
+	db := newStateDB(t)
+	ctx := context.Background()
+	var ids []int64
+	for range 5 {
+		id, err := state.StartPurgeRun(ctx, db, "stock", state.TriggerSchedule, false, "d")
+		require.NoError(t, err)
+		_, err = state.FinishPurgeRun(ctx, db, id, time.Time{}, 1, nil)
+		require.NoError(t, err)
+		ids = append(ids, id)
+	}
+	running, err := state.StartPurgeRun(ctx, db, "stock", state.TriggerSchedule, false, "d")
+	require.NoError(t, err)
+	other, err := state.StartPurgeRun(ctx, db, "shipping", state.TriggerSchedule, false, "d")
+	require.NoError(t, err)
+	_, err = state.FinishPurgeRun(ctx, db, other, time.Time{}, 1, nil)
+	require.NoError(t, err)
+
+	n, err := state.PrunePurgeRuns(ctx, db, "stock", 2)
+	require.NoError(t, err)
+	require.EqualValues(t, 3, n)
+	runs, err := state.ListPurgeRuns(ctx, db, "stock", 10)
+	require.NoError(t, err)
+	var got []int64
+	for _, r := range runs {
+		got = append(got, r.ID)
+	}
+	require.Equal(t, []int64{running, ids[4], ids[3]}, got)
+	runs, err = state.ListPurgeRuns(ctx, db, "shipping", 10)
+	require.NoError(t, err)
+	require.Len(t, runs, 1)
+
+	n, err = state.PrunePurgeRuns(ctx, db, "stock", 2)
+	require.NoError(t, err)
+	require.Zero(t, n, "nothing beyond the newest two")
+	n, err = state.PrunePurgeRuns(ctx, db, "nobody", 0)
+	require.NoError(t, err)
+	require.Zero(t, n)
+}
