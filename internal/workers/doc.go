@@ -11,6 +11,16 @@
 // confirmed. A batch whose commit outcome is unknown is never acked: it is
 // requeued, and its redelivery meets the processed_event row.
 //
+// Batches form by themselves under load: a worker takes what has arrived,
+// up to batch.size, and lingers for batch.wait only while busy (its last
+// batch at least half full), so that at low load an event is committed at
+// once. When a batch is all committed and the next delivery is already
+// waiting, its ack is held for the next batch's multiple ack (at most a
+// quarter of the worker's prefetch window held); before the worker blocks
+// for more deliveries, a held ack is sent. Only committed tags are ever
+// covered, and losing a held ack only redelivers committed events, which
+// the dedup step skips.
+//
 // amqp091-go does not reconnect safely by itself (its opt-in recovery can
 // ack a stale tag on a new channel), so the package runs its own loop with
 // backoff and jitter, with fresh connection and channel objects each time,

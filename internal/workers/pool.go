@@ -46,8 +46,12 @@ type PoolConfig struct {
 	Concurrency int
 	// Prefetch is the pool's total prefetch, split across its workers
 	// (each gets at least one batch).
-	Prefetch  int
+	Prefetch int
+	// BatchSize is the most deliveries one transaction takes.
 	BatchSize int
+	// BatchWait is how long a busy worker (its previous batch at least
+	// half full) waits for a batch to fill; an idle worker commits what it
+	// has at once, so the wait does not turn into latency at low load.
 	BatchWait time.Duration
 	// MaxBodyBytes bounds accepted bodies (envelope default when 0).
 	MaxBodyBytes int
