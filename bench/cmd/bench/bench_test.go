@@ -124,15 +124,20 @@ func TestChartAndTable(t *testing.T) {
 			{contender: contender{Name: "platformd", Kind: kindPlatformd}, Rounds: []drainResult{{MsgsPerSec: 90, PeakRSS: 1 << 20}, {MsgsPerSec: 85}},
 				Latency: &latencyResult{P99ms: 12, Rate: 1000}},
 			{contender: contender{Name: "platformd-nodedup", Kind: kindPlatformd, SkipDedup: true}, Rounds: []drainResult{{MsgsPerSec: 95, DupsApplied: 1}, {MsgsPerSec: 95}}},
+			{contender: contender{Name: "seed", Kind: kindSeed}, Rounds: []drainResult{{MsgsPerSec: 30}, {MsgsPerSec: 40}}},
+			{contender: contender{Name: "platformd-b1", Kind: kindPlatformd}, Rounds: []drainResult{{MsgsPerSec: 35}, {MsgsPerSec: 45}}},
 		},
 	}
 	for _, c := range r.Contenders {
 		c.summarize()
 	}
 	r.computeRatios()
-	require.Len(t, r.Ratios, 4)
+	require.Len(t, r.Ratios, 5)
 	require.InDelta(t, 87.5/110, r.Ratios[0].Value, 1e-9)
 	require.False(t, r.Ratios[0].Met)
+	require.Equal(t, "platformd-b1 / seed port (msgs/s)", r.Ratios[1].Name)
+	require.InDelta(t, 40.0/35, r.Ratios[1].Value, 1e-9)
+	require.True(t, r.Ratios[1].Met)
 	var sb strings.Builder
 	r.printTable(&sb)
 	require.Contains(t, sb.String(), "platformd-nodedup")

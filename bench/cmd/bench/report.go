@@ -104,19 +104,21 @@ func pairedRatio(a, b *contenderReport) spread {
 // computeRatios evaluates the targets on the medians.
 func (r *report) computeRatios() {
 	pd, raw, peer, nodedup := r.find("platformd"), r.find("raw"), r.find("peer"), r.find("platformd-nodedup")
+	b1, seed := r.find("platformd-b1"), r.find("seed")
 	if pd == nil || len(pd.Rounds) == 0 {
 		return
 	}
 	thr := func(a, b *contenderReport, name, target string, ok func(float64) bool) {
-		if b == nil || len(b.Rounds) == 0 {
+		if a == nil || len(a.Rounds) == 0 || b == nil || len(b.Rounds) == 0 {
 			return
 		}
-		v := pd.MsgsPerSec.Median / b.MsgsPerSec.Median
+		v := a.MsgsPerSec.Median / b.MsgsPerSec.Median
 		p := pairedRatio(a, b)
 		r.Ratios = append(r.Ratios, ratio{Name: name, Value: v, Min: p.Min, Max: p.Max, Target: target, Met: ok(v)})
 	}
 	thr(pd, raw, "platformd / raw (msgs/s)", ">= 0.8", func(v float64) bool { return v >= 0.8 })
 	thr(pd, peer, "platformd / peer (msgs/s)", ">= 5", func(v float64) bool { return v >= 5 })
+	thr(b1, seed, "platformd-b1 / seed port (msgs/s)", ">= 1", func(v float64) bool { return v >= 1 })
 	if nodedup != nil && len(nodedup.Rounds) > 0 {
 		v := 1 - pd.MsgsPerSec.Median/nodedup.MsgsPerSec.Median
 		p := pairedRatio(pd, nodedup)
