@@ -1,10 +1,12 @@
 package workers
 
 import (
+	"bufio"
 	"context"
 	"fmt"
 	"log/slog"
 	"math/rand/v2"
+	"net"
 	"sync"
 	"time"
 
@@ -56,6 +58,7 @@ func (c *Conn) Get(ctx context.Context) (*amqp.Connection, error) {
 		conn, err := amqp.DialConfig(c.url, amqp.Config{
 			Heartbeat:  10 * time.Second,
 			Properties: amqp.Table{"connection_name": c.name},
+			Dial:       dialBuffered,
 		})
 		if err == nil {
 			if c.dialed && c.OnReconnectFunc != nil {
@@ -94,3 +97,30 @@ func (c *Conn) Close() {
 func jitter(d time.Duration) time.Duration {
 	return d + time.Duration(rand.Int64N(int64(d)/2+1))
 }
+
+// readBufferSize is the read buffer under the library's own 4 KiB one.
+const readBufferSize = 64 << 10
+
+// dialBuffered dials as the library does by default (30 s handshake
+// deadline) and reads through a readBufferSize buffer. amqp091-go reads
+// frames through a 4 KiB bufio.Reader: under load a read system call every
+// few deliveries, 9% of the daemon's CPU in the bench profile. A buffered
+// read returns what has arrived without waiting for more, so it adds no
+// latency.
+func dialBuffered(network, addr string) (net.Conn, error) {
+	conn, err := amqp.DefaultDial(30*time.Second)(network, addr)
+	if err != nil {
+		return nil, err
+	}
+	return &bufferedConn{Conn: conn, r: bufio.NewReaderSize(conn, readBufferSize)}, nil
+}
+
+// bufferedConn is a net.Conn whose reads go through a buffer.
+type bufferedConn struct {
+	net.Conn
+	r *bufio.Reader
+}
+
+// Read reads from the buffer, filling it with one read of the connection
+// when it is empty.
+func (c *bufferedConn) Read(p []byte) (int, error) { return c.r.Read(p) }
