@@ -127,8 +127,9 @@ func (h *reserveHandler) Handle(msg *message.Message) error {
 		return err
 	}
 	for _, l := range order.Lines {
+		// A time-ordered (v7) id, as the shop's handler makes them.
 		if _, err := tx.Exec(ctx, `INSERT INTO reservation (id, order_id, product_id, quantity, created_at)
-			VALUES (gen_random_uuid(), $1, $2, $3::numeric, now())`, order.OrderID, l.ProductID, l.Quantity); err != nil {
+			VALUES ($1, $2, $3, $4::numeric, now())`, uuid.Must(uuid.NewV7()), order.OrderID, l.ProductID, l.Quantity); err != nil {
 			return err
 		}
 	}

@@ -87,6 +87,10 @@ func TestReserveInsertsOneRowPerLine(t *testing.T) {
 	got := row(`SELECT count(*), sum(quantity)::text FROM reservation WHERE order_id = $1`, o.OrderID)
 	require.EqualValues(t, 2, got[0])
 	require.Equal(t, "2.500", got[1])
+	// Reservation ids are time-ordered UUID v7: the key's index grows at
+	// its right edge.
+	got = row(`SELECT count(*) FILTER (WHERE substr(id::text, 15, 1) = '7') FROM reservation WHERE order_id = $1`, o.OrderID)
+	require.EqualValues(t, 2, got[0])
 }
 
 // Payloads of the wrong shape are permanent failures: no retry can fix them.
