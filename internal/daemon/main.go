@@ -9,6 +9,7 @@ import (
 	"log/slog"
 	"os"
 	"os/signal"
+	"runtime/debug"
 	"syscall"
 
 	"github.com/platformd/platformd/consumer"
@@ -85,6 +86,9 @@ func Main(args []string, reg *consumer.Registry, stderr io.Writer) int {
 		logger.Info("platformd: migrations applied", slog.Int("services", len(cfg.Services)))
 		return 0
 	}
+	if gc, set := tuneGC(os.Getenv); set {
+		logger.Debug("platformd: GOGC unset, using the daemon's default", slog.Int("gogc", gc))
+	}
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
 	defer stop()
 	go func() {
@@ -106,4 +110,22 @@ func newLogger(c config.LogConfig, w io.Writer) *slog.Logger {
 		return slog.New(slog.NewTextHandler(w, opts))
 	}
 	return slog.New(slog.NewJSONHandler(w, opts))
+}
+
+// GCPercentDefault is the daemon's GOGC when the environment sets none. Its
+// live heap is a few MiB while it allocates per message (most of it in the
+// AMQP library), so the runtime's default of 100 collects every few MiB:
+// 10-18% of the daemon's CPU under load. At 400, an A/B in the bench: the
+// daemon's CPU per drain 1.5 -> 1.2 CPU-s, throughput +7%, peak RSS 29 ->
+// 40 MiB. GOGC (and GOMEMLIMIT) in the environment take precedence.
+const GCPercentDefault = 400
+
+// tuneGC sets the garbage collector's percent to GCPercentDefault unless
+// getenv names a GOGC; it reports the value and whether it set it.
+func tuneGC(getenv func(string) string) (int, bool) {
+	if getenv("GOGC") != "" {
+		return 0, false
+	}
+	debug.SetGCPercent(GCPercentDefault)
+	return GCPercentDefault, true
 }
