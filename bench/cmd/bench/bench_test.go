@@ -1,6 +1,7 @@
 package main
 
 import (
+	"slices"
 	"strings"
 	"testing"
 	"time"
@@ -83,28 +84,45 @@ platformd_messages_totalx{outcome="processed"} 5
 }
 
 func TestWorkloadDuplicatesAreByteIdenticalCopies(t *testing.T) {
-	w, err := newWorkload(1000, 0.1, 2, 7)
-	require.NoError(t, err)
-	require.Equal(t, 1100, w.total())
-	counts := map[string]int{}
-	for _, b := range w.bodies {
-		env, err := envelope.Decode(b, 0)
-		require.NoError(t, err)
-		counts[env.EventID.String()]++
+	for _, order := range []string{orderProducer, orderShuffled} {
+		t.Run(order, func(t *testing.T) {
+			w, err := newWorkload(3000, 0.1, 2, 7, order)
+			require.NoError(t, err)
+			require.Equal(t, 3300, w.total())
+			first := map[string]int{} // event id -> position of its first copy
+			var ids []string
+			gaps := 0
+			for pos, b := range w.bodies {
+				env, err := envelope.Decode(b, 0)
+				require.NoError(t, err)
+				id := env.EventID.String()
+				if at, seen := first[id]; seen {
+					require.Equal(t, string(w.bodies[at]), string(b), "a copy is byte-identical")
+					gaps = max(gaps, pos-at)
+					delete(first, id) // a third copy would count as a first
+					continue
+				}
+				first[id] = pos
+				ids = append(ids, id)
+			}
+			require.Len(t, ids, 3000, "3000 distinct events, 300 of them twice")
+			if order == orderProducer {
+				require.True(t, slices.IsSorted(ids), "originals in id (time) order")
+				// At most dupDistance originals and the copies placed
+				// among them separate a copy from its original.
+				require.LessOrEqual(t, gaps, 2*dupDistance)
+			} else {
+				require.False(t, slices.IsSorted(ids))
+			}
+		})
 	}
-	require.Len(t, counts, 1000)
-	twice := 0
-	for _, n := range counts {
-		if n == 2 {
-			twice++
-		}
-	}
-	require.Equal(t, 100, twice)
+	_, err := newWorkload(10, 0.1, 1, 1, "random")
+	require.Error(t, err)
 }
 
 func TestOccurredAt(t *testing.T) {
 	at := time.Date(2026, 1, 2, 3, 4, 5, 123456789, time.UTC)
-	w, err := newWorkload(1, 0, 1, 1)
+	w, err := newWorkload(1, 0, 1, 1, orderProducer)
 	require.NoError(t, err)
 	env, err := envelope.Decode(w.bodies[0], 0)
 	require.NoError(t, err)

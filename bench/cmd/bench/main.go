@@ -42,6 +42,7 @@ const skipDedupEnv = "PLATFORMD_BENCH_SKIP_DEDUP_INSERT"
 type options struct {
 	events      int
 	dupShare    float64
+	order       string
 	lines       int
 	rounds      int
 	slowRounds  int
@@ -91,6 +92,7 @@ func parseFlags(args []string) (*options, error) {
 	fs := flag.NewFlagSet("bench", flag.ContinueOnError)
 	fs.IntVar(&o.events, "events", 100000, "distinct order events in the workload")
 	fs.Float64Var(&o.dupShare, "dup", 0.10, "share of the events delivered twice (0..1)")
+	fs.StringVar(&o.order, "order", orderShuffled, "message order: shuffled (copies anywhere, ids in random order) or producer (as outbox relays publish: ids ascending, each copy 1 to 1,000 messages after its original, so copies often meet their original in flight in another worker)")
 	fs.IntVar(&o.lines, "lines", 1, "lines per order (one reservation row each)")
 	fs.IntVar(&o.rounds, "rounds", 3, "rounds; each contender drains once per round, in turns")
 	fs.IntVar(&o.slowRounds, "slow-rounds", 2, "rounds of the one-commit-per-message contenders (seed, peer, platformd-b1): the first min(rounds, slow-rounds); their drains take minutes and vary little")
@@ -259,13 +261,13 @@ func run(ctx context.Context, o *options) (int, error) {
 	}
 	rep.Machine.PostgreSQL, rep.Machine.PGSettings = b.pgInfo(ctx)
 
-	if b.wl, err = newWorkload(o.events, o.dupShare, o.lines, o.seed); err != nil {
+	if b.wl, err = newWorkload(o.events, o.dupShare, o.lines, o.seed, o.order); err != nil {
 		return 2, err
 	}
 	rep.Workload = map[string]any{"events": b.wl.distinct, "duplicates": b.wl.dups, "messages": b.wl.total(), "lines": b.wl.lines,
-		"dup_share": o.dupShare, "body_bytes": len(b.wl.bodies[0])}
-	fmt.Printf("workload: %d events + %d duplicates = %d messages of ~%d bytes; %d round(s) of %d contender(s), %s queues\n",
-		b.wl.distinct, b.wl.dups, b.wl.total(), len(b.wl.bodies[0]), o.rounds, len(selected), o.queueType)
+		"dup_share": o.dupShare, "order": o.order, "body_bytes": len(b.wl.bodies[0])}
+	fmt.Printf("workload: %d events + %d duplicates = %d messages of ~%d bytes in %s order; %d round(s) of %d contender(s), %s queues\n",
+		b.wl.distinct, b.wl.dups, b.wl.total(), len(b.wl.bodies[0]), o.order, o.rounds, len(selected), o.queueType)
 
 	reports := make([]*contenderReport, len(selected))
 	for i, c := range selected {

@@ -1,11 +1,13 @@
 package main
 
 import (
+	"cmp"
 	"context"
 	"encoding/json"
 	"errors"
 	"fmt"
 	"math/rand/v2"
+	"slices"
 	"sync"
 	"time"
 
@@ -18,7 +20,7 @@ import (
 
 // workload is the message sequence every contender drains: distinct
 // order.order.placed.v1 events, a share of which appear twice (byte-identical
-// copies, as a relay republish would send them), shuffled.
+// copies, as a relay republish would send them), in the order of orderMode.
 type workload struct {
 	bodies   [][]byte // in publish order
 	distinct int      // distinct events (orders)
@@ -32,12 +34,31 @@ func (w *workload) total() int { return len(w.bodies) }
 // productPool is how many distinct products the orders draw from.
 const productPool = 1000
 
+// Message orders of a workload.
+const (
+	// orderProducer is what a queue fed by outbox relays holds: events in
+	// the order they were written (their UUID v7 ids ascending), each
+	// republished copy a random distance of 1 to dupDistance messages
+	// after its original.
+	orderProducer = "producer"
+	// orderShuffled is the whole sequence shuffled: ids in random order,
+	// the worst case for every primary key index on the way.
+	orderShuffled = "shuffled"
+)
+
+// dupDistance bounds how far (in messages) a republished copy follows its
+// original in orderProducer.
+const dupDistance = 1000
+
 // newWorkload builds events events of lines lines each, dupShare of them
-// delivered twice, deterministically from seed (ids aside: event ids are
-// UUID v7 made now, as a producer's outbox would).
-func newWorkload(events int, dupShare float64, lines int, seed uint64) (*workload, error) {
+// delivered twice, in the given order, deterministically from seed (ids
+// aside: event ids are UUID v7 made now, as a producer's outbox would).
+func newWorkload(events int, dupShare float64, lines int, seed uint64, order string) (*workload, error) {
 	if events <= 0 || lines <= 0 || dupShare < 0 || dupShare > 1 {
 		return nil, fmt.Errorf("workload: need events > 0, lines > 0 and 0 <= dup share <= 1 (got %d, %d, %g)", events, lines, dupShare)
+	}
+	if order != orderProducer && order != orderShuffled {
+		return nil, fmt.Errorf("workload: order %q: want %s or %s", order, orderProducer, orderShuffled)
 	}
 	rng := rand.New(rand.NewPCG(seed, seed^0x9e3779b97f4a7c15))
 	randUUID := func() uuid.UUID {
@@ -67,11 +88,32 @@ func newWorkload(events int, dupShare float64, lines int, seed uint64) (*workloa
 		bodies = append(bodies, body)
 	}
 	dups := int(float64(events)*dupShare + 0.5)
-	for _, i := range rng.Perm(events)[:dups] {
-		bodies = append(bodies, bodies[i])
+	if order == orderShuffled {
+		for _, i := range rng.Perm(events)[:dups] {
+			bodies = append(bodies, bodies[i])
+		}
+		rng.Shuffle(len(bodies), func(i, j int) { bodies[i], bodies[j] = bodies[j], bodies[i] })
+		return &workload{bodies: bodies, distinct: events, dups: dups, lines: lines}, nil
 	}
-	rng.Shuffle(len(bodies), func(i, j int) { bodies[i], bodies[j] = bodies[j], bodies[i] })
-	return &workload{bodies: bodies, distinct: events, dups: dups, lines: lines}, nil
+	// Originals at positions 0..events-1; a copy of original i goes after
+	// the original at i+d (d in 1..dupDistance), before the next one.
+	type placed struct {
+		at   float64
+		body []byte
+	}
+	seq := make([]placed, 0, events+dups)
+	for i, b := range bodies {
+		seq = append(seq, placed{at: float64(i), body: b})
+	}
+	for _, i := range rng.Perm(events)[:dups] {
+		seq = append(seq, placed{at: float64(i+1+rng.IntN(dupDistance)) - 0.5, body: bodies[i]})
+	}
+	slices.SortStableFunc(seq, func(a, b placed) int { return cmp.Compare(a.at, b.at) })
+	out := make([][]byte, len(seq))
+	for i, p := range seq {
+		out[i] = p.body
+	}
+	return &workload{bodies: out, distinct: events, dups: dups, lines: lines}, nil
 }
 
 // orderBody encodes one order.order.placed.v1 envelope with the product's
