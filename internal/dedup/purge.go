@@ -21,7 +21,13 @@ const (
 	// size adapts to stay below this whatever the table's size and the
 	// machine's load.
 	PurgeTargetChunkDefault = 150 * time.Millisecond
-	purgeMinChunk           = 100
+	// PurgeDutyDefault is the most of its time a purge spends in chunks:
+	// after a chunk it rests at least twice as long as the chunk took. On
+	// a 2-core machine whose consumers keep it busy, a purge resting only
+	// the 20 ms pause took 29% of the consumers' throughput (84,050 events/s
+	// before, 59,996 during); a third of the time, about half of that.
+	PurgeDutyDefault = 1.0 / 3
+	purgeMinChunk    = 100
 )
 
 // PurgeParams configures Purge.
@@ -39,9 +45,13 @@ type PurgeParams struct {
 	// ChunkTimeout bounds each chunk's transaction (default 10s); it is set
 	// as the chunk's statement_timeout too.
 	ChunkTimeout time.Duration
-	// Pause is the sleep between chunks, jittered by up to 50% (default 20ms;
-	// -1 for none).
+	// Pause is the shortest sleep between chunks, jittered by up to 50%
+	// (default 20ms; -1 for none).
 	Pause time.Duration
+	// Duty is the most of its time the purge spends in chunks, in (0, 1]:
+	// after a chunk that took d it sleeps at least d*(1-Duty)/Duty
+	// (default PurgeDutyDefault; 1: only Pause).
+	Duty float64
 	// DryRun counts the rows that would go and deletes nothing.
 	DryRun bool
 	// OnChunkFunc, when set, is called after each chunk with its row count and
@@ -88,6 +98,7 @@ func Purge(ctx context.Context, db *pgxpool.Pool, p PurgeParams) (PurgeResult, e
 	chunkTimeout := cmp.Or(p.ChunkTimeout, PurgeChunkTimeoutDefault)
 	pause := cmp.Or(p.Pause, PurgePauseDefault)
 	target := cmp.Or(p.TargetChunk, PurgeTargetChunkDefault)
+	duty := cmp.Or(p.Duty, PurgeDutyDefault)
 	size := batch
 
 	if err := db.QueryRow(ctx, `SELECT now() - make_interval(secs => $1::float8 / 1e6)`,
@@ -120,12 +131,18 @@ func Purge(ctx context.Context, db *pgxpool.Pool, p PurgeParams) (PurgeResult, e
 		if target > 0 {
 			size = nextChunkSize(size, batch, took, target)
 		}
-		if pause > 0 {
-			jitter := time.Duration(rand.Int64N(int64(pause)/2 + 1))
+		rest := max(pause, 0)
+		if rest > 0 {
+			rest += time.Duration(rand.Int64N(int64(rest)/2 + 1))
+		}
+		if duty > 0 && duty < 1 {
+			rest = max(rest, time.Duration(float64(took)*(1-duty)/duty))
+		}
+		if rest > 0 {
 			select {
 			case <-ctx.Done():
 				return res, ctx.Err()
-			case <-time.After(pause + jitter):
+			case <-time.After(rest):
 			}
 		}
 	}

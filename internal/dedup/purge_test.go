@@ -53,6 +53,38 @@ func TestPurgeDeletesOnlyExpiredRows(t *testing.T) {
 	require.Error(t, err)
 }
 
+// A purge rests between chunks at least (1-Duty)/Duty times as long as
+// the chunk took (twice as long by default), so that it takes at most its
+// duty of a database backend's time from the consumers.
+func TestPurgeRestsBetweenChunks(t *testing.T) {
+	t.Parallel()
+	b := setup(t)
+	b.seedRows(t, 20_000, 2*time.Hour)
+	for _, duty := range []float64{0, 0.5} {
+		want := 2.0 // the default duty, 1/3
+		if duty > 0 {
+			want = (1 - duty) / duty
+		}
+		type chunk struct {
+			start, end time.Time
+		}
+		var chunks []chunk
+		_, err := dedup.Purge(context.Background(), b.db, dedup.PurgeParams{Horizon: time.Hour, BatchSize: 2_000, Pause: -1, Duty: duty,
+			TargetChunk: -1, OnChunkFunc: func(_ int64, took time.Duration) {
+				now := time.Now()
+				chunks = append(chunks, chunk{start: now.Add(-took), end: now})
+			}})
+		require.NoError(t, err)
+		require.GreaterOrEqual(t, len(chunks), 5, "duty %v", duty)
+		for i := 1; i < len(chunks); i++ {
+			took := chunks[i-1].end.Sub(chunks[i-1].start)
+			rest := chunks[i].start.Sub(chunks[i-1].end)
+			require.GreaterOrEqual(t, rest.Seconds(), want*took.Seconds()*0.95, "duty %v: chunk %d took %s, rested %s", duty, i, took, rest)
+		}
+		b.seedRows(t, 20_000, 2*time.Hour)
+	}
+}
+
 // Overlapping purges share the work and together delete exactly the
 // expired rows.
 func TestPurgeOverlappingRuns(t *testing.T) {

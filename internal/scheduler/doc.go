@@ -51,7 +51,9 @@
 // force with state.GetHorizon (so a horizon changed through the admin API
 // applies at the next run, on every daemon, without a restart), purges
 // with dedup.Purge in chunks of BatchSize rows, each under ChunkTimeout,
-// pausing Pause between chunks, and records the outcome with
+// resting between chunks at least Pause and twice as long as the chunk took
+// (dedup.PurgeDutyDefault: a purge takes at most a third of a database
+// backend's time from the consumers), and records the outcome with
 // state.FinishPurgeRun, even when the run was cancelled. A stored horizon
 // under the service's MinHorizon that was not forced (the floor was raised
 // in the configuration after it was stored) is raised to MinHorizon for the
