@@ -95,6 +95,65 @@ type Processor struct {
 	// order lists every handler once, each after the handlers routed
 	// before it for some event (registration order).
 	order []Route
+	// inflight holds the ids whose batch is running in a Process call.
+	inflight inflight
+}
+
+// inflight is the set of event ids that Process calls of one Processor
+// (the workers of one pool) hold in open transactions. A relay republish
+// often reaches a worker while its original is still in another worker's
+// transaction; in the database the copy's insert would wait on the
+// original's row lock inside its own transaction, holding the locks of
+// its whole batch meanwhile (other workers then queue behind it). The copy
+// is instead left out of its batch's transaction and waits here, after
+// that transaction, for the original's outcome: committed, it is a
+// duplicate without a round trip; not committed, it is processed then.
+// Daemons sharing a database still meet on the row lock, as the seed says.
+type inflight struct {
+	mu  sync.Mutex
+	ids map[uuid.UUID]*claim
+}
+
+// claim is one id held by a Process call; done is closed once its outcome
+// is known, committed set before.
+type claim struct {
+	done      chan struct{}
+	committed bool
+}
+
+// claimAll claims the ids of events[idx...] not held by another call and
+// returns the indexes claimed and, for the others, the indexes and the
+// claims to wait on.
+func (f *inflight) claimAll(events []consumer.Event, idx []int) (mine, contended []int, waits []*claim) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	if f.ids == nil {
+		f.ids = make(map[uuid.UUID]*claim)
+	}
+	mine = idx[:0:0]
+	for _, i := range idx {
+		if c, held := f.ids[events[i].ID]; held {
+			contended = append(contended, i)
+			waits = append(waits, c)
+			continue
+		}
+		f.ids[events[i].ID] = &claim{done: make(chan struct{})}
+		mine = append(mine, i)
+	}
+	return mine, contended, waits
+}
+
+// release publishes the outcome of the claimed events[idx...]: committed
+// when err is nil and the event's row is durable (processed or duplicate).
+func (f *inflight) release(events []consumer.Event, idx []int, results []Result, err error) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	for _, i := range idx {
+		c := f.ids[events[i].ID]
+		delete(f.ids, events[i].ID)
+		c.committed = err == nil && (results[i].Outcome == OutcomeProcessed || results[i].Outcome == OutcomeDuplicate)
+		close(c.done)
+	}
 }
 
 // NewProcessor returns a Processor over db.
@@ -174,17 +233,62 @@ func (p *Processor) Process(ctx context.Context, events []consumer.Event) ([]Res
 	if len(primaries) == 0 {
 		return results, nil
 	}
-	failed, err := p.processFast(ctx, events, primaries, results)
+	if p.skip { // the bench's no-dedup mode: no claims, nothing skipped
+		return results, p.processClaimed(ctx, events, primaries, results)
+	}
+	mine, contended, waits := p.inflight.claimAll(events, primaries)
+	var err error
+	if len(mine) > 0 {
+		err = p.processClaimed(ctx, events, mine, results)
+		p.inflight.release(events, mine, results, err)
+	}
 	if err != nil {
 		return nil, err
 	}
-	if failed == noFailure {
+	if len(contended) == 0 {
 		return results, nil
 	}
-	if err := p.processIsolated(ctx, events, primaries, failed, results); err != nil {
-		return nil, err
+	// Copies of events another call holds: their outcome decides.
+	var again []int
+	for k, i := range contended {
+		select {
+		case <-waits[k].done:
+		case <-ctx.Done():
+			return nil, fmt.Errorf("dedup: waiting for event %s in another batch: %w", events[i].ID, ctx.Err())
+		}
+		if waits[k].committed {
+			results[i] = Result{Outcome: OutcomeDuplicate}
+			continue
+		}
+		again = append(again, i)
+	}
+	if len(again) > 0 {
+		sub := make([]consumer.Event, len(again))
+		for k, i := range again {
+			sub[k] = events[i]
+		}
+		rs, err := p.Process(ctx, sub)
+		if err != nil {
+			return nil, err
+		}
+		for k, i := range again {
+			results[i] = rs[k]
+		}
 	}
 	return results, nil
+}
+
+// processClaimed runs events[primaries...] (distinct ids) in one
+// transaction, and replays them in isolation when a handler fails.
+func (p *Processor) processClaimed(ctx context.Context, events []consumer.Event, primaries []int, results []Result) error {
+	failed, err := p.processFast(ctx, events, primaries, results)
+	if err != nil {
+		return err
+	}
+	if failed == noFailure {
+		return nil
+	}
+	return p.processIsolated(ctx, events, primaries, failed, results)
 }
 
 // processFast inserts every id in one statement, runs the handlers of the

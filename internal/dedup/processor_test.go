@@ -339,7 +339,10 @@ func TestProcessConcurrentSameID(t *testing.T) {
 					}
 					return nil
 				})})
-			p := b.processor(t, shop.HandlerStockReserve, "test.gate")
+			// Two processors: two daemons sharing the database, which only
+			// the row lock coordinates.
+			p1 := b.processor(t, shop.HandlerStockReserve, "test.gate")
+			p2 := b.processor(t, shop.HandlerStockReserve, "test.gate")
 
 			type res struct {
 				rs  []dedup.Result
@@ -347,13 +350,13 @@ func TestProcessConcurrentSameID(t *testing.T) {
 			}
 			firstDone := make(chan res, 1)
 			go func() {
-				rs, err := p.Process(ctx, []consumer.Event{ev})
+				rs, err := p1.Process(ctx, []consumer.Event{ev})
 				firstDone <- res{rs, err}
 			}()
 			<-entered
 			secondDone := make(chan res, 1)
 			go func() {
-				rs, err := p.Process(ctx, []consumer.Event{ev})
+				rs, err := p2.Process(ctx, []consumer.Event{ev})
 				secondDone <- res{rs, err}
 			}()
 			// The second is blocked on the first's row lock: prove it by
@@ -383,18 +386,17 @@ func TestProcessConcurrentSameID(t *testing.T) {
 	}
 }
 
-// A cancelled context or a dead connection is a batch-level error (nothing
-// may be acked), never an event outcome.
-// Two workers (or daemons) whose batches hold the same ids in opposite
-// orders, as relay republishes make them, must not deadlock (40P01): the
-// ids are inserted in one global order, so the second batch waits on the
-// first's rows and then sees them as duplicates. Each round starts both
-// batches together; inserted in batch order, they meet in the middle and
-// deadlock.
+// Two daemons whose batches hold the same ids in opposite orders, as relay
+// republishes make them, must not deadlock (40P01): the ids are inserted in
+// one global order, so the second batch waits on the first's rows and then
+// sees them as duplicates. Each round starts both batches together;
+// inserted in batch order, they meet in the middle and deadlock. (Two
+// processors: the workers of one pool share one, and meet before the
+// database.)
 func TestProcessOppositeOrdersDoNotDeadlock(t *testing.T) {
 	t.Parallel()
 	b := setup(t)
-	p := b.processor(t, shop.HandlerStockReserve)
+	procs := []*dedup.Processor{b.processor(t, shop.HandlerStockReserve), b.processor(t, shop.HandlerStockReserve)}
 	ctx := context.Background()
 	const n = 2000
 	for round := 1; round <= 3; round++ {
@@ -412,7 +414,7 @@ func TestProcessOppositeOrdersDoNotDeadlock(t *testing.T) {
 		for k := range batches {
 			wg.Go(func() {
 				<-start
-				results[k], errs[k] = p.Process(ctx, batches[k])
+				results[k], errs[k] = procs[k].Process(ctx, batches[k])
 			})
 		}
 		close(start)
@@ -432,6 +434,117 @@ func TestProcessOppositeOrdersDoNotDeadlock(t *testing.T) {
 	}
 }
 
+// Workers of one pool share a Processor. A copy of an event that another
+// worker holds in its open transaction is left out of its own batch's
+// transaction: the rest of that batch commits at once instead of waiting
+// on the row lock, then the copy takes the original's outcome (committed:
+// a duplicate; rolled back: processed by this call).
+func TestProcessCopyOfAnEventInFlightWaitsOutsideTheTransaction(t *testing.T) {
+	t.Parallel()
+	for _, firstCommits := range []bool{true, false} {
+		t.Run(fmt.Sprintf("first_commits=%v", firstCommits), func(t *testing.T) {
+			t.Parallel()
+			b := setup(t)
+			ctx := context.Background()
+			shared, other := orderEvent(t, 1), orderEvent(t, 1)
+			entered, release := make(chan struct{}), make(chan struct{})
+			var once sync.Once
+			b.reg.MustRegister(consumer.Registration{Name: "test.gate", Events: []string{shop.EventOrderPlaced},
+				Handler: consumer.HandlerFunc(func(ctx context.Context, tx pgx.Tx, ev consumer.Event) error {
+					first := false
+					once.Do(func() { first = true })
+					if !first {
+						return nil
+					}
+					close(entered)
+					<-release
+					if !firstCommits {
+						return errors.New("first attempt fails")
+					}
+					return nil
+				})})
+			p := b.processor(t, shop.HandlerStockReserve, "test.gate")
+			var releaseOnce sync.Once
+			unblock := func() { releaseOnce.Do(func() { close(release) }) }
+			defer unblock() // a failed assertion must not leave the first batch blocked
+
+			type res struct {
+				rs  []dedup.Result
+				err error
+			}
+			firstDone := make(chan res, 1)
+			go func() {
+				rs, err := p.Process(ctx, []consumer.Event{shared})
+				firstDone <- res{rs, err}
+			}()
+			<-entered
+			secondDone := make(chan res, 1)
+			go func() {
+				rs, err := p.Process(ctx, []consumer.Event{other, shared})
+				secondDone <- res{rs, err}
+			}()
+			// The second batch's own event commits while the first batch
+			// still holds the shared one.
+			require.Eventually(t, func() bool { return b.reservations(t, other) == 1 }, 10*time.Second, 5*time.Millisecond)
+			require.Zero(t, b.count(t, `SELECT count(*) FROM pg_stat_activity WHERE datname = current_database() AND wait_event_type = 'Lock'`))
+			select {
+			case <-secondDone:
+				t.Fatal("the copy did not wait for the original's outcome")
+			default:
+			}
+			unblock()
+			r1, r2 := <-firstDone, <-secondDone
+			require.NoError(t, r1.err)
+			require.NoError(t, r2.err)
+			require.Equal(t, dedup.OutcomeProcessed, r2.rs[0].Outcome)
+			if firstCommits {
+				require.Equal(t, dedup.OutcomeProcessed, r1.rs[0].Outcome)
+				require.Equal(t, dedup.OutcomeDuplicate, r2.rs[1].Outcome)
+			} else {
+				require.Equal(t, dedup.OutcomeFailed, r1.rs[0].Outcome)
+				require.Equal(t, dedup.OutcomeProcessed, r2.rs[1].Outcome, "%v", r2.rs[1].Err)
+			}
+			require.Equal(t, 1, b.reservations(t, shared))
+			require.Equal(t, 1, b.processedRows(t, shared.ID))
+			require.Equal(t, 1, b.processedRows(t, other.ID))
+		})
+	}
+}
+
+// A call waiting for another's outcome gives up when its context ends: a
+// batch error, so that nothing of the batch is acked.
+func TestProcessWaitingCopyHonoursContext(t *testing.T) {
+	t.Parallel()
+	b := setup(t)
+	shared := orderEvent(t, 1)
+	entered, release := make(chan struct{}), make(chan struct{})
+	var once sync.Once
+	b.reg.MustRegister(consumer.Registration{Name: "test.gate", Events: []string{shop.EventOrderPlaced},
+		Handler: consumer.HandlerFunc(func(context.Context, pgx.Tx, consumer.Event) error {
+			once.Do(func() {
+				close(entered)
+				<-release
+			})
+			return nil
+		})})
+	p := b.processor(t, shop.HandlerStockReserve, "test.gate")
+	firstDone := make(chan error, 1)
+	go func() {
+		_, err := p.Process(context.Background(), []consumer.Event{shared})
+		firstDone <- err
+	}()
+	<-entered
+	ctx, cancel := context.WithTimeout(context.Background(), 100*time.Millisecond)
+	defer cancel()
+	_, err := p.Process(ctx, []consumer.Event{shared})
+	require.ErrorIs(t, err, context.DeadlineExceeded)
+	close(release)
+	require.NoError(t, <-firstDone)
+	require.Equal(t, 1, b.reservations(t, shared))
+}
+
+// A cancelled context or a dead connection is a batch-level error (nothing
+// may be acked), never an event outcome.
 func TestProcessInfrastructureErrors(t *testing.T) {
 	t.Parallel()
 	b := setup(t)
