@@ -149,21 +149,29 @@ func Purge(ctx context.Context, db *pgxpool.Pool, p PurgeParams) (PurgeResult, e
 }
 
 func purgeChunk(ctx context.Context, db *pgxpool.Pool, cutoff time.Time, batch int, timeout time.Duration) (int64, error) {
-	ctx, cancel := context.WithTimeout(ctx, timeout)
+	tctx, cancel := context.WithTimeout(ctx, timeout)
 	defer cancel()
-	var n int64
-	err := pgx.BeginTxFunc(ctx, db, pgx.TxOptions{IsoLevel: pgx.ReadCommitted}, func(tx pgx.Tx) error {
-		if _, err := tx.Exec(ctx, fmt.Sprintf("SET LOCAL statement_timeout = %d", timeout.Milliseconds())); err != nil {
-			return err
-		}
-		tag, err := tx.Exec(ctx, purgeChunkSQL, cutoff, batch)
-		if err != nil {
-			return err
-		}
-		n = tag.RowsAffected()
-		return nil
-	})
-	return n, err
+	tx, err := db.BeginTx(tctx, pgx.TxOptions{IsoLevel: pgx.ReadCommitted})
+	if err != nil {
+		return 0, err
+	}
+	defer rollback(ctx, tx)
+	if _, err := tx.Exec(tctx, fmt.Sprintf("SET LOCAL statement_timeout = %d", timeout.Milliseconds())); err != nil {
+		return 0, err
+	}
+	tag, err := tx.Exec(tctx, purgeChunkSQL, cutoff, batch)
+	if err != nil {
+		return 0, err
+	}
+	// The chunk is done: commit it even if ctx ends now. A commit cut
+	// short by a cancellation may still have committed on the server,
+	// and the run would then record fewer rows than it deleted.
+	cctx, ccancel := context.WithTimeout(context.WithoutCancel(ctx), timeout)
+	defer ccancel()
+	if err := tx.Commit(cctx); err != nil {
+		return 0, err
+	}
+	return tag.RowsAffected(), nil
 }
 
 // nextChunkSize scales the chunk so the next one takes about target: down
