@@ -312,6 +312,74 @@ func TestProcessIsolatedReplaySeesDuplicates(t *testing.T) {
 
 // Two concurrent transactions with the same id: the second waits for the
 // first instead of erroring; exactly one effect whichever order they end in.
+// registerGate registers handler "test.gate": its first call blocks,
+// inside its transaction, until release is called, then succeeds or fails
+// as firstCommits says; later calls succeed. entered is closed once the
+// first call blocks. The test's end releases it in any case.
+func (b *testBundle) registerGate(t *testing.T, firstCommits bool) (entered <-chan struct{}, release func()) {
+	in, out := make(chan struct{}), make(chan struct{})
+	var first, released sync.Once
+	release = func() { released.Do(func() { close(out) }) }
+	t.Cleanup(release) // a failed assertion must not leave a call blocked
+	b.reg.MustRegister(consumer.Registration{Name: "test.gate", Events: []string{shop.EventOrderPlaced},
+		Handler: consumer.HandlerFunc(func(context.Context, pgx.Tx, consumer.Event) error {
+			isFirst := false
+			first.Do(func() { isFirst = true })
+			if !isFirst {
+				return nil
+			}
+			close(in)
+			<-out
+			if !firstCommits {
+				return errors.New("first attempt fails")
+			}
+			return nil
+		})})
+	return in, release
+}
+
+// processed is what one Process call returned.
+type processed struct {
+	rs  []dedup.Result
+	err error
+}
+
+// settleRace checks that the second call still waits, releases the gated
+// first call and checks both outcomes: the first call's event processed
+// (failed when it does not commit), its copy at index copyAt of the second
+// call a duplicate (processed). It returns the second call's outcome.
+func settleRace(t *testing.T, release func(), firstDone, secondDone <-chan processed, firstCommits bool, copyAt int) processed {
+	t.Helper()
+	select {
+	case <-secondDone:
+		t.Fatal("the copy did not wait for the original's outcome")
+	default:
+	}
+	release()
+	r1, r2 := <-firstDone, <-secondDone
+	require.NoError(t, r1.err)
+	require.NoError(t, r2.err)
+	if firstCommits {
+		require.Equal(t, dedup.OutcomeProcessed, r1.rs[0].Outcome)
+		require.Equal(t, dedup.OutcomeDuplicate, r2.rs[copyAt].Outcome)
+	} else {
+		require.Equal(t, dedup.OutcomeFailed, r1.rs[0].Outcome)
+		require.Equal(t, dedup.OutcomeProcessed, r2.rs[copyAt].Outcome, "%v", r2.rs[copyAt].Err)
+	}
+	return r2
+}
+
+// goProcess runs p.Process(ctx, events) in a goroutine; its outcome
+// arrives on the returned channel.
+func goProcess(ctx context.Context, p *dedup.Processor, events []consumer.Event) <-chan processed {
+	done := make(chan processed, 1)
+	go func() {
+		rs, err := p.Process(ctx, events)
+		done <- processed{rs, err}
+	}()
+	return done
+}
+
 func TestProcessConcurrentSameID(t *testing.T) {
 	t.Parallel()
 	for _, firstCommits := range []bool{true, false} {
@@ -320,66 +388,23 @@ func TestProcessConcurrentSameID(t *testing.T) {
 			b := setup(t)
 			ctx := context.Background()
 			ev := orderEvent(t, 1)
-			entered := make(chan struct{})
-			release := make(chan struct{})
-			var once sync.Once
-			// The first processor's handler blocks inside its transaction,
+			// The first call's handler blocks inside its transaction,
 			// holding the processed_event row, until released.
-			b.reg.MustRegister(consumer.Registration{Name: "test.gate", Events: []string{shop.EventOrderPlaced},
-				Handler: consumer.HandlerFunc(func(ctx context.Context, tx pgx.Tx, ev consumer.Event) error {
-					first := false
-					once.Do(func() { first = true })
-					if !first {
-						return nil
-					}
-					close(entered)
-					<-release
-					if !firstCommits {
-						return errors.New("first attempt fails")
-					}
-					return nil
-				})})
+			entered, release := b.registerGate(t, firstCommits)
 			// Two processors: two daemons sharing the database, which only
 			// the row lock coordinates.
 			p1 := b.processor(t, shop.HandlerStockReserve, "test.gate")
 			p2 := b.processor(t, shop.HandlerStockReserve, "test.gate")
 
-			type res struct {
-				rs  []dedup.Result
-				err error
-			}
-			firstDone := make(chan res, 1)
-			go func() {
-				rs, err := p1.Process(ctx, []consumer.Event{ev})
-				firstDone <- res{rs, err}
-			}()
+			firstDone := goProcess(ctx, p1, []consumer.Event{ev})
 			<-entered
-			secondDone := make(chan res, 1)
-			go func() {
-				rs, err := p2.Process(ctx, []consumer.Event{ev})
-				secondDone <- res{rs, err}
-			}()
+			secondDone := goProcess(ctx, p2, []consumer.Event{ev})
 			// The second is blocked on the first's row lock: prove it by
 			// waiting for it to show up as waiting on a lock.
 			require.Eventually(t, func() bool {
 				return b.count(t, `SELECT count(*) FROM pg_stat_activity WHERE datname = current_database() AND wait_event_type = 'Lock'`) == 1
 			}, 10*time.Second, 10*time.Millisecond)
-			select {
-			case <-secondDone:
-				t.Fatal("second transaction did not wait for the first")
-			default:
-			}
-			close(release)
-			r1, r2 := <-firstDone, <-secondDone
-			require.NoError(t, r1.err)
-			require.NoError(t, r2.err)
-			if firstCommits {
-				require.Equal(t, dedup.OutcomeProcessed, r1.rs[0].Outcome)
-				require.Equal(t, dedup.OutcomeDuplicate, r2.rs[0].Outcome)
-			} else {
-				require.Equal(t, dedup.OutcomeFailed, r1.rs[0].Outcome)
-				require.Equal(t, dedup.OutcomeProcessed, r2.rs[0].Outcome)
-			}
+			settleRace(t, release, firstDone, secondDone, firstCommits, 0)
 			require.Equal(t, 1, b.reservations(t, ev))
 			require.Equal(t, 1, b.processedRows(t, ev.ID))
 		})
@@ -447,63 +472,18 @@ func TestProcessCopyOfAnEventInFlightWaitsOutsideTheTransaction(t *testing.T) {
 			b := setup(t)
 			ctx := context.Background()
 			shared, other := orderEvent(t, 1), orderEvent(t, 1)
-			entered, release := make(chan struct{}), make(chan struct{})
-			var once sync.Once
-			b.reg.MustRegister(consumer.Registration{Name: "test.gate", Events: []string{shop.EventOrderPlaced},
-				Handler: consumer.HandlerFunc(func(ctx context.Context, tx pgx.Tx, ev consumer.Event) error {
-					first := false
-					once.Do(func() { first = true })
-					if !first {
-						return nil
-					}
-					close(entered)
-					<-release
-					if !firstCommits {
-						return errors.New("first attempt fails")
-					}
-					return nil
-				})})
+			entered, release := b.registerGate(t, firstCommits)
 			p := b.processor(t, shop.HandlerStockReserve, "test.gate")
-			var releaseOnce sync.Once
-			unblock := func() { releaseOnce.Do(func() { close(release) }) }
-			defer unblock() // a failed assertion must not leave the first batch blocked
 
-			type res struct {
-				rs  []dedup.Result
-				err error
-			}
-			firstDone := make(chan res, 1)
-			go func() {
-				rs, err := p.Process(ctx, []consumer.Event{shared})
-				firstDone <- res{rs, err}
-			}()
+			firstDone := goProcess(ctx, p, []consumer.Event{shared})
 			<-entered
-			secondDone := make(chan res, 1)
-			go func() {
-				rs, err := p.Process(ctx, []consumer.Event{other, shared})
-				secondDone <- res{rs, err}
-			}()
+			secondDone := goProcess(ctx, p, []consumer.Event{other, shared})
 			// The second batch's own event commits while the first batch
 			// still holds the shared one.
 			require.Eventually(t, func() bool { return b.reservations(t, other) == 1 }, 10*time.Second, 5*time.Millisecond)
 			require.Zero(t, b.count(t, `SELECT count(*) FROM pg_stat_activity WHERE datname = current_database() AND wait_event_type = 'Lock'`))
-			select {
-			case <-secondDone:
-				t.Fatal("the copy did not wait for the original's outcome")
-			default:
-			}
-			unblock()
-			r1, r2 := <-firstDone, <-secondDone
-			require.NoError(t, r1.err)
-			require.NoError(t, r2.err)
+			r2 := settleRace(t, release, firstDone, secondDone, firstCommits, 1)
 			require.Equal(t, dedup.OutcomeProcessed, r2.rs[0].Outcome)
-			if firstCommits {
-				require.Equal(t, dedup.OutcomeProcessed, r1.rs[0].Outcome)
-				require.Equal(t, dedup.OutcomeDuplicate, r2.rs[1].Outcome)
-			} else {
-				require.Equal(t, dedup.OutcomeFailed, r1.rs[0].Outcome)
-				require.Equal(t, dedup.OutcomeProcessed, r2.rs[1].Outcome, "%v", r2.rs[1].Err)
-			}
 			require.Equal(t, 1, b.reservations(t, shared))
 			require.Equal(t, 1, b.processedRows(t, shared.ID))
 			require.Equal(t, 1, b.processedRows(t, other.ID))
@@ -517,16 +497,7 @@ func TestProcessWaitingCopyHonoursContext(t *testing.T) {
 	t.Parallel()
 	b := setup(t)
 	shared := orderEvent(t, 1)
-	entered, release := make(chan struct{}), make(chan struct{})
-	var once sync.Once
-	b.reg.MustRegister(consumer.Registration{Name: "test.gate", Events: []string{shop.EventOrderPlaced},
-		Handler: consumer.HandlerFunc(func(context.Context, pgx.Tx, consumer.Event) error {
-			once.Do(func() {
-				close(entered)
-				<-release
-			})
-			return nil
-		})})
+	entered, release := b.registerGate(t, true)
 	p := b.processor(t, shop.HandlerStockReserve, "test.gate")
 	firstDone := make(chan error, 1)
 	go func() {
@@ -538,7 +509,7 @@ func TestProcessWaitingCopyHonoursContext(t *testing.T) {
 	defer cancel()
 	_, err := p.Process(ctx, []consumer.Event{shared})
 	require.ErrorIs(t, err, context.DeadlineExceeded)
-	close(release)
+	release()
 	require.NoError(t, <-firstDone)
 	require.Equal(t, 1, b.reservations(t, shared))
 }

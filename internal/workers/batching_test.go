@@ -113,13 +113,8 @@ func TestPoolBatchSizeOneMergesAcks(t *testing.T) {
 		mu.Unlock()
 	}
 	p := b.start(shop.HandlerStockReserve)
-	_, err := p.Pause(b.ctx, "pre-load", "test")
-	require.NoError(t, err)
 	const distinct, copies = 400, 40
-	b.publishMany(distinct, float64(copies)/distinct)
-	b.waitFor("backlog loaded", func() bool { return b.queueDepth(b.queue) == distinct+copies })
-	_, err = p.Resume(b.ctx, "test")
-	require.NoError(t, err)
+	b.backlog(p, distinct, copies)
 
 	settled := func() float64 {
 		return b.outcomeCount(metrics.OutcomeProcessed) + b.outcomeCount(metrics.OutcomeDuplicate)
@@ -161,13 +156,8 @@ func TestPoolHeldAcksSurviveBrokerFaults(t *testing.T) {
 	var acks atomic.Int64
 	b.cfg.testAckFunc = func(int, uint64) { acks.Add(1) }
 	p := b.start(shop.HandlerStockReserve)
-	_, err := p.Pause(b.ctx, "pre-load", "test")
-	require.NoError(t, err)
 	const distinct, copies = 1500, 150
-	b.publishMany(distinct, float64(copies)/distinct)
-	b.waitFor("backlog loaded", func() bool { return b.queueDepth(b.queue) == distinct+copies })
-	_, err = p.Resume(b.ctx, "test")
-	require.NoError(t, err)
+	b.backlog(p, distinct, copies)
 
 	vhost := b.url[len(amqpURL()):]
 	for range 2 {
@@ -194,17 +184,25 @@ func TestPoolStopSendsHeldAck(t *testing.T) {
 	b := newBundle(t)
 	b.cfg.Concurrency, b.cfg.BatchSize, b.cfg.Prefetch = 2, 1, 200
 	p := b.start(shop.HandlerStockReserve)
-	_, err := p.Pause(b.ctx, "pre-load", "test")
-	require.NoError(t, err)
 	const n = 2000
-	b.publishMany(n, 0)
-	b.waitFor("backlog loaded", func() bool { return b.queueDepth(b.queue) == n })
-	_, err = p.Resume(b.ctx, "test")
-	require.NoError(t, err)
+	b.backlog(p, n, 0)
 	b.waitFor("some applied", func() bool { return b.reservations() >= 200 })
 	b.stop()
 	applied, left := b.reservations(), b.queueDepth(b.queue)
 	require.Less(t, applied, n, "stopped mid-backlog")
 	require.Equal(t, n, applied+left, "applied %d + left %d", applied, left)
 	require.InDelta(t, float64(applied), b.outcomeCount(metrics.OutcomeProcessed), 0, "every applied event acked and counted")
+}
+
+// backlog pauses p, queues distinct events and copies of that many of them
+// (republishes), waits until the broker holds them all, and resumes p:
+// the pool starts on a backlog.
+func (b *bundle) backlog(p *Pool, distinct, copies int) {
+	b.t.Helper()
+	_, err := p.Pause(b.ctx, "pre-load", "test")
+	require.NoError(b.t, err)
+	b.publishMany(distinct, float64(copies)/float64(distinct))
+	b.waitFor("backlog loaded", func() bool { return b.queueDepth(b.queue) == distinct+copies })
+	_, err = p.Resume(b.ctx, "test")
+	require.NoError(b.t, err)
 }
