@@ -65,6 +65,36 @@ func TestCollectLingersOnlyWhenBusy(t *testing.T) {
 	sent.Wait()
 }
 
+// An idle worker keeps a batch open while deliveries keep coming within
+// idleLinger of each other (a backlog handed over one at a time), up to
+// batch.wait, and closes it once a gap is longer.
+func TestCollectIdleFollowsAStream(t *testing.T) {
+	t.Parallel()
+	p := &Pool{cfg: PoolConfig{Concurrency: 1, Prefetch: 8, BatchSize: 8, BatchWait: time.Minute}, log: slog.New(slog.NewTextHandler(io.Discard, nil))}
+	w := newWorker(p, 0)
+	w.idleLinger = 250 * time.Millisecond // generous, so that scheduling noise cannot matter
+	deliveries := make(chan amqp.Delivery)
+	var wg sync.WaitGroup
+	wg.Go(func() {
+		for _, step := range []struct {
+			after time.Duration
+			tag   uint64
+		}{{150 * time.Millisecond, 2}, {150 * time.Millisecond, 3}, {150 * time.Millisecond, 4}, {time.Second, 5}} {
+			time.Sleep(step.after)
+			deliveries <- amqp.Delivery{DeliveryTag: step.tag}
+		}
+	})
+	// 2, 3 and 4 come 150 ms apart: one batch, although 3 and 4 come more
+	// than an idleLinger after the start; 5 comes a second later.
+	var got []uint64
+	for _, d := range w.collect(amqp.Delivery{DeliveryTag: 1}, deliveries) {
+		got = append(got, d.DeliveryTag)
+	}
+	require.Equal(t, []uint64{1, 2, 3, 4}, got)
+	require.Equal(t, uint64(5), (<-deliveries).DeliveryTag)
+	wg.Wait()
+}
+
 // closeAfter forwards in to a new channel and closes it after the delivery
 // tagged last: collect returns what it has when its channel closes.
 func closeAfter(in <-chan amqp.Delivery, last uint64) <-chan amqp.Delivery {

@@ -84,6 +84,8 @@ type worker struct {
 	// lastBatch is the size of the previous batch: the worker lingers
 	// for batch.wait only while its batches come at least half full.
 	lastBatch int
+	// idleLinger is idleLinger (tests lengthen it).
+	idleLinger time.Duration
 	// deliveries is the current consumer's delivery channel; a delivery
 	// already waiting there (held by peek) lets an ack wait for the next
 	// batch's.
@@ -118,7 +120,8 @@ func newWorker(p *Pool, id int) *worker {
 		batch:    make([]amqp.Delivery, 0, p.cfg.BatchSize),
 		// A quarter of the window: the broker keeps three quarters to
 		// send while acks are held back.
-		ackLimit: max(prefetch/4, 1),
+		ackLimit:   max(prefetch/4, 1),
+		idleLinger: idleLinger,
 	}
 }
 
@@ -367,10 +370,11 @@ const idleLinger = 250 * time.Microsecond
 
 // collect takes first plus what arrives within BatchWait, up to BatchSize,
 // but lingers the full BatchWait only while the worker is busy (its
-// previous batch was at least half full). Otherwise it waits idleLinger at
-// most: at low load a lone delivery is committed at once instead of
-// waiting for company that is not coming, and under load a backlog fills
-// the batch within that moment, which makes the worker busy again.
+// previous batch was at least half full). Otherwise it stops as soon as
+// idleLinger passes without a delivery: at low load a lone delivery is
+// committed at once instead of waiting for company that is not coming, and
+// under load a backlog, handed over a delivery at a time, fills the batch,
+// which makes the worker busy again.
 func (w *worker) collect(first amqp.Delivery, deliveries <-chan amqp.Delivery) []amqp.Delivery {
 	batch := w.gather(first, deliveries)
 	w.lastBatch = len(batch)
@@ -380,9 +384,8 @@ func (w *worker) collect(first amqp.Delivery, deliveries <-chan amqp.Delivery) [
 func (w *worker) gather(first amqp.Delivery, deliveries <-chan amqp.Delivery) []amqp.Delivery {
 	batch := append(w.batch[:0], first)
 	size, wait := w.pool.cfg.BatchSize, w.pool.cfg.BatchWait
-	if 2*w.lastBatch < size {
-		wait = min(wait, idleLinger)
-	}
+	busy := 2*w.lastBatch >= size
+	var started time.Time
 	timerSet := false
 	defer func() {
 		if timerSet && !w.timer.Stop() {
@@ -405,10 +408,27 @@ func (w *worker) gather(first amqp.Delivery, deliveries <-chan amqp.Delivery) []
 		if wait <= 0 {
 			return batch
 		}
-		if !timerSet {
-			w.timer.Reset(wait)
-			timerSet = true
+		// Busy: wait out batch.wait. Idle: wait idleLinger after each
+		// delivery, within batch.wait: a backlog handed over one delivery
+		// at a time keeps filling the batch, a lone event goes at once.
+		if started.IsZero() {
+			started = time.Now()
 		}
+		left := wait - time.Since(started)
+		if !busy {
+			left = min(left, w.idleLinger)
+		}
+		if left <= 0 {
+			return batch
+		}
+		if timerSet && !w.timer.Stop() {
+			select {
+			case <-w.timer.C:
+			default:
+			}
+		}
+		w.timer.Reset(left)
+		timerSet = true
 		select {
 		case d, ok := <-deliveries:
 			if !ok {
