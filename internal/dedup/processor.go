@@ -111,24 +111,44 @@ type Processor struct {
 // Daemons sharing a database still meet on the row lock, as the seed says.
 type inflight struct {
 	mu  sync.Mutex
-	ids map[uuid.UUID]*claim
+	ids map[uuid.UUID]claim
 }
 
-// claim is one id held by a Process call; done is closed once its outcome
-// is known, committed set before.
-type claim struct {
+// batchClaim is one Process call's hold on the ids it runs: done is closed
+// once their outcome is known, committed (by position in the call's
+// events) set before. One per batch, so that claiming costs a map entry
+// per event and no allocation.
+type batchClaim struct {
 	done      chan struct{}
-	committed bool
+	committed []bool
+}
+
+// claim is an id's entry: the holding batch and the id's position in it.
+type claim struct {
+	batch *batchClaim
+	i     int
+}
+
+// wait blocks until the holder's outcome is known and reports whether the
+// event's row is durable, or returns ctx's error.
+func (c claim) wait(ctx context.Context) (bool, error) {
+	select {
+	case <-c.batch.done:
+		return c.batch.committed[c.i], nil
+	case <-ctx.Done():
+		return false, ctx.Err()
+	}
 }
 
 // claimAll claims the ids of events[idx...] not held by another call and
-// returns the indexes claimed and, for the others, the indexes and the
-// claims to wait on.
-func (f *inflight) claimAll(events []consumer.Event, idx []int) (mine, contended []int, waits []*claim) {
+// returns the batch's claim, the indexes claimed and, for the others, the
+// indexes and the claims to wait on.
+func (f *inflight) claimAll(events []consumer.Event, idx []int) (own *batchClaim, mine, contended []int, waits []claim) {
+	own = &batchClaim{done: make(chan struct{}), committed: make([]bool, len(events))}
 	f.mu.Lock()
 	defer f.mu.Unlock()
 	if f.ids == nil {
-		f.ids = make(map[uuid.UUID]*claim)
+		f.ids = make(map[uuid.UUID]claim)
 	}
 	mine = idx[:0:0]
 	for _, i := range idx {
@@ -137,23 +157,24 @@ func (f *inflight) claimAll(events []consumer.Event, idx []int) (mine, contended
 			waits = append(waits, c)
 			continue
 		}
-		f.ids[events[i].ID] = &claim{done: make(chan struct{})}
+		f.ids[events[i].ID] = claim{batch: own, i: i}
 		mine = append(mine, i)
 	}
-	return mine, contended, waits
+	return own, mine, contended, waits
 }
 
 // release publishes the outcome of the claimed events[idx...]: committed
 // when err is nil and the event's row is durable (processed or duplicate).
-func (f *inflight) release(events []consumer.Event, idx []int, results []Result, err error) {
-	f.mu.Lock()
-	defer f.mu.Unlock()
+func (f *inflight) release(own *batchClaim, events []consumer.Event, idx []int, results []Result, err error) {
 	for _, i := range idx {
-		c := f.ids[events[i].ID]
-		delete(f.ids, events[i].ID)
-		c.committed = err == nil && (results[i].Outcome == OutcomeProcessed || results[i].Outcome == OutcomeDuplicate)
-		close(c.done)
+		own.committed[i] = err == nil && (results[i].Outcome == OutcomeProcessed || results[i].Outcome == OutcomeDuplicate)
 	}
+	f.mu.Lock()
+	for _, i := range idx {
+		delete(f.ids, events[i].ID)
+	}
+	f.mu.Unlock()
+	close(own.done)
 }
 
 // NewProcessor returns a Processor over db.
@@ -236,12 +257,12 @@ func (p *Processor) Process(ctx context.Context, events []consumer.Event) ([]Res
 	if p.skip { // the bench's no-dedup mode: no claims, nothing skipped
 		return results, p.processClaimed(ctx, events, primaries, results)
 	}
-	mine, contended, waits := p.inflight.claimAll(events, primaries)
+	own, mine, contended, waits := p.inflight.claimAll(events, primaries)
 	var err error
 	if len(mine) > 0 {
 		err = p.processClaimed(ctx, events, mine, results)
-		p.inflight.release(events, mine, results, err)
 	}
+	p.inflight.release(own, events, mine, results, err)
 	if err != nil {
 		return nil, err
 	}
@@ -251,12 +272,11 @@ func (p *Processor) Process(ctx context.Context, events []consumer.Event) ([]Res
 	// Copies of events another call holds: their outcome decides.
 	var again []int
 	for k, i := range contended {
-		select {
-		case <-waits[k].done:
-		case <-ctx.Done():
-			return nil, fmt.Errorf("dedup: waiting for event %s in another batch: %w", events[i].ID, ctx.Err())
+		committed, err := waits[k].wait(ctx)
+		if err != nil {
+			return nil, fmt.Errorf("dedup: waiting for event %s in another batch: %w", events[i].ID, err)
 		}
-		if waits[k].committed {
+		if committed {
 			results[i] = Result{Outcome: OutcomeDuplicate}
 			continue
 		}

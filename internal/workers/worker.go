@@ -231,7 +231,7 @@ func (w *worker) consume(fetchCtx, workCtx context.Context, ch *amqp.Channel, ta
 		next, d := w.next(fetchCtx, ch, changed)
 		switch next {
 		case nextDelivery:
-			if !w.handle(workCtx, fetchCtx, ch, d, deliveries) {
+			if !w.handle(workCtx, fetchCtx, ch, d) {
 				return endChannelGone
 			}
 		case nextGone:
@@ -240,13 +240,13 @@ func (w *worker) consume(fetchCtx, workCtx context.Context, ch *amqp.Channel, ta
 			var paused bool
 			paused, changed = w.pool.pauseState()
 			if paused {
-				if !w.cancelAndDrain(workCtx, ch, tag, deliveries) {
+				if !w.cancelAndDrain(workCtx, ch, tag) {
 					return endChannelGone
 				}
 				return endPaused
 			}
 		case nextStop:
-			w.cancelAndDrain(workCtx, ch, tag, deliveries)
+			w.cancelAndDrain(workCtx, ch, tag)
 			return endStopping
 		}
 	}
@@ -323,18 +323,18 @@ func (w *worker) takeHeld() (amqp.Delivery, bool) {
 
 // cancelAndDrain cancels the consumer and handles every delivery the broker
 // had already sent; the library closes deliveries once they are all read.
-func (w *worker) cancelAndDrain(workCtx context.Context, ch *amqp.Channel, tag string, deliveries <-chan amqp.Delivery) bool {
+func (w *worker) cancelAndDrain(workCtx context.Context, ch *amqp.Channel, tag string) bool {
 	if err := ch.Cancel(tag, false); err != nil {
 		return false
 	}
 	for {
 		d, ok := w.takeHeld()
 		if !ok {
-			if d, ok = <-deliveries; !ok {
+			if d, ok = <-w.deliveries; !ok {
 				break
 			}
 		}
-		if !w.handle(workCtx, nil, ch, d, deliveries) {
+		if !w.handle(workCtx, nil, ch, d) {
 			return false
 		}
 	}
@@ -343,8 +343,8 @@ func (w *worker) cancelAndDrain(workCtx context.Context, ch *amqp.Channel, tag s
 
 // handle gathers a batch starting with first and processes and settles it.
 // It returns false when the channel is gone.
-func (w *worker) handle(workCtx, fetchCtx context.Context, ch *amqp.Channel, first amqp.Delivery, deliveries <-chan amqp.Delivery) bool {
-	batch := w.collect(first, deliveries)
+func (w *worker) handle(workCtx, fetchCtx context.Context, ch *amqp.Channel, first amqp.Delivery) bool {
+	batch := w.collect(first, w.deliveries)
 	w.pool.inFlight.Add(int64(len(batch)))
 	w.pool.m.inFlight.Add(float64(len(batch)))
 	ok := w.processBatch(workCtx, ch, batch)
@@ -386,15 +386,8 @@ func (w *worker) gather(first amqp.Delivery, deliveries <-chan amqp.Delivery) []
 	size, wait := w.pool.cfg.BatchSize, w.pool.cfg.BatchWait
 	busy := 2*w.lastBatch >= size
 	var started time.Time
-	timerSet := false
-	defer func() {
-		if timerSet && !w.timer.Stop() {
-			select {
-			case <-w.timer.C:
-			default:
-			}
-		}
-	}()
+	// Since Go 1.23 a Stop or Reset leaves no stale tick to drain.
+	defer w.timer.Stop()
 	for len(batch) < size {
 		select {
 		case d, ok := <-deliveries:
@@ -421,14 +414,7 @@ func (w *worker) gather(first amqp.Delivery, deliveries <-chan amqp.Delivery) []
 		if left <= 0 {
 			return batch
 		}
-		if timerSet && !w.timer.Stop() {
-			select {
-			case <-w.timer.C:
-			default:
-			}
-		}
 		w.timer.Reset(left)
-		timerSet = true
 		select {
 		case d, ok := <-deliveries:
 			if !ok {
@@ -436,7 +422,6 @@ func (w *worker) gather(first amqp.Delivery, deliveries <-chan amqp.Delivery) []
 			}
 			batch = append(batch, d)
 		case <-w.timer.C:
-			timerSet = false
 			return batch
 		}
 	}
@@ -591,36 +576,40 @@ func (w *worker) settle(workCtx context.Context, ch *amqp.Channel, batch []amqp.
 	if !alive {
 		return false
 	}
-	if plain && maxAck > 0 && w.ack.n+len(batch) <= w.ackLimit && w.peek() {
+	if maxAck == 0 {
+		return w.flushAck(ch) && !ch.IsClosed()
+	}
+	w.hold(batch, maxAck)
+	if plain && w.ack.n <= w.ackLimit && w.peek() {
 		// Every delivery is committed and more are waiting: the next
 		// batch's multiple ack covers these too. One ack frame for several
 		// batches is what makes batch size 1 cheaper for the broker than
 		// an ack per message; a crash before it only redelivers committed
 		// events, which the dedup step skips.
-		w.hold(batch, maxAck)
 		return !ch.IsClosed()
 	}
-	if maxAck > 0 {
-		if err := w.sendAck(ch, maxAck); err != nil {
-			// The channel died: the broker requeues every unacked delivery,
-			// and the redelivery of a committed one is a duplicate.
-			w.ack = pendingAck{}
-			return false
-		}
-		w.countHeld()
-		w.count(batch)
-	} else if !w.flushAck(ch) {
+	// The channel died if this fails: the broker requeues every unacked
+	// delivery, and the redelivery of a committed one is a duplicate.
+	if !w.flushAck(ch) {
 		return false
 	}
+	w.countCopied(batch)
 	return !ch.IsClosed()
 }
 
-// hold keeps batch's ack (up to tag) for the next multiple ack.
+// hold adds batch's acked deliveries (up to tag) to the ack held for the
+// next multiple ack, counting the processed and duplicate ones.
 func (w *worker) hold(batch []amqp.Delivery, tag uint64) {
 	w.ack.tag = tag
 	for i := range batch {
 		a := &w.acts[i]
+		if a.kind == actRequeue {
+			continue
+		}
 		w.ack.n++
+		if a.kind != actAck {
+			continue // copied: counted by countCopied once acked
+		}
 		switch {
 		case a.outcome == metrics.OutcomeProcessed:
 			w.ack.processed++
@@ -688,40 +677,17 @@ func (w *worker) logCopy(ctx context.Context, a *action) {
 		slog.String("reason", a.reason), slog.String("error", a.err))
 }
 
-// count updates counters for the settled (acked) deliveries.
-func (w *worker) count(batch []amqp.Delivery) {
+// countCopied counts the deliveries of batch that were copied to a retry
+// or failure queue, once their originals are acked.
+func (w *worker) countCopied(batch []amqp.Delivery) {
 	p := w.pool
 	for i := range batch {
 		a := &w.acts[i]
-		switch a.outcome {
-		case metrics.OutcomeProcessed:
-			if a.kind == actAck {
-				p.processed.Add(1)
-				p.m.processed.Inc()
-			}
-		case metrics.OutcomeDuplicate:
-			if a.kind != actAck {
-				continue
-			}
-			p.duplicates.Add(1)
-			p.m.duplicate.Inc()
-			switch a.source {
-			case metrics.SourceRedelivery:
-				p.m.dupRedelivery.Inc()
-			case metrics.SourceReplay:
-				p.m.dupReplay.Inc()
-			default:
-				p.m.dupRepublish.Inc()
-			}
-		case metrics.OutcomeRetried:
-			if a.kind == actRetry {
-				p.retried.Add(1)
-				p.m.retried.Inc()
-			}
-		case metrics.OutcomeFailed, metrics.OutcomeRejected:
-			if a.kind != actFail {
-				continue
-			}
+		switch {
+		case a.kind == actRetry:
+			p.retried.Add(1)
+			p.m.retried.Inc()
+		case a.kind == actFail:
 			p.failed.Add(1)
 			if a.outcome == metrics.OutcomeFailed {
 				p.m.failed.Inc()

@@ -43,14 +43,7 @@ func runRaw(ctx context.Context, args []string) error {
 	var wg sync.WaitGroup
 	errs := make([]error, *consumers)
 	for k := range *consumers {
-		ch, err := conn.Channel()
-		if err != nil {
-			return err
-		}
-		if err := ch.Qos(*prefetch, 0, false); err != nil {
-			return err
-		}
-		deliveries, err := ch.Consume(*queue, "", false, false, false, false, nil)
+		ch, deliveries, err := consumeOn(conn, *queue, *prefetch)
 		if err != nil {
 			return err
 		}
@@ -157,4 +150,21 @@ func writeSamples(path string, samples [][][2]int64) error {
 		return err
 	}
 	return f.Close()
+}
+
+// consumeOn opens a channel on conn with the given prefetch and consumes
+// queue on it with manual acks.
+func consumeOn(conn *amqp.Connection, queue string, prefetch int) (*amqp.Channel, <-chan amqp.Delivery, error) {
+	ch, err := conn.Channel()
+	if err != nil {
+		return nil, nil, err
+	}
+	if err := ch.Qos(prefetch, 0, false); err != nil {
+		return nil, nil, err
+	}
+	deliveries, err := ch.Consume(queue, "", false, false, false, false, nil)
+	if err != nil {
+		return nil, nil, err
+	}
+	return ch, deliveries, nil
 }

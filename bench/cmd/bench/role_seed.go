@@ -54,14 +54,7 @@ func runSeed(ctx context.Context, args []string) error {
 	var wg sync.WaitGroup
 	errs := make([]error, *workers)
 	for k := range *workers {
-		ch, err := conn.Channel()
-		if err != nil {
-			return err
-		}
-		if err := ch.Qos(*prefetch, 0, false); err != nil {
-			return err
-		}
-		deliveries, err := ch.Consume(*queue, "", false, false, false, false, nil)
+		_, deliveries, err := consumeOn(conn, *queue, *prefetch)
 		if err != nil {
 			return err
 		}
