@@ -142,8 +142,9 @@ func (c claim) wait(ctx context.Context) (bool, error) {
 
 // claimAll claims the ids of events[idx...] not held by another call and
 // returns the batch's claim, the indexes claimed and, for the others, the
-// indexes and the claims to wait on.
-func (f *inflight) claimAll(events []consumer.Event, idx []int) (own *batchClaim, mine, contended []int, waits []claim) {
+// indexes and the claims to wait on. A later copy of an id this batch
+// already claimed is a duplicate of the first (its result recorded).
+func (f *inflight) claimAll(events []consumer.Event, idx []int, results []Result) (own *batchClaim, mine, contended []int, waits []claim) {
 	own = &batchClaim{done: make(chan struct{}), committed: make([]bool, len(events))}
 	f.mu.Lock()
 	defer f.mu.Unlock()
@@ -153,6 +154,10 @@ func (f *inflight) claimAll(events []consumer.Event, idx []int) (own *batchClaim
 	mine = idx[:0:0]
 	for _, i := range idx {
 		if c, held := f.ids[events[i].ID]; held {
+			if c.batch == own {
+				results[i].Outcome = OutcomeDuplicate
+				continue
+			}
 			contended = append(contended, i)
 			waits = append(waits, c)
 			continue
@@ -227,13 +232,7 @@ func (p *Processor) Handles(eventName string) bool { return len(p.routes[eventNa
 // meets the processed_event row or not and does the right thing.
 func (p *Processor) Process(ctx context.Context, events []consumer.Event) ([]Result, error) {
 	results := make([]Result, len(events))
-	// The first copy of each id is the one that runs; later copies in the
-	// same batch are duplicates of it.
-	primaries := make([]int, 0, len(events))
-	var seen map[uuid.UUID]struct{}
-	if len(events) > 1 {
-		seen = make(map[uuid.UUID]struct{}, len(events))
-	}
+	handled := make([]int, 0, len(events))
 	for i := range events {
 		if !p.Handles(events[i].Name) {
 			// Never recorded: a later deployment with a handler for it may
@@ -242,22 +241,17 @@ func (p *Processor) Process(ctx context.Context, events []consumer.Event) ([]Res
 			results[i] = Result{Outcome: OutcomeFailed, Err: err, Permanent: true}
 			continue
 		}
-		if seen != nil {
-			if _, dup := seen[events[i].ID]; dup {
-				results[i].Outcome = OutcomeDuplicate
-				continue
-			}
-			seen[events[i].ID] = struct{}{}
-		}
-		primaries = append(primaries, i)
+		handled = append(handled, i)
 	}
-	if len(primaries) == 0 {
+	if len(handled) == 0 {
 		return results, nil
 	}
 	if p.skip { // the bench's no-dedup mode: no claims, nothing skipped
-		return results, p.processClaimed(ctx, events, primaries, results)
+		return results, p.processClaimed(ctx, events, firstCopies(events, handled, results), results)
 	}
-	own, mine, contended, waits := p.inflight.claimAll(events, primaries)
+	// The first copy of each id in the batch is the one that runs; later
+	// copies are duplicates of it.
+	own, mine, contended, waits := p.inflight.claimAll(events, handled, results)
 	var err error
 	if len(mine) > 0 {
 		err = p.processClaimed(ctx, events, mine, results)
@@ -296,6 +290,22 @@ func (p *Processor) Process(ctx context.Context, events []consumer.Event) ([]Res
 		}
 	}
 	return results, nil
+}
+
+// firstCopies returns the first index of each id among events[idx...],
+// recording the later copies as duplicates.
+func firstCopies(events []consumer.Event, idx []int, results []Result) []int {
+	seen := make(map[uuid.UUID]struct{}, len(idx))
+	first := idx[:0:0]
+	for _, i := range idx {
+		if _, dup := seen[events[i].ID]; dup {
+			results[i].Outcome = OutcomeDuplicate
+			continue
+		}
+		seen[events[i].ID] = struct{}{}
+		first = append(first, i)
+	}
+	return first
 }
 
 // processClaimed runs events[primaries...] (distinct ids) in one
