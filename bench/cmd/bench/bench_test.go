@@ -70,15 +70,21 @@ func TestPercentile(t *testing.T) {
 	require.Equal(t, time.Duration(0), percentile(nil, 99))
 }
 
-func TestParseMessagesTotal(t *testing.T) {
-	m, err := parseMessagesTotal(strings.NewReader(`# HELP platformd_messages_total Messages handled, by outcome.
+func TestParseMetrics(t *testing.T) {
+	dm, err := parseMetrics(strings.NewReader(`# HELP platformd_messages_total Messages handled, by outcome.
 # TYPE platformd_messages_total counter
 platformd_messages_total{outcome="duplicate",pool="p",service="stock"} 10000
 platformd_messages_total{outcome="processed",pool="p",service="stock"} 100000
 platformd_messages_total{outcome="processed",pool="q",service="stock"} 1
 platformd_messages_totalx{outcome="processed"} 5
+platformd_batch_size_bucket{pool="p",service="stock",le="+Inf"} 40
+platformd_batch_size_sum{pool="p",service="stock"} 3000
+platformd_batch_size_count{pool="p",service="stock"} 40
+platformd_batch_size_count{pool="q",service="stock"} 2
 `))
 	require.NoError(t, err)
+	m := dm.outcomes
+	require.InDelta(t, 42.0, dm.batches, 1e-9)
 	require.InDelta(t, 100001.0, m["processed"], 1e-9)
 	require.InDelta(t, 10000.0, m["duplicate"], 1e-9)
 }
@@ -144,21 +150,30 @@ func TestChartAndTable(t *testing.T) {
 			{contender: contender{Name: "platformd-nodedup", Kind: kindPlatformd, SkipDedup: true}, Rounds: []drainResult{{MsgsPerSec: 95, DupsApplied: 1}, {MsgsPerSec: 95}}},
 			{contender: contender{Name: "seed", Kind: kindSeed}, Rounds: []drainResult{{MsgsPerSec: 30}, {MsgsPerSec: 40}}},
 			{contender: contender{Name: "platformd-b1", Kind: kindPlatformd}, Rounds: []drainResult{{MsgsPerSec: 35}, {MsgsPerSec: 45}}},
+			{contender: contender{Name: "floor", Kind: kindFloor}, Rounds: []drainResult{{MsgsPerSec: 50}, {MsgsPerSec: 50}}},
 		},
 	}
 	for _, c := range r.Contenders {
 		c.summarize()
 	}
 	r.computeRatios()
-	require.Len(t, r.Ratios, 5)
-	require.InDelta(t, 87.5/110, r.Ratios[0].Value, 1e-9)
-	require.False(t, r.Ratios[0].Met)
-	require.Equal(t, "platformd-b1 / seed port (msgs/s)", r.Ratios[1].Name)
-	require.InDelta(t, 40.0/35, r.Ratios[1].Value, 1e-9)
-	require.True(t, r.Ratios[1].Met)
+	require.Len(t, r.Ratios, 7)
+	// The floor's ratios are references: never MISSED, never a -strict failure.
+	require.Equal(t, "floor / raw: ceiling of platformd / raw here", r.Ratios[0].Name)
+	require.InDelta(t, 50.0/110, r.Ratios[0].Value, 1e-9)
+	require.Empty(t, r.Ratios[0].Target)
+	require.Equal(t, "platformd / floor (same batch size)", r.Ratios[1].Name)
+	require.InDelta(t, 87.5/50, r.Ratios[1].Value, 1e-9)
+	require.InDelta(t, 87.5/110, r.Ratios[2].Value, 1e-9)
+	require.False(t, r.Ratios[2].Met)
+	require.Equal(t, "platformd-b1 / seed port (msgs/s)", r.Ratios[3].Name)
+	require.InDelta(t, 40.0/35, r.Ratios[3].Value, 1e-9)
+	require.True(t, r.Ratios[3].Met)
 	var sb strings.Builder
 	r.printTable(&sb)
 	require.Contains(t, sb.String(), "platformd-nodedup")
+	require.Regexp(t, `floor / raw: ceiling of platformd / raw here +0\.45 .*\(reference\)`, sb.String())
+	require.Contains(t, sb.String(), "target >= 0.8  MISSED")
 	svg := r.chart()
 	require.True(t, strings.HasPrefix(svg, "<svg"))
 	require.Contains(t, svg, "platformd-nodedup")

@@ -2,6 +2,7 @@ package main
 
 import (
 	"bufio"
+	"cmp"
 	"context"
 	"errors"
 	"fmt"
@@ -26,14 +27,19 @@ const (
 	kindSeed      = "seed"
 	kindPeer      = "peer"
 	kindPlatformd = "platformd"
+	kindFloor     = "floor"
 )
 
 // contender is one way of draining the queue.
 type contender struct {
 	Name string `json:"name"`
 	Kind string `json:"kind"`
-	// Batch is platformd's batch.size.
+	// Batch is platformd's batch.size (and floor's).
 	Batch int `json:"batch,omitempty"`
+	// Prefetch and Wait are the pool's prefetch and batch.wait; zero:
+	// -prefetch and -batch-wait.
+	Prefetch int           `json:"prefetch,omitempty"`
+	Wait     time.Duration `json:"wait,omitempty"`
 	// SkipDedup runs platformd with PLATFORMD_BENCH_SKIP_DEDUP_INSERT=1.
 	SkipDedup bool `json:"skip_dedup,omitempty"`
 	// Alt runs the binary given with -alt-bin instead (A/B of a change).
@@ -48,6 +54,16 @@ type contender struct {
 // dedup reports whether the contender must apply each event exactly once.
 func (c contender) dedup() bool { return c.Kind != kindRaw && !c.SkipDedup }
 
+// prefetch is the pool's prefetch for c (all workers together).
+func (c contender) prefetch(o *options) int { return cmp.Or(c.Prefetch, o.prefetch) }
+
+// wait is the pool's batch.wait for c.
+func (c contender) wait(o *options) time.Duration { return cmp.Or(c.Wait, o.batchWait) }
+
+// reportsDone reports whether the contender prints "DONE <ns>" once it has
+// acked every message (the drain's end instant).
+func (c contender) reportsDone() bool { return c.Kind == kindRaw || c.Kind == kindFloor }
+
 func contenders(o *options) []contender {
 	return []contender{
 		{Name: "raw", Kind: kindRaw, Desc: fmt.Sprintf("consume+ack, no database (%d channels, prefetch %d, multiple-ack every %d)", o.rawConsumers, o.rawPrefetch, o.rawAckEvery)},
@@ -57,6 +73,10 @@ func contenders(o *options) []contender {
 		{Name: "platformd", Kind: kindPlatformd, Batch: o.batch, Desc: fmt.Sprintf("platformd as shipped, batch.size %d (default)", o.batch)},
 		{Name: "platformd-nodedup", Kind: kindPlatformd, Batch: o.batch, SkipDedup: true,
 			Desc: fmt.Sprintf("platformd, batch.size %d, dedup insert OFF (bench-only switch)", o.batch)},
+		{Name: "platformd-big", Kind: kindPlatformd, Batch: o.bigBatch, Prefetch: 8 * o.bigBatch, Wait: o.bigWait,
+			Desc: fmt.Sprintf("platformd tuned for throughput: batch.size %d, batch.wait %s, prefetch %d", o.bigBatch, o.bigWait, 8*o.bigBatch)},
+		{Name: "floor", Kind: kindFloor, Batch: o.batch, Desc: fmt.Sprintf("the least a consumer with platformd's effects does: raw's loop, per up to %d deliveries (or what came within batch.wait) decode, one transaction (dedup insert, shop's batch handler), multiple-ack; %d channels", o.batch, o.workers)},
+		{Name: "floor-nodedup", Kind: kindFloor, Batch: o.batch, SkipDedup: true, Desc: "floor without the dedup insert: every delivery reserves"},
 		{Name: "platformd-alt", Kind: kindPlatformd, Batch: o.batch, Alt: true,
 			Desc: fmt.Sprintf("the platformd binary given with -alt-bin, batch.size %d (A/B of a change)", o.batch)},
 	}
@@ -116,7 +136,7 @@ services:
         prefetch: %d
         batch: {size: %d, wait: %s}
 `, c.Name, adminPort, metricsAddr, b.o.amqpURL, b.exchange, b.db.url, queue, b.o.queueType,
-		shop.EventOrderPlaced, shop.HandlerStockReserve, b.o.workers, b.o.prefetch, c.Batch, b.o.batchWait)
+		shop.EventOrderPlaced, shop.HandlerStockReserve, b.o.workers, c.prefetch(b.o), c.Batch, c.wait(b.o))
 	path = filepath.Join(b.tmp, name+".yaml")
 	return path, metricsAddr, os.WriteFile(path, []byte(cfg), 0o600)
 }
@@ -134,6 +154,10 @@ func (b *bench) start(ctx context.Context, c contender, queue, tag string, expec
 		argv = []string{b.self, roleArg, "raw", "-amqp", b.o.amqpURL, "-queue", queue,
 			"-consumers", strconv.Itoa(b.o.rawConsumers), "-prefetch", strconv.Itoa(b.o.rawPrefetch),
 			"-ack-every", strconv.Itoa(b.o.rawAckEvery), "-expect", strconv.Itoa(expect), "-latency-file", latencyFile}
+	case kindFloor:
+		argv = []string{b.self, roleArg, "floor", "-amqp", b.o.amqpURL, "-db", b.db.url, "-queue", queue,
+			"-consumers", strconv.Itoa(b.o.workers), "-prefetch", strconv.Itoa(max(c.prefetch(b.o)/b.o.workers, 1)),
+			"-batch", strconv.Itoa(c.Batch), "-wait", c.wait(b.o).String(), "-dedup=" + strconv.FormatBool(!c.SkipDedup), "-expect", strconv.Itoa(expect)}
 	case kindSeed:
 		argv = []string{b.self, roleArg, "seed", "-amqp", b.o.amqpURL, "-db", b.db.url, "-queue", queue,
 			"-workers", strconv.Itoa(b.o.workers), "-prefetch", strconv.Itoa(b.perWorkerPrefetch())}
@@ -293,29 +317,48 @@ func saveMetrics(ctx context.Context, url, path string) error {
 	return f.Close()
 }
 
-// scrapeMessages returns platformd_messages_total by outcome.
-func scrapeMessages(ctx context.Context, url string) (map[string]float64, error) {
+// daemonMetrics is what the bench reads of platformd's metrics.
+type daemonMetrics struct {
+	// outcomes is platformd_messages_total by outcome.
+	outcomes map[string]float64
+	// batches is platformd_batch_size_count: batches run.
+	batches float64
+}
+
+// scrapeMessages returns platformd_messages_total by outcome and the
+// number of batches.
+func scrapeMessages(ctx context.Context, url string) (daemonMetrics, error) {
 	req, err := http.NewRequestWithContext(ctx, http.MethodGet, url, nil)
 	if err != nil {
-		return nil, err
+		return daemonMetrics{}, err
 	}
 	resp, err := http.DefaultClient.Do(req)
 	if err != nil {
-		return nil, err
+		return daemonMetrics{}, err
 	}
 	defer resp.Body.Close()
 	if resp.StatusCode != http.StatusOK {
-		return nil, fmt.Errorf("metrics: %s", resp.Status)
+		return daemonMetrics{}, fmt.Errorf("metrics: %s", resp.Status)
 	}
-	return parseMessagesTotal(resp.Body)
+	return parseMetrics(resp.Body)
 }
 
-func parseMessagesTotal(r io.Reader) (map[string]float64, error) {
-	out := map[string]float64{}
+func parseMetrics(r io.Reader) (daemonMetrics, error) {
+	out := daemonMetrics{outcomes: map[string]float64{}}
 	s := bufio.NewScanner(r)
 	s.Buffer(make([]byte, 64*1024), 1<<20)
 	for s.Scan() {
 		line := s.Text()
+		if rest, ok := strings.CutPrefix(line, "platformd_batch_size_count{"); ok {
+			if _, value, ok := strings.Cut(rest, "} "); ok {
+				f, err := strconv.ParseFloat(strings.TrimSpace(value), 64)
+				if err != nil {
+					return out, fmt.Errorf("metrics: %q: %w", line, err)
+				}
+				out.batches += f
+			}
+			continue
+		}
 		rest, ok := strings.CutPrefix(line, "platformd_messages_total{")
 		if !ok {
 			continue
@@ -332,9 +375,9 @@ func parseMessagesTotal(r io.Reader) (map[string]float64, error) {
 		}
 		f, err := strconv.ParseFloat(strings.TrimSpace(value), 64)
 		if err != nil {
-			return nil, fmt.Errorf("metrics: %q: %w", line, err)
+			return out, fmt.Errorf("metrics: %q: %w", line, err)
 		}
-		out[outcome] += f
+		out.outcomes[outcome] += f
 	}
 	return out, s.Err()
 }

@@ -30,9 +30,12 @@ type drainResult struct {
 	Acked       int     `json:"acked,omitempty"`
 	DupsApplied int     `json:"duplicates_applied"`
 	// Outcomes is platformd's platformd_messages_total at the end.
-	Outcomes   map[string]float64 `json:"outcomes,omitempty"`
-	LoadPerSec float64            `json:"load_msgs_per_sec"`
-	LoadAvg    float64            `json:"loadavg_1m"`
+	Outcomes map[string]float64 `json:"outcomes,omitempty"`
+	// Batches is platformd's platformd_batch_size_count at the end: the
+	// mean batch is the deliveries over it.
+	Batches    float64 `json:"batches,omitempty"`
+	LoadPerSec float64 `json:"load_msgs_per_sec"`
+	LoadAvg    float64 `json:"loadavg_1m"`
 }
 
 // drain loads the workload into the contender's queue, starts it, and
@@ -116,7 +119,7 @@ poll:
 		if ready > 0 {
 			continue
 		}
-		if c.Kind == kindRaw {
+		if c.reportsDone() {
 			select {
 			case ns := <-p.doneAt:
 				t1 = time.Unix(0, ns)
@@ -162,9 +165,10 @@ poll:
 		wantProcessed := float64(b.wl.distinct)
 		until := time.Now().Add(30 * time.Second)
 		for {
-			m, err := scrapeMessages(ctx, p.metricsURL)
+			dm, err := scrapeMessages(ctx, p.metricsURL)
+			m := dm.outcomes
 			if err == nil && m["processed"]+m["duplicate"] >= float64(total) {
-				res.Outcomes = m
+				res.Outcomes, res.Batches = m, dm.batches
 				if c.SkipDedup {
 					wantProcessed = m["processed"] // checked against the table below
 				}
@@ -198,11 +202,11 @@ poll:
 // duplicate in its metrics.
 func (b *bench) finished(ctx context.Context, c contender, p *proc, want int) (done bool, progress, goal int, err error) {
 	if c.SkipDedup {
-		m, err := scrapeMessages(ctx, p.metricsURL)
+		dm, err := scrapeMessages(ctx, p.metricsURL)
 		if err != nil {
 			return false, 0, 0, err
 		}
-		n := int(m["processed"] + m["duplicate"])
+		n := int(dm.outcomes["processed"] + dm.outcomes["duplicate"])
 		return n >= b.wl.total(), n, b.wl.total(), nil
 	}
 	n, err := b.db.count(ctx, "SELECT count(*) FROM reservation")

@@ -57,6 +57,8 @@ type options struct {
 	prefetch  int
 	batch     int
 	batchWait time.Duration
+	bigBatch  int
+	bigWait   time.Duration
 
 	rawConsumers, rawPrefetch, rawAckEvery int
 
@@ -96,7 +98,7 @@ func parseFlags(args []string) (*options, error) {
 	fs.IntVar(&o.lines, "lines", 1, "lines per order (one reservation row each)")
 	fs.IntVar(&o.rounds, "rounds", 3, "rounds; each contender drains once per round, in turns")
 	fs.IntVar(&o.slowRounds, "slow-rounds", 2, "rounds of the one-commit-per-message contenders (seed, peer, platformd-b1): the first min(rounds, slow-rounds); their drains take minutes and vary little")
-	fs.StringVar(&o.contenders, "contenders", "raw,seed,peer,platformd-b1,platformd,platformd-nodedup", "comma-separated subset of contenders")
+	fs.StringVar(&o.contenders, "contenders", "raw,seed,peer,platformd-b1,platformd,platformd-nodedup,platformd-big,floor,floor-nodedup", "comma-separated subset of contenders (also platformd-alt)")
 	fs.StringVar(&o.queueType, "queue-type", "quorum", "type of every bench queue: quorum (platformd's default) or classic")
 	fs.StringVar(&o.amqpURL, "amqp-url", envOr("TEST_AMQP_URL", "amqp://guest:guest@127.0.0.1:5672/"), "RabbitMQ URL (default $TEST_AMQP_URL)")
 	fs.StringVar(&o.databaseURL, "database-url", envOr("TEST_DATABASE_URL", "postgres://postgres@127.0.0.1:5432/postgres"),
@@ -107,6 +109,8 @@ func parseFlags(args []string) (*options, error) {
 	fs.IntVar(&o.prefetch, "prefetch", 800, "platformd pool prefetch (the sample's); seed and peer get prefetch/workers per worker")
 	fs.IntVar(&o.batch, "batch", 100, "platformd's default batch.size")
 	fs.DurationVar(&o.batchWait, "batch-wait", 5*time.Millisecond, "platformd's batch.wait")
+	fs.IntVar(&o.bigBatch, "big-batch", 1000, "platformd-big's batch.size (its prefetch is 8 times that)")
+	fs.DurationVar(&o.bigWait, "big-wait", 20*time.Millisecond, "platformd-big's batch.wait")
 	fs.IntVar(&o.rawConsumers, "raw-consumers", 2, "raw: channels consuming in parallel")
 	fs.IntVar(&o.rawPrefetch, "raw-prefetch", 2000, "raw: prefetch per channel")
 	fs.IntVar(&o.rawAckEvery, "raw-ack-every", 250, "raw: multiple-ack every this many deliveries (and whenever none is waiting)")
@@ -180,6 +184,8 @@ func runRole(ctx context.Context, role string, args []string) int {
 		err = runRaw(ctx, args)
 	case "seed":
 		err = runSeed(ctx, args)
+	case "floor":
+		err = runFloor(ctx, args)
 	case "platformd":
 		return runProfiledPlatformd(args) //nolint:contextcheck // daemon.Main owns its signal context, as in cmd/platformd
 	default:
@@ -231,7 +237,7 @@ func run(ctx context.Context, o *options) (int, error) {
 	b.exchange = "bench_" + b.runID
 	rep := &report{Started: time.Now(), Settings: map[string]any{
 		"queue_type": o.queueType, "rounds": o.rounds, "slow_rounds": min(o.slowRounds, o.rounds), "workers": o.workers, "prefetch": o.prefetch,
-		"batch": o.batch, "batch_wait": o.batchWait.String(), "raw_consumers": o.rawConsumers,
+		"batch": o.batch, "batch_wait": o.batchWait.String(), "big_batch": o.bigBatch, "big_wait": o.bigWait.String(), "raw_consumers": o.rawConsumers,
 		"raw_prefetch": o.rawPrefetch, "raw_ack_every": o.rawAckEvery, "latency_rate": o.latencyRate,
 		"latency_duration": o.latencyDuration.String(), "settle": o.settle.String(), "poll": o.poll.String(),
 		"checkpoint": o.checkpoint, "contenders": o.contenders, "commit_probe": o.probe,

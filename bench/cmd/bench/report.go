@@ -59,7 +59,7 @@ func (r *contenderReport) summarize() {
 	r.PeakRSSMiB = pick(func(d drainResult) float64 { return float64(d.PeakRSS) / (1 << 20) })
 }
 
-// ratio is one target of the issue.
+// ratio is one target of the issue, or a reference figure (Target empty).
 type ratio struct {
 	Name   string  `json:"name"`
 	Value  float64 `json:"value"`
@@ -105,9 +105,6 @@ func pairedRatio(a, b *contenderReport) spread {
 func (r *report) computeRatios() {
 	pd, raw, peer, nodedup := r.find("platformd"), r.find("raw"), r.find("peer"), r.find("platformd-nodedup")
 	b1, seed := r.find("platformd-b1"), r.find("seed")
-	if pd == nil || len(pd.Rounds) == 0 {
-		return
-	}
 	thr := func(a, b *contenderReport, name, target string, ok func(float64) bool) {
 		if a == nil || len(a.Rounds) == 0 || b == nil || len(b.Rounds) == 0 {
 			return
@@ -115,6 +112,14 @@ func (r *report) computeRatios() {
 		v := a.MsgsPerSec.Median / b.MsgsPerSec.Median
 		p := pairedRatio(a, b)
 		r.Ratios = append(r.Ratios, ratio{Name: name, Value: v, Min: p.Min, Max: p.Max, Target: target, Met: ok(v)})
+	}
+	// The floors bound what any consumer with these effects reaches here.
+	thr(r.find("floor"), raw, "floor / raw: ceiling of platformd / raw here", "", func(float64) bool { return true })
+	thr(r.find("floor-nodedup"), raw, "floor-nodedup / raw: ceiling without the dedup row", "", func(float64) bool { return true })
+	thr(pd, r.find("floor"), "platformd / floor (same batch size)", "", func(float64) bool { return true })
+	thr(r.find("platformd-big"), raw, "platformd-big / raw (msgs/s)", "", func(float64) bool { return true })
+	if pd == nil || len(pd.Rounds) == 0 {
+		return
 	}
 	thr(pd, raw, "platformd / raw (msgs/s)", ">= 0.8", func(v float64) bool { return v >= 0.8 })
 	thr(pd, peer, "platformd / peer (msgs/s)", ">= 5", func(v float64) bool { return v >= 5 })
@@ -166,13 +171,17 @@ func (r *report) printTable(w io.Writer) {
 			if !q.Met {
 				met = "MISSED"
 			}
+			target := "target " + q.Target
+			if q.Target == "" {
+				met, target = "", "(reference)"
+			}
 			val := fmt.Sprintf("%.2f", q.Value)
 			if strings.Contains(q.Name, "overhead") {
 				val = fmt.Sprintf("%.1f%% (rounds %.1f%%..%.1f%%)", 100*q.Value, 100*q.Min, 100*q.Max)
 			} else if q.Min != 0 || q.Max != 0 {
 				val += fmt.Sprintf(" (rounds %.2f..%.2f)", q.Min, q.Max)
 			}
-			fmt.Fprintf(tw, "  %s\t%s\ttarget %s\t%s\n", q.Name, val, q.Target, met)
+			fmt.Fprintf(tw, "  %s\t%s\t%s\t%s\n", q.Name, val, target, met)
 		}
 		tw.Flush()
 	}
@@ -180,13 +189,17 @@ func (r *report) printTable(w io.Writer) {
 
 func effectsCell(c *contenderReport) string {
 	last := c.Rounds[len(c.Rounds)-1]
+	var batch string
+	if last.Batches > 0 {
+		batch = fmt.Sprintf(", mean batch %.1f", (last.Outcomes["processed"]+last.Outcomes["duplicate"])/last.Batches)
+	}
 	switch {
 	case c.Kind == kindRaw:
 		return fmt.Sprintf("acked %d", last.Acked)
 	case c.SkipDedup:
-		return fmt.Sprintf("%d dups APPLIED", last.DupsApplied)
+		return fmt.Sprintf("%d dups APPLIED%s", last.DupsApplied, batch)
 	default:
-		return fmt.Sprintf("once: %d/%d", last.Effects.DistinctOrders, last.Effects.Reservations)
+		return fmt.Sprintf("once: %d/%d%s", last.Effects.DistinctOrders, last.Effects.Reservations, batch)
 	}
 }
 

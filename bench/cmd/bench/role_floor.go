@@ -1,0 +1,205 @@
+package main
+
+import (
+	"bytes"
+	"context"
+	"errors"
+	"flag"
+	"fmt"
+	"slices"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgxpool"
+	amqp "github.com/rabbitmq/amqp091-go"
+
+	"github.com/platformd/platformd/consumer"
+	"github.com/platformd/platformd/examples/shop"
+	"github.com/platformd/platformd/internal/envelope"
+)
+
+// floorInsertSQL is platformd's dedup statement (internal/dedup).
+const floorInsertSQL = `INSERT INTO processed_event (event_id, processed_at)
+SELECT unnest($1::uuid[]), now()
+ON CONFLICT (event_id) DO NOTHING
+RETURNING event_id`
+
+// runFloor is the floor contender: the least a consumer with platformd's
+// effects has to do, and nothing else. raw's consumer loop, and per batch
+// of up to -batch deliveries (or what came within -wait): the envelope
+// decoder, one transaction with the dedup insert (-dedup) and the shop's
+// batch handler for the ids it returned, the commit, one multiple-ack. No
+// linger, no retry or failure routing, no in-flight registry, no metrics,
+// no logs: whatever platformd adds costs more. Its throughput against raw
+// is the ceiling of platformd's ratio to raw on the same machine. It prints
+// "DONE <unix ns>" once -expect deliveries are acked, that is committed.
+func runFloor(ctx context.Context, args []string) error {
+	fs := flag.NewFlagSet("floor", flag.ExitOnError)
+	amqpURL := fs.String("amqp", "", "AMQP URL")
+	dbURL := fs.String("db", "", "service database URL")
+	queue := fs.String("queue", "", "queue")
+	consumers := fs.Int("consumers", 4, "channels consuming in parallel, one transaction at a time each")
+	prefetch := fs.Int("prefetch", 200, "prefetch per channel")
+	batch := fs.Int("batch", 100, "most deliveries per transaction")
+	wait := fs.Duration("wait", 5*time.Millisecond, "longest wait for a batch to fill")
+	dedup := fs.Bool("dedup", true, "insert the ids into processed_event and run the handler for the new ones only")
+	expect := fs.Int("expect", 0, "print DONE after this many acks")
+	_ = fs.Parse(args)
+
+	reg, err := reserveHandler()
+	if err != nil {
+		return err
+	}
+	cfg, err := pgxpool.ParseConfig(*dbURL)
+	if err != nil {
+		return err
+	}
+	cfg.MaxConns = int32(*consumers)
+	cfg.ConnConfig.RuntimeParams["application_name"] = "bench-floor"
+	db, err := pgxpool.NewWithConfig(ctx, cfg)
+	if err != nil {
+		return err
+	}
+	defer db.Close()
+	conn, err := amqp.DialConfig(*amqpURL, amqp.Config{Properties: amqp.Table{"connection_name": "bench-floor"}})
+	if err != nil {
+		return err
+	}
+	defer conn.Close()
+
+	var acked atomic.Int64
+	var doneOnce sync.Once
+	var wg sync.WaitGroup
+	errs := make([]error, *consumers)
+	for k := range *consumers {
+		ch, deliveries, err := consumeOn(conn, *queue, *prefetch)
+		if err != nil {
+			return err
+		}
+		wg.Go(func() {
+			held := make([]amqp.Delivery, 0, *batch)
+			for {
+				held = held[:0]
+				select {
+				case <-ctx.Done():
+					return
+				case d, ok := <-deliveries:
+					if !ok {
+						errs[k] = errors.New("floor: deliveries closed")
+						return
+					}
+					held = append(held, d)
+				}
+				// amqp091-go hands deliveries over one at a time through an
+				// unbuffered channel: without a wait, batches are of one.
+				linger := time.NewTimer(*wait)
+			more:
+				for len(held) < *batch {
+					select {
+					case d, ok := <-deliveries:
+						if !ok {
+							break more
+						}
+						held = append(held, d)
+					case <-linger.C:
+						break more
+					}
+				}
+				linger.Stop()
+				if err := floorBatch(ctx, db, reg, held, *dedup); err != nil {
+					if ctx.Err() == nil {
+						errs[k] = err
+					}
+					return
+				}
+				if err := ch.Ack(held[len(held)-1].DeliveryTag, true); err != nil {
+					errs[k] = err
+					return
+				}
+				if n := acked.Add(int64(len(held))); *expect > 0 && n >= int64(*expect) {
+					doneOnce.Do(func() { fmt.Printf("DONE %d\n", time.Now().UnixNano()) })
+				}
+			}
+		})
+	}
+	wg.Wait()
+	if ctx.Err() != nil {
+		return nil
+	}
+	return errors.Join(errs...)
+}
+
+// reserveHandler returns the shop's stock.reserve as a batch handler.
+func reserveHandler() (consumer.BatchHandler, error) {
+	reg := consumer.NewRegistry()
+	if err := shop.Register(reg); err != nil {
+		return nil, err
+	}
+	r, err := reg.Lookup(shop.HandlerStockReserve)
+	if err != nil {
+		return nil, err
+	}
+	bh, ok := r.Handler.(consumer.BatchHandler)
+	if !ok {
+		return nil, fmt.Errorf("floor: %s is not a batch handler", shop.HandlerStockReserve)
+	}
+	return bh, nil
+}
+
+// floorBatch applies the effects of ds in one transaction: with dedup,
+// those of the first copy of each id not yet in processed_event.
+func floorBatch(ctx context.Context, db *pgxpool.Pool, h consumer.BatchHandler, ds []amqp.Delivery, dedup bool) error {
+	events := make([]consumer.Event, 0, len(ds))
+	for _, d := range ds {
+		env, err := envelope.Decode(d.Body, 0)
+		if err != nil {
+			return fmt.Errorf("floor: decode: %w", err)
+		}
+		events = append(events, consumer.Event{ID: env.EventID, Name: env.EventName, OccurredAt: env.OccurredAt, Payload: env.Payload})
+	}
+	tx, err := db.Begin(ctx)
+	if err != nil {
+		return err
+	}
+	defer func() { _ = tx.Rollback(context.WithoutCancel(ctx)) }()
+	if dedup {
+		// Sorted ids: two transactions inserting overlapping ids lock
+		// them in the same order and cannot deadlock.
+		ids := make([][16]byte, len(events))
+		for i, ev := range events {
+			ids[i] = ev.ID
+		}
+		slices.SortFunc(ids, func(a, b [16]byte) int { return bytes.Compare(a[:], b[:]) })
+		ids = slices.Compact(ids)
+		rows, err := tx.Query(ctx, floorInsertSQL, ids)
+		if err != nil {
+			return err
+		}
+		fresh := make(map[[16]byte]bool, len(ids))
+		var id [16]byte
+		_, err = pgx.ForEachRow(rows, []any{&id}, func() error {
+			fresh[id] = true
+			return nil
+		})
+		if err != nil {
+			return err
+		}
+		// The first copy of each inserted id runs; later copies and ids
+		// already recorded are duplicates.
+		events = slices.DeleteFunc(events, func(ev consumer.Event) bool {
+			if fresh[ev.ID] {
+				delete(fresh, ev.ID)
+				return false
+			}
+			return true
+		})
+	}
+	if len(events) > 0 {
+		if err := h.HandleBatch(ctx, tx, events); err != nil {
+			return err
+		}
+	}
+	return tx.Commit(ctx)
+}
