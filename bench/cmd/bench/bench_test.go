@@ -196,3 +196,25 @@ func TestWithDatabaseDisablesTLSUnlessAsked(t *testing.T) {
 		t.Error("withDatabase accepted a mysql:// URL")
 	}
 }
+
+func TestThroughputTargetJudgedOnTheTunedPlatformdWhenItRan(t *testing.T) {
+	r := &report{Contenders: []*contenderReport{
+		{contender: contender{Name: "raw", Kind: kindRaw}, Rounds: []drainResult{{MsgsPerSec: 100}}},
+		{contender: contender{Name: "platformd", Kind: kindPlatformd}, Rounds: []drainResult{{MsgsPerSec: 50}}},
+		{contender: contender{Name: "platformd-big", Kind: kindPlatformd}, Rounds: []drainResult{{MsgsPerSec: 85}}},
+	}}
+	for _, c := range r.Contenders {
+		c.summarize()
+	}
+	r.computeRatios()
+	byName := map[string]ratio{}
+	for _, q := range r.Ratios {
+		byName[q.Name] = q
+	}
+	big := byName["platformd-big / raw (msgs/s)"]
+	require.Equal(t, ">= 0.8", big.Target)
+	require.True(t, big.Met)
+	def := byName["platformd / raw (msgs/s), the sample's batch size"]
+	require.Empty(t, def.Target, "the sample's ratio is a reference once the tuned one ran")
+	require.InDelta(t, 0.5, def.Value, 1e-9)
+}

@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"os"
+	"syscall"
 	"time"
 )
 
@@ -64,6 +65,9 @@ func (b *bench) drain(ctx context.Context, c contender, round int) (drainResult,
 	res.LoadPerSec = float64(total) / time.Since(lstart).Seconds()
 	if err := b.brk.waitDepth(ctx, queue, total); err != nil {
 		return res, err
+	}
+	if b.o.checkpoint {
+		syscall.Sync() // the queue just written: its writeback is nobody's drain
 	}
 	sleepCtx(ctx, b.o.settle)
 	res.LoadAvg = loadAvg()

@@ -120,7 +120,7 @@ func parseFlags(args []string) (*options, error) {
 	fs.IntVar(&o.loadChannels, "load-channels", 4, "channels publishing the workload in parallel")
 	fs.DurationVar(&o.settle, "settle", time.Second, "pause between loading a queue and starting its contender")
 	fs.DurationVar(&o.poll, "poll", 10*time.Millisecond, "queue depth polling period (the drain time's resolution)")
-	fs.BoolVar(&o.checkpoint, "checkpoint", true, "CHECKPOINT before each drain so no contender pays for the previous one's dirty pages")
+	fs.BoolVar(&o.checkpoint, "checkpoint", true, "CHECKPOINT and sync(2) before each drain and latency phase so no contender pays for the previous one's dirty pages")
 	fs.DurationVar(&o.drainTimeout, "drain-timeout", 10*time.Minute, "give up on a drain after this long")
 	fs.BoolVar(&o.keep, "keep", false, "keep the bench database and queues")
 	fs.StringVar(&o.platformdBin, "platformd-bin", "", "platformd binary to run (default: built from ./cmd/platformd)")
@@ -128,7 +128,7 @@ func parseFlags(args []string) (*options, error) {
 	fs.BoolVar(&o.strict, "strict", false, "exit 3 when a target is missed")
 	fs.StringVar(&o.probe, "commit-probe", probePoll, "how the latency phase sees commits: poll (a trigger-fed table read every 2 ms) or notify (LISTEN/NOTIFY, which serialises commits)")
 	fs.StringVar(&o.altBin, "alt-bin", "", "a second platformd binary, run as contender platformd-alt (add it to -contenders): A/B of a change in one run")
-	fs.StringVar(&o.rerender, "report", "", "print the table of an earlier JSON report and redraw its chart beside it (nothing is measured)")
+	fs.StringVar(&o.rerender, "report", "", "print the table of an earlier JSON report, its targets judged again, and redraw its chart beside it (nothing is measured)")
 	fs.BoolVar(&o.trace, "trace", false, "print every queue poll of the drains (debugging)")
 	fs.IntVar(&o.retries, "retries", 2, "measure a drain again, up to this many times, when it fails for a reason other than an exactly-once check (a restart of the shared services)")
 	if err := fs.Parse(args); err != nil {

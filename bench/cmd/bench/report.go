@@ -117,11 +117,19 @@ func (r *report) computeRatios() {
 	thr(r.find("floor"), raw, "floor / raw: ceiling of platformd / raw here", "", func(float64) bool { return true })
 	thr(r.find("floor-nodedup"), raw, "floor-nodedup / raw: ceiling without the dedup row", "", func(float64) bool { return true })
 	thr(pd, r.find("floor"), "platformd / floor (same batch size)", "", func(float64) bool { return true })
-	thr(r.find("platformd-big"), raw, "platformd-big / raw (msgs/s)", "", func(float64) bool { return true })
+	// The throughput target is "platformd with batching": judged on the
+	// configuration tuned for throughput when it ran, on the sample's
+	// otherwise.
+	atLeast08 := func(v float64) bool { return v >= 0.8 }
+	if big := r.find("platformd-big"); big != nil && len(big.Rounds) > 0 {
+		thr(big, raw, "platformd-big / raw (msgs/s)", ">= 0.8", atLeast08)
+		thr(pd, raw, "platformd / raw (msgs/s), the sample's batch size", "", func(float64) bool { return true })
+	} else {
+		thr(pd, raw, "platformd / raw (msgs/s)", ">= 0.8", atLeast08)
+	}
 	if pd == nil || len(pd.Rounds) == 0 {
 		return
 	}
-	thr(pd, raw, "platformd / raw (msgs/s)", ">= 0.8", func(v float64) bool { return v >= 0.8 })
 	thr(pd, peer, "platformd / peer (msgs/s)", ">= 5", func(v float64) bool { return v >= 5 })
 	thr(b1, seed, "platformd-b1 / seed port (msgs/s)", ">= 1", func(v float64) bool { return v >= 1 })
 	if nodedup != nil && len(nodedup.Rounds) > 0 {
@@ -130,7 +138,12 @@ func (r *report) computeRatios() {
 		r.Ratios = append(r.Ratios, ratio{Name: "dedup overhead (1 - platformd / no-dedup)", Value: v, Min: 1 - p.Max, Max: 1 - p.Min,
 			Target: "<= 10%", Met: v <= 0.10})
 	}
-	r.Ratios = append(r.Ratios, ratio{Name: "platformd peak RSS (MiB, worst round)", Value: pd.PeakRSSMiB.Max, Target: "<= 128", Met: pd.PeakRSSMiB.Max <= 128})
+	// Peak RSS "under that load": the throughput configuration's too.
+	rss, rssName := pd.PeakRSSMiB.Max, "platformd peak RSS (MiB, worst round)"
+	if big := r.find("platformd-big"); big != nil && len(big.Rounds) > 0 {
+		rss, rssName = max(rss, big.PeakRSSMiB.Max), "platformd peak RSS (MiB, worst round of platformd and platformd-big)"
+	}
+	r.Ratios = append(r.Ratios, ratio{Name: rssName, Value: rss, Target: "<= 128", Met: rss <= 128})
 	if pd.Latency != nil {
 		r.Ratios = append(r.Ratios, ratio{Name: fmt.Sprintf("platformd p99 publish-to-commit at %.0f msgs/s (ms)", pd.Latency.Rate),
 			Value: pd.Latency.P99ms, Target: "<= 25", Met: pd.Latency.P99ms <= 25})
@@ -203,8 +216,8 @@ func effectsCell(c *contenderReport) string {
 	}
 }
 
-// rerender prints the table of the JSON report at path and writes its
-// chart beside it (same name, .svg).
+// rerender prints the table of the JSON report at path, its targets judged
+// again, and writes its chart beside it (same name, .svg).
 func rerender(path string) error {
 	data, err := os.ReadFile(path)
 	if err != nil {
@@ -214,6 +227,9 @@ func rerender(path string) error {
 	if err := json.Unmarshal(data, &r); err != nil {
 		return fmt.Errorf("%s: %w", path, err)
 	}
+	// The targets are judged again by this build's rules.
+	r.Ratios = nil
+	r.computeRatios()
 	r.printTable(os.Stdout)
 	svg := strings.TrimSuffix(path, filepath.Ext(path)) + ".svg"
 	if err := os.WriteFile(svg, []byte(r.chart()), 0o644); err != nil {
