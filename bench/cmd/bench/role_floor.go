@@ -7,8 +7,6 @@ import (
 	"flag"
 	"fmt"
 	"slices"
-	"sync"
-	"sync/atomic"
 	"time"
 
 	"github.com/jackc/pgx/v5"
@@ -17,7 +15,6 @@ import (
 
 	"github.com/platformd/platformd/consumer"
 	"github.com/platformd/platformd/examples/shop"
-	"github.com/platformd/platformd/internal/envelope"
 )
 
 // floorInsertSQL is platformd's dedup statement (internal/dedup).
@@ -52,83 +49,51 @@ func runFloor(ctx context.Context, args []string) error {
 	if err != nil {
 		return err
 	}
-	cfg, err := pgxpool.ParseConfig(*dbURL)
+	conn, db, closeAll, err := roleConnect(ctx, "bench-floor", *amqpURL, *dbURL, *consumers)
 	if err != nil {
 		return err
 	}
-	cfg.MaxConns = int32(*consumers)
-	cfg.ConnConfig.RuntimeParams["application_name"] = "bench-floor"
-	db, err := pgxpool.NewWithConfig(ctx, cfg)
-	if err != nil {
-		return err
-	}
-	defer db.Close()
-	conn, err := amqp.DialConfig(*amqpURL, amqp.Config{Properties: amqp.Table{"connection_name": "bench-floor"}})
-	if err != nil {
-		return err
-	}
-	defer conn.Close()
+	defer closeAll()
 
-	var acked atomic.Int64
-	var doneOnce sync.Once
-	var wg sync.WaitGroup
-	errs := make([]error, *consumers)
-	for k := range *consumers {
-		ch, deliveries, err := consumeOn(conn, *queue, *prefetch)
-		if err != nil {
-			return err
-		}
-		wg.Go(func() {
-			held := make([]amqp.Delivery, 0, *batch)
-			for {
-				held = held[:0]
+	done := &doneCounter{expect: int64(*expect)}
+	return consumeAll(ctx, conn, *queue, *consumers, *prefetch, func(_ int, ch *amqp.Channel, deliveries <-chan amqp.Delivery) error {
+		held := make([]amqp.Delivery, 0, *batch)
+		for {
+			held = held[:0]
+			select {
+			case <-ctx.Done():
+				return nil
+			case d, ok := <-deliveries:
+				if !ok {
+					return errors.New("floor: deliveries closed")
+				}
+				held = append(held, d)
+			}
+			// amqp091-go hands deliveries over one at a time through an
+			// unbuffered channel: without a wait, batches are of one.
+			linger := time.NewTimer(*wait)
+		more:
+			for len(held) < *batch {
 				select {
-				case <-ctx.Done():
-					return
 				case d, ok := <-deliveries:
 					if !ok {
-						errs[k] = errors.New("floor: deliveries closed")
-						return
-					}
-					held = append(held, d)
-				}
-				// amqp091-go hands deliveries over one at a time through an
-				// unbuffered channel: without a wait, batches are of one.
-				linger := time.NewTimer(*wait)
-			more:
-				for len(held) < *batch {
-					select {
-					case d, ok := <-deliveries:
-						if !ok {
-							break more
-						}
-						held = append(held, d)
-					case <-linger.C:
 						break more
 					}
-				}
-				linger.Stop()
-				if err := floorBatch(ctx, db, reg, held, *dedup); err != nil {
-					if ctx.Err() == nil {
-						errs[k] = err
-					}
-					return
-				}
-				if err := ch.Ack(held[len(held)-1].DeliveryTag, true); err != nil {
-					errs[k] = err
-					return
-				}
-				if n := acked.Add(int64(len(held))); *expect > 0 && n >= int64(*expect) {
-					doneOnce.Do(func() { fmt.Printf("DONE %d\n", time.Now().UnixNano()) })
+					held = append(held, d)
+				case <-linger.C:
+					break more
 				}
 			}
-		})
-	}
-	wg.Wait()
-	if ctx.Err() != nil {
-		return nil
-	}
-	return errors.Join(errs...)
+			linger.Stop()
+			if err := floorBatch(ctx, db, reg, held, *dedup); err != nil {
+				return err
+			}
+			if err := ch.Ack(held[len(held)-1].DeliveryTag, true); err != nil {
+				return err
+			}
+			done.add(len(held), time.Now().UnixNano())
+		}
+	})
 }
 
 // reserveHandler returns the shop's stock.reserve as a batch handler.
@@ -153,11 +118,11 @@ func reserveHandler() (consumer.BatchHandler, error) {
 func floorBatch(ctx context.Context, db *pgxpool.Pool, h consumer.BatchHandler, ds []amqp.Delivery, dedup bool) error {
 	events := make([]consumer.Event, 0, len(ds))
 	for _, d := range ds {
-		env, err := envelope.Decode(d.Body, 0)
+		ev, err := decodeEvent(d.Body)
 		if err != nil {
 			return fmt.Errorf("floor: decode: %w", err)
 		}
-		events = append(events, consumer.Event{ID: env.EventID, Name: env.EventName, OccurredAt: env.OccurredAt, Payload: env.Payload})
+		events = append(events, ev)
 	}
 	tx, err := db.Begin(ctx)
 	if err != nil {

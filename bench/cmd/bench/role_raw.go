@@ -8,8 +8,6 @@ import (
 	"flag"
 	"fmt"
 	"os"
-	"sync"
-	"sync/atomic"
 	"time"
 
 	amqp "github.com/rabbitmq/amqp091-go"
@@ -31,87 +29,71 @@ func runRaw(ctx context.Context, args []string) error {
 	latencyFile := fs.String("latency-file", "", "record publish-to-ack times here")
 	_ = fs.Parse(args)
 
-	conn, err := amqp.DialConfig(*amqpURL, amqp.Config{Properties: amqp.Table{"connection_name": "bench-raw"}})
+	conn, _, closeAll, err := roleConnect(ctx, "bench-raw", *amqpURL, "", 0)
 	if err != nil {
 		return err
 	}
-	defer conn.Close()
-	var acked atomic.Int64
-	var doneOnce sync.Once
+	defer closeAll()
+	done := &doneCounter{expect: int64(*expect)}
 	record := *latencyFile != ""
 	samples := make([][][2]int64, *consumers)
-	var wg sync.WaitGroup
-	errs := make([]error, *consumers)
-	for k := range *consumers {
-		ch, deliveries, err := consumeOn(conn, *queue, *prefetch)
-		if err != nil {
-			return err
-		}
-		wg.Go(func() {
-			var pending int
-			var last uint64
-			var occurred []int64
-			ack := func() error {
-				if pending == 0 {
-					return nil
-				}
-				if err := ch.Ack(last, true); err != nil {
-					return err
-				}
-				now := time.Now().UnixNano()
-				for _, o := range occurred {
-					samples[k] = append(samples[k], [2]int64{o, now})
-				}
-				occurred = occurred[:0]
-				if n := acked.Add(int64(pending)); *expect > 0 && n >= int64(*expect) {
-					doneOnce.Do(func() { fmt.Printf("DONE %d\n", now) })
-				}
-				pending = 0
+	err = consumeAll(ctx, conn, *queue, *consumers, *prefetch, func(k int, ch *amqp.Channel, deliveries <-chan amqp.Delivery) error {
+		var pending int
+		var last uint64
+		var occurred []int64
+		ack := func() error {
+			if pending == 0 {
 				return nil
 			}
-			for {
-				var d amqp.Delivery
-				var ok bool
+			if err := ch.Ack(last, true); err != nil {
+				return err
+			}
+			now := time.Now().UnixNano()
+			for _, o := range occurred {
+				samples[k] = append(samples[k], [2]int64{o, now})
+			}
+			occurred = occurred[:0]
+			done.add(pending, now)
+			pending = 0
+			return nil
+		}
+		for {
+			var d amqp.Delivery
+			var ok bool
+			select {
+			case d, ok = <-deliveries:
+			default:
+				// Nothing waiting: settle what we hold before blocking.
+				if err := ack(); err != nil {
+					return err
+				}
 				select {
 				case d, ok = <-deliveries:
-				default:
-					// Nothing waiting: settle what we hold before blocking.
-					if errs[k] = ack(); errs[k] != nil {
-						return
-					}
-					select {
-					case d, ok = <-deliveries:
-					case <-ctx.Done():
-						return
-					}
-				}
-				if !ok {
-					errs[k] = errors.New("raw: deliveries closed")
-					return
-				}
-				pending++
-				last = d.DeliveryTag
-				if record {
-					occurred = append(occurred, occurredAt(d.Body))
-				}
-				if pending >= *ackEvery {
-					if errs[k] = ack(); errs[k] != nil {
-						return
-					}
+				case <-ctx.Done():
+					return nil
 				}
 			}
-		})
-	}
-	wg.Wait()
+			if !ok {
+				return errors.New("raw: deliveries closed")
+			}
+			pending++
+			last = d.DeliveryTag
+			if record {
+				occurred = append(occurred, occurredAt(d.Body))
+			}
+			if pending >= *ackEvery {
+				if err := ack(); err != nil {
+					return err
+				}
+			}
+		}
+	})
 	if record {
-		if err := writeSamples(*latencyFile, samples); err != nil {
-			return err
+		if werr := writeSamples(*latencyFile, samples); werr != nil {
+			return errors.Join(err, werr)
 		}
 	}
-	if ctx.Err() != nil {
-		return nil
-	}
-	return errors.Join(errs...)
+	return err
 }
 
 // occurredAt extracts occurred_at from an envelope body without decoding

@@ -5,7 +5,6 @@ import (
 	"errors"
 	"flag"
 	"fmt"
-	"sync"
 
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgxpool"
@@ -34,64 +33,34 @@ func runSeed(ctx context.Context, args []string) error {
 	prefetch := fs.Int("prefetch", 200, "prefetch per worker")
 	_ = fs.Parse(args)
 
-	cfg, err := pgxpool.ParseConfig(*dbURL)
+	conn, db, closeAll, err := roleConnect(ctx, "bench-seed", *amqpURL, *dbURL, *workers)
 	if err != nil {
 		return err
 	}
-	cfg.MaxConns = int32(*workers)
-	cfg.ConnConfig.RuntimeParams["application_name"] = "bench-seed"
-	db, err := pgxpool.NewWithConfig(ctx, cfg)
-	if err != nil {
-		return err
-	}
-	defer db.Close()
-	conn, err := amqp.DialConfig(*amqpURL, amqp.Config{Properties: amqp.Table{"connection_name": "bench-seed"}})
-	if err != nil {
-		return err
-	}
-	defer conn.Close()
+	defer closeAll()
 
-	var wg sync.WaitGroup
-	errs := make([]error, *workers)
-	for k := range *workers {
-		_, deliveries, err := consumeOn(conn, *queue, *prefetch)
-		if err != nil {
-			return err
-		}
-		wg.Go(func() {
-			for {
-				select {
-				case <-ctx.Done():
-					return
-				case d, ok := <-deliveries:
-					if !ok {
-						errs[k] = errors.New("seed: deliveries closed")
-						return
-					}
-					if err := seedHandle(ctx, db, d); err != nil {
-						if ctx.Err() != nil {
-							return
-						}
-						errs[k] = err
-						return
-					}
+	return consumeAll(ctx, conn, *queue, *workers, *prefetch, func(_ int, _ *amqp.Channel, deliveries <-chan amqp.Delivery) error {
+		for {
+			select {
+			case <-ctx.Done():
+				return nil
+			case d, ok := <-deliveries:
+				if !ok {
+					return errors.New("seed: deliveries closed")
+				}
+				if err := seedHandle(ctx, db, d); err != nil {
+					return err
 				}
 			}
-		})
-	}
-	wg.Wait()
-	if ctx.Err() != nil {
-		return nil
-	}
-	return errors.Join(errs...)
+		}
+	})
 }
 
 func seedHandle(ctx context.Context, db *pgxpool.Pool, d amqp.Delivery) error {
-	env, err := envelope.Decode(d.Body, 0)
+	ev, err := decodeEvent(d.Body)
 	if err != nil {
 		return d.Reject(false)
 	}
-	ev := consumer.Event{ID: env.EventID, Name: env.EventName, OccurredAt: env.OccurredAt, Payload: env.Payload}
 	if err := seedProcess(ctx, db, ev); err != nil {
 		if nerr := d.Nack(false, true); nerr != nil {
 			return nerr
@@ -119,4 +88,14 @@ func seedProcess(ctx context.Context, db *pgxpool.Pool, ev consumer.Event) error
 		return err
 	}
 	return tx.Commit(ctx)
+}
+
+// decodeEvent decodes a body with the product's envelope decoder into the
+// event handlers receive (what platformd's workers do).
+func decodeEvent(body []byte) (consumer.Event, error) {
+	env, err := envelope.Decode(body, 0)
+	if err != nil {
+		return consumer.Event{}, err
+	}
+	return consumer.Event{ID: env.EventID, Name: env.EventName, OccurredAt: env.OccurredAt, Payload: env.Payload}, nil
 }
