@@ -141,6 +141,24 @@ services:
 	return path, metricsAddr, os.WriteFile(path, []byte(cfg), 0o600)
 }
 
+// platformdCommand returns the command that runs platformd contender c
+// (its arguments follow) and what it is, for the report. profile, the
+// prefix of the pprof files, runs daemon.Main in the bench binary with
+// profiles on; the alt contender is never profiled.
+func (b *bench) platformdCommand(c contender, profile string) (argv []string, mode string) {
+	switch {
+	case c.Alt:
+		return []string{b.o.altBin}, "binary " + b.o.altBin
+	case profile != "":
+		return []string{b.self, roleArg, "platformd", "-cpuprofile", profile + ".cpu.pprof",
+			"-memprofile", profile + ".allocs.pprof", "--"}, "daemon.Main in the bench binary, pprof on (drains)"
+	case b.o.platformdBin != "":
+		return []string{b.o.platformdBin}, "binary " + b.o.platformdBin
+	default:
+		return []string{b.bins["platformd"]}, "binary built from ./cmd/platformd"
+	}
+}
+
 // start launches c on queue. For raw, expect is the number of acks after
 // which it prints DONE (0: never) and latencyFile where it records
 // publish-to-ack times. profile names the pprof files of a profiled
@@ -170,16 +188,8 @@ func (b *bench) start(ctx context.Context, c contender, queue, tag string, expec
 			return nil, err
 		}
 		p.metricsURL = "http://" + metricsAddr + "/metrics"
-		if profile != "" {
-			argv = []string{b.self, roleArg, "platformd", "-cpuprofile", profile + ".cpu.pprof",
-				"-memprofile", profile + ".allocs.pprof", "--", "run", "-config", cfgPath}
-		} else {
-			bin := b.bins["platformd"]
-			if c.Alt {
-				bin = b.o.altBin
-			}
-			argv = []string{bin, "run", "-config", cfgPath}
-		}
+		argv, _ = b.platformdCommand(c, profile)
+		argv = append(argv, "run", "-config", cfgPath)
 		env = slices.DeleteFunc(env, func(s string) bool { return strings.HasPrefix(s, skipDedupEnv+"=") })
 		if c.SkipDedup {
 			env = append(env, skipDedupEnv+"=1")

@@ -279,16 +279,7 @@ func run(ctx context.Context, o *options) (int, error) {
 	for i, c := range selected {
 		reports[i] = &contenderReport{contender: c}
 		if c.Kind == kindPlatformd {
-			reports[i].Mode = "binary built from ./cmd/platformd"
-			if o.platformdBin != "" {
-				reports[i].Mode = "binary " + o.platformdBin
-			}
-			if c.Alt {
-				reports[i].Mode = "binary " + o.altBin
-			}
-			if o.pprofDir != "" {
-				reports[i].Mode = "daemon.Main in the bench binary, pprof on"
-			}
+			_, reports[i].Mode = b.platformdCommand(c, o.pprofDir)
 		}
 	}
 	rep.Contenders = reports
@@ -385,19 +376,17 @@ func (b *bench) build(ctx context.Context, selected []contender) error {
 		}
 		b.bins["peer"] = out
 	}
-	if need[kindPlatformd] && b.o.pprofDir == "" {
-		if b.o.platformdBin != "" {
-			b.bins["platformd"] = b.o.platformdBin
-		} else {
-			out := filepath.Join(b.tmp, "platformd")
-			fmt.Println("building ./cmd/platformd...")
-			cmd := exec.CommandContext(ctx, goCmd, "build", "-o", out, "./cmd/platformd")
-			cmd.Dir = root
-			if msg, err := cmd.CombinedOutput(); err != nil {
-				return fmt.Errorf("build ./cmd/platformd: %w\n%s", err, msg)
-			}
-			b.bins["platformd"] = out
+	// Built even with -pprof: only the drains run profiled, the latency
+	// phase runs the binary.
+	if need[kindPlatformd] && b.o.platformdBin == "" {
+		out := filepath.Join(b.tmp, "platformd")
+		fmt.Println("building ./cmd/platformd...")
+		cmd := exec.CommandContext(ctx, goCmd, "build", "-o", out, "./cmd/platformd")
+		cmd.Dir = root
+		if msg, err := cmd.CombinedOutput(); err != nil {
+			return fmt.Errorf("build ./cmd/platformd: %w\n%s", err, msg)
 		}
+		b.bins["platformd"] = out
 	}
 	if b.o.pprofDir != "" {
 		if err := os.MkdirAll(b.o.pprofDir, 0o755); err != nil {
