@@ -33,9 +33,7 @@ go_goroutines 12
 	require.InDelta(t, 3, c.inFlight, 0)
 	require.InDelta(t, 1239, c.deliveries(), 0)
 
-	_, labels, _, err := parseSample(`platformd_x{a="b\\c\"d",e="f"} 1`)
-	require.NoError(t, err)
-	require.Equal(t, map[string]string{"a": `b\c"d`, "e": "f"}, labels)
+	// Label unescaping: internal/metrics TestParseTextUnescapesLabels.
 }
 
 func TestPlan(t *testing.T) {

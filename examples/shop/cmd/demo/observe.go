@@ -1,15 +1,12 @@
 package main
 
 import (
-	"bufio"
 	"context"
 	"errors"
 	"fmt"
 	"io"
 	"net"
 	"net/http"
-	"strconv"
-	"strings"
 	"time"
 
 	amqp "github.com/rabbitmq/amqp091-go"
@@ -79,29 +76,25 @@ func newScraper(listen string, pools []string) (*scraper, error) {
 }
 
 func (s *scraper) scrape(ctx context.Context) (counters, error) {
-	req, err := http.NewRequestWithContext(ctx, http.MethodGet, s.url, nil)
-	if err != nil {
-		return counters{}, err
-	}
-	resp, err := s.client.Do(req)
-	if err != nil {
-		return counters{}, err
-	}
-	defer resp.Body.Close()
-	if resp.StatusCode != http.StatusOK {
-		return counters{}, fmt.Errorf("GET %s: %s", s.url, resp.Status)
-	}
-	c, err := s.collect(resp.Body)
-	if err != nil {
-		return c, fmt.Errorf("GET %s: %w", s.url, err)
-	}
-	return c, nil
+	c := newCounters()
+	err := metrics.Scrape(ctx, s.client, s.url, s.add(c))
+	return *c, err
 }
 
-// collect sums the samples of the scraper's pools.
+// collect sums the samples of the scraper's pools in a metrics page.
 func (s *scraper) collect(r io.Reader) (counters, error) {
-	c := counters{outcome: map[string]float64{}, source: map[string]float64{}}
-	err := parseMetrics(r, func(name string, labels map[string]string, v float64) {
+	c := newCounters()
+	err := metrics.ParseText(r, s.add(c))
+	return *c, err
+}
+
+func newCounters() *counters {
+	return &counters{outcome: map[string]float64{}, source: map[string]float64{}}
+}
+
+// add returns the sample callback that sums the scraper's pools into c.
+func (s *scraper) add(c *counters) func(name string, labels map[string]string, v float64) {
+	return func(name string, labels map[string]string, v float64) {
 		if !s.pools[labels["pool"]] {
 			return
 		}
@@ -113,77 +106,6 @@ func (s *scraper) collect(r io.Reader) (counters, error) {
 		case "platformd_pool_in_flight":
 			c.inFlight += v
 		}
-	})
-	return c, err
-}
-
-// parseMetrics reads the Prometheus text format and calls fn for every
-// sample of the platformd_ metrics it needs.
-func parseMetrics(r io.Reader, fn func(name string, labels map[string]string, v float64)) error {
-	sc := bufio.NewScanner(r)
-	sc.Buffer(make([]byte, 64<<10), 1<<20)
-	for sc.Scan() {
-		line := sc.Text()
-		if !strings.HasPrefix(line, "platformd_") {
-			continue
-		}
-		name, labels, rest, err := parseSample(line)
-		if err != nil {
-			return fmt.Errorf("metrics line %q: %w", line, err)
-		}
-		switch name {
-		case "platformd_messages_total", "platformd_duplicates_total", "platformd_pool_in_flight":
-		default:
-			continue
-		}
-		valueText, _, _ := strings.Cut(strings.TrimSpace(rest), " ")
-		v, err := strconv.ParseFloat(valueText, 64)
-		if err != nil {
-			return fmt.Errorf("metrics line %q: value: %w", line, err)
-		}
-		fn(name, labels, v)
-	}
-	return sc.Err()
-}
-
-// parseSample splits `name{k="v",...} value [timestamp]`.
-func parseSample(line string) (name string, labels map[string]string, rest string, err error) {
-	i := strings.IndexAny(line, "{ ")
-	if i < 0 {
-		return "", nil, "", errors.New("no value")
-	}
-	name, rest = line[:i], line[i:]
-	labels = map[string]string{}
-	if rest[0] != '{' {
-		return name, labels, rest, nil
-	}
-	rest = rest[1:]
-	for {
-		rest = strings.TrimLeft(rest, " ,")
-		if strings.HasPrefix(rest, "}") {
-			return name, labels, rest[1:], nil
-		}
-		key, after, ok := strings.Cut(rest, "=\"")
-		if !ok {
-			return "", nil, "", errors.New("bad label")
-		}
-		var val strings.Builder
-		j := 0
-		for ; j < len(after) && after[j] != '"'; j++ {
-			if after[j] == '\\' && j+1 < len(after) {
-				j++
-				if after[j] == 'n' {
-					val.WriteByte('\n')
-					continue
-				}
-			}
-			val.WriteByte(after[j])
-		}
-		if j == len(after) {
-			return "", nil, "", errors.New("unterminated label value")
-		}
-		labels[key] = val.String()
-		rest = after[j+1:]
 	}
 }
 
