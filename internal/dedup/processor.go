@@ -533,6 +533,14 @@ func insertIDs(ctx context.Context, tx pgx.Tx, events []consumer.Event, idx []in
 	for k, i := range idx {
 		ids[k] = events[i].ID
 	}
+	return RecordIDs(ctx, tx, ids)
+}
+
+// RecordIDs is the dedup step's statement: it inserts ids into
+// processed_event in tx with one INSERT ... ON CONFLICT DO NOTHING and
+// returns those that were not there (an id given twice is inserted once).
+// It sorts ids in place.
+func RecordIDs(ctx context.Context, tx pgx.Tx, ids [][16]byte) (map[uuid.UUID]struct{}, error) {
 	// Lock rows in one global order: two daemons inserting overlapping
 	// ids (relay republishes) in different orders would deadlock (40P01).
 	slices.SortFunc(ids, func(a, b [16]byte) int { return bytes.Compare(a[:], b[:]) })
@@ -540,7 +548,7 @@ func insertIDs(ctx context.Context, tx pgx.Tx, events []consumer.Event, idx []in
 	if err != nil {
 		return nil, err
 	}
-	inserted := make(map[uuid.UUID]struct{}, len(idx))
+	inserted := make(map[uuid.UUID]struct{}, len(ids))
 	var id [16]byte
 	_, err = pgx.ForEachRow(rows, []any{&id}, func() error {
 		inserted[id] = struct{}{}

@@ -20,8 +20,13 @@ type broker struct {
 	ch *amqp.Channel // for declarations and passive polls; reopened after a 404/406
 }
 
+// dial opens the bench's own broker connection.
+func dial(url string) (*amqp.Connection, error) {
+	return amqp.DialConfig(url, amqp.Config{Properties: amqp.Table{"connection_name": "platformd-bench"}})
+}
+
 func dialBroker(url, queueType string) (*broker, error) {
-	conn, err := amqp.DialConfig(url, amqp.Config{Properties: amqp.Table{"connection_name": "platformd-bench"}})
+	conn, err := dial(url)
 	if err != nil {
 		return nil, fmt.Errorf("broker: dial: %w", err)
 	}
@@ -48,7 +53,7 @@ func (b *broker) connLocked() (*amqp.Connection, error) {
 	if !b.conn.IsClosed() {
 		return b.conn, nil
 	}
-	conn, err := amqp.DialConfig(b.url, amqp.Config{Properties: amqp.Table{"connection_name": "platformd-bench"}})
+	conn, err := dial(b.url)
 	if err != nil {
 		return nil, fmt.Errorf("broker: redial: %w", err)
 	}

@@ -18,7 +18,10 @@ import (
 	"syscall"
 	"time"
 
+	"github.com/platformd/platformd/consumer"
 	"github.com/platformd/platformd/examples/shop"
+	"github.com/platformd/platformd/internal/daemon"
+	"github.com/platformd/platformd/internal/metrics"
 )
 
 // Contender kinds.
@@ -57,6 +60,10 @@ func (c contender) dedup() bool { return c.Kind != kindRaw && !c.SkipDedup }
 // prefetch is the pool's prefetch for c (all workers together).
 func (c contender) prefetch(o *options) int { return cmp.Or(c.Prefetch, o.prefetch) }
 
+// perWorkerPrefetch is c's prefetch split across -workers channels (seed,
+// peer and floor consume on one channel per worker).
+func (c contender) perWorkerPrefetch(o *options) int { return max(c.prefetch(o)/o.workers, 1) }
+
 // wait is the pool's batch.wait for c.
 func (c contender) wait(o *options) time.Duration { return cmp.Or(c.Wait, o.batchWait) }
 
@@ -82,6 +89,13 @@ func contenders(o *options) []contender {
 	}
 }
 
+// shopRegistry is the registry of the shop's handlers, those every
+// contender's platformd runs.
+func shopRegistry() (*consumer.Registry, error) {
+	reg := consumer.NewRegistry()
+	return reg, shop.Register(reg)
+}
+
 // proc is a running contender.
 type proc struct {
 	c          contender
@@ -91,7 +105,6 @@ type proc struct {
 	exited     chan struct{}
 	exitErr    error
 	doneAt     chan int64 // "DONE <ns>" lines (raw)
-	stopped    bool
 }
 
 // freePort returns a TCP port free on the loopback right now.
@@ -163,7 +176,7 @@ func (b *bench) platformdCommand(c contender, profile string) (argv []string, mo
 // which it prints DONE (0: never) and latencyFile where it records
 // publish-to-ack times. profile names the pprof files of a profiled
 // platformd run ("" for none).
-func (b *bench) start(ctx context.Context, c contender, queue, tag string, expect int, latencyFile, profile string) (*proc, error) {
+func (b *bench) start(c contender, queue, tag string, expect int, latencyFile, profile string) (*proc, error) {
 	p := &proc{c: c, exited: make(chan struct{}), doneAt: make(chan int64, 1)}
 	var argv []string
 	env := os.Environ()
@@ -174,14 +187,14 @@ func (b *bench) start(ctx context.Context, c contender, queue, tag string, expec
 			"-ack-every", strconv.Itoa(b.o.rawAckEvery), "-expect", strconv.Itoa(expect), "-latency-file", latencyFile}
 	case kindFloor:
 		argv = []string{b.self, roleArg, "floor", "-amqp", b.o.amqpURL, "-db", b.db.url, "-queue", queue,
-			"-consumers", strconv.Itoa(b.o.workers), "-prefetch", strconv.Itoa(max(c.prefetch(b.o)/b.o.workers, 1)),
+			"-consumers", strconv.Itoa(b.o.workers), "-prefetch", strconv.Itoa(c.perWorkerPrefetch(b.o)),
 			"-batch", strconv.Itoa(c.Batch), "-wait", c.wait(b.o).String(), "-dedup=" + strconv.FormatBool(!c.SkipDedup), "-expect", strconv.Itoa(expect)}
 	case kindSeed:
 		argv = []string{b.self, roleArg, "seed", "-amqp", b.o.amqpURL, "-db", b.db.url, "-queue", queue,
-			"-workers", strconv.Itoa(b.o.workers), "-prefetch", strconv.Itoa(b.perWorkerPrefetch())}
+			"-workers", strconv.Itoa(b.o.workers), "-prefetch", strconv.Itoa(c.perWorkerPrefetch(b.o))}
 	case kindPeer:
 		argv = []string{b.bins["peer"], "-amqp", b.o.amqpURL, "-db", b.db.url, "-queue", queue,
-			"-queue-type", b.o.queueType, "-handlers", strconv.Itoa(b.o.workers), "-prefetch", strconv.Itoa(b.perWorkerPrefetch())}
+			"-queue-type", b.o.queueType, "-handlers", strconv.Itoa(b.o.workers), "-prefetch", strconv.Itoa(c.perWorkerPrefetch(b.o))}
 	case kindPlatformd:
 		cfgPath, metricsAddr, err := b.platformdConfig(c, queue, c.Name+"-"+tag)
 		if err != nil {
@@ -190,9 +203,9 @@ func (b *bench) start(ctx context.Context, c contender, queue, tag string, expec
 		p.metricsURL = "http://" + metricsAddr + "/metrics"
 		argv, _ = b.platformdCommand(c, profile)
 		argv = append(argv, "run", "-config", cfgPath)
-		env = slices.DeleteFunc(env, func(s string) bool { return strings.HasPrefix(s, skipDedupEnv+"=") })
+		env = slices.DeleteFunc(env, func(s string) bool { return strings.HasPrefix(s, daemon.SkipDedupInsertEnv+"=") })
 		if c.SkipDedup {
-			env = append(env, skipDedupEnv+"=1")
+			env = append(env, daemon.SkipDedupInsertEnv+"=1")
 		}
 	default:
 		return nil, fmt.Errorf("unknown contender kind %q", c.Kind)
@@ -258,10 +271,6 @@ func (p *proc) running() error {
 
 // stop sends SIGTERM and waits for the process, killing it after timeout.
 func (p *proc) stop(timeout time.Duration) error {
-	if p.stopped {
-		return nil
-	}
-	p.stopped = true
 	select {
 	case <-p.exited:
 		return p.exitError()
@@ -330,64 +339,39 @@ func saveMetrics(ctx context.Context, url, path string) error {
 // daemonMetrics is what the bench reads of platformd's metrics.
 type daemonMetrics struct {
 	// outcomes is platformd_messages_total by outcome.
-	outcomes map[string]float64
+	outcomes outcomes
 	// batches is platformd_batch_size_count: batches run.
 	batches float64
+}
+
+// outcomes is platformd_messages_total by outcome.
+type outcomes map[string]float64
+
+// settled is the deliveries acked as processed or duplicate.
+func (o outcomes) settled() float64 {
+	return o[metrics.OutcomeProcessed] + o[metrics.OutcomeDuplicate]
 }
 
 // scrapeMessages returns platformd_messages_total by outcome and the
 // number of batches.
 func scrapeMessages(ctx context.Context, url string) (daemonMetrics, error) {
-	req, err := http.NewRequestWithContext(ctx, http.MethodGet, url, nil)
-	if err != nil {
-		return daemonMetrics{}, err
-	}
-	resp, err := http.DefaultClient.Do(req)
-	if err != nil {
-		return daemonMetrics{}, err
-	}
-	defer resp.Body.Close()
-	if resp.StatusCode != http.StatusOK {
-		return daemonMetrics{}, fmt.Errorf("metrics: %s", resp.Status)
-	}
-	return parseMetrics(resp.Body)
+	dm := daemonMetrics{outcomes: outcomes{}}
+	err := metrics.Scrape(ctx, http.DefaultClient, url, dm.add)
+	return dm, err
 }
 
 func parseMetrics(r io.Reader) (daemonMetrics, error) {
-	out := daemonMetrics{outcomes: map[string]float64{}}
-	s := bufio.NewScanner(r)
-	s.Buffer(make([]byte, 64*1024), 1<<20)
-	for s.Scan() {
-		line := s.Text()
-		if rest, ok := strings.CutPrefix(line, "platformd_batch_size_count{"); ok {
-			if _, value, ok := strings.Cut(rest, "} "); ok {
-				f, err := strconv.ParseFloat(strings.TrimSpace(value), 64)
-				if err != nil {
-					return out, fmt.Errorf("metrics: %q: %w", line, err)
-				}
-				out.batches += f
-			}
-			continue
-		}
-		rest, ok := strings.CutPrefix(line, "platformd_messages_total{")
-		if !ok {
-			continue
-		}
-		labels, value, ok := strings.Cut(rest, "} ")
-		if !ok {
-			continue
-		}
-		var outcome string
-		for l := range strings.SplitSeq(labels, ",") {
-			if v, ok := strings.CutPrefix(l, `outcome="`); ok {
-				outcome = strings.TrimSuffix(v, `"`)
-			}
-		}
-		f, err := strconv.ParseFloat(strings.TrimSpace(value), 64)
-		if err != nil {
-			return out, fmt.Errorf("metrics: %q: %w", line, err)
-		}
-		out.outcomes[outcome] += f
+	dm := daemonMetrics{outcomes: outcomes{}}
+	err := metrics.ParseText(r, dm.add)
+	return dm, err
+}
+
+// add sums one sample into dm.
+func (dm *daemonMetrics) add(name string, labels map[string]string, v float64) {
+	switch name {
+	case "platformd_messages_total":
+		dm.outcomes[labels["outcome"]] += v
+	case "platformd_batch_size_count":
+		dm.batches += v
 	}
-	return out, s.Err()
 }

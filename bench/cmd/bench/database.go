@@ -12,7 +12,6 @@ import (
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgxpool"
 
-	"github.com/platformd/platformd/consumer"
 	"github.com/platformd/platformd/examples/shop"
 	"github.com/platformd/platformd/internal/migrate"
 )
@@ -63,8 +62,8 @@ func createBenchDB(ctx context.Context, adminURL, name string) (*benchDB, error)
 		return nil, err
 	}
 	db := &benchDB{adminURL: adminURL, name: name, url: dsn}
-	reg := consumer.NewRegistry()
-	if err := shop.Register(reg); err != nil {
+	reg, err := shopRegistry()
+	if err != nil {
 		return db, err
 	}
 	sets, err := migrate.Sets(reg, []string{shop.HandlerStockReserve})
@@ -130,6 +129,11 @@ func (d *benchDB) reset(ctx context.Context, checkpoint bool) error {
 		syscall.Sync()
 	}
 	return nil
+}
+
+// reservations counts the reservation rows.
+func (d *benchDB) reservations(ctx context.Context) (int, error) {
+	return d.count(ctx, "SELECT count(*) FROM reservation")
 }
 
 func (d *benchDB) count(ctx context.Context, query string) (int, error) {

@@ -7,6 +7,9 @@ import (
 	"os"
 	"syscall"
 	"time"
+
+	"github.com/platformd/platformd/internal/metrics"
+	"github.com/platformd/platformd/internal/workers"
 )
 
 // errExactlyOnce marks a failed exactly-once check: the bench stops at
@@ -31,7 +34,7 @@ type drainResult struct {
 	Acked       int     `json:"acked,omitempty"`
 	DupsApplied int     `json:"duplicates_applied"`
 	// Outcomes is platformd's platformd_messages_total at the end.
-	Outcomes map[string]float64 `json:"outcomes,omitempty"`
+	Outcomes outcomes `json:"outcomes,omitempty"`
 	// Batches is platformd's platformd_batch_size_count at the end: the
 	// mean batch is the deliveries over it.
 	Batches    float64 `json:"batches,omitempty"`
@@ -80,7 +83,7 @@ func (b *bench) drain(ctx context.Context, c contender, round int) (drainResult,
 	if b.o.pprofDir != "" && c.Kind == kindPlatformd && !c.Alt {
 		profile = fmt.Sprintf("%s/%s-r%d", b.o.pprofDir, c.Name, round)
 	}
-	p, err := b.start(ctx, c, queue, fmt.Sprintf("r%d", round), total, "", profile)
+	p, err := b.start(c, queue, fmt.Sprintf("r%d", round), total, "", profile)
 	if err != nil {
 		return res, err
 	}
@@ -104,7 +107,7 @@ poll:
 			return res, err
 		}
 		if time.Now().After(deadline) {
-			n, _ := b.db.count(ctx, "SELECT count(*) FROM reservation")
+			n, _ := b.db.reservations(ctx)
 			return res, fmt.Errorf("%s: not drained after %s (reservations %d of %d); see %s", c.Name, b.o.drainTimeout, n, want, p.logPath)
 		}
 		ready, consumers, err := b.brk.depth(queue)
@@ -171,12 +174,13 @@ poll:
 		for {
 			dm, err := scrapeMessages(ctx, p.metricsURL)
 			m := dm.outcomes
-			if err == nil && m["processed"]+m["duplicate"] >= float64(total) {
+			if err == nil && m.settled() >= float64(total) {
 				res.Outcomes, res.Batches = m, dm.batches
 				if c.SkipDedup {
-					wantProcessed = m["processed"] // checked against the table below
+					wantProcessed = m[metrics.OutcomeProcessed] // checked against the table below
 				}
-				if m["processed"] != wantProcessed || m["processed"]+m["duplicate"] != float64(total) || m["failed"]+m["rejected"]+m["retried"] != 0 {
+				if m[metrics.OutcomeProcessed] != wantProcessed || m.settled() != float64(total) ||
+					m[metrics.OutcomeFailed]+m[metrics.OutcomeRejected]+m[metrics.OutcomeRetried] != 0 {
 					return res, fmt.Errorf("%s: %w: platformd_messages_total %v, want processed %v and %v in all", c.Name, errExactlyOnce, m, wantProcessed, total)
 				}
 				break
@@ -205,15 +209,15 @@ poll:
 // effects is not known in advance), every delivery settled as processed or
 // duplicate in its metrics.
 func (b *bench) finished(ctx context.Context, c contender, p *proc, want int) (done bool, progress, goal int, err error) {
-	if c.SkipDedup {
+	if c.Kind == kindPlatformd && c.SkipDedup {
 		dm, err := scrapeMessages(ctx, p.metricsURL)
 		if err != nil {
 			return false, 0, 0, err
 		}
-		n := int(dm.outcomes["processed"] + dm.outcomes["duplicate"])
+		n := int(dm.outcomes.settled())
 		return n >= b.wl.total(), n, b.wl.total(), nil
 	}
-	n, err := b.db.count(ctx, "SELECT count(*) FROM reservation")
+	n, err := b.db.reservations(ctx)
 	if err != nil {
 		return false, 0, 0, err
 	}
@@ -266,7 +270,7 @@ func (b *bench) check(ctx context.Context, c contender, queue string, res *drain
 		return fmt.Errorf("%s: %w: %d messages back in %s after the contender stopped (not acked)", c.Name, errExactlyOnce, ready, queue)
 	}
 	if c.Kind == kindPlatformd {
-		failed, _, err := b.brk.depth(queue + ".failed")
+		failed, _, err := b.brk.depth(workers.FailedQueue(queue))
 		if err != nil {
 			return err
 		}
@@ -295,7 +299,7 @@ func (b *bench) check(ctx context.Context, c contender, queue string, res *drain
 	// duplicates applied.
 	applied := total
 	if res.Outcomes != nil {
-		applied = int(res.Outcomes["processed"])
+		applied = int(res.Outcomes[metrics.OutcomeProcessed])
 	}
 	if e.Reservations != applied*lines || e.DistinctOrders != distinct || e.ProcessedRows != 0 {
 		return fmt.Errorf("%s: %w: reservations %d (want one per processed delivery: %d), distinct orders %d (want %d), processed_event rows %d (want 0)",

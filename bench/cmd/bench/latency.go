@@ -114,7 +114,7 @@ func (b *bench) latency(ctx context.Context, c contender) (latencyResult, error)
 	if c.Kind == kindRaw {
 		latencyFile = filepath.Join(b.tmp, "raw-latency.txt")
 	}
-	p, err := b.start(ctx, c, queue, "latency", 0, latencyFile, "")
+	p, err := b.start(c, queue, "latency", 0, latencyFile, "")
 	if err != nil {
 		return res, err
 	}

@@ -30,14 +30,14 @@ import (
 	"strings"
 	"syscall"
 	"time"
+
+	"github.com/platformd/platformd/internal/config"
+	"github.com/platformd/platformd/internal/workers"
 )
 
 // roleArg as the first argument makes the bench binary run as one of its
 // own contenders (raw, seed) or as a profiled platformd.
 const roleArg = "__role"
-
-// skipDedupEnv is the daemon's bench-only switch (internal/daemon).
-const skipDedupEnv = "PLATFORMD_BENCH_SKIP_DEDUP_INSERT"
 
 type options struct {
 	events      int
@@ -213,19 +213,18 @@ type bench struct {
 
 func (b *bench) queueOf(c contender) string { return "bench_" + b.runID + "_" + c.Name }
 
-func (b *bench) perWorkerPrefetch() int { return max(b.o.prefetch/b.o.workers, 1) }
-
 // run returns the exit code: 0, 1 on failure (an exactly-once check
 // included), 3 with -strict when a target is missed.
 func run(ctx context.Context, o *options) (int, error) {
 	var selected []contender
+	all := contenders(o)
 	for name := range strings.SplitSeq(o.contenders, ",") {
 		name = strings.TrimSpace(name)
-		i := slices.IndexFunc(contenders(o), func(c contender) bool { return c.Name == name })
+		i := slices.IndexFunc(all, func(c contender) bool { return c.Name == name })
 		if i < 0 {
 			return 2, fmt.Errorf("unknown contender %q", name)
 		}
-		c := contenders(o)[i]
+		c := all[i]
 		if c.Alt && o.altBin == "" {
 			return 2, errors.New("contender platformd-alt needs -alt-bin")
 		}
@@ -270,10 +269,10 @@ func run(ctx context.Context, o *options) (int, error) {
 	if b.wl, err = newWorkload(o.events, o.dupShare, o.lines, o.seed, o.order); err != nil {
 		return 2, err
 	}
-	rep.Workload = map[string]any{"events": b.wl.distinct, "duplicates": b.wl.dups, "messages": b.wl.total(), "lines": b.wl.lines,
+	rep.Workload = map[string]any{"events": b.wl.distinct, "duplicates": b.wl.dups(), "messages": b.wl.total(), "lines": b.wl.lines,
 		"dup_share": o.dupShare, "order": o.order, "body_bytes": len(b.wl.bodies[0])}
 	fmt.Printf("workload: %d events + %d duplicates = %d messages of ~%d bytes in %s order; %d round(s) of %d contender(s), %s queues\n",
-		b.wl.distinct, b.wl.dups, b.wl.total(), len(b.wl.bodies[0]), o.order, o.rounds, len(selected), o.queueType)
+		b.wl.distinct, b.wl.dups(), b.wl.total(), len(b.wl.bodies[0]), o.order, o.rounds, len(selected), o.queueType)
 
 	reports := make([]*contenderReport, len(selected))
 	for i, c := range selected {
@@ -292,19 +291,9 @@ func run(ctx context.Context, o *options) (int, error) {
 			if c.PerMessage && round > o.slowRounds {
 				continue
 			}
-			fmt.Printf("round %d/%d %-18s ", round, o.rounds, c.Name)
-			res, err := b.drain(ctx, c, round)
-			for try := 1; err != nil && !errors.Is(err, errExactlyOnce) && ctx.Err() == nil && try <= o.retries; try++ {
-				// Not the contender's fault as far as we know (the shared
-				// PostgreSQL or RabbitMQ restarted, say): measure again.
-				fmt.Printf("disrupted (%v); again in 10s\n", firstLine(err))
-				sleepCtx(ctx, 10*time.Second)
-				fmt.Printf("round %d/%d %-18s ", round, o.rounds, c.Name)
-				res, err = b.drain(ctx, c, round)
-				reports[i].Retries++
-			}
+			res, err := measure(ctx, o, fmt.Sprintf("round %d/%d %-18s ", round, o.rounds, c.Name), &reports[i].Retries,
+				func() (drainResult, error) { return b.drain(ctx, c, round) })
 			if err != nil {
-				fmt.Println()
 				return 1, err
 			}
 			reports[i].Rounds = append(reports[i].Rounds, res)
@@ -315,17 +304,9 @@ func run(ctx context.Context, o *options) (int, error) {
 	}
 	if o.latencyDuration > 0 {
 		for i, c := range selected {
-			fmt.Printf("latency %-18s at %d msgs/s for %s: ", c.Name, o.latencyRate, o.latencyDuration)
-			lr, err := b.latency(ctx, c)
-			for try := 1; err != nil && ctx.Err() == nil && try <= o.retries; try++ {
-				fmt.Printf("disrupted (%v); again in 10s\n", firstLine(err))
-				sleepCtx(ctx, 10*time.Second)
-				fmt.Printf("latency %-18s at %d msgs/s for %s: ", c.Name, o.latencyRate, o.latencyDuration)
-				lr, err = b.latency(ctx, c)
-				reports[i].Retries++
-			}
+			lr, err := measure(ctx, o, fmt.Sprintf("latency %-18s at %d msgs/s for %s: ", c.Name, o.latencyRate, o.latencyDuration), &reports[i].Retries,
+				func() (latencyResult, error) { return b.latency(ctx, c) })
 			if err != nil {
-				fmt.Println()
 				return 1, err
 			}
 			reports[i].Latency = &lr
@@ -396,6 +377,26 @@ func (b *bench) build(ctx context.Context, selected []contender) error {
 	return nil
 }
 
+// measure prints label and runs fn, and runs it again after a pause, up to
+// -retries times, while it fails for a reason other than an exactly-once
+// check: not the contender's fault as far as we know (the shared
+// PostgreSQL or RabbitMQ restarted, say). retries counts the runs again.
+func measure[T any](ctx context.Context, o *options, label string, retries *int, fn func() (T, error)) (T, error) {
+	fmt.Print(label)
+	v, err := fn()
+	for try := 1; err != nil && !errors.Is(err, errExactlyOnce) && ctx.Err() == nil && try <= o.retries; try++ {
+		fmt.Printf("disrupted (%v); again in 10s\n", firstLine(err))
+		sleepCtx(ctx, 10*time.Second)
+		fmt.Print(label)
+		v, err = fn()
+		*retries++
+	}
+	if err != nil {
+		fmt.Println()
+	}
+	return v, err
+}
+
 func firstLine(err error) string {
 	s, _, _ := strings.Cut(err.Error(), "\n")
 	return s
@@ -434,9 +435,10 @@ func (b *bench) cleanup(ctx context.Context, selected []contender) {
 		var queues []string
 		for _, c := range selected {
 			q := b.queueOf(c)
-			queues = append(queues, q, q+".failed")
-			for _, d := range []string{"1s", "10s", "1m", "10m"} {
-				queues = append(queues, q+".retry."+d)
+			// The generated config sets no retry delays: the defaults'.
+			queues = append(queues, q, workers.FailedQueue(q))
+			for _, d := range config.RetryDelaysDefault() {
+				queues = append(queues, workers.RetryQueue(q, d))
 			}
 		}
 		if err := b.brk.deleteQueues(queues...); err != nil {

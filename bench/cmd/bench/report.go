@@ -204,7 +204,7 @@ func effectsCell(c *contenderReport) string {
 	last := c.Rounds[len(c.Rounds)-1]
 	var batch string
 	if last.Batches > 0 {
-		batch = fmt.Sprintf(", mean batch %.1f", (last.Outcomes["processed"]+last.Outcomes["duplicate"])/last.Batches)
+		batch = fmt.Sprintf(", mean batch %.1f", last.Outcomes.settled()/last.Batches)
 	}
 	switch {
 	case c.Kind == kindRaw:

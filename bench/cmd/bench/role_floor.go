@@ -1,7 +1,6 @@
 package main
 
 import (
-	"bytes"
 	"context"
 	"errors"
 	"flag"
@@ -9,19 +8,13 @@ import (
 	"slices"
 	"time"
 
-	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgxpool"
 	amqp "github.com/rabbitmq/amqp091-go"
 
 	"github.com/platformd/platformd/consumer"
 	"github.com/platformd/platformd/examples/shop"
+	"github.com/platformd/platformd/internal/dedup"
 )
-
-// floorInsertSQL is platformd's dedup statement (internal/dedup).
-const floorInsertSQL = `INSERT INTO processed_event (event_id, processed_at)
-SELECT unnest($1::uuid[]), now()
-ON CONFLICT (event_id) DO NOTHING
-RETURNING event_id`
 
 // runFloor is the floor contender: the least a consumer with platformd's
 // effects has to do, and nothing else. raw's consumer loop, and per batch
@@ -98,8 +91,8 @@ func runFloor(ctx context.Context, args []string) error {
 
 // reserveHandler returns the shop's stock.reserve as a batch handler.
 func reserveHandler() (consumer.BatchHandler, error) {
-	reg := consumer.NewRegistry()
-	if err := shop.Register(reg); err != nil {
+	reg, err := shopRegistry()
+	if err != nil {
 		return nil, err
 	}
 	r, err := reg.Lookup(shop.HandlerStockReserve)
@@ -115,7 +108,7 @@ func reserveHandler() (consumer.BatchHandler, error) {
 
 // floorBatch applies the effects of ds in one transaction: with dedup,
 // those of the first copy of each id not yet in processed_event.
-func floorBatch(ctx context.Context, db *pgxpool.Pool, h consumer.BatchHandler, ds []amqp.Delivery, dedup bool) error {
+func floorBatch(ctx context.Context, db *pgxpool.Pool, h consumer.BatchHandler, ds []amqp.Delivery, withDedup bool) error {
 	events := make([]consumer.Event, 0, len(ds))
 	for _, d := range ds {
 		ev, err := decodeEvent(d.Body)
@@ -129,32 +122,19 @@ func floorBatch(ctx context.Context, db *pgxpool.Pool, h consumer.BatchHandler, 
 		return err
 	}
 	defer func() { _ = tx.Rollback(context.WithoutCancel(ctx)) }()
-	if dedup {
-		// Sorted ids: two transactions inserting overlapping ids lock
-		// them in the same order and cannot deadlock.
+	if withDedup {
 		ids := make([][16]byte, len(events))
 		for i, ev := range events {
 			ids[i] = ev.ID
 		}
-		slices.SortFunc(ids, func(a, b [16]byte) int { return bytes.Compare(a[:], b[:]) })
-		ids = slices.Compact(ids)
-		rows, err := tx.Query(ctx, floorInsertSQL, ids)
-		if err != nil {
-			return err
-		}
-		fresh := make(map[[16]byte]bool, len(ids))
-		var id [16]byte
-		_, err = pgx.ForEachRow(rows, []any{&id}, func() error {
-			fresh[id] = true
-			return nil
-		})
+		fresh, err := dedup.RecordIDs(ctx, tx, ids) // platformd's statement
 		if err != nil {
 			return err
 		}
 		// The first copy of each inserted id runs; later copies and ids
 		// already recorded are duplicates.
 		events = slices.DeleteFunc(events, func(ev consumer.Event) bool {
-			if fresh[ev.ID] {
+			if _, ok := fresh[ev.ID]; ok {
 				delete(fresh, ev.ID)
 				return false
 			}

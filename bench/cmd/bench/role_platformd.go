@@ -6,8 +6,6 @@ import (
 	"os"
 	"runtime/pprof"
 
-	"github.com/platformd/platformd/consumer"
-	"github.com/platformd/platformd/examples/shop"
 	"github.com/platformd/platformd/internal/daemon"
 )
 
@@ -20,8 +18,8 @@ func runProfiledPlatformd(args []string) int {
 	cpuPath := fs.String("cpuprofile", "", "CPU profile output")
 	memPath := fs.String("memprofile", "", "allocation profile output")
 	_ = fs.Parse(args)
-	reg := consumer.NewRegistry()
-	if err := shop.Register(reg); err != nil {
+	reg, err := shopRegistry()
+	if err != nil {
 		fmt.Fprintln(os.Stderr, err)
 		return 1
 	}

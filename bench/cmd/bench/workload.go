@@ -24,12 +24,14 @@ import (
 type workload struct {
 	bodies   [][]byte // in publish order
 	distinct int      // distinct events (orders)
-	dups     int      // second copies
 	lines    int      // lines per order
 }
 
 // total is the number of messages published.
 func (w *workload) total() int { return len(w.bodies) }
+
+// dups is the number of second copies.
+func (w *workload) dups() int { return w.total() - w.distinct }
 
 // productPool is how many distinct products the orders draw from.
 const productPool = 1000
@@ -93,7 +95,7 @@ func newWorkload(events int, dupShare float64, lines int, seed uint64, order str
 			bodies = append(bodies, bodies[i])
 		}
 		rng.Shuffle(len(bodies), func(i, j int) { bodies[i], bodies[j] = bodies[j], bodies[i] })
-		return &workload{bodies: bodies, distinct: events, dups: dups, lines: lines}, nil
+		return &workload{bodies: bodies, distinct: events, lines: lines}, nil
 	}
 	// Originals at positions 0..events-1; a copy of original i goes after
 	// the original at i+d (d in 1..dupDistance), before the next one.
@@ -113,7 +115,7 @@ func newWorkload(events int, dupShare float64, lines int, seed uint64, order str
 	for i, p := range seq {
 		out[i] = p.body
 	}
-	return &workload{bodies: out, distinct: events, dups: dups, lines: lines}, nil
+	return &workload{bodies: out, distinct: events, lines: lines}, nil
 }
 
 // orderBody encodes one order.order.placed.v1 envelope with the product's
