@@ -7,6 +7,7 @@ import (
 	"log/slog"
 	"time"
 
+	"github.com/google/uuid"
 	"github.com/prometheus/client_golang/prometheus"
 	amqp "github.com/rabbitmq/amqp091-go"
 
@@ -55,12 +56,22 @@ const (
 	actFail                          // copy to the failure queue, then ack
 )
 
+// eventIDText is a's event id as logged ("" when it did not decode).
+func (a *action) eventIDText() string {
+	if a.eventID == uuid.Nil {
+		return ""
+	}
+	return a.eventID.String()
+}
+
 type action struct {
 	kind    actionKind
 	reason  string // failure reason
 	err     string // error text for headers and logs
 	attempt int    // next attempt for a retry
-	eventID string
+	// eventID is the envelope's id (uuid.Nil when it did not decode),
+	// formatted only for the logs of the rare failed message.
+	eventID uuid.UUID
 	outcome string // metrics outcome once settled
 	source  string // duplicate source
 }
@@ -375,19 +386,15 @@ const idleLinger = 250 * time.Microsecond
 // committed at once instead of waiting for company that is not coming, and
 // under load a backlog, handed over a delivery at a time, fills the batch,
 // which makes the worker busy again.
-func (w *worker) collect(first amqp.Delivery, deliveries <-chan amqp.Delivery) []amqp.Delivery {
-	batch := w.gather(first, deliveries)
-	w.lastBatch = len(batch)
-	return batch
-}
-
-func (w *worker) gather(first amqp.Delivery, deliveries <-chan amqp.Delivery) []amqp.Delivery {
-	batch := append(w.batch[:0], first)
+func (w *worker) collect(first amqp.Delivery, deliveries <-chan amqp.Delivery) (batch []amqp.Delivery) {
+	batch = append(w.batch[:0], first)
 	size, wait := w.pool.cfg.BatchSize, w.pool.cfg.BatchWait
 	busy := 2*w.lastBatch >= size
 	var started time.Time
-	// Since Go 1.23 a Stop or Reset leaves no stale tick to drain.
-	defer w.timer.Stop()
+	defer func() {
+		w.lastBatch = len(batch)
+		w.timer.Stop() // since Go 1.23 a Stop or Reset leaves no stale tick to drain
+	}()
 	for len(batch) < size {
 		select {
 		case d, ok := <-deliveries:
@@ -451,7 +458,7 @@ func (w *worker) processBatch(workCtx context.Context, ch *amqp.Channel, batch [
 			continue
 		}
 		ev := toEvent(env, d, p.cfg.Name, p.cfg.Queue)
-		id := ev.ID.String()
+		id := ev.ID
 		if !p.deps.Processor.Handles(ev.Name) {
 			w.acts[i] = action{kind: actFail, reason: ReasonNoHandler, eventID: id, outcome: metrics.OutcomeRejected,
 				err: fmt.Sprintf("no handler of pool %s handles event %q", p.cfg.Name, ev.Name)}
@@ -553,7 +560,7 @@ func (w *worker) settle(workCtx context.Context, ch *amqp.Channel, batch []amqp.
 			a := &w.acts[outIdx[k]]
 			if err != nil {
 				w.log.WarnContext(workCtx, "workers: copy not confirmed, requeueing original",
-					slog.String("event_id", a.eventID), slog.String("queue", out[k].queue), slog.Any("error", err))
+					slog.String("event_id", a.eventIDText()), slog.String("queue", out[k].queue), slog.Any("error", err))
 				a.kind = actRequeue
 				continue
 			}
@@ -669,11 +676,11 @@ func (w *worker) countHeld() {
 
 func (w *worker) logCopy(ctx context.Context, a *action) {
 	if a.kind == actRetry {
-		w.log.DebugContext(ctx, "workers: event retried", slog.String("event_id", a.eventID),
+		w.log.DebugContext(ctx, "workers: event retried", slog.String("event_id", a.eventIDText()),
 			slog.Int("attempt", a.attempt), slog.String("error", a.err))
 		return
 	}
-	w.log.WarnContext(ctx, "workers: message to failure queue", slog.String("event_id", a.eventID),
+	w.log.WarnContext(ctx, "workers: message to failure queue", slog.String("event_id", a.eventIDText()),
 		slog.String("reason", a.reason), slog.String("error", a.err))
 }
 
