@@ -15,8 +15,8 @@ import (
 	"os"
 
 	"github.com/platformd/platformd/consumer"
+	"github.com/platformd/platformd/daemon"
 	"github.com/platformd/platformd/examples/shop"
-	"github.com/platformd/platformd/internal/daemon"
 )
 
 func main() {

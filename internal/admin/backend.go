@@ -80,6 +80,12 @@ type ServiceInfo struct {
 	// BeyondHorizon is the service's policy for events older than its
 	// horizon; may be empty.
 	BeyondHorizon string
+	// OutboxPending is the number of rows of the service's platform.outbox
+	// not yet published; zero without an outbox.
+	OutboxPending int64
+	// OutboxOldest is the age of the oldest pending outbox row; zero when
+	// none is pending.
+	OutboxOldest time.Duration
 }
 
 // PoolInfo describes one worker pool.
@@ -102,6 +108,14 @@ type PoolInfo struct {
 	// Processed, Duplicates, Retried and Failed count outcomes since the
 	// daemon started.
 	Processed, Duplicates, Retried, Failed uint64
+	// DuplicatesBySource splits Duplicates by where the copies came from.
+	DuplicatesBySource DuplicateCounts
+}
+
+// DuplicateCounts counts duplicates by source: a broker redelivery, a
+// replay (the x-replay header), or else a republish (an outbox relay).
+type DuplicateCounts struct {
+	Redelivery, Replay, Republish uint64
 }
 
 // LookupResult is what one service knows of an event id.

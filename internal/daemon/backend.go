@@ -70,6 +70,9 @@ func poolInfo(i workers.Info) admin.PoolInfo {
 		Name: i.Name, Service: i.Service, Queue: i.Queue, State: i.State, PausedReason: i.PausedReason,
 		Concurrency: i.Concurrency, InFlight: i.InFlight,
 		Processed: i.Processed, Duplicates: i.Duplicates, Retried: i.Retried, Failed: i.Failed,
+		DuplicatesBySource: admin.DuplicateCounts{
+			Redelivery: i.DuplicatesBySource.Redelivery, Replay: i.DuplicatesBySource.Replay, Republish: i.DuplicatesBySource.Republish,
+		},
 	}
 }
 

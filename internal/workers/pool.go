@@ -95,8 +95,16 @@ type Info struct {
 	InFlight             int
 	Processed            uint64
 	Duplicates           uint64
-	Retried              uint64
-	Failed               uint64
+	// DuplicatesBySource splits Duplicates by where each copy came from.
+	DuplicatesBySource DuplicateCounts
+	Retried            uint64
+	Failed             uint64
+}
+
+// DuplicateCounts counts duplicates by source (metrics.Source…): a
+// broker redelivery, a replay (x-replay header), or else a republish.
+type DuplicateCounts struct {
+	Redelivery, Replay, Republish uint64
 }
 
 // Pool is one named worker pool. Its methods are safe for concurrent use.
@@ -106,6 +114,7 @@ type Pool struct {
 	log  *slog.Logger
 
 	processed, duplicates, retried, failed atomic.Uint64
+	dupRedelivery, dupReplay, dupRepublish atomic.Uint64
 	inFlight                               atomic.Int64
 	connected                              atomic.Int64 // workers with a live consumer or paused on a live channel
 
@@ -362,6 +371,9 @@ func (p *Pool) Info() Info {
 		State: st, PausedReason: reason, Concurrency: p.cfg.Concurrency,
 		InFlight:  int(p.inFlight.Load()),
 		Processed: p.processed.Load(), Duplicates: p.duplicates.Load(),
+		DuplicatesBySource: DuplicateCounts{
+			Redelivery: p.dupRedelivery.Load(), Replay: p.dupReplay.Load(), Republish: p.dupRepublish.Load(),
+		},
 		Retried: p.retried.Load(), Failed: p.failed.Load(),
 	}
 }

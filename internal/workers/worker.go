@@ -668,6 +668,9 @@ func (w *worker) countHeld() {
 	p.m.processed.Add(float64(a.processed))
 	dups := a.redelivery + a.replay + a.republish
 	p.duplicates.Add(uint64(dups))
+	p.dupRedelivery.Add(uint64(a.redelivery))
+	p.dupReplay.Add(uint64(a.replay))
+	p.dupRepublish.Add(uint64(a.republish))
 	p.m.duplicate.Add(float64(dups))
 	p.m.dupRedelivery.Add(float64(a.redelivery))
 	p.m.dupReplay.Add(float64(a.replay))

@@ -1,0 +1,38 @@
+// Package daemon is platformd's embedding API: a team whose handlers are Go
+// code builds its own platformd binary by registering them in a
+// consumer.Registry and handing it to Main, which is the whole platformd
+// command line (run, migrate, check) over that registry.
+//
+//	func main() {
+//		reg := consumer.NewRegistry()
+//		reg.MustRegister(consumer.Registration{Name: "billing.open_invoice", ...})
+//		os.Exit(daemon.Main(os.Args[1:], reg, os.Stderr))
+//	}
+//
+// A module outside this repository needs nothing else of platformd's but
+// this package and consumer: configuration, pools, the dedup step, the
+// scheduler and the admin API come with Main.
+package daemon
+
+import (
+	"io"
+
+	"github.com/platformd/platformd/consumer"
+	internal "github.com/platformd/platformd/internal/daemon"
+)
+
+// Main runs the platformd command line over reg and returns the process's
+// exit code: 0 on success, 1 on a runtime error, 2 on a usage mistake or an
+// invalid configuration (every mistake is written to stderr with its key's
+// path before the broker or a database is touched). args are the command
+// line without the program name, e.g. {"run", "-config", "platformd.yaml"}.
+//
+// `run` migrates every service database, then consumes until SIGINT or
+// SIGTERM, then drains and settles in-flight work (a second signal exits at
+// once, which the dedup table makes safe); `migrate` applies the platform's
+// and the handlers' migrations; `check` validates the configuration only.
+// Logs go to stderr. Main installs its own signal handling while it runs, so
+// call it once per process.
+func Main(args []string, reg *consumer.Registry, stderr io.Writer) int {
+	return internal.Main(args, reg, stderr)
+}
