@@ -11,7 +11,6 @@ import (
 	"log/slog"
 	"net"
 	"net/http"
-	"os"
 	"sync"
 	"time"
 
@@ -28,11 +27,6 @@ import (
 	"github.com/platformd/platformd/internal/state"
 	"github.com/platformd/platformd/internal/workers"
 )
-
-// SkipDedupInsertEnv, set to 1, runs handlers without the dedup insert. It
-// exists only for `make bench` to measure what the dedup step costs; it
-// removes the exactly-once guarantee and the daemon says so loudly.
-const SkipDedupInsertEnv = "PLATFORMD_BENCH_SKIP_DEDUP_INSERT"
 
 // Catalog adapts a consumer.Registry to config.HandlerCatalog.
 type Catalog struct{ Registry *consumer.Registry }
@@ -195,9 +189,8 @@ func start(ctx context.Context, cfg *config.Config, reg *consumer.Registry, logg
 			d.Stop()
 		}
 	}()
-	skip := os.Getenv(SkipDedupInsertEnv) == "1"
-	if skip {
-		logger.Warn("daemon: " + SkipDedupInsertEnv + "=1: the dedup insert is OFF; duplicates WILL be applied. Benchmarks only.")
+	if dedup.SkipsDedupInsert() {
+		logger.Warn("daemon: built with tag platformd_nodedup: the dedup insert is OFF; duplicates WILL be applied. Benchmarks only.")
 	}
 	d.publish = workers.NewConn(cfg.Broker.URL, "platformd-publish", logger)
 	for _, sc := range cfg.Services {
@@ -232,7 +225,7 @@ func start(ctx context.Context, cfg *config.Config, reg *consumer.Registry, logg
 				BeyondHorizon: sc.BeyondHorizon,
 				HorizonFunc:   svc.horizon.get,
 			}, workers.Deps{
-				Processor: dedup.NewProcessor(db, dedup.ProcessorConfig{Routes: routes, SkipDedupInsert: skip}),
+				Processor: dedup.NewProcessor(db, dedup.ProcessorConfig{Routes: routes}),
 				DB:        db, Consume: consume, Publish: d.publish, Metrics: d.metrics, Logger: logger,
 			})
 			if err != nil {

@@ -15,6 +15,7 @@ import (
 	"github.com/jackc/pgx/v5/pgxpool"
 
 	"github.com/platformd/platformd/consumer"
+	"github.com/platformd/platformd/internal/dbutil"
 )
 
 // Outcome is what happened to one event of a batch.
@@ -58,6 +59,12 @@ type Result struct {
 	Handler string
 }
 
+// durable reports whether the event's processed_event row is committed
+// (or will be, with its transaction): processed or duplicate.
+func (r Result) durable() bool {
+	return r.Outcome == OutcomeProcessed || r.Outcome == OutcomeDuplicate
+}
+
 // ErrNoHandler is the permanent failure of an event no handler handles.
 var ErrNoHandler = errors.New("no handler for event")
 
@@ -80,10 +87,6 @@ type Route struct {
 type ProcessorConfig struct {
 	// Routes maps event names to their handlers, called in slice order.
 	Routes map[string][]Route
-	// SkipDedupInsert runs handlers without writing processed_event. It
-	// exists only to measure what the dedup step costs (bench); it removes
-	// the exactly-once guarantee.
-	SkipDedupInsert bool
 }
 
 // Processor runs batches of one service's events. It is safe for
@@ -91,12 +94,19 @@ type ProcessorConfig struct {
 type Processor struct {
 	db     *pgxpool.Pool
 	routes map[string][]Route
-	skip   bool
 	// order lists every handler once, each after the handlers routed
 	// before it for some event (registration order).
 	order []Route
 	// inflight holds the ids whose batch is running in a Process call.
 	inflight inflight
+}
+
+// task is one event of a Process call and, once known, its result. A
+// batch's state is its tasks: each step reads and writes the tasks it is
+// given, so nothing has to be kept in step by index.
+type task struct {
+	ev     *consumer.Event
+	result Result
 }
 
 // inflight is the set of event ids that Process calls of one Processor
@@ -115,18 +125,18 @@ type inflight struct {
 }
 
 // batchClaim is one Process call's hold on the ids it runs: done is closed
-// once their outcome is known, committed (by position in the call's
-// events) set before. One per batch, so that claiming costs a map entry
-// per event and no allocation.
+// once their outcome is known, failed set before when the call's
+// transaction did not commit. One per batch, so that claiming costs a map
+// entry per event and no allocation.
 type batchClaim struct {
-	done      chan struct{}
-	committed []bool
+	done   chan struct{}
+	failed bool
 }
 
-// claim is an id's entry: the holding batch and the id's position in it.
+// claim is an id's entry: the holding batch and the task running the id.
 type claim struct {
 	batch *batchClaim
-	i     int
+	t     *task
 }
 
 // wait blocks until the holder's outcome is known and reports whether the
@@ -134,49 +144,52 @@ type claim struct {
 func (c claim) wait(ctx context.Context) (bool, error) {
 	select {
 	case <-c.batch.done:
-		return c.batch.committed[c.i], nil
+		// The holder's tasks are final once done is closed.
+		return !c.batch.failed && c.t.result.durable(), nil
 	case <-ctx.Done():
 		return false, ctx.Err()
 	}
 }
 
-// claimAll claims the ids of events[idx...] not held by another call and
-// returns the batch's claim, the indexes claimed and, for the others, the
-// indexes and the claims to wait on. A later copy of an id this batch
-// already claimed is a duplicate of the first (its result recorded).
-func (f *inflight) claimAll(events []consumer.Event, idx []int, results []Result) (own *batchClaim, mine, contended []int, waits []claim) {
-	own = &batchClaim{done: make(chan struct{}), committed: make([]bool, len(events))}
+// contended is a task whose id another Process call holds.
+type contended struct {
+	t     *task
+	claim claim
+}
+
+// claim claims the ids of ts not held by another call and returns the
+// call's claim, the tasks claimed and those to wait for. A later copy of an
+// id this call already claimed is a duplicate of the first (its result set).
+func (f *inflight) claim(ts []*task) (own *batchClaim, mine []*task, waits []contended) {
+	own = &batchClaim{done: make(chan struct{})}
 	f.mu.Lock()
 	defer f.mu.Unlock()
 	if f.ids == nil {
 		f.ids = make(map[uuid.UUID]claim)
 	}
-	mine = idx[:0:0]
-	for _, i := range idx {
-		if c, held := f.ids[events[i].ID]; held {
+	mine = make([]*task, 0, len(ts))
+	for _, t := range ts {
+		if c, held := f.ids[t.ev.ID]; held {
 			if c.batch == own {
-				results[i].Outcome = OutcomeDuplicate
+				t.result = Result{Outcome: OutcomeDuplicate}
 				continue
 			}
-			contended = append(contended, i)
-			waits = append(waits, c)
+			waits = append(waits, contended{t: t, claim: c})
 			continue
 		}
-		f.ids[events[i].ID] = claim{batch: own, i: i}
-		mine = append(mine, i)
+		f.ids[t.ev.ID] = claim{batch: own, t: t}
+		mine = append(mine, t)
 	}
-	return own, mine, contended, waits
+	return own, mine, waits
 }
 
-// release publishes the outcome of the claimed events[idx...]: committed
-// when err is nil and the event's row is durable (processed or duplicate).
-func (f *inflight) release(own *batchClaim, events []consumer.Event, idx []int, results []Result, err error) {
-	for _, i := range idx {
-		own.committed[i] = err == nil && (results[i].Outcome == OutcomeProcessed || results[i].Outcome == OutcomeDuplicate)
-	}
+// release publishes the outcome of the claimed tasks: their results, and
+// whether their transaction committed (err nil).
+func (f *inflight) release(own *batchClaim, mine []*task, err error) {
+	own.failed = err != nil
 	f.mu.Lock()
-	for _, i := range idx {
-		delete(f.ids, events[i].ID)
+	for _, t := range mine {
+		delete(f.ids, t.ev.ID)
 	}
 	f.mu.Unlock()
 	close(own.done)
@@ -184,7 +197,7 @@ func (f *inflight) release(own *batchClaim, events []consumer.Event, idx []int, 
 
 // NewProcessor returns a Processor over db.
 func NewProcessor(db *pgxpool.Pool, cfg ProcessorConfig) *Processor {
-	p := &Processor{db: db, routes: cfg.Routes, skip: cfg.SkipDedupInsert}
+	p := &Processor{db: db, routes: cfg.Routes}
 	seen := map[string]bool{}
 	// Routes of every event list handlers in registration order; merge
 	// them into one order (stable across map iteration by sorting names
@@ -231,310 +244,175 @@ func (p *Processor) Handles(eventName string) bool { return len(p.routes[eventNa
 // acknowledged, every event must be delivered again, and its redelivery
 // meets the processed_event row or not and does the right thing.
 func (p *Processor) Process(ctx context.Context, events []consumer.Event) ([]Result, error) {
-	results := make([]Result, len(events))
-	handled := make([]int, 0, len(events))
+	tasks := make([]task, len(events))
+	run := make([]*task, 0, len(events))
 	for i := range events {
-		if !p.Handles(events[i].Name) {
+		t := &tasks[i]
+		t.ev = &events[i]
+		if !p.Handles(t.ev.Name) {
 			// Never recorded: a later deployment with a handler for it may
 			// still apply it.
-			err := consumer.Permanent(fmt.Errorf("%w %q", ErrNoHandler, events[i].Name))
-			results[i] = Result{Outcome: OutcomeFailed, Err: err, Permanent: true}
+			err := consumer.Permanent(fmt.Errorf("%w %q", ErrNoHandler, t.ev.Name))
+			t.result = Result{Outcome: OutcomeFailed, Err: err, Permanent: true}
 			continue
 		}
-		handled = append(handled, i)
+		run = append(run, t)
 	}
-	if len(handled) == 0 {
-		return results, nil
-	}
-	if p.skip { // the bench's no-dedup mode: no claims, nothing skipped
-		return results, p.processClaimed(ctx, events, firstCopies(events, handled, results), results)
-	}
-	// The first copy of each id in the batch is the one that runs; later
-	// copies are duplicates of it.
-	own, mine, contended, waits := p.inflight.claimAll(events, handled, results)
-	var err error
-	if len(mine) > 0 {
-		err = p.processClaimed(ctx, events, mine, results)
-	}
-	p.inflight.release(own, events, mine, results, err)
-	if err != nil {
+	if err := p.process(ctx, run); err != nil {
 		return nil, err
 	}
-	if len(contended) == 0 {
-		return results, nil
-	}
-	// Copies of events another call holds: their outcome decides.
-	var again []int
-	for k, i := range contended {
-		committed, err := waits[k].wait(ctx)
-		if err != nil {
-			return nil, fmt.Errorf("dedup: waiting for event %s in another batch: %w", events[i].ID, err)
-		}
-		if committed {
-			results[i] = Result{Outcome: OutcomeDuplicate}
-			continue
-		}
-		again = append(again, i)
-	}
-	if len(again) > 0 {
-		sub := make([]consumer.Event, len(again))
-		for k, i := range again {
-			sub[k] = events[i]
-		}
-		rs, err := p.Process(ctx, sub)
-		if err != nil {
-			return nil, err
-		}
-		for k, i := range again {
-			results[i] = rs[k]
-		}
+	results := make([]Result, len(tasks))
+	for i := range tasks {
+		results[i] = tasks[i].result
 	}
 	return results, nil
 }
 
-// firstCopies returns the first index of each id among events[idx...],
-// recording the later copies as duplicates.
-func firstCopies(events []consumer.Event, idx []int, results []Result) []int {
-	seen := make(map[uuid.UUID]struct{}, len(idx))
-	first := idx[:0:0]
-	for _, i := range idx {
-		if _, dup := seen[events[i].ID]; dup {
-			results[i].Outcome = OutcomeDuplicate
+// process runs ts, sets every task's result, or returns an error when the
+// outcome is unknown. The first copy of each id runs; later copies in the
+// batch are its duplicates, and copies of ids another call holds take that
+// call's outcome (a duplicate once it committed, else they run again).
+func (p *Processor) process(ctx context.Context, ts []*task) error {
+	if len(ts) == 0 {
+		return nil
+	}
+	if skipDedupInsert { // bench builds only: no claims, nothing skipped
+		return p.run(ctx, firstCopies(ts))
+	}
+	own, mine, waits := p.inflight.claim(ts)
+	var err error
+	if len(mine) > 0 {
+		err = p.run(ctx, mine)
+	}
+	p.inflight.release(own, mine, err)
+	if err != nil {
+		return err
+	}
+	var again []*task
+	for _, w := range waits {
+		committed, err := w.claim.wait(ctx)
+		if err != nil {
+			return fmt.Errorf("dedup: waiting for event %s in another batch: %w", w.t.ev.ID, err)
+		}
+		if committed {
+			w.t.result = Result{Outcome: OutcomeDuplicate}
 			continue
 		}
-		seen[events[i].ID] = struct{}{}
-		first = append(first, i)
+		again = append(again, w.t)
+	}
+	return p.process(ctx, again)
+}
+
+// firstCopies returns the first task of each id among ts, marking the
+// later copies duplicates.
+func firstCopies(ts []*task) []*task {
+	seen := make(map[uuid.UUID]struct{}, len(ts))
+	first := ts[:0:0]
+	for _, t := range ts {
+		if _, dup := seen[t.ev.ID]; dup {
+			t.result = Result{Outcome: OutcomeDuplicate}
+			continue
+		}
+		seen[t.ev.ID] = struct{}{}
+		first = append(first, t)
 	}
 	return first
 }
 
-// processClaimed runs events[primaries...] (distinct ids) in one
-// transaction, and replays them in isolation when a handler fails.
-func (p *Processor) processClaimed(ctx context.Context, events []consumer.Event, primaries []int, results []Result) error {
-	failed, err := p.processFast(ctx, events, primaries, results)
-	if err != nil {
-		return err
-	}
-	if failed == noFailure {
+// errHandlerFailed rolls a transaction back because a handler failed: the
+// event's fault, not the database's. The failing task's result is set when
+// it is known (a batch call's failure names no event).
+var errHandlerFailed = errors.New("dedup: handler failed")
+
+// run applies ts (distinct ids) in one transaction and, when a handler
+// fails, replays them in isolation.
+func (p *Processor) run(ctx context.Context, ts []*task) error {
+	err := dbutil.WithTx(ctx, p.db, dbutil.ReadCommitted, func(ctx context.Context, tx pgx.Tx) error {
+		fresh, err := p.record(ctx, tx, ts)
+		if err != nil {
+			return err
+		}
+		if err := p.runHandlers(ctx, tx, fresh); err != nil {
+			return err
+		}
+		for _, t := range fresh {
+			t.result = Result{Outcome: OutcomeProcessed}
+		}
 		return nil
-	}
-	return p.processIsolated(ctx, events, primaries, failed, results)
-}
-
-// processFast inserts every id in one statement, runs the handlers of the
-// inserted ones and commits once. On a handler failure it rolls back and
-// returns the failing index (its result recorded) or unknownFailure, so
-// that the caller replays the batch in isolation; noFailure means
-// committed.
-func (p *Processor) processFast(ctx context.Context, events []consumer.Event, primaries []int, results []Result) (int, error) {
-	tx, err := p.begin(ctx)
-	if err != nil {
-		return noFailure, err
-	}
-	defer rollback(ctx, tx)
-
-	var inserted map[uuid.UUID]struct{}
-	if !p.skip {
-		inserted, err = insertIDs(ctx, tx, events, primaries)
-		if err != nil {
-			return noFailure, fmt.Errorf("dedup: insert processed_event: %w", err)
-		}
-	}
-	fresh := make([]int, 0, len(primaries))
-	for _, i := range primaries {
-		if !p.skip {
-			if _, ok := inserted[events[i].ID]; !ok {
-				results[i] = Result{Outcome: OutcomeDuplicate}
-				continue
-			}
-		}
-		fresh = append(fresh, i)
-	}
-	if len(fresh) > 0 {
-		failed, err := p.runFresh(ctx, tx, events, fresh, results)
-		if err != nil || failed != noFailure {
-			return failed, err
-		}
-	}
-	for _, i := range fresh {
-		results[i] = Result{Outcome: OutcomeProcessed}
-	}
-	if err := tx.Commit(ctx); err != nil {
-		return noFailure, fmt.Errorf("dedup: commit: %w", err)
-	}
-	return noFailure, nil
-}
-
-// scratch is runFresh's working memory, reused across batches: a batch's
-// events gathered per handler were the largest allocation of the hot path.
-type scratch struct {
-	batch []consumer.Event
-	idx   []int
-}
-
-var scratchPool = sync.Pool{New: func() any { return new(scratch) }}
-
-// noFailure and unknownFailure are runFresh's answers besides an index.
-const (
-	noFailure      = -1
-	unknownFailure = -2
-)
-
-// runFresh runs the handlers of the new events: handler by handler in
-// registration order, a BatchHandler once over all its events, any other
-// handler event by event. It returns noFailure, the index of the event
-// whose handler failed (its result recorded), or unknownFailure when a
-// batch call failed; err is an infrastructure error.
-func (p *Processor) runFresh(ctx context.Context, tx pgx.Tx, events []consumer.Event, fresh []int, results []Result) (int, error) {
-	s := scratchPool.Get().(*scratch)
-	batch, idx := s.batch[:0], s.idx[:0]
-	defer func() {
-		clear(batch[:cap(batch)]) // drop the references to the deliveries' bodies
-		s.batch, s.idx = batch[:0], idx[:0]
-		scratchPool.Put(s)
-	}()
-	for _, h := range p.order {
-		batch, idx = batch[:0], idx[:0]
-		for _, i := range fresh {
-			if routed(p.routes[events[i].Name], h.Name) {
-				batch = append(batch, events[i])
-				idx = append(idx, i)
-			}
-		}
-		if len(batch) == 0 {
-			continue
-		}
-		if bh, ok := h.Handler.(consumer.BatchHandler); ok && len(batch) > 1 {
-			if err := callBatch(ctx, tx, bh, batch); err != nil {
-				if infra(ctx, tx, err) {
-					return noFailure, fmt.Errorf("dedup: handler %s: %w", h.Name, err)
-				}
-				return unknownFailure, nil
-			}
-			continue
-		}
-		for k, ev := range batch {
-			if err := callOne(ctx, tx, h.Handler, ev); err != nil {
-				if infra(ctx, tx, err) {
-					return noFailure, fmt.Errorf("dedup: handler %s: %w", h.Name, err)
-				}
-				results[idx[k]] = Result{Outcome: OutcomeFailed, Err: err, Permanent: consumer.IsPermanent(err), Handler: h.Name}
-				return idx[k], nil
-			}
-		}
-	}
-	return noFailure, nil
-}
-
-func routed(routes []Route, name string) bool {
-	for _, r := range routes {
-		if r.Name == name {
-			return true
-		}
-	}
-	return false
-}
-
-// callOne calls h for ev, turning a panic into a PanicError.
-func callOne(ctx context.Context, tx pgx.Tx, h consumer.Handler, ev consumer.Event) (err error) {
-	defer func() {
-		if v := recover(); v != nil {
-			err = &PanicError{Value: v, Stack: debug.Stack()}
-		}
-	}()
-	return h.Handle(ctx, tx, ev)
-}
-
-// callBatch calls h for evs, turning a panic into a PanicError.
-func callBatch(ctx context.Context, tx pgx.Tx, h consumer.BatchHandler, evs []consumer.Event) (err error) {
-	defer func() {
-		if v := recover(); v != nil {
-			err = &PanicError{Value: v, Stack: debug.Stack()}
-		}
-	}()
-	return h.HandleBatch(ctx, tx, evs)
-}
-
-// processIsolated replays the batch with one savepoint per event: each
-// event's insert and handlers succeed or roll back on their own. known is
-// the index whose failure processFast already saw; it is not run again.
-func (p *Processor) processIsolated(ctx context.Context, events []consumer.Event, primaries []int, known int, results []Result) error {
-	tx, err := p.begin(ctx)
-	if err != nil {
-		return err
-	}
-	defer rollback(ctx, tx)
-	for _, i := range primaries {
-		if i == known {
-			continue
-		}
-		sp, err := tx.Begin(ctx) // SAVEPOINT
-		if err != nil {
-			return fmt.Errorf("dedup: savepoint: %w", err)
-		}
-		if !p.skip {
-			ins, err := insertIDs(ctx, sp, events, []int{i})
-			if err != nil {
-				return fmt.Errorf("dedup: insert processed_event: %w", err)
-			}
-			if len(ins) == 0 {
-				if err := sp.Commit(ctx); err != nil {
-					return fmt.Errorf("dedup: release savepoint: %w", err)
-				}
-				results[i] = Result{Outcome: OutcomeDuplicate}
-				continue
-			}
-		}
-		r, herr := p.runHandlers(ctx, sp, events[i])
-		if herr != nil {
-			if infra(ctx, tx, herr) {
-				return fmt.Errorf("dedup: handler %s: %w", r.Handler, herr)
-			}
-			if err := sp.Rollback(ctx); err != nil {
-				return fmt.Errorf("dedup: rollback to savepoint: %w", err)
-			}
-			results[i] = r
-			continue
-		}
-		if err := sp.Commit(ctx); err != nil {
-			return fmt.Errorf("dedup: release savepoint: %w", err)
-		}
-		results[i] = Result{Outcome: OutcomeProcessed}
-	}
-	if err := tx.Commit(ctx); err != nil {
-		return fmt.Errorf("dedup: commit: %w", err)
+	})
+	switch {
+	case errors.Is(err, errHandlerFailed):
+		return p.runIsolated(ctx, ts)
+	case err != nil:
+		return fmt.Errorf("dedup: %w", err)
 	}
 	return nil
 }
 
-func (p *Processor) begin(ctx context.Context) (pgx.Tx, error) {
-	tx, err := p.db.BeginTx(ctx, pgx.TxOptions{IsoLevel: pgx.ReadCommitted})
+// runIsolated replays ts with one savepoint per event: each event's insert
+// and handlers succeed or roll back on their own. A task whose failure the
+// first try already saw is not run again.
+func (p *Processor) runIsolated(ctx context.Context, ts []*task) error {
+	err := dbutil.WithTx(ctx, p.db, dbutil.ReadCommitted, func(ctx context.Context, tx pgx.Tx) error {
+		for _, t := range ts {
+			if t.result.Outcome == OutcomeFailed {
+				continue
+			}
+			err := dbutil.WithSavepoint(ctx, tx, func(ctx context.Context, sp pgx.Tx) error {
+				fresh, err := p.record(ctx, sp, []*task{t})
+				if err != nil || len(fresh) == 0 {
+					return err
+				}
+				if err := p.runEvent(ctx, sp, t); err != nil {
+					return err
+				}
+				t.result = Result{Outcome: OutcomeProcessed}
+				return nil
+			})
+			if err != nil && !errors.Is(err, errHandlerFailed) {
+				return err
+			}
+		}
+		return nil
+	})
 	if err != nil {
-		return nil, fmt.Errorf("dedup: begin: %w", err)
+		return fmt.Errorf("dedup: %w", err)
 	}
-	return tx, nil
+	return nil
 }
 
-// rollback ends tx if it is still open, even when the caller's ctx is done.
-func rollback(ctx context.Context, tx pgx.Tx) {
-	_ = tx.Rollback(context.WithoutCancel(ctx))
+// record inserts the ids of ts in tx, marks the tasks whose id was already
+// there duplicates and returns the others (all of ts in bench builds that
+// skip the insert).
+func (p *Processor) record(ctx context.Context, tx pgx.Tx, ts []*task) ([]*task, error) {
+	if skipDedupInsert {
+		return ts, nil
+	}
+	// [16]byte encodes directly; pgtype.UUID goes through its Valuer and
+	// allocates per element.
+	ids := make([][16]byte, len(ts))
+	for i, t := range ts {
+		ids[i] = t.ev.ID
+	}
+	inserted, err := RecordIDs(ctx, tx, ids)
+	if err != nil {
+		return nil, fmt.Errorf("insert processed_event: %w", err)
+	}
+	fresh := make([]*task, 0, len(ts))
+	for _, t := range ts {
+		if _, ok := inserted[t.ev.ID]; !ok {
+			t.result = Result{Outcome: OutcomeDuplicate}
+			continue
+		}
+		fresh = append(fresh, t)
+	}
+	return fresh, nil
 }
 
 const insertSQL = `INSERT INTO processed_event (event_id, processed_at)
 SELECT unnest($1::uuid[]), now()
 ON CONFLICT (event_id) DO NOTHING
 RETURNING event_id`
-
-// insertIDs records the ids of events[idx...] and returns those inserted.
-func insertIDs(ctx context.Context, tx pgx.Tx, events []consumer.Event, idx []int) (map[uuid.UUID]struct{}, error) {
-	// [16]byte encodes directly; pgtype.UUID goes through its Valuer and
-	// allocates per element.
-	ids := make([][16]byte, len(idx))
-	for k, i := range idx {
-		ids[k] = events[i].ID
-	}
-	return RecordIDs(ctx, tx, ids)
-}
 
 // RecordIDs is the dedup step's statement: it inserts ids into
 // processed_event in tx with one INSERT ... ON CONFLICT DO NOTHING and
@@ -560,15 +438,104 @@ func RecordIDs(ctx context.Context, tx pgx.Tx, ids [][16]byte) (map[uuid.UUID]st
 	return inserted, nil
 }
 
-// runHandlers calls every handler of ev in order, stopping at the first
-// error. A panic is recovered into a PanicError.
-func (p *Processor) runHandlers(ctx context.Context, tx pgx.Tx, ev consumer.Event) (Result, error) {
-	for _, r := range p.routes[ev.Name] {
-		if err := callOne(ctx, tx, r.Handler, ev); err != nil {
-			return Result{Outcome: OutcomeFailed, Err: err, Permanent: consumer.IsPermanent(err), Handler: r.Name}, err
+// eventsScratch is runHandlers' working memory, reused across batches: a
+// batch's events gathered per handler were the largest allocation of the
+// hot path.
+type eventsScratch struct{ events []consumer.Event }
+
+var scratchPool = sync.Pool{New: func() any { return new(eventsScratch) }}
+
+// runHandlers runs the handlers of the new events: handler by handler in
+// registration order, a BatchHandler once over all its events, any other
+// handler event by event. A handler's failure returns errHandlerFailed
+// (with the failing task's result set when one event's call failed); any
+// other error is the database's or the caller's.
+func (p *Processor) runHandlers(ctx context.Context, tx pgx.Tx, fresh []*task) error {
+	s := scratchPool.Get().(*eventsScratch)
+	defer func() {
+		clear(s.events[:cap(s.events)]) // drop the references to the deliveries' bodies
+		s.events = s.events[:0]
+		scratchPool.Put(s)
+	}()
+	for _, h := range p.order {
+		s.events = s.events[:0]
+		for _, t := range fresh {
+			if routed(p.routes[t.ev.Name], h.Name) {
+				s.events = append(s.events, *t.ev)
+			}
+		}
+		if len(s.events) == 0 {
+			continue
+		}
+		if bh, ok := h.Handler.(consumer.BatchHandler); ok && len(s.events) > 1 {
+			if err := call(func() error { return bh.HandleBatch(ctx, tx, s.events) }); err != nil {
+				return handlerError(ctx, tx, h.Name, err, nil)
+			}
+			continue
+		}
+		for _, t := range fresh {
+			if !routed(p.routes[t.ev.Name], h.Name) {
+				continue
+			}
+			if err := call(func() error { return h.Handler.Handle(ctx, tx, *t.ev) }); err != nil {
+				return handlerError(ctx, tx, h.Name, err, t)
+			}
 		}
 	}
-	return Result{Outcome: OutcomeProcessed}, nil
+	return nil
+}
+
+// runEvent calls every handler of t's event in order, stopping at the first
+// failure (see runHandlers for the errors).
+func (p *Processor) runEvent(ctx context.Context, tx pgx.Tx, t *task) error {
+	for _, r := range p.routes[t.ev.Name] {
+		if err := call(func() error { return r.Handler.Handle(ctx, tx, *t.ev) }); err != nil {
+			return handlerError(ctx, tx, r.Name, err, t)
+		}
+	}
+	return nil
+}
+
+// handlerError sorts a handler's error: the database's or the caller's
+// fault is returned wrapped (the batch's outcome is unknown); the event's
+// is recorded on t, when known, and returned as errHandlerFailed.
+func handlerError(ctx context.Context, tx pgx.Tx, handler string, err error, t *task) error {
+	if infra(ctx, tx, err) {
+		return fmt.Errorf("handler %s: %w", handler, err)
+	}
+	if t != nil {
+		t.result = Result{Outcome: OutcomeFailed, Err: err, Permanent: consumer.IsPermanent(err), Handler: handler}
+	}
+	return errHandlerFailed
+}
+
+func routed(routes []Route, name string) bool {
+	for _, r := range routes {
+		if r.Name == name {
+			return true
+		}
+	}
+	return false
+}
+
+// call is the one recovery point of handler code: it runs fn and turns a
+// panic into a PanicError. The panicked flag also catches a handler that
+// ends its goroutine with runtime.Goexit (a test's t.FailNow): that cannot
+// be stopped, but it is then reported as a failure of the event rather
+// than vanishing.
+func call(fn func() error) (err error) {
+	panicked := true
+	defer func() {
+		if v := recover(); v != nil || panicked {
+			if v == nil {
+				v = "runtime.Goexit"
+			}
+			err = &PanicError{Value: v, Stack: debug.Stack()}
+		}
+	}()
+	err = fn()
+	panicked = false
+	return err
 }
 
 // infra reports whether err is not the event's fault but the database's or

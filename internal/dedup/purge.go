@@ -9,6 +9,8 @@ import (
 
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgxpool"
+
+	"github.com/platformd/platformd/internal/dbutil"
 )
 
 // Purge defaults.
@@ -149,29 +151,29 @@ func Purge(ctx context.Context, db *pgxpool.Pool, p PurgeParams) (PurgeResult, e
 }
 
 func purgeChunk(ctx context.Context, db *pgxpool.Pool, cutoff time.Time, batch int, timeout time.Duration) (int64, error) {
+	if err := ctx.Err(); err != nil {
+		return 0, err
+	}
 	tctx, cancel := context.WithTimeout(ctx, timeout)
 	defer cancel()
-	tx, err := db.BeginTx(tctx, pgx.TxOptions{IsoLevel: pgx.ReadCommitted})
-	if err != nil {
-		return 0, err
-	}
-	defer rollback(ctx, tx)
-	if _, err := tx.Exec(tctx, fmt.Sprintf("SET LOCAL statement_timeout = %d", timeout.Milliseconds())); err != nil {
-		return 0, err
-	}
-	tag, err := tx.Exec(tctx, purgeChunkSQL, cutoff, batch)
-	if err != nil {
-		return 0, err
-	}
-	// The chunk is done: commit it even if ctx ends now. A commit cut
-	// short by a cancellation may still have committed on the server,
-	// and the run would then record fewer rows than it deleted.
-	cctx, ccancel := context.WithTimeout(context.WithoutCancel(ctx), timeout)
-	defer ccancel()
-	if err := tx.Commit(cctx); err != nil {
-		return 0, err
-	}
-	return tag.RowsAffected(), nil
+	// The transaction itself runs under a context ctx does not cancel: a
+	// chunk whose DELETE finished is committed even if ctx ends now. A
+	// commit cut short by a cancellation may still have committed on the
+	// server, and the run would then record fewer rows than it deleted.
+	// Its statements run under tctx, so a cancellation stops a chunk in
+	// progress (and the transaction helper rolls it back).
+	txCtx, txCancel := context.WithTimeout(context.WithoutCancel(ctx), timeout)
+	defer txCancel()
+	return dbutil.WithTxV(txCtx, db, dbutil.ReadCommitted, func(_ context.Context, tx pgx.Tx) (int64, error) {
+		if _, err := tx.Exec(tctx, fmt.Sprintf("SET LOCAL statement_timeout = %d", timeout.Milliseconds())); err != nil {
+			return 0, err
+		}
+		tag, err := tx.Exec(tctx, purgeChunkSQL, cutoff, batch)
+		if err != nil {
+			return 0, err
+		}
+		return tag.RowsAffected(), nil
+	})
 }
 
 // nextChunkSize scales the chunk so the next one takes about target: down

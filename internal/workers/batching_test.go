@@ -36,10 +36,10 @@ func TestCollectLingersOnlyWhenBusy(t *testing.T) {
 		})
 		return &wg
 	}
-	tags := func(batch []amqp.Delivery) []uint64 {
+	tags := func(batch []message) []uint64 {
 		var out []uint64
-		for _, d := range batch {
-			out = append(out, d.DeliveryTag)
+		for _, m := range batch {
+			out = append(out, m.d.DeliveryTag)
 		}
 		return out
 	}
@@ -87,8 +87,8 @@ func TestCollectIdleFollowsAStream(t *testing.T) {
 	// 2, 3 and 4 come 150 ms apart: one batch, although 3 and 4 come more
 	// than an idleLinger after the start; 5 comes a second later.
 	var got []uint64
-	for _, d := range w.collect(amqp.Delivery{DeliveryTag: 1}, deliveries) {
-		got = append(got, d.DeliveryTag)
+	for _, m := range w.collect(amqp.Delivery{DeliveryTag: 1}, deliveries) {
+		got = append(got, m.d.DeliveryTag)
 	}
 	require.Equal(t, []uint64{1, 2, 3, 4}, got)
 	require.Equal(t, uint64(5), (<-deliveries).DeliveryTag)

@@ -12,6 +12,7 @@ import (
 
 	"github.com/jackc/pgx/v5/pgxpool"
 
+	"github.com/platformd/platformd/internal/config"
 	"github.com/platformd/platformd/internal/dedup"
 	"github.com/platformd/platformd/internal/metrics"
 	"github.com/platformd/platformd/internal/state"
@@ -32,12 +33,6 @@ const (
 	StateStopped    = "stopped"
 )
 
-// Beyond-horizon policies.
-const (
-	BeyondHorizonQuarantine = "quarantine"
-	BeyondHorizonProcess    = "process"
-)
-
 // PoolConfig configures one pool.
 type PoolConfig struct {
 	Name    string
@@ -55,7 +50,8 @@ type PoolConfig struct {
 	BatchWait time.Duration
 	// MaxBodyBytes bounds accepted bodies (envelope default when 0).
 	MaxBodyBytes int
-	// BeyondHorizon is quarantine (default) or process.
+	// BeyondHorizon is config.BeyondHorizonQuarantine (default) or
+	// config.BeyondHorizonProcess.
 	BeyondHorizon string
 	// HorizonFunc returns the service's replay horizon in force.
 	HorizonFunc func() time.Duration
@@ -113,10 +109,9 @@ type Pool struct {
 	deps Deps
 	log  *slog.Logger
 
-	processed, duplicates, retried, failed atomic.Uint64
-	dupRedelivery, dupReplay, dupRepublish atomic.Uint64
-	inFlight                               atomic.Int64
-	connected                              atomic.Int64 // workers with a live consumer or paused on a live channel
+	count     counters
+	inFlight  atomic.Int64
+	connected atomic.Int64 // workers with a live consumer or paused on a live channel
 
 	mu       sync.Mutex
 	paused   bool
@@ -129,8 +124,6 @@ type Pool struct {
 	cancel   context.CancelFunc // fetch ctx
 	hard     context.CancelFunc // work ctx
 	wg       sync.WaitGroup
-
-	m poolMetrics
 }
 
 // NewPool validates cfg and returns a stopped pool.
@@ -145,7 +138,7 @@ func NewPool(cfg PoolConfig, deps Deps) (*Pool, error) {
 	cfg.BatchSize = cmp.Or(cfg.BatchSize, 1)
 	cfg.Prefetch = max(cfg.Prefetch, cfg.BatchSize*cfg.Concurrency)
 	cfg.QueueType = cmp.Or(cfg.QueueType, "quorum")
-	cfg.BeyondHorizon = cmp.Or(cfg.BeyondHorizon, BeyondHorizonQuarantine)
+	cfg.BeyondHorizon = cmp.Or(cfg.BeyondHorizon, config.BeyondHorizonDefault)
 	cfg.SoftStopTimeout = cmp.Or(cfg.SoftStopTimeout, SoftStopTimeoutDefault)
 	cfg.StatePollInterval = cmp.Or(cfg.StatePollInterval, StatePollIntervalDefault)
 	p := &Pool{
@@ -155,9 +148,9 @@ func NewPool(cfg PoolConfig, deps Deps) (*Pool, error) {
 		changed: make(chan struct{}),
 		idle:    map[int]bool{},
 	}
-	p.m = newPoolMetrics(deps.Metrics, cfg.Service, cfg.Name)
+	p.count.m = newPoolMetrics(deps.Metrics, cfg.Service, cfg.Name)
 	if deps.Consume.OnReconnectFunc == nil {
-		deps.Consume.OnReconnectFunc = p.m.reconnects.Inc
+		deps.Consume.OnReconnectFunc = p.count.m.reconnects.Inc
 	}
 	return p, nil
 }
@@ -237,7 +230,7 @@ func (p *Pool) Stop() {
 			<-done
 		}
 		p.hard()
-		p.m.paused.Set(0)
+		p.count.m.paused.Set(0)
 	})
 }
 
@@ -303,9 +296,9 @@ func (p *Pool) setPausedLocked(paused bool, reason string) {
 	}
 	p.paused = paused
 	if paused {
-		p.m.paused.Set(1)
+		p.count.m.paused.Set(1)
 	} else {
-		p.m.paused.Set(0)
+		p.count.m.paused.Set(0)
 	}
 	close(p.changed)
 	p.changed = make(chan struct{})
@@ -370,10 +363,10 @@ func (p *Pool) Info() Info {
 		Name: p.cfg.Name, Service: p.cfg.Service, Queue: p.cfg.Queue,
 		State: st, PausedReason: reason, Concurrency: p.cfg.Concurrency,
 		InFlight:  int(p.inFlight.Load()),
-		Processed: p.processed.Load(), Duplicates: p.duplicates.Load(),
+		Processed: p.count.processed.Load(), Duplicates: p.count.duplicates.Load(),
 		DuplicatesBySource: DuplicateCounts{
-			Redelivery: p.dupRedelivery.Load(), Replay: p.dupReplay.Load(), Republish: p.dupRepublish.Load(),
+			Redelivery: p.count.dupRedelivery.Load(), Replay: p.count.dupReplay.Load(), Republish: p.count.dupRepublish.Load(),
 		},
-		Retried: p.retried.Load(), Failed: p.failed.Load(),
+		Retried: p.count.retried.Load(), Failed: p.count.failed.Load(),
 	}
 }

@@ -13,6 +13,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/platformd/platformd/examples/shop"
+	"github.com/platformd/platformd/internal/config"
 	"github.com/platformd/platformd/internal/metrics"
 )
 
@@ -155,7 +156,7 @@ func TestPoolRejectsBadMessages(t *testing.T) {
 // the override header is set or the policy is process.
 func TestPoolBeyondHorizonGuard(t *testing.T) {
 	t.Parallel()
-	for _, policy := range []string{BeyondHorizonQuarantine, BeyondHorizonProcess} {
+	for _, policy := range []string{config.BeyondHorizonQuarantine, config.BeyondHorizonProcess} {
 		t.Run(policy, func(t *testing.T) {
 			t.Parallel()
 			b := newBundle(t)
@@ -172,7 +173,7 @@ func TestPoolBeyondHorizonGuard(t *testing.T) {
 			b.publishEnv(old, nil)
 			b.publishEnv(fresh, nil)
 			b.publishEnv(forced, amqp.Table{HeaderBeyondHorizonOverride: "true"})
-			if policy == BeyondHorizonQuarantine {
+			if policy == config.BeyondHorizonQuarantine {
 				b.waitFor("settled", func() bool { i := b.pool.Info(); return i.Processed == 2 && i.Failed == 1 })
 				f := b.getFailed()
 				require.Len(t, f, 1)

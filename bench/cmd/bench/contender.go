@@ -12,7 +12,6 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
-	"slices"
 	"strconv"
 	"strings"
 	"syscall"
@@ -20,7 +19,6 @@ import (
 
 	"github.com/platformd/platformd/consumer"
 	"github.com/platformd/platformd/examples/shop"
-	"github.com/platformd/platformd/internal/daemon"
 	"github.com/platformd/platformd/internal/metrics"
 )
 
@@ -43,7 +41,8 @@ type contender struct {
 	// -prefetch and -batch-wait.
 	Prefetch int           `json:"prefetch,omitempty"`
 	Wait     time.Duration `json:"wait,omitempty"`
-	// SkipDedup runs platformd with PLATFORMD_BENCH_SKIP_DEDUP_INSERT=1.
+	// SkipDedup runs platformd built with tag platformd_nodedup (no
+	// dedup insert) or, for the floor, its loop without the insert.
 	SkipDedup bool `json:"skip_dedup,omitempty"`
 	// Alt runs the binary given with -alt-bin instead (A/B of a change).
 	Alt bool `json:"alt,omitempty"`
@@ -157,11 +156,14 @@ services:
 // platformdCommand returns the command that runs platformd contender c
 // (its arguments follow) and what it is, for the report. profile, the
 // prefix of the pprof files, runs daemon.Main in the bench binary with
-// profiles on; the alt contender is never profiled.
+// profiles on; the alt and no-dedup contenders are never profiled (the
+// latter is a build of its own, with tag platformd_nodedup).
 func (b *bench) platformdCommand(c contender, profile string) (argv []string, mode string) {
 	switch {
 	case c.Alt:
 		return []string{b.o.altBin}, "binary " + b.o.altBin
+	case c.SkipDedup:
+		return []string{b.bins["platformd-nodedup"]}, "binary built from ./cmd/platformd -tags platformd_nodedup"
 	case profile != "":
 		return []string{b.self, roleArg, "platformd", "-cpuprofile", profile + ".cpu.pprof",
 			"-memprofile", profile + ".allocs.pprof", "--"}, "daemon.Main in the bench binary, pprof on (drains)"
@@ -203,10 +205,6 @@ func (b *bench) start(c contender, queue, tag string, expect int, latencyFile, p
 		p.metricsURL = "http://" + metricsAddr + "/metrics"
 		argv, _ = b.platformdCommand(c, profile)
 		argv = append(argv, "run", "-config", cfgPath)
-		env = slices.DeleteFunc(env, func(s string) bool { return strings.HasPrefix(s, daemon.SkipDedupInsertEnv+"=") })
-		if c.SkipDedup {
-			env = append(env, daemon.SkipDedupInsertEnv+"=1")
-		}
 	default:
 		return nil, fmt.Errorf("unknown contender kind %q", c.Kind)
 	}

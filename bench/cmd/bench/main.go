@@ -369,6 +369,18 @@ func (b *bench) build(ctx context.Context, selected []contender) error {
 		}
 		b.bins["platformd"] = out
 	}
+	// The no-dedup contender is a build of its own: the shipped binary
+	// has no way to skip the dedup insert.
+	if slices.ContainsFunc(selected, func(c contender) bool { return c.Kind == kindPlatformd && c.SkipDedup }) {
+		out := filepath.Join(b.tmp, "platformd-nodedup")
+		fmt.Println("building ./cmd/platformd with -tags platformd_nodedup...")
+		cmd := exec.CommandContext(ctx, goCmd, "build", "-tags", "platformd_nodedup", "-o", out, "./cmd/platformd")
+		cmd.Dir = root
+		if msg, err := cmd.CombinedOutput(); err != nil {
+			return fmt.Errorf("build ./cmd/platformd -tags platformd_nodedup: %w\n%s", err, msg)
+		}
+		b.bins["platformd-nodedup"] = out
+	}
 	if b.o.pprofDir != "" {
 		if err := os.MkdirAll(b.o.pprofDir, 0o755); err != nil {
 			return err

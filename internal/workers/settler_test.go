@@ -1,0 +1,256 @@
+package workers
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"log/slog"
+	"testing"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus/testutil"
+	amqp "github.com/rabbitmq/amqp091-go"
+	"github.com/stretchr/testify/require"
+
+	"github.com/platformd/platformd/internal/metrics"
+)
+
+// fakeChannel records what settling does on a channel, in order; an error
+// set for an operation makes it fail (the channel is then closed, as a
+// real channel is after a failed ack).
+type fakeChannel struct {
+	ops     []string
+	ackErr  error
+	nackErr error
+	closed  bool
+}
+
+func (c *fakeChannel) Ack(tag uint64, multiple bool) error {
+	if c.ackErr != nil {
+		c.closed = true
+		return c.ackErr
+	}
+	c.ops = append(c.ops, fmt.Sprintf("ack %d multiple=%v", tag, multiple))
+	return nil
+}
+
+func (c *fakeChannel) Nack(tag uint64, multiple, requeue bool) error {
+	if c.nackErr != nil {
+		c.closed = true
+		return c.nackErr
+	}
+	c.ops = append(c.ops, fmt.Sprintf("nack %d multiple=%v requeue=%v", tag, multiple, requeue))
+	return nil
+}
+
+func (c *fakeChannel) IsClosed() bool { return c.closed }
+
+// fakeCopier confirms every copy unless its queue is in refuse; it logs its
+// publishes into the channel's op list so that the order is visible.
+type fakeCopier struct {
+	ch     *fakeChannel
+	refuse map[string]error
+	sent   []outgoing
+}
+
+func (p *fakeCopier) Publish(_ context.Context, out []outgoing) []error {
+	errs := make([]error, len(out))
+	for i, o := range out {
+		p.sent = append(p.sent, o)
+		p.ch.ops = append(p.ch.ops, "publish "+o.queue)
+		errs[i] = p.refuse[o.queue]
+	}
+	return errs
+}
+
+type settleBundle struct {
+	ch      *fakeChannel
+	pub     *fakeCopier
+	metrics *metrics.Metrics
+	st      *settler
+}
+
+func newSettleBundle(t *testing.T, limit int) *settleBundle {
+	t.Helper()
+	ch := &fakeChannel{}
+	m := metrics.New()
+	b := &settleBundle{ch: ch, pub: &fakeCopier{ch: ch, refuse: map[string]error{}}, metrics: m}
+	b.st = &settler{
+		ch: ch, pub: b.pub, queue: "q", pool: "p", delays: []time.Duration{time.Second, 10 * time.Second},
+		limit: limit, timeout: time.Second, count: &counters{m: newPoolMetrics(m, "svc", "p")},
+		log: slog.New(slog.NewTextHandler(io.Discard, nil)),
+	}
+	return b
+}
+
+// outcome reads platformd_messages_total for o (whole counts).
+func (b *settleBundle) outcome(o string) int {
+	return int(testutil.ToFloat64(b.metrics.MessagesTotal.WithLabelValues("svc", "p", o)))
+}
+
+// duplicates reads platformd_duplicates_total for source.
+func (b *settleBundle) duplicates(source string) int {
+	return int(testutil.ToFloat64(b.metrics.DuplicatesTotal.WithLabelValues("svc", "p", source)))
+}
+
+func msg(tag uint64, s settlement) message {
+	return message{d: amqp.Delivery{DeliveryTag: tag, RoutingKey: "order.order.placed.v1", Body: []byte(`{}`)}, s: s}
+}
+
+var (
+	processed = settlement{kind: settleAck, outcome: metrics.OutcomeProcessed}
+	requeue   = settlement{kind: settleRequeue}
+)
+
+func duplicate(source string) settlement {
+	return settlement{kind: settleAck, outcome: metrics.OutcomeDuplicate, source: source}
+}
+
+func retry(attempt int) settlement {
+	return settlement{kind: settleRetry, attempt: attempt, err: "flaky: boom", outcome: metrics.OutcomeRetried}
+}
+
+func failure(reason string) settlement {
+	return settlement{kind: settleFail, reason: reason, err: "bad: boom", outcome: metrics.OutcomeFailed}
+}
+
+func never() bool  { return false }
+func always() bool { return true }
+
+func TestSettleCommittedBatchIsAckedOnceUpToItsHighestTag(t *testing.T) {
+	t.Parallel()
+	b := newSettleBundle(t, 100)
+	require.True(t, b.st.settle(context.Background(), []message{msg(3, processed), msg(1, processed), msg(2, duplicate(metrics.SourceRedelivery))}, never))
+	require.Equal(t, []string{"ack 3 multiple=true"}, b.ch.ops)
+	require.Equal(t, 2, b.outcome(metrics.OutcomeProcessed))
+	require.Equal(t, 1, b.outcome(metrics.OutcomeDuplicate))
+	require.Equal(t, 1, b.duplicates(metrics.SourceRedelivery))
+}
+
+func TestSettleHoldsTheAckWhileMoreDeliveriesWait(t *testing.T) {
+	t.Parallel()
+	b := newSettleBundle(t, 100)
+	ctx := context.Background()
+	require.True(t, b.st.settle(ctx, []message{msg(1, processed), msg(2, processed)}, always))
+	require.Empty(t, b.ch.ops, "no ack while the next batch can carry it")
+	require.Zero(t, b.outcome(metrics.OutcomeProcessed), "nothing counted before its ack is sent")
+	require.True(t, b.st.settle(ctx, []message{msg(3, processed)}, never))
+	require.Equal(t, []string{"ack 3 multiple=true"}, b.ch.ops, "one ack frame for both batches")
+	require.Equal(t, 3, b.outcome(metrics.OutcomeProcessed))
+}
+
+func TestSettleHeldAcksStayWithinTheLimit(t *testing.T) {
+	t.Parallel()
+	b := newSettleBundle(t, 2)
+	ctx := context.Background()
+	require.True(t, b.st.settle(ctx, []message{msg(1, processed), msg(2, processed)}, always))
+	require.Empty(t, b.ch.ops)
+	require.True(t, b.st.settle(ctx, []message{msg(3, processed)}, always))
+	require.Equal(t, []string{"ack 3 multiple=true"}, b.ch.ops, "three settled deliveries exceed the limit of two: acked now")
+}
+
+func TestSettleFlushSendsTheHeldAck(t *testing.T) {
+	t.Parallel()
+	b := newSettleBundle(t, 100)
+	require.True(t, b.st.settle(context.Background(), []message{msg(1, processed)}, always))
+	require.True(t, b.st.flush())
+	require.Equal(t, []string{"ack 1 multiple=true"}, b.ch.ops)
+	require.True(t, b.st.flush(), "nothing held: nothing sent")
+	require.Len(t, b.ch.ops, 1)
+	require.Equal(t, 1, b.outcome(metrics.OutcomeProcessed))
+}
+
+func TestSettleCopiesAreConfirmedBeforeTheirOriginalsAreAcked(t *testing.T) {
+	t.Parallel()
+	b := newSettleBundle(t, 100)
+	ok := b.st.settle(context.Background(), []message{msg(1, processed), msg(2, retry(2)), msg(3, failure(ReasonPermanent))}, always)
+	require.True(t, ok)
+	require.Equal(t, []string{"publish q.retry.10s", "publish q.failed", "ack 3 multiple=true"}, b.ch.ops,
+		"copies first; a batch with copies never holds its ack")
+	require.Equal(t, 1, b.outcome(metrics.OutcomeProcessed))
+	require.Equal(t, 1, b.outcome(metrics.OutcomeRetried))
+	require.Equal(t, 1, b.outcome(metrics.OutcomeFailed))
+	require.InDelta(t, 1, testutil.ToFloat64(b.metrics.FailuresTotal.WithLabelValues("svc", "p", ReasonPermanent)), 0)
+
+	retried, failed := b.pub.sent[0].msg, b.pub.sent[1].msg
+	require.EqualValues(t, 2, retried.Headers[HeaderAttempt], "the retry copy carries its attempt")
+	require.Equal(t, "flaky: boom", retried.Headers[HeaderError])
+	require.Equal(t, "order.order.placed.v1", retried.Headers[HeaderOriginalRoutingKey])
+	require.Equal(t, ReasonPermanent, failed.Headers[HeaderFailureReason])
+	require.Equal(t, "bad: boom", failed.Headers[HeaderError])
+	require.Equal(t, "p", failed.Headers[HeaderPool])
+	require.NotEmpty(t, failed.Headers[HeaderFailedAt])
+	require.Equal(t, amqp.Persistent, failed.DeliveryMode)
+}
+
+func TestSettleAnUnconfirmedCopyRequeuesItsOriginal(t *testing.T) {
+	t.Parallel()
+	b := newSettleBundle(t, 100)
+	b.pub.refuse["q.failed"] = ErrReturned
+	ok := b.st.settle(context.Background(), []message{msg(1, processed), msg(2, failure(ReasonRetriesExhausted)), msg(3, retry(1))}, always)
+	require.True(t, ok)
+	require.Equal(t, []string{"publish q.failed", "publish q.retry.1s", "nack 2 multiple=false requeue=true", "ack 3 multiple=true"}, b.ch.ops,
+		"the original of a copy not confirmed goes back to its queue; the others are acked")
+	require.Zero(t, b.outcome(metrics.OutcomeFailed), "a requeued delivery is not counted failed")
+	require.Equal(t, 1, b.outcome(metrics.OutcomeRetried))
+}
+
+func TestSettleAnUnknownOutcomeRequeuesEverythingAndAcksNothing(t *testing.T) {
+	t.Parallel()
+	b := newSettleBundle(t, 100)
+	ctx := context.Background()
+	require.True(t, b.st.settle(ctx, []message{msg(1, processed)}, always)) // held
+	require.True(t, b.st.settle(ctx, []message{msg(2, requeue), msg(3, requeue)}, always))
+	require.Equal(t, []string{"nack 2 multiple=false requeue=true", "nack 3 multiple=false requeue=true", "ack 1 multiple=true"}, b.ch.ops,
+		"the held ack of the committed batch is sent; the batch of unknown outcome is requeued delivery by delivery")
+	require.Equal(t, 1, b.outcome(metrics.OutcomeProcessed))
+}
+
+func TestSettleABatchWithARequeueNeverHoldsItsAck(t *testing.T) {
+	t.Parallel()
+	b := newSettleBundle(t, 100)
+	require.True(t, b.st.settle(context.Background(), []message{msg(1, processed), msg(2, requeue), msg(3, processed)}, always))
+	require.Equal(t, []string{"nack 2 multiple=false requeue=true", "ack 3 multiple=true"}, b.ch.ops)
+}
+
+func TestSettleAFailedAckReportsTheChannelGoneAndCountsNothing(t *testing.T) {
+	t.Parallel()
+	b := newSettleBundle(t, 100)
+	b.ch.ackErr = amqp.ErrClosed
+	require.False(t, b.st.settle(context.Background(), []message{msg(1, processed), msg(2, retry(1))}, never))
+	require.Zero(t, b.outcome(metrics.OutcomeProcessed), "the broker redelivers what was not acked: counted when it settles")
+	require.Zero(t, b.outcome(metrics.OutcomeRetried))
+	require.True(t, b.st.flush(), "the failed ack is not held for another try on a dead channel")
+}
+
+func TestSettleAFailedNackReportsTheChannelGone(t *testing.T) {
+	t.Parallel()
+	b := newSettleBundle(t, 100)
+	b.ch.nackErr = errors.New("channel closed")
+	require.False(t, b.st.settle(context.Background(), []message{msg(1, processed), msg(2, requeue)}, never))
+	require.Empty(t, b.ch.ops, "nothing is acked after a failed nack")
+}
+
+func TestSettleDuplicatesAreCountedBySource(t *testing.T) {
+	t.Parallel()
+	b := newSettleBundle(t, 100)
+	batch := []message{
+		msg(1, duplicate(metrics.SourceRedelivery)), msg(2, duplicate(metrics.SourceReplay)),
+		msg(3, duplicate(metrics.SourceRepublish)), msg(4, duplicate(metrics.SourceRepublish)),
+	}
+	require.True(t, b.st.settle(context.Background(), batch, never))
+	require.Equal(t, 4, b.outcome(metrics.OutcomeDuplicate))
+	require.Equal(t, 1, b.duplicates(metrics.SourceRedelivery))
+	require.Equal(t, 1, b.duplicates(metrics.SourceReplay))
+	require.Equal(t, 2, b.duplicates(metrics.SourceRepublish))
+	require.EqualValues(t, 4, b.st.count.duplicates.Load())
+	require.EqualValues(t, 2, b.st.count.dupRepublish.Load())
+}
+
+func TestSettleAChannelClosedMeanwhileReportsGone(t *testing.T) {
+	t.Parallel()
+	b := newSettleBundle(t, 100)
+	b.ch.closed = true
+	require.False(t, b.st.settle(context.Background(), []message{msg(1, processed)}, always))
+}
