@@ -531,3 +531,18 @@ func TestAdminAcrossDaemons(t *testing.T) {
 	require.Equal(t, 4, code, out2)
 	_ = a
 }
+
+// The binary as built has no way to run handlers without the dedup insert:
+// neither the environment switch the bench once used nor the no-dedup
+// build's code (tag platformd_nodedup, which only the bench builds) is in it.
+func TestShippedBinaryCannotSkipTheDedupInsert(t *testing.T) {
+	t.Parallel()
+	data, err := os.ReadFile(binary)
+	require.NoError(t, err)
+	for _, s := range []string{"PLATFORMD_BENCH_SKIP_DEDUP_INSERT", "the dedup insert is OFF"} {
+		require.NotContains(t, string(data), s)
+	}
+	out, err := exec.Command("go", "version", "-m", binary).CombinedOutput()
+	require.NoError(t, err, "%s", out)
+	require.NotContains(t, string(out), "platformd_nodedup")
+}

@@ -28,13 +28,12 @@ import (
 	"google.golang.org/grpc/status"
 
 	adminv1 "github.com/platformd/platformd/api/gen/platform/admin/v1"
+	"github.com/platformd/platformd/internal/config"
+	"github.com/platformd/platformd/internal/startstop"
 )
 
 // Defaults and limits of the admin server.
 const (
-	// ListenDefault is the address the server listens on when
-	// ServerConfig.Listen is empty.
-	ListenDefault = "127.0.0.1:7070"
 	// StopTimeoutDefault is how long Stop waits for in-flight calls when
 	// ServerConfig.StopTimeout is zero.
 	StopTimeoutDefault = 10 * time.Second
@@ -45,7 +44,8 @@ const (
 
 // ServerConfig configures a Server.
 type ServerConfig struct {
-	// Listen is the TCP address Start listens on. Default: ListenDefault.
+	// Listen is the TCP address Start listens on. Default:
+	// config.AdminListenDefault.
 	Listen string
 	// Tokens are the bearer tokens accepted. With none, every call but
 	// health checks is refused.
@@ -91,12 +91,10 @@ type Server struct {
 	grpcServer  *grpc.Server
 	health      *health.Server
 
-	mu       sync.Mutex
-	started  bool
-	stopped  bool
-	addr     net.Addr
-	serveWG  sync.WaitGroup
-	stopOnce sync.Once
+	startstop.Base
+
+	mu   sync.Mutex
+	addr net.Addr
 }
 
 // Compile-time check that Server implements the generated interface.
@@ -126,7 +124,7 @@ func NewServer(cfg ServerConfig, backend Backend, logger *slog.Logger) (*Server,
 	s := &Server{
 		backend:     backend,
 		logger:      logger,
-		listen:      cmp.Or(cfg.Listen, ListenDefault),
+		listen:      cmp.Or(cfg.Listen, config.AdminListenDefault),
 		stopTimeout: cmp.Or(cfg.StopTimeout, StopTimeoutDefault),
 		health:      health.NewServer(),
 	}
@@ -176,91 +174,89 @@ func NewServer(cfg ServerConfig, backend Backend, logger *slog.Logger) (*Server,
 // until Stop. ctx bounds only the listen: cancelling it later does not stop
 // the server.
 func (s *Server) Start(ctx context.Context) error {
-	var lc net.ListenConfig
-	lis, err := lc.Listen(ctx, "tcp", s.listen)
-	if err != nil {
-		return fmt.Errorf("admin: error listening on %s: %w", s.listen, err)
-	}
-	if err := s.markStarted(lis, true); err != nil {
-		_ = lis.Close()
-		return err
-	}
-	go func() {
-		defer s.serveWG.Done()
-		if err := s.serve(lis); err != nil {
-			s.logger.ErrorContext(ctx, "admin: server stopped", slog.Any("error", err))
+	err := s.StartFunc(func() (func(), error) {
+		var lc net.ListenConfig
+		lis, err := lc.Listen(ctx, "tcp", s.listen)
+		if err != nil {
+			return nil, fmt.Errorf("admin: error listening on %s: %w", s.listen, err)
 		}
-	}()
-	s.logger.InfoContext(ctx, "admin: serving", slog.String("addr", lis.Addr().String()))
-	return nil
+		done := s.serveInBackground(lis, func(err error) {
+			s.logger.ErrorContext(ctx, "admin: server stopped", slog.Any("error", err))
+		})
+		s.logger.InfoContext(ctx, "admin: serving", slog.String("addr", lis.Addr().String()))
+		return func() { s.shutdown(); <-done }, nil
+	})
+	return startError(err)
 }
 
 // Serve serves on lis, which it closes, until Stop; it returns nil after
 // Stop. It is the blocking alternative to Start, for tests and callers that
 // make their own listener. Only one of Start and Serve may be called, once.
 func (s *Server) Serve(lis net.Listener) error {
-	if err := s.markStarted(lis, false); err != nil {
+	var serveErr error
+	var done <-chan struct{}
+	err := s.StartFunc(func() (func(), error) {
+		done = s.serveInBackground(lis, func(err error) { serveErr = err })
+		return func() { s.shutdown(); <-done }, nil
+	})
+	if err != nil {
 		_ = lis.Close()
-		return err
+		return startError(err)
 	}
-	return s.serve(lis)
+	<-done
+	return serveErr
 }
 
-// markStarted records that the server serves on lis, in a goroutine that
-// Stop waits for if background.
-func (s *Server) markStarted(lis net.Listener, background bool) error {
-	s.mu.Lock()
-	defer s.mu.Unlock()
+// startError names the lifecycle errors of Start and Serve.
+func startError(err error) error {
 	switch {
-	case s.stopped:
+	case errors.Is(err, startstop.ErrStopped):
 		return errors.New("admin: server stopped")
-	case s.started:
+	case errors.Is(err, startstop.ErrStarted):
 		return errors.New("admin: server already started")
 	}
-	s.started = true
+	return err
+}
+
+// serveInBackground marks the server SERVING and serves lis in a goroutine;
+// the channel returned is closed when serving ends, after onErr saw its
+// error, if any.
+func (s *Server) serveInBackground(lis net.Listener, onErr func(error)) <-chan struct{} {
+	s.mu.Lock()
 	s.addr = lis.Addr()
-	if background {
-		s.serveWG.Add(1)
-	}
-	return nil
-}
-
-// serve marks the server SERVING and serves lis.
-func (s *Server) serve(lis net.Listener) error {
+	s.mu.Unlock()
+	done := make(chan struct{})
 	s.setServing(grpc_health_v1.HealthCheckResponse_SERVING)
-	if err := s.grpcServer.Serve(lis); err != nil && !errors.Is(err, grpc.ErrServerStopped) {
-		return fmt.Errorf("admin: error serving: %w", err)
-	}
-	return nil
+	go func() {
+		defer close(done)
+		if err := s.grpcServer.Serve(lis); err != nil && !errors.Is(err, grpc.ErrServerStopped) {
+			onErr(fmt.Errorf("admin: error serving: %w", err))
+		}
+	}()
+	return done
 }
 
-// Stop stops the server: health turns NOT_SERVING first, then in-flight
-// calls get up to the stop timeout to finish before they are cut off. It
-// blocks until the server has stopped, may be called more than once and is
-// safe to call before Start.
-func (s *Server) Stop() {
-	s.stopOnce.Do(func() {
-		s.mu.Lock()
-		s.stopped = true
-		s.mu.Unlock()
-		s.health.Shutdown()
-		done := make(chan struct{})
-		go func() {
-			defer close(done)
-			s.grpcServer.GracefulStop()
-		}()
-		timer := time.NewTimer(s.stopTimeout)
-		defer timer.Stop()
-		select {
-		case <-done:
-		case <-timer.C:
-			s.logger.Warn("admin: in-flight calls did not finish in time, cutting them off",
-				slog.Duration("stop_timeout", s.stopTimeout))
-			s.grpcServer.Stop()
-			<-done
-		}
-		s.serveWG.Wait()
-	})
+// shutdown stops the server: health turns NOT_SERVING first, then in-flight
+// calls get up to the stop timeout to finish before they are cut off. Stop
+// (startstop's, embedded) calls it once, and makes every Stop wait for it;
+// Stop before Start only refuses a later Start.
+func (s *Server) shutdown() {
+	s.health.Shutdown()
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		s.grpcServer.GracefulStop()
+	}()
+	timer := time.NewTimer(s.stopTimeout)
+	defer timer.Stop()
+	select {
+	case <-done:
+	case <-timer.C:
+		s.logger.Warn("admin: in-flight calls did not finish in time, cutting them off",
+			slog.Duration("stop_timeout", s.stopTimeout))
+		s.grpcServer.Stop()
+		<-done
+	}
 }
 
 // Addr returns the address the server listens on, or nil before Start or

@@ -24,6 +24,7 @@ import (
 	"github.com/platformd/platformd/internal/metrics"
 	"github.com/platformd/platformd/internal/migrate"
 	"github.com/platformd/platformd/internal/scheduler"
+	"github.com/platformd/platformd/internal/startstop"
 	"github.com/platformd/platformd/internal/state"
 	"github.com/platformd/platformd/internal/workers"
 )
@@ -128,12 +129,12 @@ type Daemon struct {
 	poolSvc  map[string]*service
 	publish  *workers.Conn
 	consumes []*workers.Conn
+	loops    []*startstop.Loop
 	sched    *scheduler.Scheduler
 	admin    *admin.Server
-	httpSrv  *http.Server
-	cancel   context.CancelFunc
-	wg       sync.WaitGroup
+	httpSrv  *metricsServer
 	amqpURL  string
+	stopOnce sync.Once
 }
 
 // Run starts platformd and blocks until ctx ends, then shuts down
@@ -180,9 +181,8 @@ func migrateWithRetry(ctx context.Context, cfg *config.Config, reg *consumer.Reg
 }
 
 func start(ctx context.Context, cfg *config.Config, reg *consumer.Registry, logger *slog.Logger) (*Daemon, error) {
-	runCtx, cancel := context.WithCancel(context.WithoutCancel(ctx))
 	d := &Daemon{cfg: cfg, reg: reg, log: logger, metrics: metrics.New(), pools: map[string]*workers.Pool{},
-		poolSvc: map[string]*service{}, cancel: cancel, amqpURL: cfg.Broker.URL}
+		poolSvc: map[string]*service{}, amqpURL: cfg.Broker.URL}
 	ok := false
 	defer func() { //nolint:contextcheck // cleanup of a failed start must run whatever ctx says
 		if !ok {
@@ -194,49 +194,11 @@ func start(ctx context.Context, cfg *config.Config, reg *consumer.Registry, logg
 	}
 	d.publish = workers.NewConn(cfg.Broker.URL, "platformd-publish", logger)
 	for _, sc := range cfg.Services {
-		conns := int32(2) // LISTEN watcher, scheduler lock
-		for _, p := range sc.Pools {
-			conns += int32(p.Concurrency)
-		}
-		db, err := dedup.Connect(ctx, sc.Database, dedup.PoolConfig{MaxConns: conns + 4})
-		if err != nil {
-			return nil, fmt.Errorf("service %s: %w", sc.Name, err)
-		}
-		svc := &service{cfg: sc, db: db}
-		svc.horizon = &horizonCache{db: db, service: sc.Name, def: sc.Horizon, min: sc.MinHorizon, log: logger}
-		svc.horizon.refresh(ctx)
-		d.services = append(d.services, svc)
-		for _, pc := range sc.Pools {
-			routes, err := dedup.RoutesFor(reg, pc.Handlers)
-			if err != nil {
-				return nil, fmt.Errorf("pool %s: %w", pc.Name, err)
-			}
-			consume := workers.NewConn(cfg.Broker.URL, "platformd-"+pc.Name, logger)
-			d.consumes = append(d.consumes, consume)
-			pool, err := workers.NewPool(workers.PoolConfig{
-				Name: pc.Name, Service: sc.Name,
-				Topology: workers.Topology{
-					Exchange: cfg.Broker.Exchange, Queue: pc.Queue, QueueType: pc.QueueType,
-					Bindings: pc.Bindings, RetryDelays: pc.Retry.Delays,
-				},
-				Concurrency: pc.Concurrency, Prefetch: pc.Prefetch,
-				BatchSize: pc.Batch.Size, BatchWait: pc.Batch.Wait,
-				MaxBodyBytes:  cfg.Broker.MaxBodyBytes,
-				BeyondHorizon: sc.BeyondHorizon,
-				HorizonFunc:   svc.horizon.get,
-			}, workers.Deps{
-				Processor: dedup.NewProcessor(db, dedup.ProcessorConfig{Routes: routes}),
-				DB:        db, Consume: consume, Publish: d.publish, Metrics: d.metrics, Logger: logger,
-			})
-			if err != nil {
-				return nil, err
-			}
-			svc.pools = append(svc.pools, pool)
-			d.pools[pc.Name] = pool
-			d.poolSvc[pc.Name] = svc
+		if err := d.addService(ctx, sc); err != nil {
+			return nil, err
 		}
 	}
-	if err := d.startMetrics(); err != nil {
+	if err := d.startMetrics(ctx); err != nil {
 		return nil, err
 	}
 	d.declareTopology(ctx)
@@ -246,8 +208,14 @@ func start(ctx context.Context, cfg *config.Config, reg *consumer.Registry, logg
 				return nil, err
 			}
 		}
-		d.wg.Go(func() { d.watch(runCtx, svc) })
-		d.wg.Go(func() { svc.horizon.refreshEvery(runCtx, HorizonRefreshDefault) })
+		d.loops = append(d.loops,
+			startstop.NewLoop(func(ctx context.Context) { d.watch(ctx, svc) }),
+			startstop.NewLoop(func(ctx context.Context) { svc.horizon.refreshEvery(ctx, HorizonRefreshDefault) }))
+	}
+	for _, l := range d.loops {
+		if err := l.Start(ctx); err != nil {
+			return nil, err
+		}
 	}
 	var schedSvcs []scheduler.ServiceConfig
 	for _, svc := range d.services {
@@ -273,6 +241,53 @@ func start(ctx context.Context, cfg *config.Config, reg *consumer.Registry, logg
 	return d, nil
 }
 
+// addService connects to a service's database and builds its pools (not
+// started).
+func (d *Daemon) addService(ctx context.Context, sc config.ServiceConfig) error {
+	conns := int32(2) // LISTEN watcher, scheduler lock
+	for _, p := range sc.Pools {
+		conns += int32(p.Concurrency)
+	}
+	db, err := dedup.Connect(ctx, sc.Database, dedup.PoolConfig{MaxConns: conns + 4})
+	if err != nil {
+		return fmt.Errorf("service %s: %w", sc.Name, err)
+	}
+	svc := &service{cfg: sc, db: db}
+	svc.horizon = &horizonCache{db: db, service: sc.Name, def: sc.Horizon, min: sc.MinHorizon, log: d.log}
+	svc.horizon.refresh(ctx)
+	d.services = append(d.services, svc)
+	for _, pc := range sc.Pools {
+		routes, err := dedup.RoutesFor(d.reg, pc.Handlers)
+		if err != nil {
+			return fmt.Errorf("pool %s: %w", pc.Name, err)
+		}
+		consume := workers.NewConn(d.cfg.Broker.URL, "platformd-"+pc.Name, d.log)
+		d.consumes = append(d.consumes, consume)
+		pool, err := workers.NewPool(workers.PoolConfig{
+			Name: pc.Name, Service: sc.Name,
+			Topology: workers.Topology{
+				Exchange: d.cfg.Broker.Exchange, Queue: pc.Queue, QueueType: pc.QueueType,
+				Bindings: pc.Bindings, RetryDelays: pc.Retry.Delays,
+			},
+			Concurrency: pc.Concurrency, Prefetch: pc.Prefetch,
+			BatchSize: pc.Batch.Size, BatchWait: pc.Batch.Wait,
+			MaxBodyBytes:  d.cfg.Broker.MaxBodyBytes,
+			BeyondHorizon: sc.BeyondHorizon,
+			HorizonFunc:   svc.horizon.get,
+		}, workers.Deps{
+			Processor: dedup.NewProcessor(db, dedup.ProcessorConfig{Routes: routes}),
+			DB:        db, Consume: consume, Publish: d.publish, Metrics: d.metrics, Logger: d.log,
+		})
+		if err != nil {
+			return err
+		}
+		svc.pools = append(svc.pools, pool)
+		d.pools[pc.Name] = pool
+		d.poolSvc[pc.Name] = svc
+	}
+	return nil
+}
+
 // declareTopology declares every pool's topology once before the pools
 // start, so that producers may publish as soon as the daemon reports
 // running. A broker that is down is not fatal: the workers declare again
@@ -290,19 +305,41 @@ func (d *Daemon) declareTopology(ctx context.Context) {
 	}
 }
 
-func (d *Daemon) startMetrics() error {
+func (d *Daemon) startMetrics(ctx context.Context) error {
 	if d.cfg.Metrics.Listen == config.MetricsDisabled {
 		return nil
 	}
-	lis, err := net.Listen("tcp", d.cfg.Metrics.Listen)
-	if err != nil {
-		return fmt.Errorf("metrics: listen %s: %w", d.cfg.Metrics.Listen, err)
-	}
-	mux := http.NewServeMux()
-	mux.Handle("/metrics", d.metrics.Handler())
-	d.httpSrv = &http.Server{Handler: mux, ReadHeaderTimeout: 5 * time.Second}
-	d.wg.Go(func() { _ = d.httpSrv.Serve(lis) })
-	return nil
+	d.httpSrv = &metricsServer{listen: d.cfg.Metrics.Listen, handler: d.metrics.Handler()}
+	return d.httpSrv.Start(ctx)
+}
+
+// metricsServer serves the Prometheus endpoint.
+type metricsServer struct {
+	startstop.Base
+	listen  string
+	handler http.Handler
+}
+
+// Start listens and serves /metrics in the background.
+func (m *metricsServer) Start(ctx context.Context) error {
+	return m.StartFunc(func() (func(), error) {
+		var lc net.ListenConfig
+		lis, err := lc.Listen(ctx, "tcp", m.listen)
+		if err != nil {
+			return nil, fmt.Errorf("metrics: listen %s: %w", m.listen, err)
+		}
+		mux := http.NewServeMux()
+		mux.Handle("/metrics", m.handler)
+		srv := &http.Server{Handler: mux, ReadHeaderTimeout: 5 * time.Second}
+		done := make(chan struct{})
+		go func() { defer close(done); _ = srv.Serve(lis) }()
+		return func() { //nolint:contextcheck // Stop runs after ctx is done; it must not use it
+			sctx, cancel := context.WithTimeout(context.Background(), 2*time.Second)
+			defer cancel()
+			_ = srv.Shutdown(sctx)
+			<-done
+		}, nil
+	})
 }
 
 func (d *Daemon) startAdmin(ctx context.Context) error {
@@ -339,34 +376,45 @@ func (d *Daemon) watch(ctx context.Context, svc *service) {
 	}, d.log)
 }
 
-// Stop shuts everything down in order; it is safe to call twice.
+// Stop shuts the daemon down in the order of stopStages; it is safe to call
+// twice, and after a start that failed half-way.
 func (d *Daemon) Stop() {
-	if d.admin != nil {
-		d.admin.Stop()
+	d.stopOnce.Do(func() { startstop.Stages(d.stopStages()...) })
+}
+
+// stopStages is the daemon's shutdown order, one stage after the other
+// (the members of a stage stop in parallel):
+//  1. the admin API: health turns NOT_SERVING and calls end, so no pause,
+//     purge or retry starts mid-shutdown;
+//  2. the purge scheduler: no purge runs while the pools drain;
+//  3. the pools: they stop consuming, finish and settle their batches;
+//  4. the daemon's loops (pause and horizon watchers, refreshers);
+//  5. the metrics endpoint, scrapable until the drain is done;
+//  6. the broker connections and the database pools, which all of the
+//     above used.
+func (d *Daemon) stopStages() [][]startstop.Stopper {
+	var pools, loops, resources []startstop.Stopper
+	for _, svc := range d.services {
+		for _, p := range svc.pools {
+			pools = append(pools, p)
+		}
+		resources = append(resources, startstop.StopFunc(svc.db.Close))
 	}
-	if d.sched != nil {
-		d.sched.Stop()
+	for _, l := range d.loops {
+		loops = append(loops, l)
 	}
-	var wg sync.WaitGroup
-	for _, p := range d.pools {
-		wg.Go(p.Stop)
+	for _, c := range append(d.consumes, d.publish) {
+		if c != nil {
+			resources = append(resources, startstop.StopFunc(c.Close))
+		}
 	}
-	wg.Wait()
-	d.cancel()
-	if d.httpSrv != nil {
-		sctx, cancel := context.WithTimeout(context.Background(), 2*time.Second)
-		_ = d.httpSrv.Shutdown(sctx)
-		cancel()
-	}
-	d.wg.Wait()
-	for _, c := range d.consumes {
-		c.Close()
-	}
-	if d.publish != nil {
-		d.publish.Close()
-	}
-	for _, s := range d.services {
-		s.db.Close()
+	return [][]startstop.Stopper{
+		{d.admin},
+		{d.sched},
+		pools,
+		loops,
+		{d.httpSrv},
+		resources,
 	}
 }
 

@@ -10,12 +10,12 @@ import (
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgxpool"
 
+	"github.com/platformd/platformd/internal/config"
 	"github.com/platformd/platformd/internal/dbutil"
 )
 
 // Purge defaults.
 const (
-	PurgeBatchSizeDefault    = 10_000
 	PurgeChunkTimeoutDefault = 10 * time.Second
 	PurgePauseDefault        = 20 * time.Millisecond
 	// PurgeTargetChunkDefault is the chunk duration Purge aims under: a
@@ -37,9 +37,10 @@ type PurgeParams struct {
 	// Horizon: rows processed before now()-Horizon, by the database clock,
 	// are deleted. Must be positive.
 	Horizon time.Duration
-	// BatchSize is the most rows deleted per chunk (default 10000). The
-	// chunk shrinks when a chunk takes longer than TargetChunk and grows
-	// back up to BatchSize when chunks are fast.
+	// BatchSize is the most rows deleted per chunk (default
+	// config.PurgeBatchSizeDefault). The chunk shrinks when a chunk takes
+	// longer than TargetChunk and grows back up to BatchSize when chunks
+	// are fast.
 	BatchSize int
 	// TargetChunk is the chunk duration to stay under (default
 	// PurgeTargetChunkDefault; -1 keeps every chunk at BatchSize).
@@ -96,7 +97,7 @@ func Purge(ctx context.Context, db *pgxpool.Pool, p PurgeParams) (PurgeResult, e
 	if p.Horizon <= 0 {
 		return res, fmt.Errorf("dedup: purge: horizon must be positive, got %s", p.Horizon)
 	}
-	batch := cmp.Or(p.BatchSize, PurgeBatchSizeDefault)
+	batch := cmp.Or(p.BatchSize, config.PurgeBatchSizeDefault)
 	chunkTimeout := cmp.Or(p.ChunkTimeout, PurgeChunkTimeoutDefault)
 	pause := cmp.Or(p.Pause, PurgePauseDefault)
 	target := cmp.Or(p.TargetChunk, PurgeTargetChunkDefault)

@@ -20,6 +20,7 @@ import (
 	"github.com/pressly/goose/v3/lock"
 
 	"github.com/platformd/platformd/consumer"
+	"github.com/platformd/platformd/internal/dbutil"
 	"github.com/platformd/platformd/migrations"
 )
 
@@ -74,13 +75,13 @@ func Apply(ctx context.Context, dsn string, sets []Set, logger *slog.Logger) err
 	if err != nil {
 		return fmt.Errorf("migrate: parse database url: %w", err)
 	}
+	if err := ensureSchema(ctx, cfg); err != nil {
+		return err
+	}
 	db := stdlib.OpenDB(*cfg)
 	defer db.Close()
 	db.SetMaxOpenConns(4)
 
-	if err := ensureSchema(ctx, db); err != nil {
-		return err
-	}
 	for _, s := range sets {
 		if err := applySet(ctx, db, s, logger.With(slog.String("database", cfg.Database))); err != nil {
 			return err
@@ -92,20 +93,23 @@ func Apply(ctx context.Context, dsn string, sets []Set, logger *slog.Logger) err
 // ensureSchema creates the platform schema, which holds the goose version
 // tables, under a transaction-scoped advisory lock (a concurrent CREATE
 // SCHEMA IF NOT EXISTS can otherwise fail on pg_namespace's unique index).
-func ensureSchema(ctx context.Context, db *sql.DB) error {
-	tx, err := db.BeginTx(ctx, nil)
+func ensureSchema(ctx context.Context, cfg *pgx.ConnConfig) error {
+	conn, err := pgx.ConnectConfig(ctx, cfg)
 	if err != nil {
-		return fmt.Errorf("migrate: begin: %w", err)
+		return fmt.Errorf("migrate: connect: %w", err)
 	}
-	defer func() { _ = tx.Rollback() }()
-	if _, err := tx.ExecContext(ctx, `SELECT pg_advisory_xact_lock($1)`, lockID); err != nil {
-		return fmt.Errorf("migrate: lock: %w", err)
-	}
-	if _, err := tx.ExecContext(ctx, `CREATE SCHEMA IF NOT EXISTS platform`); err != nil {
-		return fmt.Errorf("migrate: create schema platform: %w", err)
-	}
-	if err := tx.Commit(); err != nil {
-		return fmt.Errorf("migrate: commit: %w", err)
+	defer conn.Close(context.WithoutCancel(ctx))
+	err = dbutil.WithTx(ctx, conn, dbutil.ReadCommitted, func(ctx context.Context, tx pgx.Tx) error {
+		if _, err := tx.Exec(ctx, `SELECT pg_advisory_xact_lock($1)`, lockID); err != nil {
+			return fmt.Errorf("lock: %w", err)
+		}
+		if _, err := tx.Exec(ctx, `CREATE SCHEMA IF NOT EXISTS platform`); err != nil {
+			return fmt.Errorf("create schema platform: %w", err)
+		}
+		return nil
+	})
+	if err != nil {
+		return fmt.Errorf("migrate: %w", err)
 	}
 	return nil
 }

@@ -16,6 +16,7 @@ import (
 
 	"github.com/platformd/platformd/consumer"
 	"github.com/platformd/platformd/examples/shop"
+	"github.com/platformd/platformd/internal/config"
 	"github.com/platformd/platformd/internal/dedup"
 	"github.com/platformd/platformd/internal/scheduler"
 )
@@ -76,7 +77,7 @@ func BenchmarkPurge(b *testing.B) {
 		b.StartTimer()
 		res, err := dedup.Purge(ctx, tb.db, dedup.PurgeParams{
 			Horizon:      time.Hour,
-			BatchSize:    dedup.PurgeBatchSizeDefault,
+			BatchSize:    config.PurgeBatchSizeDefault,
 			ChunkTimeout: scheduler.ChunkTimeoutDefault,
 			Pause:        dedup.PurgePauseDefault,
 		})

@@ -14,15 +14,15 @@ import (
 	"github.com/go-co-op/gocron/v2"
 	"github.com/jackc/pgx/v5/pgxpool"
 
+	"github.com/platformd/platformd/internal/config"
 	"github.com/platformd/platformd/internal/dedup"
 	"github.com/platformd/platformd/internal/metrics"
+	"github.com/platformd/platformd/internal/startstop"
 	"github.com/platformd/platformd/internal/state"
 )
 
 // Defaults of ServiceConfig and Config fields left zero.
 const (
-	// EveryDefault is ServiceConfig.Every's default.
-	EveryDefault = 15 * time.Minute
 	// ChunkTimeoutDefault is ServiceConfig.ChunkTimeout's default.
 	ChunkTimeoutDefault = 5 * time.Second
 	// RowEstimateEveryDefault is Config.RowEstimateEvery's default.
@@ -64,11 +64,12 @@ type ServiceConfig struct {
 	DefaultHorizon time.Duration
 	// MinHorizon is the floor a stored horizon may only go under by force.
 	MinHorizon time.Duration
-	// Every is the purge period (default EveryDefault; -1 disables the
+	// Every is the purge period (default config.PurgeEveryDefault; -1
+	// disables the
 	// scheduled purge, RunNow still works).
 	Every time.Duration
 	// BatchSize is the rows deleted per chunk (default
-	// dedup.PurgeBatchSizeDefault).
+	// config.PurgeBatchSizeDefault).
 	BatchSize int
 	// ChunkTimeout bounds each chunk, as its statement timeout too (default
 	// ChunkTimeoutDefault).
@@ -115,13 +116,13 @@ type Scheduler struct {
 	runCtx    context.Context
 	runCancel context.CancelFunc
 
-	mu        sync.Mutex
-	started   bool
-	stopping  bool
-	cron      gocron.Scheduler
-	stopWatch func() bool
-	runs      sync.WaitGroup // scheduled runs and RunNow calls in progress
-	stopped   chan struct{}  // closed when Stop has finished
+	startstop.Base
+
+	// mu orders run registration against Stop: closing is set, under mu,
+	// before Stop waits for runs.
+	mu      sync.Mutex
+	closing bool
+	runs    sync.WaitGroup // scheduled runs and RunNow calls in progress
 }
 
 // New validates cfg, applies its defaults and returns a Scheduler that is
@@ -137,7 +138,6 @@ func New(cfg Config) (*Scheduler, error) {
 		metrics:  cfg.Metrics,
 		rowEvery: cmp.Or(cfg.RowEstimateEvery, RowEstimateEveryDefault),
 		keepRuns: cfg.PurgeRunsKeep,
-		stopped:  make(chan struct{}),
 	}
 	if s.logger == nil {
 		s.logger = slog.New(slog.DiscardHandler)
@@ -149,8 +149,8 @@ func New(cfg Config) (*Scheduler, error) {
 		if _, dup := s.services[sc.Name]; dup {
 			return nil, fmt.Errorf("scheduler: services[%d]: duplicate service %q", i, sc.Name)
 		}
-		sc.Every = cmp.Or(sc.Every, EveryDefault)
-		sc.BatchSize = cmp.Or(sc.BatchSize, dedup.PurgeBatchSizeDefault)
+		sc.Every = cmp.Or(sc.Every, config.PurgeEveryDefault)
+		sc.BatchSize = cmp.Or(sc.BatchSize, config.PurgeBatchSizeDefault)
 		sc.ChunkTimeout = cmp.Or(sc.ChunkTimeout, ChunkTimeoutDefault)
 		sc.Pause = cmp.Or(sc.Pause, dedup.PurgePauseDefault)
 		s.services[sc.Name] = &sc
@@ -193,27 +193,26 @@ func defaultDaemon() string {
 // scheduling; Stop must still be called). Starting a started Scheduler does
 // nothing; after Stop, Start returns ErrStopped.
 func (s *Scheduler) Start(ctx context.Context) error {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	if s.stopping {
-		return ErrStopped
-	}
-	if s.started {
+	err := s.StartFunc(func() (func(), error) {
+		cron, err := gocron.NewScheduler(gocron.WithLogger(s.logger), gocron.WithStopTimeout(stopTimeout))
+		if err != nil {
+			return nil, fmt.Errorf("scheduler: start: %w", err)
+		}
+		if err := s.addJobs(cron); err != nil {
+			_ = cron.Shutdown()
+			return nil, fmt.Errorf("scheduler: start: %w", err)
+		}
+		cron.Start()
+		stopWatch := context.AfterFunc(ctx, s.runCancel)
+		return func() { stopWatch(); s.stop(cron) }, nil
+	})
+	if errors.Is(err, startstop.ErrStarted) {
 		return nil
 	}
-	cron, err := gocron.NewScheduler(gocron.WithLogger(s.logger), gocron.WithStopTimeout(stopTimeout))
-	if err != nil {
-		return fmt.Errorf("scheduler: start: %w", err)
+	if errors.Is(err, startstop.ErrStopped) {
+		return ErrStopped
 	}
-	if err := s.addJobs(cron); err != nil {
-		_ = cron.Shutdown()
-		return fmt.Errorf("scheduler: start: %w", err)
-	}
-	cron.Start()
-	s.cron = cron
-	s.stopWatch = context.AfterFunc(ctx, s.runCancel)
-	s.started = true
-	return nil
+	return err
 }
 
 func (s *Scheduler) addJobs(cron gocron.Scheduler) error {
@@ -247,23 +246,18 @@ func (s *Scheduler) addJobs(cron gocron.Scheduler) error {
 
 // Stop cancels the running purges, waits until every run (scheduled or
 // RunNow) has ended and recorded itself, and shuts gocron down. It may be
-// called more than once, concurrently, and before Start; every call returns
-// once the Scheduler is stopped.
+// called more than once, concurrently, and before Start (RunNow is refused
+// from then on); every call returns once the Scheduler is stopped.
 func (s *Scheduler) Stop() {
-	s.mu.Lock()
-	if s.stopping {
-		s.mu.Unlock()
-		<-s.stopped
-		return
-	}
-	s.stopping = true
-	cron, stopWatch := s.cron, s.stopWatch
-	s.mu.Unlock()
-	defer close(s.stopped)
+	s.Base.Stop()
+	s.stop(nil) // stopped before Start: RunNow calls may still run
+}
 
-	if stopWatch != nil {
-		stopWatch()
-	}
+// stop ends the runs and then cron, if the Scheduler was started.
+func (s *Scheduler) stop(cron gocron.Scheduler) {
+	s.mu.Lock()
+	s.closing = true
+	s.mu.Unlock()
 	s.runCancel()
 	// Wait for our runs before gocron's Shutdown, which busy-waits for
 	// running jobs: by then they have returned, or return at once.
@@ -279,7 +273,7 @@ func (s *Scheduler) Stop() {
 func (s *Scheduler) enter() bool {
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	if s.stopping {
+	if s.closing || s.Stopped() {
 		return false
 	}
 	s.runs.Add(1)

@@ -96,6 +96,13 @@ func (b *Base) Stop() {
 	close(b.done)
 }
 
+// Stopped reports whether Stop has been called (it may still be running).
+func (b *Base) Stopped() bool {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	return b.stopping
+}
+
 // Running reports whether the service started and Stop has not been called.
 func (b *Base) Running() bool {
 	b.mu.Lock()

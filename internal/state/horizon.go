@@ -8,6 +8,8 @@ import (
 
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgxpool"
+
+	"github.com/platformd/platformd/internal/dbutil"
 )
 
 // HorizonUpdatedByConfig is Horizon.UpdatedBy when no horizon is stored and
@@ -84,7 +86,7 @@ func SetHorizon(ctx context.Context, db *pgxpool.Pool, service string, h, min ti
 		return Horizon{}, fmt.Errorf("state: set horizon of %s to %s (min_horizon %s): %w", service, h, min, ErrBelowMinHorizon)
 	}
 	res := Horizon{Service: service, MinHorizon: min, Stored: true}
-	err := pgx.BeginFunc(ctx, db, func(tx pgx.Tx) error {
+	err := dbutil.WithTx(ctx, db, dbutil.ReadCommitted, func(ctx context.Context, tx pgx.Tx) error {
 		// Serialize setters of this service: the first horizon of a service
 		// has no row to lock yet.
 		if _, err := tx.Exec(ctx, `SELECT pg_advisory_xact_lock(hashtextextended('platformd.horizon.' || $1, 0))`, service); err != nil {

@@ -8,6 +8,8 @@ import (
 
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgxpool"
+
+	"github.com/platformd/platformd/internal/dbutil"
 )
 
 // Notification channels (LISTEN/NOTIFY) on which state changes are
@@ -46,7 +48,7 @@ func GetPoolState(ctx context.Context, db *pgxpool.Pool, pool string) (PoolState
 // Setting the state it already has only refreshes reason, time and actor.
 func SetPoolPaused(ctx context.Context, db *pgxpool.Pool, pool string, paused bool, reason, actor string) (PoolState, error) {
 	st := PoolState{Pool: pool}
-	err := pgx.BeginFunc(ctx, db, func(tx pgx.Tx) error {
+	err := dbutil.WithTx(ctx, db, dbutil.ReadCommitted, func(ctx context.Context, tx pgx.Tx) error {
 		if err := tx.QueryRow(ctx, `INSERT INTO platform.pool_state (pool, paused, reason, updated_at, updated_by)
 			VALUES ($1, $2, $3, now(), $4)
 			ON CONFLICT (pool) DO UPDATE SET paused = EXCLUDED.paused, reason = EXCLUDED.reason,

@@ -191,15 +191,16 @@ func TestPoolHeldAcksSurviveBrokerFaults(t *testing.T) {
 
 	vhost := b.url[len(amqpURL()):]
 	for range 2 {
-		b.waitFor("some progress", func() bool { return b.reservations() > 0 })
-		time.Sleep(200 * time.Millisecond)
+		// Each close lands mid-drain, after progress since the last one.
+		before := b.reservations()
+		b.waitFor("some progress", func() bool { return b.reservations() > before+100 })
 		out, err := exec.Command("rabbitmqctl", "close_all_connections", "-p", vhost, "held-ack test").CombinedOutput()
 		require.NoError(t, err, string(out))
 	}
 	b.waitFor("all applied", func() bool {
 		return b.reservations() == distinct && b.queueDepth(b.queue) == 0 && p.Info().InFlight == 0
 	})
-	time.Sleep(300 * time.Millisecond)
+	b.stop() // every batch in hand finishes and settles: nothing can apply later
 	require.Equal(t, distinct, b.reservations(), "applied exactly once")
 	require.Equal(t, distinct, b.count(`SELECT count(*) FROM processed_event`))
 	require.Less(t, acks.Load(), int64(distinct+copies)/2, "acks were held and merged")

@@ -15,6 +15,7 @@ import (
 	"github.com/platformd/platformd/internal/config"
 	"github.com/platformd/platformd/internal/dedup"
 	"github.com/platformd/platformd/internal/metrics"
+	"github.com/platformd/platformd/internal/startstop"
 	"github.com/platformd/platformd/internal/state"
 )
 
@@ -104,6 +105,11 @@ type DuplicateCounts struct {
 }
 
 // Pool is one named worker pool. Its methods are safe for concurrent use.
+// Start and Stop follow internal/startstop's contract: Stop stops
+// consuming, lets in-flight batches finish and settle within
+// SoftStopTimeout, then cancels the rest (their deliveries return to the
+// queue) and returns once every worker has; it is idempotent and safe
+// before Start.
 type Pool struct {
 	cfg  PoolConfig
 	deps Deps
@@ -113,17 +119,13 @@ type Pool struct {
 	inFlight  atomic.Int64
 	connected atomic.Int64 // workers with a live consumer or paused on a live channel
 
-	mu       sync.Mutex
-	paused   bool
-	reason   string
-	changed  chan struct{} // closed and replaced on every pause change
-	idle     map[int]bool  // worker id -> quiesced while paused
-	started  bool
-	stopped  bool
-	stopOnce sync.Once
-	cancel   context.CancelFunc // fetch ctx
-	hard     context.CancelFunc // work ctx
-	wg       sync.WaitGroup
+	startstop.Base
+
+	mu      sync.Mutex
+	paused  bool
+	reason  string
+	changed chan struct{} // closed and replaced on every pause change
+	idle    map[int]bool  // worker id -> quiesced while paused
 }
 
 // NewPool validates cfg and returns a stopped pool.
@@ -184,54 +186,43 @@ func (p *Pool) DeclareTopology(ctx context.Context) error {
 // state watcher in the background. It returns an error only if the state
 // cannot be read.
 func (p *Pool) Start(ctx context.Context) error {
-	st, err := state.GetPoolState(ctx, p.deps.DB, p.cfg.Name)
-	if err != nil {
-		return fmt.Errorf("workers: start pool %s: %w", p.cfg.Name, err)
-	}
-	p.mu.Lock()
-	defer p.mu.Unlock()
-	if p.started {
-		return fmt.Errorf("workers: pool %s already started", p.cfg.Name)
-	}
-	p.started = true
-	p.setPausedLocked(st.Paused, st.Reason)
-	fetchCtx, cancel := context.WithCancel(context.WithoutCancel(ctx))
-	workCtx, hard := context.WithCancel(context.WithoutCancel(ctx))
-	p.cancel, p.hard = cancel, hard
-	for i := range p.cfg.Concurrency {
-		w := newWorker(p, i)
-		p.wg.Go(func() { w.run(fetchCtx, workCtx) })
-	}
-	p.wg.Go(func() { p.pollState(fetchCtx) })
-	return nil
+	return p.StartFunc(func() (func(), error) {
+		st, err := state.GetPoolState(ctx, p.deps.DB, p.cfg.Name)
+		if err != nil {
+			return nil, fmt.Errorf("workers: start pool %s: %w", p.cfg.Name, err)
+		}
+		p.apply(st.Paused, st.Reason)
+		// Two contexts, as River's fetch and work contexts: cancelling
+		// fetchCtx stops consuming and lets the work in hand finish and
+		// settle; cancelling workCtx cuts that work off.
+		fetchCtx, cancel := context.WithCancel(context.WithoutCancel(ctx))
+		workCtx, hard := context.WithCancel(context.WithoutCancel(ctx))
+		var wg sync.WaitGroup
+		for i := range p.cfg.Concurrency {
+			w := newWorker(p, i)
+			wg.Go(func() { w.run(fetchCtx, workCtx) })
+		}
+		wg.Go(func() { p.pollState(fetchCtx) })
+		return func() { p.stop(&wg, cancel, hard) }, nil
+	})
 }
 
-// Stop stops consuming, lets in-flight batches finish and settle within
+// stop stops consuming, lets in-flight batches finish and settle within
 // SoftStopTimeout, then cancels what remains (unsettled deliveries go back
-// to the queue when their channel closes). It blocks until every worker
-// has returned; it is safe to call twice and before Start.
-func (p *Pool) Stop() {
-	p.stopOnce.Do(func() {
-		p.mu.Lock()
-		started := p.started
-		p.stopped = true
-		p.mu.Unlock()
-		if !started {
-			return
-		}
-		p.cancel()
-		done := make(chan struct{})
-		go func() { p.wg.Wait(); close(done) }()
-		select {
-		case <-done:
-		case <-time.After(p.cfg.SoftStopTimeout):
-			p.log.Warn("workers: soft stop timed out, cancelling in-flight work")
-			p.hard()
-			<-done
-		}
-		p.hard()
-		p.count.m.paused.Set(0)
-	})
+// to the queue when their channel closes), and waits for every worker.
+func (p *Pool) stop(wg *sync.WaitGroup, cancel, hard context.CancelFunc) {
+	cancel()
+	done := make(chan struct{})
+	go func() { wg.Wait(); close(done) }()
+	select {
+	case <-done:
+	case <-time.After(p.cfg.SoftStopTimeout):
+		p.log.Warn("workers: soft stop timed out, cancelling in-flight work")
+		hard()
+		<-done
+	}
+	hard()
+	p.count.m.paused.Set(0)
 }
 
 // Pause stores the pause in the service database (so every daemon sharing
@@ -329,8 +320,9 @@ func (p *Pool) waitQuiesced(ctx context.Context) (Info, error) {
 				n++
 			}
 		}
-		done := !p.started || p.stopped || !p.paused || n == p.cfg.Concurrency
+		paused := p.paused
 		p.mu.Unlock()
+		done := !p.Running() || !paused || n == p.cfg.Concurrency
 		if done {
 			return p.Info(), nil
 		}
@@ -344,10 +336,11 @@ func (p *Pool) waitQuiesced(ctx context.Context) (Info, error) {
 
 // Info returns a snapshot of the pool's state and counters.
 func (p *Pool) Info() Info {
+	running := p.Running()
 	p.mu.Lock()
 	st := StateRunning
 	switch {
-	case !p.started || p.stopped:
+	case !running:
 		st = StateStopped
 	case p.paused:
 		st = StatePaused

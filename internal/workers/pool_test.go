@@ -204,7 +204,7 @@ func TestPoolStopUnderLoadThenRestart(t *testing.T) {
 	require.Equal(t, StateStopped, b.poolInfoAfterStop.State)
 	b.start(shop.HandlerStockReserve)
 	b.waitFor("all processed", func() bool { return b.reservations() == sent && b.queueDepth(b.queue) == 0 })
-	time.Sleep(200 * time.Millisecond)
+	b.stop() // every batch in hand finishes and settles: nothing can apply later
 	require.Equal(t, sent, b.reservations())
 	require.Equal(t, sent, b.count(`SELECT count(*) FROM processed_event`))
 }
@@ -247,7 +247,9 @@ func TestPoolRecoversFromBrokerAndDatabaseFaults(t *testing.T) {
 	go func() { done <- b.publishResilient(n, 0.1) }()
 	faults := 0
 	for i := 0; i < 3; i++ {
-		time.Sleep(300 * time.Millisecond)
+		// Each fault lands on a pool that has made progress since the last.
+		before := b.reservations()
+		b.waitFor("progress before the fault", func() bool { return b.reservations() > before })
 		out, err := exec.Command("rabbitmqctl", "close_all_connections", "-p", vhost, "chaos test").CombinedOutput()
 		require.NoError(t, err, string(out))
 		faults++
@@ -258,10 +260,10 @@ func TestPoolRecoversFromBrokerAndDatabaseFaults(t *testing.T) {
 	}
 	sent := <-done
 	b.waitFor("all processed", func() bool { return b.reservations() == sent && b.queueDepth(b.queue) == 0 })
-	time.Sleep(300 * time.Millisecond)
+	b.stop() // every batch in hand finishes and settles: nothing can apply later
 	require.Equal(t, sent, b.reservations(), "applied exactly once")
 	require.Equal(t, sent, b.count(`SELECT count(*) FROM processed_event`))
-	t.Logf("faults: %d, events: %d, info: %+v", faults, sent, b.pool.Info())
+	t.Logf("faults: %d, events: %d, info: %+v", faults, sent, b.poolInfoAfterStop)
 }
 
 // Pause under load: nothing consumed while paused (queue depth grows),
@@ -278,17 +280,19 @@ func TestPoolPauseResume(t *testing.T) {
 	require.Equal(t, StatePaused, info.State)
 	require.Equal(t, "incident 42", info.PausedReason)
 	require.Zero(t, info.InFlight)
-	before := b.reservations()
+	before, ready := b.reservations(), b.queueDepth(b.queue)
 	b.publishMany(100, 0)
-	time.Sleep(500 * time.Millisecond)
+	// All 100 more ready in the queue means none was delivered: a paused
+	// pool that consumed one would keep the depth short of it for good.
+	b.waitFor("100 more ready while paused", func() bool { return b.queueDepth(b.queue) == ready+100 })
 	require.Equal(t, before, b.reservations(), "nothing consumed while paused")
-	require.GreaterOrEqual(t, b.queueDepth(b.queue), 100)
 
-	// A restart honours the stored pause.
+	// A restart honours the stored pause: its workers, connected, take
+	// nothing.
 	b.stop()
 	p = b.start(shop.HandlerStockReserve)
-	time.Sleep(300 * time.Millisecond)
 	require.Equal(t, StatePaused, p.Info().State)
+	require.Equal(t, ready+100, b.queueDepth(b.queue))
 	require.Equal(t, before, b.reservations())
 
 	info, err = p.Resume(b.ctx, "test")
@@ -309,7 +313,7 @@ func TestPoolPicksUpStoredPause(t *testing.T) {
 	b.waitFor("paused", func() bool { return p.Info().State == StatePaused })
 	require.Equal(t, "elsewhere", p.Info().PausedReason)
 	b.publishMany(20, 0)
-	time.Sleep(400 * time.Millisecond)
+	b.waitFor("20 ready while paused", func() bool { return b.queueDepth(b.queue) == 20 })
 	require.Equal(t, 0, b.reservations())
 	require.NoError(t, p.Refresh(b.ctx))
 	_, err = b.check.Exec(b.ctx, `UPDATE platform.pool_state SET paused = false WHERE pool = $1`, b.cfg.Name)
