@@ -319,18 +319,7 @@ func (v *validator) services() {
 
 func (v *validator) service(i int, s *ServiceConfig, names map[string]string) {
 	sp := servicePath(i)
-	switch {
-	case s.Name == "":
-		v.ps.add(sp+".name", "must not be empty")
-	case !serviceNameRE.MatchString(s.Name):
-		v.ps.add(sp+".name", "invalid service name %q: must match %s", s.Name, serviceNameRE)
-	default:
-		if other, dup := names[s.Name]; dup {
-			v.ps.add(sp+".name", "duplicate service name %q (also %s)", s.Name, other)
-		} else {
-			names[s.Name] = sp
-		}
-	}
+	v.uniqueName(sp+".name", "service", s.Name, serviceNameRE, names, "")
 	if s.Database == "" {
 		v.ps.add(sp+".database", "must not be empty")
 	} else if _, err := pgx.ParseConfig(s.Database); err != nil {
@@ -356,18 +345,7 @@ func (v *validator) service(i int, s *ServiceConfig, names map[string]string) {
 
 func (v *validator) pool(i, j int, p *PoolConfig, names map[string]string, queues map[string]poolRef) {
 	pp := poolPath(i, j)
-	switch {
-	case p.Name == "":
-		v.ps.add(pp+".name", "must not be empty")
-	case !poolNameRE.MatchString(p.Name):
-		v.ps.add(pp+".name", "invalid pool name %q: must match %s", p.Name, poolNameRE)
-	default:
-		if other, dup := names[p.Name]; dup {
-			v.ps.add(pp+".name", "duplicate pool name %q (also %s; pool names are unique across services)", p.Name, other)
-		} else {
-			names[p.Name] = pp
-		}
-	}
+	v.uniqueName(pp+".name", "pool", p.Name, poolNameRE, names, "; pool names are unique across services")
 
 	if msg := checkQueueName(p.Queue); msg != "" {
 		v.ps.add(pp+".queue", "%s", msg)
@@ -408,6 +386,24 @@ func (v *validator) pool(i, j int, p *PoolConfig, names map[string]string, queue
 			v.ps.add(fmt.Sprintf("%s.retry.delays[%d]", pp, k), "must be between %s and %s (got %s)",
 				fmtDuration(retryDelayMin), fmtDuration(retryDelayMax), fmtDuration(d))
 		}
+	}
+}
+
+// uniqueName checks the name at path: not empty, matching re, and not in
+// seen (names to the path that took them), where it is then recorded. note
+// ends the duplicate message.
+func (v *validator) uniqueName(path, kind, name string, re *regexp.Regexp, seen map[string]string, note string) {
+	switch {
+	case name == "":
+		v.ps.add(path, "must not be empty")
+	case !re.MatchString(name):
+		v.ps.add(path, "invalid %s name %q: must match %s", kind, name, re)
+	default:
+		if other, dup := seen[name]; dup {
+			v.ps.add(path, "duplicate %s name %q (also %s%s)", kind, name, other, note)
+			return
+		}
+		seen[name] = strings.TrimSuffix(path, ".name")
 	}
 }
 

@@ -456,14 +456,5 @@ func (c *horizonCache) get() time.Duration {
 // refreshEvery re-reads the horizon periodically, a safety net under
 // NOTIFY, until ctx ends.
 func (c *horizonCache) refreshEvery(ctx context.Context, every time.Duration) {
-	t := time.NewTicker(every)
-	defer t.Stop()
-	for {
-		select {
-		case <-ctx.Done():
-			return
-		case <-t.C:
-			c.refresh(ctx)
-		}
-	}
+	startstop.Tick(ctx, every, c.refresh)
 }

@@ -17,6 +17,7 @@ import (
 	"errors"
 	"reflect"
 	"sync"
+	"time"
 )
 
 // Service is the lifecycle contract.
@@ -178,6 +179,21 @@ func (l *Loop) Start(ctx context.Context) error {
 		}()
 		return func() { cancel(); <-done }, nil
 	})
+}
+
+// Tick calls fn every period until ctx ends. The first call comes one
+// period after Tick starts: a caller that wants one at once makes it.
+func Tick(ctx context.Context, period time.Duration, fn func(ctx context.Context)) {
+	t := time.NewTicker(period)
+	defer t.Stop()
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case <-t.C:
+			fn(ctx)
+		}
+	}
 }
 
 // isNil reports whether s is a nil interface or holds a nil pointer: a

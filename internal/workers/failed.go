@@ -56,11 +56,13 @@ func failedOf(d *amqp.Delivery) FailedMessage {
 	return m
 }
 
-// withFailedQueue opens a connection and a channel, reads how many
-// messages the failure queue of queue holds, and runs fn; closing the
-// channel afterwards returns every message fn did not ack to the queue, in
-// its place.
-func withFailedQueue(ctx context.Context, url, queue string, fn func(conn *amqp.Connection, ch *amqp.Channel, count int) error) error {
+// eachFailed opens a connection and a channel of its own and calls fn for
+// each of the first limit messages of queue's failure queue, in queue
+// order (at most as many as the queue held when it started, so that a
+// message fn sends back is not met again), with the connection fn may
+// publish on. Closing the channel afterwards returns every message fn did
+// not ack to the queue, in its place.
+func eachFailed(ctx context.Context, url, queue string, limit int, fn func(conn *amqp.Connection, d *amqp.Delivery) error) error {
 	conn, err := amqp.DialConfig(url, amqp.Config{Properties: amqp.Table{"connection_name": "platformd-admin"}})
 	if err != nil {
 		return fmt.Errorf("failed queue of %s: %w", queue, err)
@@ -75,10 +77,22 @@ func withFailedQueue(ctx context.Context, url, queue string, fn func(conn *amqp.
 	if err != nil {
 		return fmt.Errorf("failed queue of %s: %w", queue, err)
 	}
-	if ctx.Err() != nil {
-		return ctx.Err()
+	for range min(q.Messages, limit, failedListMax) {
+		if ctx.Err() != nil {
+			return ctx.Err()
+		}
+		d, ok, err := ch.Get(FailedQueue(queue), false)
+		if err != nil {
+			return fmt.Errorf("read failed queue of %s: %w", queue, err)
+		}
+		if !ok {
+			break
+		}
+		if err := fn(conn, &d); err != nil {
+			return err
+		}
 	}
-	return fn(conn, ch, min(q.Messages, failedListMax))
+	return ctx.Err()
 }
 
 // ListFailed returns up to limit messages of queue's failure queue, in
@@ -86,20 +100,8 @@ func withFailedQueue(ctx context.Context, url, queue string, fn func(conn *amqp.
 // ack and returned to the queue when the channel closes.
 func ListFailed(ctx context.Context, url, queue string, limit int) ([]FailedMessage, error) {
 	var out []FailedMessage
-	err := withFailedQueue(ctx, url, queue, func(_ *amqp.Connection, ch *amqp.Channel, count int) error {
-		for range min(count, limit) {
-			if ctx.Err() != nil {
-				return ctx.Err()
-			}
-			d, ok, err := ch.Get(FailedQueue(queue), false)
-			if err != nil {
-				return fmt.Errorf("read failed queue of %s: %w", queue, err)
-			}
-			if !ok {
-				break
-			}
-			out = append(out, failedOf(&d))
-		}
+	err := eachFailed(ctx, url, queue, limit, func(_ *amqp.Connection, d *amqp.Delivery) error {
+		out = append(out, failedOf(d))
 		return nil
 	})
 	return out, err
@@ -108,50 +110,45 @@ func ListFailed(ctx context.Context, url, queue string, limit int) ([]FailedMess
 // RetryFailed moves the chosen messages of queue's failure queue (those
 // whose event id is in ids, or all) back to queue with the attempt count
 // reset and the x-replay header set (and, with overrideBeyondHorizon, the
-// header that lets them through the beyond-horizon guard). Each copy is confirmed by the broker
-// before its original is acked; the others stay where they were.
+// header that lets them through the beyond-horizon guard). Each copy is
+// confirmed by the broker before its original is acked; the others stay
+// where they were.
 func RetryFailed(ctx context.Context, url, queue string, ids []uuid.UUID, all, overrideBeyondHorizon bool, actor string) (int, error) {
 	want := make(map[string]bool, len(ids))
 	for _, id := range ids {
 		want[strings.ToLower(id.String())] = true
 	}
 	moved := 0
-	err := withFailedQueue(ctx, url, queue, func(conn *amqp.Connection, ch *amqp.Channel, count int) error {
-		pubConn := &Conn{url: url, name: "platformd-admin-publish", conn: conn, dialed: true}
-		pub := NewPublisher(pubConn, 1)
-		defer pub.Close()
-		for range count {
-			if ctx.Err() != nil {
-				return ctx.Err()
-			}
-			d, ok, err := ch.Get(FailedQueue(queue), false)
-			if err != nil {
-				return fmt.Errorf("read failed queue of %s: %w", queue, err)
-			}
-			if !ok {
-				break
-			}
-			id, _ := peekIDs(d.Body)
-			if !all && !want[strings.ToLower(id)] {
-				continue
-			}
-			msg := copyOf(&d)
-			for _, h := range headersResetOnRetry {
-				delete(msg.Headers, h)
-			}
-			msg.Headers[HeaderReplay] = "retry-failed:" + actor
-			if overrideBeyondHorizon {
-				msg.Headers[HeaderBeyondHorizonOverride] = true
-			}
-			msg.Headers[HeaderOriginalRoutingKey] = originalRoutingKey(&d)
-			if errs := pub.Publish(ctx, []outgoing{{queue: queue, msg: msg}}); errs[0] != nil {
-				return fmt.Errorf("retry %s to %s: %w", id, queue, errs[0])
-			}
-			if err := d.Ack(false); err != nil {
-				return fmt.Errorf("retry %s: remove original: %w", id, err)
-			}
-			moved++
+	var pub *Publisher
+	defer func() {
+		if pub != nil {
+			pub.Close()
 		}
+	}()
+	err := eachFailed(ctx, url, queue, failedListMax, func(conn *amqp.Connection, d *amqp.Delivery) error {
+		id, _ := peekIDs(d.Body)
+		if !all && !want[strings.ToLower(id)] {
+			return nil
+		}
+		if pub == nil {
+			pub = NewPublisher(&Conn{url: url, name: "platformd-admin-publish", conn: conn, dialed: true}, 1)
+		}
+		msg := copyOf(d)
+		for _, h := range headersResetOnRetry {
+			delete(msg.Headers, h)
+		}
+		msg.Headers[HeaderReplay] = "retry-failed:" + actor
+		if overrideBeyondHorizon {
+			msg.Headers[HeaderBeyondHorizonOverride] = true
+		}
+		msg.Headers[HeaderOriginalRoutingKey] = originalRoutingKey(d)
+		if errs := pub.Publish(ctx, []outgoing{{queue: queue, msg: msg}}); errs[0] != nil {
+			return fmt.Errorf("retry %s to %s: %w", id, queue, errs[0])
+		}
+		if err := d.Ack(false); err != nil {
+			return fmt.Errorf("retry %s: remove original: %w", id, err)
+		}
+		moved++
 		return nil
 	})
 	return moved, err

@@ -259,19 +259,14 @@ func (p *Pool) Refresh(ctx context.Context) error {
 	return nil
 }
 
+// pollState re-reads the stored pause state every StatePollInterval, a
+// safety net under LISTEN/NOTIFY.
 func (p *Pool) pollState(ctx context.Context) {
-	t := time.NewTicker(p.cfg.StatePollInterval)
-	defer t.Stop()
-	for {
-		select {
-		case <-ctx.Done():
-			return
-		case <-t.C:
-			if err := p.Refresh(ctx); err != nil && ctx.Err() == nil {
-				p.log.WarnContext(ctx, "workers: read pause state", slog.Any("error", err))
-			}
+	startstop.Tick(ctx, p.cfg.StatePollInterval, func(ctx context.Context) {
+		if err := p.Refresh(ctx); err != nil && ctx.Err() == nil {
+			p.log.WarnContext(ctx, "workers: read pause state", slog.Any("error", err))
 		}
-	}
+	})
 }
 
 func (p *Pool) apply(paused bool, reason string) {
