@@ -158,6 +158,11 @@ type PoolConfig struct {
 	Batch BatchConfig `yaml:"batch"`
 	// Retry lists the retry delays.
 	Retry RetryConfig `yaml:"retry"`
+	// PartitionKey, a JSON pointer into the payload (RFC 6901, e.g.
+	// "/order_id"), gives each key's events to one worker of the pool, in
+	// delivery order; a payload without the key goes to any worker. Empty
+	// (the default): every worker consumes on its own.
+	PartitionKey string `yaml:"partition_key"`
 }
 
 // BatchConfig bounds a worker's batch.

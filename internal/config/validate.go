@@ -16,6 +16,7 @@ import (
 	"time"
 	"unicode/utf8"
 
+	"github.com/go-json-experiment/json/jsontext"
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgconn"
 	amqp "github.com/rabbitmq/amqp091-go"
@@ -380,6 +381,9 @@ func (v *validator) pool(i, j int, p *PoolConfig, names map[string]string, queue
 		v.ps.add(pp+".prefetch", "must be at most %d (got %d)", PrefetchMax, p.Prefetch)
 	case p.Prefetch < p.Batch.Size && !v.ps.isBad(pp+".batch.size"):
 		v.ps.add(pp+".prefetch", "must be at least batch.size (%d), or no batch could ever fill (got %d)", p.Batch.Size, p.Prefetch)
+	}
+	if p.PartitionKey != "" && !jsontext.Pointer(p.PartitionKey).IsValid() {
+		v.ps.add(pp+".partition_key", "invalid JSON pointer %q: want \"/member\" or \"/member/0/member\" (RFC 6901; ~0 for ~, ~1 for /)", p.PartitionKey)
 	}
 	for k, d := range p.Retry.Delays {
 		if d < retryDelayMin || d > retryDelayMax {

@@ -240,6 +240,14 @@ func TestValidation(t *testing.T) {
 			path: "services[1].horizon", msg: `retry span of pool "shipping-events" (11m11s`},
 		{name: "HorizonJustLongerThanRetrySpan", edits: []string{"horizon: 336h", "horizon: 11m12s", "min_horizon: 24h", "min_horizon: 1m"}},
 
+		// partition key
+		{name: "PartitionKey", edits: []string{stockPoolEnd, stockPoolEnd + "        partition_key: /order_id\n"}},
+		{name: "PartitionKeyNested", edits: []string{stockPoolEnd, stockPoolEnd + "        partition_key: /order/lines/0/product_id\n"}},
+		{name: "PartitionKeyNoSlash", edits: []string{stockPoolEnd, stockPoolEnd + "        partition_key: order_id\n"},
+			path: "services[0].pools[0].partition_key", msg: `invalid JSON pointer "order_id"`},
+		{name: "PartitionKeyBadEscape", edits: []string{stockPoolEnd, stockPoolEnd + "        partition_key: /a~2b\n"},
+			path: "services[0].pools[0].partition_key", msg: `invalid JSON pointer "/a~2b"`},
+
 		// routing across the pools of one service
 		{name: "TwoPoolsRouteOneEvent", edits: []string{stockPoolEnd, stockPoolEnd +
 			"      - name: stock-release\n        queue: stock.release\n        bindings: [\"order.#\"]\n        handlers: [stock.release]\n"},

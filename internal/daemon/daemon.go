@@ -271,6 +271,7 @@ func (d *Daemon) addService(ctx context.Context, sc config.ServiceConfig) error 
 			},
 			Concurrency: pc.Concurrency, Prefetch: pc.Prefetch,
 			BatchSize: pc.Batch.Size, BatchWait: pc.Batch.Wait,
+			PartitionKey:  pc.PartitionKey,
 			MaxBodyBytes:  d.cfg.Broker.MaxBodyBytes,
 			BeyondHorizon: sc.BeyondHorizon,
 			HorizonFunc:   svc.horizon.get,

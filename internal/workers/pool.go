@@ -10,6 +10,7 @@ import (
 	"sync/atomic"
 	"time"
 
+	"github.com/go-json-experiment/json/jsontext"
 	"github.com/jackc/pgx/v5/pgxpool"
 
 	"github.com/platformd/platformd/internal/config"
@@ -56,6 +57,10 @@ type PoolConfig struct {
 	BeyondHorizon string
 	// HorizonFunc returns the service's replay horizon in force.
 	HorizonFunc func() time.Duration
+	// PartitionKey, a JSON pointer into the payload (e.g. "/order_id"),
+	// gives each key to one worker (see reader); "" (the default) lets
+	// every worker consume on its own channel.
+	PartitionKey string
 	// SoftStopTimeout bounds how long Stop lets in-flight batches finish.
 	SoftStopTimeout time.Duration
 	// StatePollInterval is how often the stored pause state is re-read as
@@ -136,6 +141,9 @@ func NewPool(cfg PoolConfig, deps Deps) (*Pool, error) {
 	if deps.Processor == nil || deps.DB == nil || deps.Consume == nil || deps.Publish == nil || deps.Metrics == nil || deps.Logger == nil {
 		return nil, fmt.Errorf("workers: pool %s: missing dependency", cfg.Name)
 	}
+	if cfg.PartitionKey != "" && !jsontext.Pointer(cfg.PartitionKey).IsValid() {
+		return nil, fmt.Errorf("workers: pool %s: partition key %q is not a JSON pointer", cfg.Name, cfg.PartitionKey)
+	}
 	cfg.Concurrency = cmp.Or(cfg.Concurrency, 1)
 	cfg.BatchSize = cmp.Or(cfg.BatchSize, 1)
 	cfg.Prefetch = max(cfg.Prefetch, cfg.BatchSize*cfg.Concurrency)
@@ -198,9 +206,17 @@ func (p *Pool) Start(ctx context.Context) error {
 		fetchCtx, cancel := context.WithCancel(context.WithoutCancel(ctx))
 		workCtx, hard := context.WithCancel(context.WithoutCancel(ctx))
 		var wg sync.WaitGroup
-		for i := range p.cfg.Concurrency {
-			w := newWorker(p, i)
-			wg.Go(func() { w.run(fetchCtx, workCtx) })
+		workers := make([]*worker, p.cfg.Concurrency)
+		for i := range workers {
+			workers[i] = newWorker(p, i)
+		}
+		if p.cfg.PartitionKey != "" {
+			r := newReader(p, workers)
+			wg.Go(func() { r.run(fetchCtx, workCtx) })
+		} else {
+			for _, w := range workers {
+				wg.Go(func() { w.run(fetchCtx, workCtx) })
+			}
 		}
 		wg.Go(func() { p.pollState(fetchCtx) })
 		return func() { p.stop(&wg, cancel, hard) }, nil
@@ -298,10 +314,13 @@ func (p *Pool) pauseState() (bool, <-chan struct{}) {
 	return p.paused, p.changed
 }
 
-func (p *Pool) setIdle(worker int, idle bool) {
+// setIdle records whether the workers are quiesced (paused or stopped).
+func (p *Pool) setIdle(workers []int, idle bool) {
 	p.mu.Lock()
 	defer p.mu.Unlock()
-	p.idle[worker] = idle
+	for _, w := range workers {
+		p.idle[w] = idle
+	}
 }
 
 func (p *Pool) waitQuiesced(ctx context.Context) (Info, error) {

@@ -2,9 +2,8 @@ package workers
 
 import (
 	"context"
-	"errors"
-	"fmt"
 	"log/slog"
+	"strconv"
 	"time"
 
 	amqp "github.com/rabbitmq/amqp091-go"
@@ -26,7 +25,6 @@ type worker struct {
 	timer     *time.Timer
 	batch     []message
 	events    []consumer.Event
-	consumers int
 
 	// lastBatch is the size of the previous batch: the worker lingers
 	// for batch.wait only while its batches come at least half full.
@@ -62,100 +60,18 @@ func newWorker(p *Pool, id int) *worker {
 	}
 }
 
-// run keeps a consuming session alive until fetchCtx ends.
+// run keeps the worker's consuming session alive until fetchCtx ends.
 func (w *worker) run(fetchCtx, workCtx context.Context) {
 	defer w.pub.Close()
-	defer w.pool.setIdle(w.id, true)
-	backoff := BackoffMinDefault
-	for fetchCtx.Err() == nil {
-		start := time.Now()
-		err := w.session(fetchCtx, workCtx)
-		if fetchCtx.Err() != nil {
-			return
-		}
-		if time.Since(start) > time.Minute {
-			backoff = BackoffMinDefault
-		}
-		w.log.WarnContext(fetchCtx, "workers: consumer session ended, restarting", slog.Any("error", err), slog.Duration("backoff", backoff))
-		select {
-		case <-fetchCtx.Done():
-			return
-		case <-time.After(jitter(backoff)):
-		}
-		backoff = min(backoff*2, BackoffMaxDefault)
-	}
-}
-
-type sessionEnd uint8
-
-const (
-	endPaused sessionEnd = iota + 1
-	endStopping
-	endChannelGone
-)
-
-// session opens a fresh channel, declares the topology and consumes until
-// the channel dies or fetchCtx ends.
-func (w *worker) session(fetchCtx, workCtx context.Context) error {
-	conn, err := w.pool.deps.Consume.Get(fetchCtx)
-	if err != nil {
-		return err
-	}
-	ch, err := conn.Channel()
-	if err != nil {
-		return fmt.Errorf("open channel: %w", err)
-	}
-	defer func() { _ = ch.Close() }()
-	closed := ch.NotifyClose(make(chan *amqp.Error, 1))
-	if err := w.pool.cfg.Topology.Declare(ch); err != nil {
-		return err
-	}
-	if err := ch.Qos(w.prefetch, 0, false); err != nil {
-		return fmt.Errorf("qos: %w", err)
-	}
-	w.pool.connected.Add(1)
-	defer w.pool.connected.Add(-1)
-	for {
-		paused, changed := w.pool.pauseState()
-		if paused {
-			w.pool.setIdle(w.id, true)
-			select {
-			case <-changed:
-				continue
-			case <-fetchCtx.Done():
-				return nil
-			case e := <-closed:
-				return fmt.Errorf("channel closed while paused: %w", amqpErr(e))
+	defer w.pool.setIdle([]int{w.id}, true)
+	w.pool.keepSession(fetchCtx, w.log, func() error {
+		return w.pool.session(fetchCtx, strconv.Itoa(w.id), w.prefetch, []int{w.id}, func(ch *amqp.Channel) consumeFunc {
+			st := w.newSettler(ch)
+			return func(tag string, deliveries <-chan amqp.Delivery, changed <-chan struct{}) sessionEnd {
+				return w.consume(fetchCtx, workCtx, ch, st, tag, deliveries, changed)
 			}
-		}
-		w.pool.setIdle(w.id, false)
-		w.consumers++
-		tag := fmt.Sprintf("platformd.%s.%d.%d.%d", w.pool.cfg.Name, w.id, time.Now().UnixNano(), w.consumers)
-		deliveries, err := ch.Consume(w.pool.cfg.Queue, tag, false, false, false, false, nil)
-		if err != nil {
-			return fmt.Errorf("consume %s: %w", w.pool.cfg.Queue, err)
-		}
-		switch w.consume(fetchCtx, workCtx, ch, w.newSettler(ch), tag, deliveries, changed) {
-		case endPaused:
-			continue
-		case endStopping:
-			return nil
-		case endChannelGone:
-			select {
-			case e := <-closed:
-				return fmt.Errorf("channel closed: %w", amqpErr(e))
-			default:
-				return errors.New("consumer cancelled by the broker")
-			}
-		}
-	}
-}
-
-func amqpErr(e *amqp.Error) error {
-	if e == nil {
-		return errors.New("closed")
-	}
-	return e
+		})
+	})
 }
 
 // consume reads deliveries into batches and handles them until the pool is
@@ -277,6 +193,30 @@ func (w *worker) cancelAndDrain(workCtx context.Context, ch *amqp.Channel, st *s
 		}
 	}
 	return st.flush()
+}
+
+// serve handles the deliveries a partitioned pool's reader hands this
+// worker, settling them through st, until in is closed. If the shared
+// channel dies, the rest of in is dropped: those deliveries come back
+// redelivered.
+func (w *worker) serve(workCtx, fetchCtx context.Context, st *settler, in <-chan amqp.Delivery) {
+	w.deliveries, w.held, w.hasHeld = in, amqp.Delivery{}, false
+	for {
+		d, ok := w.takeHeld()
+		if !ok {
+			if !st.flush() {
+				break
+			}
+			if d, ok = <-in; !ok {
+				return
+			}
+		}
+		if !w.handle(workCtx, fetchCtx, st, d) {
+			break
+		}
+	}
+	for range in { //nolint:revive // drop the dead channel's deliveries
+	}
 }
 
 // handle gathers a batch starting with first and processes and settles it.

@@ -1,0 +1,116 @@
+package workers
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"time"
+
+	amqp "github.com/rabbitmq/amqp091-go"
+)
+
+// sessionEnd is why one consumer of a session ended.
+type sessionEnd uint8
+
+const (
+	endPaused      sessionEnd = iota + 1 // the pool was paused: consume again on resume
+	endStopping                          // fetchCtx ended
+	endChannelGone                       // the channel died or the broker cancelled the consumer
+)
+
+// consumeFunc runs one consumer, tagged tag, over its deliveries until the
+// pool's pause state changes to paused (changed is closed on any change),
+// fetchCtx ends or the channel dies, and says which.
+type consumeFunc func(tag string, deliveries <-chan amqp.Delivery, changed <-chan struct{}) sessionEnd
+
+// keepSession runs session again and again, with backoff and jitter after
+// a failure, until fetchCtx ends: amqp091-go does not reconnect by itself,
+// and every session gets a fresh channel.
+func (p *Pool) keepSession(fetchCtx context.Context, log *slog.Logger, session func() error) {
+	backoff := BackoffMinDefault
+	for fetchCtx.Err() == nil {
+		start := time.Now()
+		err := session()
+		if fetchCtx.Err() != nil {
+			return
+		}
+		if time.Since(start) > time.Minute {
+			backoff = BackoffMinDefault
+		}
+		log.WarnContext(fetchCtx, "workers: consumer session ended, restarting", slog.Any("error", err), slog.Duration("backoff", backoff))
+		select {
+		case <-fetchCtx.Done():
+			return
+		case <-time.After(jitter(backoff)):
+		}
+		backoff = min(backoff*2, BackoffMaxDefault)
+	}
+}
+
+// session opens a fresh channel, declares the topology, sets prefetch and
+// consumes through the consumeFunc that start returns for the channel,
+// again after each pause, until the channel dies or fetchCtx ends. workers
+// are the ids of the workers the session serves, for the pause
+// bookkeeping; name tells the session's consumer tags apart.
+func (p *Pool) session(fetchCtx context.Context, name string, prefetch int, workers []int, start func(ch *amqp.Channel) consumeFunc) error {
+	conn, err := p.deps.Consume.Get(fetchCtx)
+	if err != nil {
+		return err
+	}
+	ch, err := conn.Channel()
+	if err != nil {
+		return fmt.Errorf("open channel: %w", err)
+	}
+	defer func() { _ = ch.Close() }()
+	closed := ch.NotifyClose(make(chan *amqp.Error, 1))
+	if err := p.cfg.Topology.Declare(ch); err != nil {
+		return err
+	}
+	if err := ch.Qos(prefetch, 0, false); err != nil {
+		return fmt.Errorf("qos: %w", err)
+	}
+	p.connected.Add(int64(len(workers)))
+	defer p.connected.Add(-int64(len(workers)))
+	consume := start(ch)
+	for n := 1; ; n++ {
+		paused, changed := p.pauseState()
+		if paused {
+			p.setIdle(workers, true)
+			select {
+			case <-changed:
+				continue
+			case <-fetchCtx.Done():
+				return nil
+			case e := <-closed:
+				return fmt.Errorf("channel closed while paused: %w", amqpErr(e))
+			}
+		}
+		p.setIdle(workers, false)
+		tag := fmt.Sprintf("platformd.%s.%s.%d.%d", p.cfg.Name, name, time.Now().UnixNano(), n)
+		deliveries, err := ch.Consume(p.cfg.Queue, tag, false, false, false, false, nil)
+		if err != nil {
+			return fmt.Errorf("consume %s: %w", p.cfg.Queue, err)
+		}
+		switch consume(tag, deliveries, changed) {
+		case endPaused:
+			continue
+		case endStopping:
+			return nil
+		case endChannelGone:
+			select {
+			case e := <-closed:
+				return fmt.Errorf("channel closed: %w", amqpErr(e))
+			default:
+				return errors.New("consumer cancelled by the broker")
+			}
+		}
+	}
+}
+
+func amqpErr(e *amqp.Error) error {
+	if e == nil {
+		return errors.New("closed")
+	}
+	return e
+}
