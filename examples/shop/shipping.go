@@ -1,8 +1,10 @@
 package shop
 
 import (
+	"bytes"
 	"context"
 	"fmt"
+	"slices"
 
 	"github.com/go-json-experiment/json"
 	"github.com/google/uuid"
@@ -46,7 +48,9 @@ func (trackHandler) Handle(ctx context.Context, tx pgx.Tx, ev consumer.Event) er
 // HandleBatch applies a batch of status changes in one upsert. Applying
 // them one by one keeps, per order, the first change with the highest
 // version; so does reducing them to that change first (an upsert may not
-// touch a row twice).
+// touch a row twice). The orders are then upserted in key order, so that
+// two transactions whose batches share orders lock their rows in the same
+// order: in first-seen order they deadlocked (40P01) on hot orders.
 func (trackHandler) HandleBatch(ctx context.Context, tx pgx.Tx, evs []consumer.Event) error {
 	latest := make(map[uuid.UUID]OrderStatusChanged, len(evs))
 	var order []uuid.UUID
@@ -71,6 +75,7 @@ func (trackHandler) HandleBatch(ctx context.Context, tx pgx.Tx, evs []consumer.E
 			latest[s.OrderID] = s
 		}
 	}
+	slices.SortFunc(order, func(a, b uuid.UUID) int { return bytes.Compare(a[:], b[:]) })
 	ids := make([][16]byte, len(order))
 	statuses := make([]string, len(order))
 	versions := make([]int32, len(order))

@@ -6,10 +6,13 @@ import (
 	"fmt"
 	"io"
 	"log/slog"
+	"math/rand/v2"
 	"testing"
 	"time"
 
 	"github.com/google/uuid"
+	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgxpool"
 	"github.com/stretchr/testify/require"
 	"go.uber.org/goleak"
 
@@ -24,7 +27,8 @@ func TestMain(m *testing.M) {
 	goleak.VerifyTestMain(m, goleak.IgnoreTopFunction("github.com/jackc/pgx/v5/pgxpool.(*Pool).backgroundHealthCheck"))
 }
 
-func newProcessor(t *testing.T, handler string) (*dedup.Processor, func(q string, args ...any) []any) {
+// shopDB returns a pool on a scratch database migrated for handler.
+func shopDB(t *testing.T, handler string) *pgxpool.Pool {
 	t.Helper()
 	ctx := context.Background()
 	reg := consumer.NewRegistry()
@@ -36,6 +40,15 @@ func newProcessor(t *testing.T, handler string) (*dedup.Processor, func(q string
 	db, err := dedup.Connect(ctx, dsn, dedup.PoolConfig{})
 	require.NoError(t, err)
 	t.Cleanup(db.Close)
+	return db
+}
+
+func newProcessor(t *testing.T, handler string) (*dedup.Processor, func(q string, args ...any) []any) {
+	t.Helper()
+	ctx := context.Background()
+	db := shopDB(t, handler)
+	reg := consumer.NewRegistry()
+	require.NoError(t, shop.Register(reg))
 	routes, err := dedup.RoutesFor(reg, []string{handler})
 	require.NoError(t, err)
 	row := func(q string, args ...any) []any {
@@ -182,4 +195,50 @@ func TestOrderPlacedValidateQuantity(t *testing.T) {
 			t.Errorf("quantity %q: Validate() = %v, want valid=%v", q, err, ok)
 		}
 	}
+}
+
+// HandleBatch has exactly the effects of Handle applied event by event in
+// order, on batches full of repeated orders: versions up and down, equal
+// versions with different statuses (the first of them wins), against rows
+// that are already newer or older.
+func TestTrackStatusBatchEqualsOneByOne(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	byBatch, oneByOne := shopDB(t, shop.HandlerShippingTrack), shopDB(t, shop.HandlerShippingTrack)
+	reg := consumer.NewRegistry()
+	require.NoError(t, shop.Register(reg))
+	r, err := reg.Lookup(shop.HandlerShippingTrack)
+	require.NoError(t, err)
+	h := r.Handler.(consumer.BatchHandler)
+	rng := rand.New(rand.NewPCG(1, 2))
+	orders := make([]uuid.UUID, 7)
+	for i := range orders {
+		orders[i] = uuid.New()
+	}
+	for batch := range 40 {
+		evs := make([]consumer.Event, 1+rng.IntN(30))
+		for i := range evs {
+			evs[i] = event(t, shop.EventOrderStatusChanged, shop.OrderStatusChanged{
+				OrderID: orders[rng.IntN(len(orders))], Status: fmt.Sprintf("s%d-%d", batch, i), Version: int32(1 + rng.IntN(12)),
+			})
+		}
+		require.NoError(t, pgx.BeginFunc(ctx, byBatch, func(tx pgx.Tx) error { return h.HandleBatch(ctx, tx, evs) }))
+		require.NoError(t, pgx.BeginFunc(ctx, oneByOne, func(tx pgx.Tx) error {
+			for _, ev := range evs {
+				if err := h.Handle(ctx, tx, ev); err != nil {
+					return err
+				}
+			}
+			return nil
+		}))
+	}
+	dump := func(db *pgxpool.Pool) []string {
+		rows, err := db.Query(ctx, `SELECT order_id::text || ' ' || status || ' ' || version FROM order_status ORDER BY order_id`)
+		require.NoError(t, err)
+		out, err := pgx.CollectRows(rows, pgx.RowTo[string])
+		require.NoError(t, err)
+		return out
+	}
+	require.Len(t, dump(byBatch), len(orders))
+	require.Equal(t, dump(oneByOne), dump(byBatch))
 }

@@ -276,8 +276,10 @@ func (d *Daemon) addService(ctx context.Context, sc config.ServiceConfig) error 
 			BeyondHorizon: sc.BeyondHorizon,
 			HorizonFunc:   svc.horizon.get,
 		}, workers.Deps{
-			Processor: dedup.NewProcessor(db, dedup.ProcessorConfig{Routes: routes}),
-			DB:        db, Consume: consume, Publish: d.publish, Metrics: d.metrics, Logger: d.log,
+			Processor: dedup.NewProcessor(db, dedup.ProcessorConfig{
+				Routes: routes, Observer: workers.NewConflictObserver(d.metrics, sc.Name, pc.Name, d.log),
+			}),
+			DB: db, Consume: consume, Publish: d.publish, Metrics: d.metrics, Logger: d.log,
 		})
 		if err != nil {
 			return err

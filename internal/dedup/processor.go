@@ -2,6 +2,7 @@ package dedup
 
 import (
 	"bytes"
+	"cmp"
 	"context"
 	"errors"
 	"fmt"
@@ -87,13 +88,45 @@ type Route struct {
 type ProcessorConfig struct {
 	// Routes maps event names to their handlers, called in slice order.
 	Routes map[string][]Route
+	// Observer sees the step's conflicts and replays; nil observes nothing.
+	Observer Observer
+	// ConflictRetries is how many times a batch transaction aborted by a
+	// deadlock or a serialization failure is tried again at once before
+	// its events are replayed one by one (default
+	// ConflictRetriesDefault; -1: never).
+	ConflictRetries int
 }
+
+// ConflictRetriesDefault is ProcessorConfig.ConflictRetries' default.
+// PostgreSQL's documentation advises retrying a transaction that failed
+// with 40P01 or 40001 at once: the conflict is a matter of timing, and
+// sending a whole batch through a delay queue for one lock conflict is
+// what made hot keys crawl.
+const ConflictRetriesDefault = 3
+
+// Observer is told what the dedup step meets, for metrics and logs. Its
+// methods are called from the workers' goroutines: implementations must be
+// safe for concurrent use and fast.
+type Observer interface {
+	// Conflict is called when a batch transaction was aborted by a
+	// deadlock or a serialization failure (sqlstate 40P01 or 40001).
+	Conflict(sqlstate string)
+	// Replay is called when a failed batch is replayed event by event.
+	Replay()
+}
+
+type nopObserver struct{}
+
+func (nopObserver) Conflict(string) {}
+func (nopObserver) Replay()         {}
 
 // Processor runs batches of one service's events. It is safe for
 // concurrent use; each call uses one pooled connection.
 type Processor struct {
-	db     *pgxpool.Pool
-	routes map[string][]Route
+	db      *pgxpool.Pool
+	routes  map[string][]Route
+	obs     Observer
+	retries int
 	// order lists every handler once, each after the handlers routed
 	// before it for some event (registration order).
 	order []Route
@@ -197,7 +230,10 @@ func (f *inflight) release(own *batchClaim, mine []*task, err error) {
 
 // NewProcessor returns a Processor over db.
 func NewProcessor(db *pgxpool.Pool, cfg ProcessorConfig) *Processor {
-	p := &Processor{db: db, routes: cfg.Routes}
+	p := &Processor{db: db, routes: cfg.Routes, obs: cfg.Observer, retries: cmp.Or(cfg.ConflictRetries, ConflictRetriesDefault)}
+	if p.obs == nil {
+		p.obs = nopObserver{}
+	}
 	seen := map[string]bool{}
 	// Routes of every event list handlers in registration order; merge
 	// them into one order (stable across map iteration by sorting names
@@ -319,15 +355,55 @@ func firstCopies(ts []*task) []*task {
 	return first
 }
 
-// errHandlerFailed rolls a transaction back because a handler failed: the
+// handlerFailure rolls a transaction back because a handler failed: the
 // event's fault, not the database's. The failing task's result is set when
 // it is known (a batch call's failure names no event).
-var errHandlerFailed = errors.New("dedup: handler failed")
+type handlerFailure struct{ cause error }
 
-// run applies ts (distinct ids) in one transaction and, when a handler
-// fails, replays them in isolation.
+func (e *handlerFailure) Error() string { return "dedup: handler failed: " + e.cause.Error() }
+func (e *handlerFailure) Unwrap() error { return e.cause }
+
+// run applies ts (distinct ids) in one transaction. A transaction aborted
+// by a deadlock or a serialization failure is tried again at once, up to
+// the configured retries; when a handler fails (or the conflicts go on),
+// the events are replayed in isolation.
 func (p *Processor) run(ctx context.Context, ts []*task) error {
-	err := dbutil.WithTx(ctx, p.db, dbutil.ReadCommitted, func(ctx context.Context, tx pgx.Tx) error {
+	for attempt := 0; ; attempt++ {
+		err := p.tryBatch(ctx, ts)
+		code, conflict := conflictCode(err)
+		if conflict {
+			p.obs.Conflict(code)
+			if attempt < p.retries {
+				continue
+			}
+		}
+		var hf *handlerFailure
+		switch {
+		case err == nil:
+			return nil
+		case conflict:
+			// Not an event's fault: every event runs again on its own.
+			for _, t := range ts {
+				t.result = Result{}
+			}
+			p.obs.Replay()
+			return p.runIsolated(ctx, ts)
+		case errors.As(err, &hf):
+			p.obs.Replay()
+			return p.runIsolated(ctx, ts)
+		default:
+			return fmt.Errorf("dedup: %w", err)
+		}
+	}
+}
+
+// tryBatch runs ts in one transaction: one insert of their ids, the
+// handlers of the new ones, one commit.
+func (p *Processor) tryBatch(ctx context.Context, ts []*task) error {
+	for _, t := range ts {
+		t.result = Result{} // a try again starts from nothing known
+	}
+	return dbutil.WithTx(ctx, p.db, dbutil.ReadCommitted, func(ctx context.Context, tx pgx.Tx) error {
 		fresh, err := p.record(ctx, tx, ts)
 		if err != nil {
 			return err
@@ -340,13 +416,20 @@ func (p *Processor) run(ctx context.Context, ts []*task) error {
 		}
 		return nil
 	})
-	switch {
-	case errors.Is(err, errHandlerFailed):
-		return p.runIsolated(ctx, ts)
-	case err != nil:
-		return fmt.Errorf("dedup: %w", err)
+}
+
+// conflictCode returns the SQLSTATE of err when it is a deadlock or a
+// serialization failure.
+func conflictCode(err error) (string, bool) {
+	var pgErr *pgconn.PgError
+	if err == nil || !errors.As(err, &pgErr) {
+		return "", false
 	}
-	return nil
+	switch pgErr.Code {
+	case "40P01", "40001":
+		return pgErr.Code, true
+	}
+	return "", false
 }
 
 // runIsolated replays ts with one savepoint per event: each event's insert
@@ -369,7 +452,8 @@ func (p *Processor) runIsolated(ctx context.Context, ts []*task) error {
 				t.result = Result{Outcome: OutcomeProcessed}
 				return nil
 			})
-			if err != nil && !errors.Is(err, errHandlerFailed) {
+			var hf *handlerFailure
+			if err != nil && !errors.As(err, &hf) {
 				return err
 			}
 		}
@@ -447,7 +531,7 @@ var scratchPool = sync.Pool{New: func() any { return new(eventsScratch) }}
 
 // runHandlers runs the handlers of the new events: handler by handler in
 // registration order, a BatchHandler once over all its events, any other
-// handler event by event. A handler's failure returns errHandlerFailed
+// handler event by event. A handler's failure returns a *handlerFailure
 // (with the failing task's result set when one event's call failed); any
 // other error is the database's or the caller's.
 func (p *Processor) runHandlers(ctx context.Context, tx pgx.Tx, fresh []*task) error {
@@ -498,7 +582,7 @@ func (p *Processor) runEvent(ctx context.Context, tx pgx.Tx, t *task) error {
 
 // handlerError sorts a handler's error: the database's or the caller's
 // fault is returned wrapped (the batch's outcome is unknown); the event's
-// is recorded on t, when known, and returned as errHandlerFailed.
+// is recorded on t, when known, and returned as a *handlerFailure.
 func handlerError(ctx context.Context, tx pgx.Tx, handler string, err error, t *task) error {
 	if infra(ctx, tx, err) {
 		return fmt.Errorf("handler %s: %w", handler, err)
@@ -506,7 +590,7 @@ func handlerError(ctx context.Context, tx pgx.Tx, handler string, err error, t *
 	if t != nil {
 		t.result = Result{Outcome: OutcomeFailed, Err: err, Permanent: consumer.IsPermanent(err), Handler: handler}
 	}
-	return errHandlerFailed
+	return &handlerFailure{cause: err}
 }
 
 func routed(routes []Route, name string) bool {

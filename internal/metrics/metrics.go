@@ -55,6 +55,11 @@ type Metrics struct {
 	Reconnects *prometheus.CounterVec
 	// BatchErrors counts batches whose outcome was unknown (requeued).
 	BatchErrors *prometheus.CounterVec
+	// TxConflicts counts batch transactions aborted by a deadlock (40P01)
+	// or a serialization failure (40001), by SQLSTATE.
+	TxConflicts *prometheus.CounterVec
+	// BatchReplays counts failed batches replayed event by event.
+	BatchReplays *prometheus.CounterVec
 
 	// PurgeRowsDeleted counts processed_event rows purged.
 	PurgeRowsDeleted *prometheus.CounterVec
@@ -107,6 +112,12 @@ func New() *Metrics {
 		BatchErrors: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Name: "platformd_batch_errors_total", Help: "Batches whose outcome was not known durable; requeued whole.",
 		}, sp),
+		TxConflicts: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "platformd_tx_conflicts_total", Help: "Batch transactions aborted by a deadlock or a serialization failure, by SQLSTATE (retried at once).",
+		}, []string{"service", "pool", "sqlstate"}),
+		BatchReplays: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "platformd_batch_replays_total", Help: "Failed batches replayed event by event, one savepoint each.",
+		}, sp),
 		PurgeRowsDeleted: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Name: "platformd_purge_rows_deleted_total", Help: "processed_event rows deleted by purges.",
 		}, []string{"service"}),
@@ -124,7 +135,7 @@ func New() *Metrics {
 		}, []string{"service"}),
 	}
 	r.MustRegister(m.MessagesTotal, m.DuplicatesTotal, m.FailuresTotal, m.BatchDuration, m.BatchSize,
-		m.HandlerDuration, m.PoolPaused, m.PoolInFlight, m.Reconnects, m.BatchErrors,
+		m.HandlerDuration, m.PoolPaused, m.PoolInFlight, m.Reconnects, m.BatchErrors, m.TxConflicts, m.BatchReplays,
 		m.PurgeRowsDeleted, m.PurgeDuration, m.PurgeChunkDuration, m.PurgeLastSuccess, m.ProcessedEventRows)
 	return m
 }

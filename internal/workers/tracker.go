@@ -17,11 +17,11 @@ import (
 type tracker struct {
 	ch acker
 
-	mu   sync.Mutex
-	out  [][]uint64          // per worker: tags handed to it, not settled, ascending
-	done map[uint64]struct{} // settled tags above the watermark
-	next uint64              // lowest tag not known settled
-	failed bool              // an ack or nack failed: the channel is gone
+	mu     sync.Mutex
+	out    [][]uint64          // per worker: tags handed to it, not settled, ascending
+	done   map[uint64]struct{} // settled tags above the watermark
+	next   uint64              // lowest tag not known settled
+	failed bool                // an ack or nack failed: the channel is gone
 }
 
 // newTracker returns the tracker of a fresh channel (delivery tags start at

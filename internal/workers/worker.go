@@ -20,11 +20,11 @@ type worker struct {
 	log  *slog.Logger
 	pub  *Publisher
 
-	prefetch  int
-	backoff   time.Duration
-	timer     *time.Timer
-	batch     []message
-	events    []consumer.Event
+	prefetch int
+	backoff  time.Duration
+	timer    *time.Timer
+	batch    []message
+	events   []consumer.Event
 
 	// lastBatch is the size of the previous batch: the worker lingers
 	// for batch.wait only while its batches come at least half full.
