@@ -71,6 +71,9 @@ type Metrics struct {
 	PurgeLastSuccess *prometheus.GaugeVec
 	// ProcessedEventRows is the planner's estimate of processed_event rows.
 	ProcessedEventRows *prometheus.GaugeVec
+
+	// Outbox holds the outbox relay's collectors.
+	Outbox OutboxMetrics
 }
 
 // New creates the collectors on a fresh registry (with Go and process
@@ -134,6 +137,7 @@ func New() *Metrics {
 			Name: "platformd_processed_event_rows_estimate", Help: "Planner estimate of processed_event rows.",
 		}, []string{"service"}),
 	}
+	m.Outbox = newOutboxMetrics(r)
 	r.MustRegister(m.MessagesTotal, m.DuplicatesTotal, m.FailuresTotal, m.BatchDuration, m.BatchSize,
 		m.HandlerDuration, m.PoolPaused, m.PoolInFlight, m.Reconnects, m.BatchErrors, m.TxConflicts, m.BatchReplays,
 		m.PurgeRowsDeleted, m.PurgeDuration, m.PurgeChunkDuration, m.PurgeLastSuccess, m.ProcessedEventRows)

@@ -142,7 +142,7 @@ func RetryFailed(ctx context.Context, url, queue string, ids []uuid.UUID, all, o
 			msg.Headers[HeaderBeyondHorizonOverride] = true
 		}
 		msg.Headers[HeaderOriginalRoutingKey] = originalRoutingKey(d)
-		if errs := pub.Publish(ctx, []outgoing{{queue: queue, msg: msg}}); errs[0] != nil {
+		if errs := pub.Publish(ctx, []Outgoing{{RoutingKey: queue, Msg: msg}}); errs[0] != nil {
 			return fmt.Errorf("retry %s to %s: %w", id, queue, errs[0])
 		}
 		if err := d.Ack(false); err != nil {

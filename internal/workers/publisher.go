@@ -19,15 +19,17 @@ var ErrNacked = errors.New("message not confirmed by the broker")
 
 var publishSeq atomic.Uint64
 
-// outgoing is one copy to publish: to the default exchange, routed by queue
-// name.
-type outgoing struct {
-	queue string
-	msg   amqp.Publishing
+// Outgoing is one message to publish: to Exchange ("" is the default
+// exchange, which routes by queue name) with RoutingKey.
+type Outgoing struct {
+	Exchange   string
+	RoutingKey string
+	Msg        amqp.Publishing
 }
 
-// Publisher publishes copies with publisher confirms and mandatory routing
-// on a channel of its own. It is used by one worker at a time.
+// Publisher publishes messages with publisher confirms and mandatory
+// routing on a channel of its own: the pools' retry and failure copies, and
+// the outbox relay's messages. It is used by one goroutine at a time.
 type Publisher struct {
 	conn    *Conn
 	ch      *amqp.Channel
@@ -64,9 +66,12 @@ func (p *Publisher) channel(ctx context.Context) (*amqp.Channel, error) {
 	return ch, nil
 }
 
-// Publish sends every copy and waits for its confirm. It returns one error
-// per copy: nil only when the broker confirmed it and did not return it.
-func (p *Publisher) Publish(ctx context.Context, out []outgoing) []error {
+// Publish sends every message and waits for its confirm. It returns one
+// error per message: nil only when the broker confirmed it and did not
+// return it. A basic.return is matched to its message by MessageId when
+// every message of out has a distinct one, else by a header of the
+// Publisher's own added to each message.
+func (p *Publisher) Publish(ctx context.Context, out []Outgoing) []error {
 	errs := make([]error, len(out))
 	if len(out) == 0 {
 		return errs
@@ -79,15 +84,20 @@ func (p *Publisher) Publish(ctx context.Context, out []outgoing) []error {
 		return errs
 	}
 	confirms := make([]*amqp.DeferredConfirmation, len(out))
+	byMessageID := distinctMessageIDs(out)
 	ids := make(map[string]int, len(out))
 	for i, o := range out {
-		id := strconv.FormatUint(publishSeq.Add(1), 36)
-		if o.msg.Headers == nil {
-			o.msg.Headers = amqp.Table{}
+		if byMessageID != nil {
+			ids[o.Msg.MessageId] = i
+		} else {
+			id := strconv.FormatUint(publishSeq.Add(1), 36)
+			if o.Msg.Headers == nil {
+				o.Msg.Headers = amqp.Table{}
+			}
+			o.Msg.Headers[headerPublishID] = id
+			ids[id] = i
 		}
-		o.msg.Headers[headerPublishID] = id
-		ids[id] = i
-		confirms[i], errs[i] = ch.PublishWithDeferredConfirmWithContext(ctx, "", o.queue, true, false, o.msg)
+		confirms[i], errs[i] = ch.PublishWithDeferredConfirmWithContext(ctx, o.Exchange, o.RoutingKey, true, false, o.Msg)
 	}
 	for i, c := range confirms {
 		if errs[i] != nil || c == nil {
@@ -99,9 +109,9 @@ func (p *Publisher) Publish(ctx context.Context, out []outgoing) []error {
 		ok, err := c.WaitContext(ctx)
 		switch {
 		case err != nil:
-			errs[i] = fmt.Errorf("publish to %s: %w", out[i].queue, err)
+			errs[i] = fmt.Errorf("publish to %s: %w", out[i].dest(), err)
 		case !ok:
-			errs[i] = fmt.Errorf("publish to %s: %w", out[i].queue, ErrNacked)
+			errs[i] = fmt.Errorf("publish to %s: %w", out[i].dest(), ErrNacked)
 		}
 	}
 	// A basic.return reaches the returns channel before the confirm of the
@@ -111,10 +121,12 @@ drain:
 	for {
 		select {
 		case r := <-p.returns:
-			if id, ok := r.Headers[headerPublishID].(string); ok {
-				if i, ok := ids[id]; ok {
-					errs[i] = fmt.Errorf("publish to %s: %w (%d %s)", out[i].queue, ErrReturned, r.ReplyCode, r.ReplyText)
-				}
+			id, ok := r.Headers[headerPublishID].(string)
+			if byMessageID != nil {
+				id, ok = r.MessageId, true
+			}
+			if i, found := ids[id]; ok && found {
+				errs[i] = fmt.Errorf("publish to %s: %w (%d %s)", out[i].dest(), ErrReturned, r.ReplyCode, r.ReplyText)
 			}
 		default:
 			break drain
@@ -124,6 +136,27 @@ drain:
 		p.ch = nil // the next Publish opens a fresh channel
 	}
 	return errs
+}
+
+// dest names where o goes, for errors.
+func (o Outgoing) dest() string {
+	if o.Exchange == "" {
+		return o.RoutingKey
+	}
+	return o.Exchange + "/" + o.RoutingKey
+}
+
+// distinctMessageIDs returns the set of out's MessageIds when every message
+// has one and no two share it, else nil.
+func distinctMessageIDs(out []Outgoing) map[string]bool {
+	seen := make(map[string]bool, len(out))
+	for _, o := range out {
+		if o.Msg.MessageId == "" || seen[o.Msg.MessageId] {
+			return nil
+		}
+		seen[o.Msg.MessageId] = true
+	}
+	return seen
 }
 
 // Close closes the publisher's channel.

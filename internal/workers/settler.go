@@ -20,7 +20,7 @@ type acker interface {
 // (*Publisher): one error per copy, nil only once the broker confirmed it
 // and did not return it.
 type copier interface {
-	Publish(ctx context.Context, out []outgoing) []error
+	Publish(ctx context.Context, out []Outgoing) []error
 }
 
 // settler settles one channel's batches, in order, one at a time. Its ack
@@ -115,7 +115,7 @@ func (st *settler) settle(ctx context.Context, batch []message, more func() bool
 // for their confirms; a copy that is not confirmed turns its original's
 // settlement into a requeue. It reports whether the batch had copies.
 func (st *settler) publishCopies(ctx context.Context, batch []message) bool {
-	var out []outgoing
+	var out []Outgoing
 	var of []*message // the message of each copy
 	now := time.Now()
 	for i := range batch {
@@ -123,10 +123,10 @@ func (st *settler) publishCopies(ctx context.Context, batch []message) bool {
 		switch m.s.kind {
 		case settleRetry:
 			delay := st.delays[m.s.attempt-1]
-			out = append(out, outgoing{queue: RetryQueue(st.queue, delay), msg: retryCopy(&m.d, m.s.attempt, m.s.err)})
+			out = append(out, Outgoing{RoutingKey: RetryQueue(st.queue, delay), Msg: retryCopy(&m.d, m.s.attempt, m.s.err)})
 			of = append(of, m)
 		case settleFail:
-			out = append(out, outgoing{queue: FailedQueue(st.queue), msg: failureCopy(&m.d, st.pool, m.s.reason, m.s.err, now)})
+			out = append(out, Outgoing{RoutingKey: FailedQueue(st.queue), Msg: failureCopy(&m.d, st.pool, m.s.reason, m.s.err, now)})
 			of = append(of, m)
 		}
 	}
@@ -140,7 +140,7 @@ func (st *settler) publishCopies(ctx context.Context, batch []message) bool {
 		m := of[k]
 		if err != nil {
 			st.log.WarnContext(ctx, "workers: copy not confirmed, requeueing original",
-				slog.String("event_id", m.s.eventIDText()), slog.String("queue", out[k].queue), slog.Any("error", err))
+				slog.String("event_id", m.s.eventIDText()), slog.String("queue", out[k].RoutingKey), slog.Any("error", err))
 			m.s.kind = settleRequeue
 			continue
 		}

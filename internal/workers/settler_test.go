@@ -51,15 +51,15 @@ func (c *fakeChannel) IsClosed() bool { return c.closed }
 type fakeCopier struct {
 	ch     *fakeChannel
 	refuse map[string]error
-	sent   []outgoing
+	sent   []Outgoing
 }
 
-func (p *fakeCopier) Publish(_ context.Context, out []outgoing) []error {
+func (p *fakeCopier) Publish(_ context.Context, out []Outgoing) []error {
 	errs := make([]error, len(out))
 	for i, o := range out {
 		p.sent = append(p.sent, o)
-		p.ch.ops = append(p.ch.ops, "publish "+o.queue)
-		errs[i] = p.refuse[o.queue]
+		p.ch.ops = append(p.ch.ops, "publish "+o.RoutingKey)
+		errs[i] = p.refuse[o.RoutingKey]
 	}
 	return errs
 }
@@ -173,7 +173,7 @@ func TestSettleCopiesAreConfirmedBeforeTheirOriginalsAreAcked(t *testing.T) {
 	require.Equal(t, 1, b.outcome(metrics.OutcomeFailed))
 	require.InDelta(t, 1, testutil.ToFloat64(b.metrics.FailuresTotal.WithLabelValues("svc", "p", ReasonPermanent)), 0)
 
-	retried, failed := b.pub.sent[0].msg, b.pub.sent[1].msg
+	retried, failed := b.pub.sent[0].Msg, b.pub.sent[1].Msg
 	require.EqualValues(t, 2, retried.Headers[HeaderAttempt], "the retry copy carries its attempt")
 	require.Equal(t, "flaky: boom", retried.Headers[HeaderError])
 	require.Equal(t, "order.order.placed.v1", retried.Headers[HeaderOriginalRoutingKey])

@@ -1,0 +1,52 @@
+package metrics
+
+import "github.com/prometheus/client_golang/prometheus"
+
+// Reasons an outbox row is held back (label "reason" of
+// OutboxMetrics.Held).
+const (
+	// HeldReturned: the broker returned the message (no queue bound).
+	HeldReturned = "returned"
+	// HeldInvalid: the row cannot be encoded as the contract's envelope.
+	HeldInvalid = "invalid"
+)
+
+// OutboxMetrics are the outbox relay's collectors (DESIGN.md, "Outbox":
+// the first three are the contract's).
+type OutboxMetrics struct {
+	// Published counts outbox rows whose message the broker confirmed.
+	Published *prometheus.CounterVec
+	// Pending is the number of rows in the service's platform.outbox.
+	Pending *prometheus.GaugeVec
+	// Oldest is the age in seconds of the oldest row of platform.outbox
+	// (0 when it is empty).
+	Oldest *prometheus.GaugeVec
+	// Held counts the times a row was held back for a later retry, by
+	// reason.
+	Held *prometheus.CounterVec
+	// Active is 1 on the daemon whose relay holds the service's relay lock.
+	Active *prometheus.GaugeVec
+}
+
+func newOutboxMetrics(r *prometheus.Registry) OutboxMetrics {
+	svc := []string{"service"}
+	m := OutboxMetrics{
+		Published: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "platformd_outbox_published_total", Help: "Outbox rows published and confirmed by the broker.",
+		}, svc),
+		Pending: prometheus.NewGaugeVec(prometheus.GaugeOpts{
+			Name: "platformd_outbox_pending", Help: "Rows waiting in the service's platform.outbox.",
+		}, svc),
+		Oldest: prometheus.NewGaugeVec(prometheus.GaugeOpts{
+			Name: "platformd_outbox_oldest_seconds", Help: "Age of the oldest row of the service's platform.outbox (0 when empty).",
+		}, svc),
+		Held: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "platformd_outbox_held_total", Help: "Outbox rows held back for a later retry, by reason (returned, invalid).",
+		}, []string{"service", "reason"}),
+		Active: prometheus.NewGaugeVec(prometheus.GaugeOpts{
+			Name: "platformd_outbox_relay_active", Help: "1 on the daemon whose relay is the service's active one.",
+		}, svc),
+	}
+	r.MustRegister(m.Published, m.Pending, m.Oldest, m.Held, m.Active)
+	return m
+}

@@ -1,0 +1,34 @@
+// Package outbox is platformd's outbox relay (DESIGN.md, "Outbox"): for
+// one service, it publishes the rows of the service's platform.outbox table
+// to the broker after their writers committed, and deletes each row once
+// the broker confirmed its message.
+//
+// Guarantees and how they are kept:
+//   - At least once. A row is deleted only after the broker confirmed its
+//     message (publisher confirms) and did not return it (mandatory). A
+//     crash between the confirm and the delete publishes the row again;
+//     consumers deduplicate by event_id. Rows of a rolled-back transaction
+//     never exist, so they never leave.
+//   - Nothing skipped. Every pass selects what is visible now, in event_id
+//     order, from the start of the table: there is no high-water mark, so a
+//     row committed late with a lower id than rows already sent still goes
+//     out (watermill-sql lost such rows, watermill#311).
+//   - Exactly the row. The payload is read as PostgreSQL renders the jsonb
+//     (as text: numbers keep their digits), occurred_at is written in UTC
+//     with its microseconds, the row's headers become AMQP headers.
+//   - Held, never lost, never spinning. A row whose message the broker
+//     returns (no queue bound for its routing key), or that cannot be a
+//     valid envelope, stays in the table, is counted and logged once, and is
+//     retried with exponential backoff while the rows behind it go on.
+//   - One relay per service. The relay publishes only while it holds a
+//     session-level advisory lock on a dedicated connection; standbys try to
+//     take it every LockRetry, so a dead holder (its session ends with its
+//     connection) is replaced within seconds.
+//   - Woken at commit. A statement-level trigger NOTIFYs platform_outbox on
+//     every insert, whoever the writer is; a poll every Poll covers lost
+//     notifications.
+//
+// A Relay follows platformd's one lifecycle: Start(ctx) runs it in the
+// background, Stop blocks until it has stopped, may be called twice and
+// before Start.
+package outbox

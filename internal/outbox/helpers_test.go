@@ -1,0 +1,195 @@
+package outbox
+
+import (
+	"bytes"
+	"context"
+	"log/slog"
+	"os"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/google/uuid"
+	"github.com/jackc/pgx/v5/pgxpool"
+	amqp "github.com/rabbitmq/amqp091-go"
+	"github.com/stretchr/testify/require"
+	"go.uber.org/goleak"
+
+	"github.com/platformd/platformd/internal/dedup"
+	"github.com/platformd/platformd/internal/metrics"
+	"github.com/platformd/platformd/internal/migrate"
+	"github.com/platformd/platformd/internal/testdb"
+	"github.com/platformd/platformd/internal/workers"
+	"github.com/platformd/platformd/migrations"
+)
+
+func TestMain(m *testing.M) {
+	goleak.VerifyTestMain(m,
+		goleak.IgnoreTopFunction("github.com/jackc/pgx/v5/pgxpool.(*Pool).backgroundHealthCheck"),
+		goleak.IgnoreTopFunction("internal/poll.runtime_pollWait"), // amqp091 heartbeat reader of a closing conn
+	)
+}
+
+func amqpURL() string {
+	if u := os.Getenv("TEST_AMQP_URL"); u != "" {
+		return u
+	}
+	return "amqp://guest:guest@127.0.0.1:5672/"
+}
+
+// syncBuffer is a log sink safe for concurrent writes.
+type syncBuffer struct {
+	mu sync.Mutex
+	b  bytes.Buffer
+}
+
+func (s *syncBuffer) Write(p []byte) (int, error) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.b.Write(p)
+}
+
+func (s *syncBuffer) count(sub string) int {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return strings.Count(s.b.String(), sub)
+}
+
+// bundle is one service database with the platform migrations, the test's
+// own exchange and queue on the broker, and relays built on them.
+type bundle struct {
+	t        testing.TB
+	dsn      string
+	db       *pgxpool.Pool // the relays' sessions
+	check    *pgxpool.Pool // the test's own queries
+	exchange string
+	queue    string
+	broker   *workers.Conn
+	metrics  *metrics.Metrics
+	logs     *syncBuffer
+	logger   *slog.Logger
+	amqpConn *amqp.Connection
+	ch       *amqp.Channel
+}
+
+func setup(t testing.TB) *bundle {
+	t.Helper()
+	ctx := context.Background()
+	b := &bundle{t: t, logs: &syncBuffer{}, metrics: metrics.New()}
+	b.logger = slog.New(slog.NewTextHandler(b.logs, &slog.HandlerOptions{Level: slog.LevelDebug}))
+	b.dsn = testdb.New(t, "outbox")
+	require.NoError(t, migrate.Apply(ctx, b.dsn, []migrate.Set{{Name: migrate.PlatformSetName, FS: migrations.Platform()}}, b.logger))
+	var err error
+	b.db, err = dedup.Connect(ctx, b.dsn, dedup.PoolConfig{MaxConns: 8})
+	require.NoError(t, err)
+	t.Cleanup(b.db.Close)
+	b.check, err = dedup.Connect(ctx, b.dsn, dedup.PoolConfig{MaxConns: 4, ApplicationName: "outbox-test"})
+	require.NoError(t, err)
+	t.Cleanup(b.check.Close)
+
+	id := uuid.NewString()[:8]
+	b.exchange, b.queue = "outbox-test-"+id, "outbox-test-"+id
+	b.amqpConn, err = amqp.Dial(amqpURL())
+	require.NoError(t, err)
+	t.Cleanup(func() { _ = b.amqpConn.Close() })
+	b.ch, err = b.amqpConn.Channel()
+	require.NoError(t, err)
+	require.NoError(t, b.ch.ExchangeDeclare(b.exchange, amqp.ExchangeTopic, false, true, false, false, nil))
+	_, err = b.ch.QueueDeclare(b.queue, false, false, false, false, nil)
+	require.NoError(t, err)
+	t.Cleanup(func() {
+		if ch, err := b.amqpConn.Channel(); err == nil {
+			_, _ = ch.QueueDelete(b.queue, false, false, false)
+			_ = ch.ExchangeDelete(b.exchange, false, false)
+			_ = ch.Close()
+		}
+	})
+	b.bind("test.#")
+	b.broker = workers.NewConn(amqpURL(), "outbox-test-"+id, b.logger)
+	t.Cleanup(b.broker.Close)
+	return b
+}
+
+// bind binds the test queue with key.
+func (b *bundle) bind(key string) {
+	b.t.Helper()
+	require.NoError(b.t, b.ch.QueueBind(b.queue, key, b.exchange, false, nil))
+}
+
+// relay returns a started relay on the bundle, stopped in cleanup.
+func (b *bundle) relay(mod func(*Config)) *Relay {
+	b.t.Helper()
+	cfg := Config{
+		Service: "svc", DB: b.db, Broker: b.broker, Exchange: b.exchange,
+		Poll: 200 * time.Millisecond, LockRetry: 100 * time.Millisecond,
+		HoldMin: 50 * time.Millisecond, HoldMax: 200 * time.Millisecond,
+		Metrics: b.metrics, Logger: b.logger,
+	}
+	if mod != nil {
+		mod(&cfg)
+	}
+	r, err := New(cfg)
+	require.NoError(b.t, err)
+	require.NoError(b.t, r.Start(context.Background()))
+	b.t.Cleanup(r.Stop)
+	return r
+}
+
+// consume returns the deliveries of the test queue.
+func (b *bundle) consume() <-chan amqp.Delivery {
+	b.t.Helper()
+	ch, err := b.amqpConn.Channel()
+	require.NoError(b.t, err)
+	b.t.Cleanup(func() { _ = ch.Close() })
+	d, err := ch.Consume(b.queue, "", true, false, false, false, nil)
+	require.NoError(b.t, err)
+	return d
+}
+
+// receive collects deliveries until n distinct event ids arrived or the
+// timeout passes; it returns every delivery (copies included) by id.
+func receive(t testing.TB, d <-chan amqp.Delivery, n int, timeout time.Duration) map[string][]amqp.Delivery {
+	t.Helper()
+	got := map[string][]amqp.Delivery{}
+	deadline := time.After(timeout)
+	for len(got) < n {
+		select {
+		case m := <-d:
+			got[m.MessageId] = append(got[m.MessageId], m)
+		case <-deadline:
+			t.Fatalf("received %d of %d distinct messages within %s", len(got), n, timeout)
+		}
+	}
+	return got
+}
+
+// quiet requires that nothing more arrives for a while.
+func quiet(t testing.TB, d <-chan amqp.Delivery, wait time.Duration) {
+	t.Helper()
+	select {
+	case m := <-d:
+		t.Fatalf("unexpected message %s %s", m.RoutingKey, m.MessageId)
+	case <-time.After(wait):
+	}
+}
+
+// pending counts the outbox rows.
+func (b *bundle) pending() int {
+	b.t.Helper()
+	n, _, err := Stats(context.Background(), b.check)
+	require.NoError(b.t, err)
+	return int(n)
+}
+
+// waitFor polls cond every 20 ms until it holds or timeout passes.
+func waitFor(t testing.TB, timeout time.Duration, what string, cond func() bool) {
+	t.Helper()
+	deadline := time.Now().Add(timeout)
+	for !cond() {
+		if time.Now().After(deadline) {
+			t.Fatalf("timed out after %s waiting for %s", timeout, what)
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+}

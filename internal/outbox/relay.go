@@ -1,0 +1,523 @@
+package outbox
+
+import (
+	"cmp"
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"math/rand/v2"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/google/uuid"
+	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgxpool"
+	"github.com/prometheus/client_golang/prometheus"
+	amqp "github.com/rabbitmq/amqp091-go"
+
+	"github.com/platformd/platformd/internal/envelope"
+	"github.com/platformd/platformd/internal/metrics"
+	"github.com/platformd/platformd/internal/workers"
+)
+
+// Defaults of Config.
+const (
+	// BatchSizeDefault is the most rows one pass publishes.
+	BatchSizeDefault = 500
+	// PollDefault is how often the relay looks for rows without a
+	// notification.
+	PollDefault = time.Second
+	// LockRetryDefault is how often a standby tries to take the relay lock.
+	LockRetryDefault = time.Second
+	// HoldMinDefault and HoldMaxDefault bound the backoff of a held row.
+	HoldMinDefault = time.Second
+	HoldMaxDefault = 5 * time.Minute
+	// PublishTimeoutDefault bounds one batch's publish and confirms.
+	PublishTimeoutDefault = 30 * time.Second
+	// statsEvery is how often the pending and oldest gauges are refreshed.
+	statsEvery = time.Second
+	// backoffMin and backoffMax bound the wait after a database or broker
+	// fault.
+	backoffMin = 100 * time.Millisecond
+	backoffMax = 5 * time.Second
+)
+
+// Channel is the notification channel the outbox trigger signals.
+const Channel = "platform_outbox"
+
+// LockName returns the name the relay lock of service is derived from;
+// the key is hashtextextended(name, 0), computed by the server.
+func LockName(service string) string { return "platformd.outbox." + service }
+
+// Config configures a Relay. Zero values take the defaults.
+type Config struct {
+	// Service is the service's name (metrics, logs, lock).
+	Service string
+	// DB is the service database.
+	DB *pgxpool.Pool
+	// Broker is the publishing connection.
+	Broker *workers.Conn
+	// Exchange is broker.exchange.
+	Exchange string
+	// BatchSize is the most rows per pass (default BatchSizeDefault).
+	BatchSize int
+	// Poll is the fallback poll period (default PollDefault).
+	Poll time.Duration
+	// LockRetry is how often a standby tries to take over (default
+	// LockRetryDefault).
+	LockRetry time.Duration
+	// HoldMin and HoldMax bound the backoff of a returned or invalid row
+	// (defaults HoldMinDefault, HoldMaxDefault).
+	HoldMin, HoldMax time.Duration
+	// MaxBodyBytes is the consumers' body limit (default
+	// envelope.DefaultMaxBodyBytes).
+	MaxBodyBytes int
+	Metrics      *metrics.Metrics
+	Logger       *slog.Logger
+
+	// TestAfterConfirmFunc, for tests only, runs after a batch's confirms
+	// and before its rows are deleted, with the confirmed ids.
+	TestAfterConfirmFunc func(ids []uuid.UUID)
+}
+
+// Relay publishes one service's outbox. Its methods are safe for
+// concurrent use.
+type Relay struct {
+	cfg Config
+	log *slog.Logger
+	pub *workers.Publisher
+
+	pending, oldest, active   prometheus.Gauge
+	publishedTotal            prometheus.Counter
+	heldReturned, heldInvalid prometheus.Counter
+
+	isActive atomic.Bool
+	held     map[uuid.UUID]*heldRow // used by the run goroutine only
+
+	mu       sync.Mutex
+	started  bool
+	stopped  bool
+	cancel   context.CancelFunc
+	done     chan struct{}
+	stopOnce sync.Once
+}
+
+// heldRow is a row held back: when it may be tried again.
+type heldRow struct {
+	attempts int
+	due      time.Time
+}
+
+// New validates cfg and returns a stopped Relay.
+func New(cfg Config) (*Relay, error) {
+	if cfg.Service == "" || cfg.DB == nil || cfg.Broker == nil || cfg.Exchange == "" || cfg.Metrics == nil || cfg.Logger == nil {
+		return nil, errors.New("outbox: relay needs a service, a database, a broker, an exchange, metrics and a logger")
+	}
+	cfg.BatchSize = cmp.Or(cfg.BatchSize, BatchSizeDefault)
+	cfg.Poll = cmp.Or(cfg.Poll, PollDefault)
+	cfg.LockRetry = cmp.Or(cfg.LockRetry, LockRetryDefault)
+	cfg.HoldMin = cmp.Or(cfg.HoldMin, HoldMinDefault)
+	cfg.HoldMax = max(cmp.Or(cfg.HoldMax, HoldMaxDefault), cfg.HoldMin)
+	cfg.MaxBodyBytes = cmp.Or(cfg.MaxBodyBytes, envelope.DefaultMaxBodyBytes)
+	m := cfg.Metrics.Outbox
+	r := &Relay{
+		cfg:            cfg,
+		log:            cfg.Logger.With(slog.String("service", cfg.Service)),
+		pub:            workers.NewPublisher(cfg.Broker, cfg.BatchSize),
+		pending:        m.Pending.WithLabelValues(cfg.Service),
+		oldest:         m.Oldest.WithLabelValues(cfg.Service),
+		active:         m.Active.WithLabelValues(cfg.Service),
+		publishedTotal: m.Published.WithLabelValues(cfg.Service),
+		heldReturned:   m.Held.WithLabelValues(cfg.Service, metrics.HeldReturned),
+		heldInvalid:    m.Held.WithLabelValues(cfg.Service, metrics.HeldInvalid),
+		held:           map[uuid.UUID]*heldRow{},
+	}
+	return r, nil
+}
+
+// Start runs the relay in the background until Stop. It fails only when
+// called twice.
+func (r *Relay) Start(ctx context.Context) error {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	if r.started || r.stopped {
+		return fmt.Errorf("outbox: relay %s already started or stopped", r.cfg.Service)
+	}
+	r.started = true
+	runCtx, cancel := context.WithCancel(context.WithoutCancel(ctx))
+	r.cancel, r.done = cancel, make(chan struct{})
+	go func() {
+		defer close(r.done)
+		r.run(runCtx)
+	}()
+	return nil
+}
+
+// Stop stops the relay and waits for it: the batch in flight, if any, is
+// abandoned (its rows stay and are published again). It releases the relay
+// lock. Safe to call twice and before Start.
+func (r *Relay) Stop() {
+	r.stopOnce.Do(func() {
+		r.mu.Lock()
+		started := r.started
+		r.stopped = true
+		r.mu.Unlock()
+		if !started {
+			return
+		}
+		r.cancel()
+		<-r.done
+		r.pub.Close()
+		r.active.Set(0)
+	})
+}
+
+// Active reports whether this relay holds the service's relay lock.
+func (r *Relay) Active() bool { return r.isActive.Load() }
+
+// Stats returns the rows waiting in the outbox and the age of the oldest,
+// read from the database now.
+func Stats(ctx context.Context, db *pgxpool.Pool) (pending int64, oldest time.Duration, err error) {
+	var secs float64
+	err = db.QueryRow(ctx, `SELECT count(*), coalesce(extract(epoch FROM now() - min(created_at)), 0)::float8
+		FROM platform.outbox`).Scan(&pending, &secs)
+	if err != nil {
+		return 0, 0, fmt.Errorf("outbox stats: %w", err)
+	}
+	return pending, time.Duration(max(secs, 0) * float64(time.Second)), nil
+}
+
+func (r *Relay) refreshStats(ctx context.Context) {
+	n, age, err := Stats(ctx, r.cfg.DB)
+	if err != nil {
+		return // the relay's own loop reports database faults
+	}
+	r.pending.Set(float64(n))
+	r.oldest.Set(age.Seconds())
+}
+
+// run holds sessions until ctx ends: take the lock, relay, and after a
+// fault back off and start again.
+func (r *Relay) run(ctx context.Context) {
+	backoff := backoffMin
+	for ctx.Err() == nil {
+		activeFor, err := r.session(ctx)
+		if ctx.Err() != nil {
+			return
+		}
+		if activeFor > time.Minute {
+			backoff = backoffMin
+		}
+		r.log.WarnContext(ctx, "outbox: relay session lost, starting again",
+			slog.Any("error", err), slog.Duration("backoff", backoff))
+		if !sleep(ctx, jitter(backoff)) {
+			return
+		}
+		backoff = min(backoff*2, backoffMax)
+	}
+}
+
+// session takes a dedicated connection, waits for the relay lock on it,
+// then relays over it until a fault or ctx ends. Every query of the active
+// relay runs on the lock's connection, so none runs once the session (and
+// so the lock) is gone. It returns how long it was active.
+func (r *Relay) session(ctx context.Context) (time.Duration, error) {
+	pc, err := r.cfg.DB.Acquire(ctx)
+	if err != nil {
+		return 0, fmt.Errorf("outbox: acquire connection: %w", err)
+	}
+	// A session holding a lock and LISTENing must never go back to the
+	// pool; closing it releases both.
+	conn := pc.Hijack()
+	defer func() {
+		cctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 5*time.Second)
+		defer cancel()
+		_ = conn.Close(cctx)
+	}()
+	if err := r.waitLock(ctx, conn); err != nil {
+		return 0, err
+	}
+	r.isActive.Store(true)
+	r.active.Set(1)
+	defer func() {
+		r.isActive.Store(false)
+		r.active.Set(0)
+	}()
+	since := time.Now()
+	r.log.InfoContext(ctx, "outbox: relay active")
+	if _, err := conn.Exec(ctx, "LISTEN "+Channel); err != nil {
+		return 0, fmt.Errorf("outbox: listen: %w", err)
+	}
+	err = r.relay(ctx, conn)
+	return time.Since(since), err
+}
+
+// waitLock tries the relay lock every LockRetry until it is taken.
+func (r *Relay) waitLock(ctx context.Context, conn *pgx.Conn) error {
+	standby := false
+	for {
+		var ok bool
+		if err := conn.QueryRow(ctx, `SELECT pg_try_advisory_lock(hashtextextended($1, 0))`, LockName(r.cfg.Service)).Scan(&ok); err != nil {
+			return fmt.Errorf("outbox: take relay lock: %w", err)
+		}
+		if ok {
+			return nil
+		}
+		if !standby {
+			standby = true
+			r.log.InfoContext(ctx, "outbox: relay standby: another daemon's relay is active")
+		}
+		r.refreshStats(ctx)
+		if !sleep(ctx, r.cfg.LockRetry) {
+			return ctx.Err()
+		}
+	}
+}
+
+// relay runs passes until a database fault or ctx ends. After a short pass
+// it waits for a notification, the poll period or the next held row's
+// turn; after a broker fault it backs off.
+func (r *Relay) relay(ctx context.Context, conn *pgx.Conn) error {
+	var lastStats time.Time
+	backoff := backoffMin
+	declared := false
+	for {
+		if !declared {
+			declared = r.declareExchange(ctx)
+		}
+		drainNotifications(conn)
+		n, pubErr, err := r.pass(ctx, conn)
+		if err != nil {
+			return err
+		}
+		if time.Since(lastStats) >= statsEvery {
+			r.refreshStats(ctx)
+			lastStats = time.Now()
+		}
+		if pubErr != nil {
+			r.log.WarnContext(ctx, "outbox: publish failed, rows kept for the next pass",
+				slog.Any("error", pubErr), slog.Duration("backoff", backoff))
+			if !sleep(ctx, jitter(backoff)) {
+				return ctx.Err()
+			}
+			backoff = min(backoff*2, backoffMax)
+			declared = false // a missing exchange closes the channel
+			continue
+		}
+		backoff = backoffMin
+		if n == r.cfg.BatchSize {
+			continue
+		}
+		if err := r.wait(ctx, conn); err != nil {
+			return err
+		}
+	}
+}
+
+// declareExchange declares broker.exchange (durable topic, as the pools
+// do), so that a service with no pools can publish to a fresh broker. A
+// failure is logged; the publish that follows reports the fault.
+func (r *Relay) declareExchange(ctx context.Context) bool {
+	dctx, cancel := context.WithTimeout(ctx, 10*time.Second)
+	defer cancel()
+	conn, err := r.cfg.Broker.Get(dctx)
+	if err != nil {
+		return false
+	}
+	ch, err := conn.Channel()
+	if err == nil {
+		err = ch.ExchangeDeclare(r.cfg.Exchange, amqp.ExchangeTopic, true, false, false, false, nil)
+		_ = ch.Close()
+	}
+	if err != nil {
+		r.log.WarnContext(ctx, "outbox: declare exchange", slog.String("exchange", r.cfg.Exchange), slog.Any("error", err))
+		return false
+	}
+	return true
+}
+
+// wait blocks until a notification, the poll period or the next held row
+// is due. A timeout is not an error; a broken connection is.
+func (r *Relay) wait(ctx context.Context, conn *pgx.Conn) error {
+	d := r.cfg.Poll
+	now := time.Now()
+	for _, h := range r.held {
+		d = min(d, max(h.due.Sub(now), time.Millisecond))
+	}
+	wctx, cancel := context.WithTimeout(ctx, d)
+	defer cancel()
+	_, err := conn.WaitForNotification(wctx)
+	switch {
+	case err == nil:
+		return nil
+	case ctx.Err() != nil:
+		return ctx.Err()
+	case wctx.Err() != nil:
+		return nil
+	default:
+		return fmt.Errorf("outbox: wait for notification: %w", err)
+	}
+}
+
+// drainNotifications discards the notifications already received: the
+// pass about to run sees every row committed before it starts.
+func drainNotifications(conn *pgx.Conn) {
+	done, cancel := context.WithCancel(context.Background())
+	cancel()
+	for {
+		n, _ := conn.WaitForNotification(done)
+		if n == nil {
+			return
+		}
+	}
+}
+
+const selectSQL = `SELECT event_id, event_name, occurred_at, payload::text, headers::text
+FROM platform.outbox WHERE NOT (event_id = ANY($2::uuid[])) ORDER BY event_id LIMIT $1`
+
+// pass publishes the first BatchSize visible rows, in event_id order, that
+// are not held back, and deletes those the broker confirmed. It returns
+// the rows selected, the first broker error of the batch (its rows stay),
+// and a database error (the session is then over).
+func (r *Relay) pass(ctx context.Context, conn *pgx.Conn) (int, error, error) {
+	now := time.Now()
+	skip := make([][16]byte, 0, len(r.held))
+	for id, h := range r.held {
+		if now.Before(h.due) {
+			skip = append(skip, id)
+		}
+	}
+	rows, err := r.selectRows(ctx, conn, skip)
+	if err != nil {
+		return 0, nil, err
+	}
+	if len(rows) < r.cfg.BatchSize {
+		// Every due held row was eligible: those not selected are gone.
+		seen := make(map[uuid.UUID]bool, len(rows))
+		for _, rw := range rows {
+			seen[rw.id] = true
+		}
+		for id, h := range r.held {
+			if !now.Before(h.due) && !seen[id] {
+				delete(r.held, id)
+			}
+		}
+	}
+	if len(rows) == 0 {
+		return 0, nil, nil
+	}
+	out := make([]workers.Outgoing, 0, len(rows))
+	outRows := make([]row, 0, len(rows))
+	for _, rw := range rows {
+		msg, err := rw.message(r.cfg.MaxBodyBytes)
+		if err != nil {
+			r.hold(ctx, rw, metrics.HeldInvalid, err)
+			continue
+		}
+		out = append(out, workers.Outgoing{Exchange: r.cfg.Exchange, RoutingKey: rw.name, Msg: msg})
+		outRows = append(outRows, rw)
+	}
+	pctx, cancel := context.WithTimeout(ctx, PublishTimeoutDefault)
+	errs := r.pub.Publish(pctx, out)
+	cancel()
+	var pubErr error
+	confirmed := make([]uuid.UUID, 0, len(out))
+	for i, perr := range errs {
+		rw := outRows[i]
+		switch {
+		case perr == nil:
+			confirmed = append(confirmed, rw.id)
+			if _, ok := r.held[rw.id]; ok {
+				delete(r.held, rw.id)
+				r.log.InfoContext(ctx, "outbox: held row published", slog.String("event_id", rw.id.String()),
+					slog.String("event_name", rw.name))
+			}
+		case errors.Is(perr, workers.ErrReturned):
+			r.hold(ctx, rw, metrics.HeldReturned, perr)
+		default:
+			pubErr = cmp.Or(pubErr, perr)
+		}
+	}
+	if len(confirmed) == 0 {
+		return len(rows), pubErr, nil
+	}
+	if f := r.cfg.TestAfterConfirmFunc; f != nil {
+		f(confirmed)
+	}
+	ids := make([][16]byte, len(confirmed))
+	for i, id := range confirmed {
+		ids[i] = id
+	}
+	if _, err := conn.Exec(ctx, `DELETE FROM platform.outbox WHERE event_id = ANY($1::uuid[])`, ids); err != nil {
+		// Confirmed but not deleted: the next active relay publishes them
+		// again, which the consumers' dedup makes harmless.
+		return len(rows), pubErr, fmt.Errorf("outbox: delete %d published rows: %w", len(ids), err)
+	}
+	r.publishedTotal.Add(float64(len(confirmed)))
+	return len(rows), pubErr, nil
+}
+
+func (r *Relay) selectRows(ctx context.Context, conn *pgx.Conn, skip [][16]byte) ([]row, error) {
+	q, err := conn.Query(ctx, selectSQL, r.cfg.BatchSize, skip)
+	if err != nil {
+		return nil, fmt.Errorf("outbox: select rows: %w", err)
+	}
+	defer q.Close()
+	rows := make([]row, 0, r.cfg.BatchSize)
+	for q.Next() {
+		var rw row
+		var id [16]byte
+		if err := q.Scan(&id, &rw.name, &rw.occurredAt, &rw.payload, &rw.headers); err != nil {
+			return nil, fmt.Errorf("outbox: read row: %w", err)
+		}
+		rw.id = id
+		rows = append(rows, rw)
+	}
+	if err := q.Err(); err != nil {
+		return nil, fmt.Errorf("outbox: select rows: %w", err)
+	}
+	return rows, nil
+}
+
+// hold keeps rw back for a backoff that doubles with each attempt. It is
+// logged the first time only.
+func (r *Relay) hold(ctx context.Context, rw row, reason string, cause error) {
+	h, ok := r.held[rw.id]
+	if !ok {
+		h = &heldRow{}
+		r.held[rw.id] = h
+		r.log.WarnContext(ctx, "outbox: row held back, it stays in the outbox and is retried with backoff",
+			slog.String("event_id", rw.id.String()), slog.String("event_name", rw.name),
+			slog.String("reason", reason), slog.Any("error", cause))
+	}
+	d := r.cfg.HoldMin << min(h.attempts, 30)
+	if d <= 0 || d > r.cfg.HoldMax {
+		d = r.cfg.HoldMax
+	}
+	h.attempts++
+	h.due = time.Now().Add(jitter(d))
+	if reason == metrics.HeldReturned {
+		r.heldReturned.Inc()
+	} else {
+		r.heldInvalid.Inc()
+	}
+}
+
+// sleep waits d or until ctx ends; it reports whether d passed.
+func sleep(ctx context.Context, d time.Duration) bool {
+	t := time.NewTimer(d)
+	defer t.Stop()
+	select {
+	case <-ctx.Done():
+		return false
+	case <-t.C:
+		return true
+	}
+}
+
+// jitter returns d plus up to 20% at random.
+func jitter(d time.Duration) time.Duration {
+	return d + time.Duration(rand.Int64N(int64(d)/5+1))
+}
