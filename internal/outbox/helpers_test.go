@@ -164,6 +164,42 @@ func receive(t testing.TB, d <-chan amqp.Delivery, n int, timeout time.Duration)
 	return got
 }
 
+// requireIDs requires every id in got, naming the missing ones only.
+func requireIDs(t testing.TB, got map[string][]amqp.Delivery, ids ...string) {
+	t.Helper()
+	var missing []string
+	for _, id := range ids {
+		if _, ok := got[id]; !ok {
+			missing = append(missing, id)
+		}
+	}
+	if len(missing) > 0 {
+		t.Fatalf("%d of %d ids not received: %v", len(missing), len(ids), missing)
+	}
+}
+
+// receiveIDs collects deliveries until every id arrived (copies of others
+// allowed) or the timeout passes.
+func receiveIDs(t testing.TB, d <-chan amqp.Delivery, timeout time.Duration, ids ...string) map[string][]amqp.Delivery {
+	t.Helper()
+	got := map[string][]amqp.Delivery{}
+	want := map[string]bool{}
+	for _, id := range ids {
+		want[id] = true
+	}
+	deadline := time.After(timeout)
+	for len(want) > 0 {
+		select {
+		case m := <-d:
+			got[m.MessageId] = append(got[m.MessageId], m)
+			delete(want, m.MessageId)
+		case <-deadline:
+			t.Fatalf("%d of %d ids not received within %s", len(want), len(ids), timeout)
+		}
+	}
+	return got
+}
+
 // quiet requires that nothing more arrives for a while.
 func quiet(t testing.TB, d <-chan amqp.Delivery, wait time.Duration) {
 	t.Helper()

@@ -36,6 +36,9 @@ const (
 	HoldMaxDefault = 5 * time.Minute
 	// PublishTimeoutDefault bounds one batch's publish and confirms.
 	PublishTimeoutDefault = 30 * time.Second
+	// StopTimeoutDefault bounds how long Stop lets the pass in flight
+	// finish.
+	StopTimeoutDefault = 10 * time.Second
 	// statsEvery is how often the pending and oldest gauges are refreshed.
 	statsEvery = time.Second
 	// backoffMin and backoffMax bound the wait after a database or broker
@@ -99,7 +102,8 @@ type Relay struct {
 	mu       sync.Mutex
 	started  bool
 	stopped  bool
-	cancel   context.CancelFunc
+	cancel   context.CancelFunc // stops waiting: no new pass starts
+	hard     context.CancelFunc // abandons the pass in flight
 	done     chan struct{}
 	stopOnce sync.Once
 }
@@ -146,16 +150,18 @@ func (r *Relay) Start(ctx context.Context) error {
 		return fmt.Errorf("outbox: relay %s already started or stopped", r.cfg.Service)
 	}
 	r.started = true
-	runCtx, cancel := context.WithCancel(context.WithoutCancel(ctx))
-	r.cancel, r.done = cancel, make(chan struct{})
+	fetchCtx, cancel := context.WithCancel(context.WithoutCancel(ctx))
+	workCtx, hard := context.WithCancel(context.WithoutCancel(ctx))
+	r.cancel, r.hard, r.done = cancel, hard, make(chan struct{})
 	go func() {
 		defer close(r.done)
-		r.run(runCtx)
+		r.run(fetchCtx, workCtx)
 	}()
 	return nil
 }
 
-// Stop stops the relay and waits for it: the batch in flight, if any, is
+// Stop stops the relay and waits for it: the pass in flight may finish
+// (its confirmed rows deleted) within StopTimeoutDefault, then it is
 // abandoned (its rows stay and are published again). It releases the relay
 // lock. Safe to call twice and before Start.
 func (r *Relay) Stop() {
@@ -168,6 +174,12 @@ func (r *Relay) Stop() {
 			return
 		}
 		r.cancel()
+		select {
+		case <-r.done:
+		case <-time.After(StopTimeoutDefault):
+			r.log.Warn("outbox: stop timed out, abandoning the pass in flight")
+		}
+		r.hard()
 		<-r.done
 		r.pub.Close()
 		r.active.Set(0)
@@ -199,11 +211,12 @@ func (r *Relay) refreshStats(ctx context.Context) {
 }
 
 // run holds sessions until ctx ends: take the lock, relay, and after a
-// fault back off and start again.
-func (r *Relay) run(ctx context.Context) {
+// fault back off and start again. Waits end with ctx; database and broker
+// work runs under work, which outlives ctx by Stop's grace.
+func (r *Relay) run(ctx, work context.Context) {
 	backoff := backoffMin
 	for ctx.Err() == nil {
-		activeFor, err := r.session(ctx)
+		activeFor, err := r.session(ctx, work)
 		if ctx.Err() != nil {
 			return
 		}
@@ -223,7 +236,7 @@ func (r *Relay) run(ctx context.Context) {
 // then relays over it until a fault or ctx ends. Every query of the active
 // relay runs on the lock's connection, so none runs once the session (and
 // so the lock) is gone. It returns how long it was active.
-func (r *Relay) session(ctx context.Context) (time.Duration, error) {
+func (r *Relay) session(ctx, work context.Context) (time.Duration, error) {
 	pc, err := r.cfg.DB.Acquire(ctx)
 	if err != nil {
 		return 0, fmt.Errorf("outbox: acquire connection: %w", err)
@@ -250,7 +263,7 @@ func (r *Relay) session(ctx context.Context) (time.Duration, error) {
 	if _, err := conn.Exec(ctx, "LISTEN "+Channel); err != nil {
 		return 0, fmt.Errorf("outbox: listen: %w", err)
 	}
-	err = r.relay(ctx, conn)
+	err = r.relay(ctx, work, conn)
 	return time.Since(since), err
 }
 
@@ -279,7 +292,7 @@ func (r *Relay) waitLock(ctx context.Context, conn *pgx.Conn) error {
 // relay runs passes until a database fault or ctx ends. After a short pass
 // it waits for a notification, the poll period or the next held row's
 // turn; after a broker fault it backs off.
-func (r *Relay) relay(ctx context.Context, conn *pgx.Conn) error {
+func (r *Relay) relay(ctx, work context.Context, conn *pgx.Conn) error {
 	var lastStats time.Time
 	backoff := backoffMin
 	declared := false
@@ -287,8 +300,11 @@ func (r *Relay) relay(ctx context.Context, conn *pgx.Conn) error {
 		if !declared {
 			declared = r.declareExchange(ctx)
 		}
+		if ctx.Err() != nil {
+			return ctx.Err()
+		}
 		drainNotifications(conn)
-		n, pubErr, err := r.pass(ctx, conn)
+		n, pubErr, err := r.pass(work, conn)
 		if err != nil {
 			return err
 		}
