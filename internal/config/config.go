@@ -116,8 +116,11 @@ type ServiceConfig struct {
 	BeyondHorizon string `yaml:"beyond_horizon"`
 	// Purge schedules the purge of processed_event.
 	Purge PurgeConfig `yaml:"purge"`
-	// Pools are the service's worker pools (at least one).
+	// Pools are the service's worker pools (at least one, unless the
+	// service is a producer with an outbox block).
 	Pools []PoolConfig `yaml:"pools"`
+	// Outbox configures the service's outbox relay.
+	Outbox OutboxConfig `yaml:"outbox"`
 }
 
 // PurgeConfig schedules the processed_event purge.

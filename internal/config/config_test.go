@@ -88,6 +88,7 @@ func TestLoadFullSample(t *testing.T) {
 				Batch:       BatchConfig{Size: 100, Wait: 5 * time.Millisecond},
 				Retry:       RetryConfig{Delays: delays},
 			}},
+			Outbox: OutboxConfig{Relay: true, BatchSize: OutboxBatchSizeDefault, Poll: OutboxPollDefault},
 		},
 		{
 			Name:          "shipping",
@@ -107,6 +108,7 @@ func TestLoadFullSample(t *testing.T) {
 				Batch:       BatchConfig{Size: 100, Wait: 5 * time.Millisecond},
 				Retry:       RetryConfig{Delays: delays},
 			}},
+			Outbox: OutboxConfig{Relay: true, BatchSize: OutboxBatchSizeDefault, Poll: OutboxPollDefault},
 		},
 	}, c.Services)
 

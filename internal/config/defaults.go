@@ -85,6 +85,7 @@ func applyDefaults(c *Config, isSet func(path string) bool) {
 		setString(sp+".beyond_horizon", &s.BeyondHorizon, BeyondHorizonDefault)
 		setDuration(sp+".purge.every", &s.Purge.Every, PurgeEveryDefault)
 		setInt(sp+".purge.batch_size", &s.Purge.BatchSize, PurgeBatchSizeDefault)
+		applyOutboxDefaults(s, sp, isSet)
 		for j := range s.Pools {
 			p := &s.Pools[j]
 			pp := poolPath(i, j)

@@ -305,16 +305,13 @@ func (v *validator) services() {
 	queues := map[string]poolRef{}
 	for i := range v.c.Services {
 		s := &v.c.Services[i]
-		sp := servicePath(i)
 		v.service(i, s, serviceNames)
 		for j := range s.Pools {
 			v.pool(i, j, &s.Pools[j], poolNames, queues)
 		}
 		v.horizonSafety(i, s)
 		v.routingOverlap(i, s)
-		if len(s.Pools) == 0 {
-			v.ps.add(sp+".pools", "at least one pool is required")
-		}
+		v.outbox(i, s)
 	}
 }
 

@@ -1,0 +1,69 @@
+package config
+
+import "time"
+
+// Outbox defaults and limits (DESIGN.md, "Outbox").
+const (
+	// OutboxBatchSizeDefault is the default outbox.batch_size.
+	OutboxBatchSizeDefault = 500
+	// OutboxPollDefault is the default outbox.poll.
+	OutboxPollDefault = time.Second
+
+	outboxBatchSizeMax = 10_000
+	outboxPollMin      = 10 * time.Millisecond
+	outboxPollMax      = time.Hour
+)
+
+// OutboxConfig configures a service's outbox relay, which publishes the
+// rows of the service's platform.outbox after their writers committed.
+type OutboxConfig struct {
+	// Relay runs the relay in this daemon (default true, with or without
+	// an outbox block: a handler may write to the outbox of any service).
+	// One relay per service is active across daemons.
+	Relay bool `yaml:"relay"`
+	// BatchSize is the most rows published per pass (default 500).
+	BatchSize int `yaml:"batch_size"`
+	// Poll is how often the relay looks for rows when no notification
+	// woke it (default 1s).
+	Poll time.Duration `yaml:"poll"`
+	// Configured is true when the service has an outbox block: a producer
+	// service, which needs no pools.
+	Configured bool `yaml:"-"`
+}
+
+// applyOutboxDefaults fills the absent keys of a service's outbox block.
+func applyOutboxDefaults(s *ServiceConfig, sp string, isSet func(string) bool) {
+	o := &s.Outbox
+	o.Configured = isSet(sp + ".outbox")
+	if !isSet(sp + ".outbox.relay") {
+		o.Relay = true
+	}
+	if !isSet(sp + ".outbox.batch_size") {
+		o.BatchSize = OutboxBatchSizeDefault
+	}
+	if !isSet(sp + ".outbox.poll") {
+		o.Poll = OutboxPollDefault
+	}
+}
+
+// outbox checks a service's outbox block, and that a service without pools
+// is a producer (an outbox block with the relay on).
+func (v *validator) outbox(i int, s *ServiceConfig) {
+	sp := servicePath(i)
+	o := s.Outbox
+	if o.BatchSize < 1 || o.BatchSize > outboxBatchSizeMax {
+		v.ps.add(sp+".outbox.batch_size", "must be between 1 and %d (got %d)", outboxBatchSizeMax, o.BatchSize)
+	}
+	if o.Poll < outboxPollMin || o.Poll > outboxPollMax {
+		v.ps.add(sp+".outbox.poll", "must be between %s and %s (got %s)", fmtDuration(outboxPollMin), fmtDuration(outboxPollMax), fmtDuration(o.Poll))
+	}
+	if len(s.Pools) > 0 || v.ps.badUnder(sp+".pools") {
+		return
+	}
+	switch {
+	case !o.Configured:
+		v.ps.add(sp+".pools", "at least one pool is required (a producer service with no pools needs an outbox block, e.g. outbox: {relay: true})")
+	case !o.Relay:
+		v.ps.add(sp+".outbox.relay", "a service with no pools must run its relay: it would do nothing")
+	}
+}
