@@ -102,9 +102,9 @@ func TestServicesTable(t *testing.T) {
 	require.Equal(t, 0, r.code, r.stderr)
 	require.Empty(t, r.stderr)
 	require.Equal(t, [][]string{
-		{"NAME", "HORIZON", "MIN_HORIZON", "LAST_PURGE", "BEYOND_HORIZON"},
-		{"shipping", "336h0m0s", "24h0m0s", "never", "fail"},
-		{"stock", "336h0m0s", "24h0m0s", "2026-01-02T02:04:05Z", "fail"},
+		{"NAME", "HORIZON", "MIN_HORIZON", "LAST_PURGE", "BEYOND_HORIZON", "OUTBOX_PENDING", "OUTBOX_OLDEST"},
+		{"shipping", "336h0m0s", "24h0m0s", "never", "fail", "0", "-"},
+		{"stock", "336h0m0s", "24h0m0s", "2026-01-02T02:04:05Z", "fail", "3", "2.5s"},
 	}, tableRows(r.stdout))
 }
 
@@ -125,6 +125,8 @@ func TestServicesJSON(t *testing.T) {
 	require.Equal(t, "1209600s", stock["horizon"])
 	require.Equal(t, "86400s", stock["minHorizon"], "camelCase names")
 	require.Equal(t, "2026-01-02T02:04:05Z", stock["lastPurge"])
+	require.Equal(t, "3", stock["outboxPending"], "int64 as a JSON string")
+	require.Equal(t, "2.500s", stock["outboxOldest"])
 
 	var resp adminv1.ListServicesResponse
 	require.NoError(t, protojson.Unmarshal([]byte(r.stdout), &resp))

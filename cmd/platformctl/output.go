@@ -53,13 +53,18 @@ func formatState(s adminv1.PoolState) string {
 
 // servicesTable prints services.
 func servicesTable(w io.Writer, services []*adminv1.Service) {
-	row(w, "NAME", "HORIZON", "MIN_HORIZON", "LAST_PURGE", "BEYOND_HORIZON")
+	row(w, "NAME", "HORIZON", "MIN_HORIZON", "LAST_PURGE", "BEYOND_HORIZON", "OUTBOX_PENDING", "OUTBOX_OLDEST")
 	for _, s := range services {
 		lastPurge := "never"
 		if s.GetLastPurge() != nil {
 			lastPurge = formatTime(s.GetLastPurge())
 		}
-		row(w, s.GetName(), formatDuration(s.GetHorizon()), formatDuration(s.GetMinHorizon()), lastPurge, orDash(s.GetBeyondHorizon()))
+		oldest := "-"
+		if s.GetOutboxPending() > 0 {
+			oldest = s.GetOutboxOldest().AsDuration().Round(time.Millisecond).String()
+		}
+		row(w, s.GetName(), formatDuration(s.GetHorizon()), formatDuration(s.GetMinHorizon()), lastPurge, orDash(s.GetBeyondHorizon()),
+			strconv.FormatInt(s.GetOutboxPending(), 10), oldest)
 	}
 }
 

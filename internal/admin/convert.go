@@ -26,6 +26,8 @@ func serviceToProto(s ServiceInfo) *adminv1.Service {
 		MinHorizon:    durationpb.New(s.MinHorizon),
 		LastPurge:     timestampOrNil(s.LastPurge),
 		BeyondHorizon: s.BeyondHorizon,
+		OutboxPending: s.OutboxPending,
+		OutboxOldest:  durationpb.New(s.OutboxOldest),
 	}
 }
 

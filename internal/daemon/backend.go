@@ -10,6 +10,7 @@ import (
 
 	"github.com/platformd/platformd/internal/admin"
 	"github.com/platformd/platformd/internal/dedup"
+	"github.com/platformd/platformd/internal/outbox"
 	"github.com/platformd/platformd/internal/scheduler"
 	"github.com/platformd/platformd/internal/state"
 	"github.com/platformd/platformd/internal/workers"
@@ -59,6 +60,9 @@ func (b *backend) ListServices(ctx context.Context) ([]admin.ServiceInfo, error)
 		}
 		if ok {
 			info.LastPurge = last.FinishedAt
+		}
+		if info.OutboxPending, info.OutboxOldest, err = outbox.Stats(ctx, s.db); err != nil {
+			return nil, unavailable(err)
 		}
 		out = append(out, info)
 	}

@@ -135,6 +135,7 @@ type Daemon struct {
 	httpSrv  *metricsServer
 	amqpURL  string
 	stopOnce sync.Once
+	outbox   *relays
 }
 
 // Run starts platformd and blocks until ctx ends, then shuts down
@@ -216,6 +217,9 @@ func start(ctx context.Context, cfg *config.Config, reg *consumer.Registry, logg
 		if err := l.Start(ctx); err != nil {
 			return nil, err
 		}
+	}
+	if err := d.startOutbox(ctx); err != nil {
+		return nil, err
 	}
 	var schedSvcs []scheduler.ServiceConfig
 	for _, svc := range d.services {
@@ -415,9 +419,10 @@ func (d *Daemon) stopStages() [][]startstop.Stopper {
 		{d.admin},
 		{d.sched},
 		pools,
+		d.outbox.stoppers(),
 		loops,
 		{d.httpSrv},
-		resources,
+		append(resources, d.outbox.resources()...),
 	}
 }
 

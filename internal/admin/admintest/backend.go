@@ -69,7 +69,8 @@ func New() *Backend {
 	return &Backend{
 		services: []admin.ServiceInfo{
 			{Name: "shipping", Horizon: 336 * time.Hour, MinHorizon: 24 * time.Hour, BeyondHorizon: "fail"},
-			{Name: "stock", Horizon: 336 * time.Hour, MinHorizon: 24 * time.Hour, LastPurge: Now.Add(-time.Hour), BeyondHorizon: "fail"},
+			{Name: "stock", Horizon: 336 * time.Hour, MinHorizon: 24 * time.Hour, LastPurge: Now.Add(-time.Hour), BeyondHorizon: "fail",
+				OutboxPending: 3, OutboxOldest: 2500 * time.Millisecond},
 		},
 		updated: map[string]admin.HorizonInfo{},
 		pools: []admin.PoolInfo{

@@ -106,6 +106,12 @@ type Service struct {
 	// beyond_horizon tells what the service does with an event older than its
 	// horizon (its configured policy), empty if the server does not say.
 	BeyondHorizon string `protobuf:"bytes,5,opt,name=beyond_horizon,json=beyondHorizon,proto3" json:"beyond_horizon,omitempty"`
+	// outbox_pending is the number of rows waiting in the service's
+	// platform.outbox (messages not yet published and confirmed).
+	OutboxPending int64 `protobuf:"varint,6,opt,name=outbox_pending,json=outboxPending,proto3" json:"outbox_pending,omitempty"`
+	// outbox_oldest is the age of the oldest waiting outbox row; zero when
+	// none waits.
+	OutboxOldest  *durationpb.Duration `protobuf:"bytes,7,opt,name=outbox_oldest,json=outboxOldest,proto3" json:"outbox_oldest,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -173,6 +179,20 @@ func (x *Service) GetBeyondHorizon() string {
 		return x.BeyondHorizon
 	}
 	return ""
+}
+
+func (x *Service) GetOutboxPending() int64 {
+	if x != nil {
+		return x.OutboxPending
+	}
+	return 0
+}
+
+func (x *Service) GetOutboxOldest() *durationpb.Duration {
+	if x != nil {
+		return x.OutboxOldest
+	}
+	return nil
 }
 
 // Pool is one worker pool consuming one queue for one service.
@@ -1803,7 +1823,7 @@ var File_platform_admin_v1_admin_proto protoreflect.FileDescriptor
 
 const file_platform_admin_v1_admin_proto_rawDesc = "" +
 	"\n" +
-	"\x1dplatform/admin/v1/admin.proto\x12\x11platform.admin.v1\x1a\x1egoogle/protobuf/duration.proto\x1a\x1fgoogle/protobuf/timestamp.proto\"\xf0\x01\n" +
+	"\x1dplatform/admin/v1/admin.proto\x12\x11platform.admin.v1\x1a\x1egoogle/protobuf/duration.proto\x1a\x1fgoogle/protobuf/timestamp.proto\"\xd7\x02\n" +
 	"\aService\x12\x12\n" +
 	"\x04name\x18\x01 \x01(\tR\x04name\x123\n" +
 	"\ahorizon\x18\x02 \x01(\v2\x19.google.protobuf.DurationR\ahorizon\x12:\n" +
@@ -1811,7 +1831,9 @@ const file_platform_admin_v1_admin_proto_rawDesc = "" +
 	"minHorizon\x129\n" +
 	"\n" +
 	"last_purge\x18\x04 \x01(\v2\x1a.google.protobuf.TimestampR\tlastPurge\x12%\n" +
-	"\x0ebeyond_horizon\x18\x05 \x01(\tR\rbeyondHorizon\"\xd2\x02\n" +
+	"\x0ebeyond_horizon\x18\x05 \x01(\tR\rbeyondHorizon\x12%\n" +
+	"\x0eoutbox_pending\x18\x06 \x01(\x03R\routboxPending\x12>\n" +
+	"\routbox_oldest\x18\a \x01(\v2\x19.google.protobuf.DurationR\foutboxOldest\"\xd2\x02\n" +
 	"\x04Pool\x12\x12\n" +
 	"\x04name\x18\x01 \x01(\tR\x04name\x12\x18\n" +
 	"\aservice\x18\x02 \x01(\tR\aservice\x12\x14\n" +
@@ -1990,54 +2012,55 @@ var file_platform_admin_v1_admin_proto_depIdxs = []int32{
 	29, // 0: platform.admin.v1.Service.horizon:type_name -> google.protobuf.Duration
 	29, // 1: platform.admin.v1.Service.min_horizon:type_name -> google.protobuf.Duration
 	30, // 2: platform.admin.v1.Service.last_purge:type_name -> google.protobuf.Timestamp
-	0,  // 3: platform.admin.v1.Pool.state:type_name -> platform.admin.v1.PoolState
-	30, // 4: platform.admin.v1.LookupResult.processed_at:type_name -> google.protobuf.Timestamp
-	30, // 5: platform.admin.v1.LookupResult.purgeable_at:type_name -> google.protobuf.Timestamp
-	29, // 6: platform.admin.v1.Horizon.horizon:type_name -> google.protobuf.Duration
-	29, // 7: platform.admin.v1.Horizon.min_horizon:type_name -> google.protobuf.Duration
-	30, // 8: platform.admin.v1.Horizon.updated_at:type_name -> google.protobuf.Timestamp
-	30, // 9: platform.admin.v1.PurgeRun.cutoff:type_name -> google.protobuf.Timestamp
-	30, // 10: platform.admin.v1.PurgeRun.started_at:type_name -> google.protobuf.Timestamp
-	30, // 11: platform.admin.v1.PurgeRun.finished_at:type_name -> google.protobuf.Timestamp
-	30, // 12: platform.admin.v1.FailedMessage.failed_at:type_name -> google.protobuf.Timestamp
-	1,  // 13: platform.admin.v1.ListServicesResponse.services:type_name -> platform.admin.v1.Service
-	2,  // 14: platform.admin.v1.ListPoolsResponse.pools:type_name -> platform.admin.v1.Pool
-	2,  // 15: platform.admin.v1.PausePoolResponse.pool:type_name -> platform.admin.v1.Pool
-	2,  // 16: platform.admin.v1.ResumePoolResponse.pool:type_name -> platform.admin.v1.Pool
-	3,  // 17: platform.admin.v1.LookupEventResponse.results:type_name -> platform.admin.v1.LookupResult
-	4,  // 18: platform.admin.v1.GetHorizonResponse.horizon:type_name -> platform.admin.v1.Horizon
-	29, // 19: platform.admin.v1.SetHorizonRequest.horizon:type_name -> google.protobuf.Duration
-	4,  // 20: platform.admin.v1.SetHorizonResponse.horizon:type_name -> platform.admin.v1.Horizon
-	5,  // 21: platform.admin.v1.RunPurgeResponse.run:type_name -> platform.admin.v1.PurgeRun
-	5,  // 22: platform.admin.v1.ListPurgeRunsResponse.runs:type_name -> platform.admin.v1.PurgeRun
-	6,  // 23: platform.admin.v1.ListFailedMessagesResponse.messages:type_name -> platform.admin.v1.FailedMessage
-	7,  // 24: platform.admin.v1.AdminService.ListServices:input_type -> platform.admin.v1.ListServicesRequest
-	9,  // 25: platform.admin.v1.AdminService.ListPools:input_type -> platform.admin.v1.ListPoolsRequest
-	11, // 26: platform.admin.v1.AdminService.PausePool:input_type -> platform.admin.v1.PausePoolRequest
-	13, // 27: platform.admin.v1.AdminService.ResumePool:input_type -> platform.admin.v1.ResumePoolRequest
-	15, // 28: platform.admin.v1.AdminService.LookupEvent:input_type -> platform.admin.v1.LookupEventRequest
-	17, // 29: platform.admin.v1.AdminService.GetHorizon:input_type -> platform.admin.v1.GetHorizonRequest
-	19, // 30: platform.admin.v1.AdminService.SetHorizon:input_type -> platform.admin.v1.SetHorizonRequest
-	21, // 31: platform.admin.v1.AdminService.RunPurge:input_type -> platform.admin.v1.RunPurgeRequest
-	23, // 32: platform.admin.v1.AdminService.ListPurgeRuns:input_type -> platform.admin.v1.ListPurgeRunsRequest
-	25, // 33: platform.admin.v1.AdminService.ListFailedMessages:input_type -> platform.admin.v1.ListFailedMessagesRequest
-	27, // 34: platform.admin.v1.AdminService.RetryFailedMessages:input_type -> platform.admin.v1.RetryFailedMessagesRequest
-	8,  // 35: platform.admin.v1.AdminService.ListServices:output_type -> platform.admin.v1.ListServicesResponse
-	10, // 36: platform.admin.v1.AdminService.ListPools:output_type -> platform.admin.v1.ListPoolsResponse
-	12, // 37: platform.admin.v1.AdminService.PausePool:output_type -> platform.admin.v1.PausePoolResponse
-	14, // 38: platform.admin.v1.AdminService.ResumePool:output_type -> platform.admin.v1.ResumePoolResponse
-	16, // 39: platform.admin.v1.AdminService.LookupEvent:output_type -> platform.admin.v1.LookupEventResponse
-	18, // 40: platform.admin.v1.AdminService.GetHorizon:output_type -> platform.admin.v1.GetHorizonResponse
-	20, // 41: platform.admin.v1.AdminService.SetHorizon:output_type -> platform.admin.v1.SetHorizonResponse
-	22, // 42: platform.admin.v1.AdminService.RunPurge:output_type -> platform.admin.v1.RunPurgeResponse
-	24, // 43: platform.admin.v1.AdminService.ListPurgeRuns:output_type -> platform.admin.v1.ListPurgeRunsResponse
-	26, // 44: platform.admin.v1.AdminService.ListFailedMessages:output_type -> platform.admin.v1.ListFailedMessagesResponse
-	28, // 45: platform.admin.v1.AdminService.RetryFailedMessages:output_type -> platform.admin.v1.RetryFailedMessagesResponse
-	35, // [35:46] is the sub-list for method output_type
-	24, // [24:35] is the sub-list for method input_type
-	24, // [24:24] is the sub-list for extension type_name
-	24, // [24:24] is the sub-list for extension extendee
-	0,  // [0:24] is the sub-list for field type_name
+	29, // 3: platform.admin.v1.Service.outbox_oldest:type_name -> google.protobuf.Duration
+	0,  // 4: platform.admin.v1.Pool.state:type_name -> platform.admin.v1.PoolState
+	30, // 5: platform.admin.v1.LookupResult.processed_at:type_name -> google.protobuf.Timestamp
+	30, // 6: platform.admin.v1.LookupResult.purgeable_at:type_name -> google.protobuf.Timestamp
+	29, // 7: platform.admin.v1.Horizon.horizon:type_name -> google.protobuf.Duration
+	29, // 8: platform.admin.v1.Horizon.min_horizon:type_name -> google.protobuf.Duration
+	30, // 9: platform.admin.v1.Horizon.updated_at:type_name -> google.protobuf.Timestamp
+	30, // 10: platform.admin.v1.PurgeRun.cutoff:type_name -> google.protobuf.Timestamp
+	30, // 11: platform.admin.v1.PurgeRun.started_at:type_name -> google.protobuf.Timestamp
+	30, // 12: platform.admin.v1.PurgeRun.finished_at:type_name -> google.protobuf.Timestamp
+	30, // 13: platform.admin.v1.FailedMessage.failed_at:type_name -> google.protobuf.Timestamp
+	1,  // 14: platform.admin.v1.ListServicesResponse.services:type_name -> platform.admin.v1.Service
+	2,  // 15: platform.admin.v1.ListPoolsResponse.pools:type_name -> platform.admin.v1.Pool
+	2,  // 16: platform.admin.v1.PausePoolResponse.pool:type_name -> platform.admin.v1.Pool
+	2,  // 17: platform.admin.v1.ResumePoolResponse.pool:type_name -> platform.admin.v1.Pool
+	3,  // 18: platform.admin.v1.LookupEventResponse.results:type_name -> platform.admin.v1.LookupResult
+	4,  // 19: platform.admin.v1.GetHorizonResponse.horizon:type_name -> platform.admin.v1.Horizon
+	29, // 20: platform.admin.v1.SetHorizonRequest.horizon:type_name -> google.protobuf.Duration
+	4,  // 21: platform.admin.v1.SetHorizonResponse.horizon:type_name -> platform.admin.v1.Horizon
+	5,  // 22: platform.admin.v1.RunPurgeResponse.run:type_name -> platform.admin.v1.PurgeRun
+	5,  // 23: platform.admin.v1.ListPurgeRunsResponse.runs:type_name -> platform.admin.v1.PurgeRun
+	6,  // 24: platform.admin.v1.ListFailedMessagesResponse.messages:type_name -> platform.admin.v1.FailedMessage
+	7,  // 25: platform.admin.v1.AdminService.ListServices:input_type -> platform.admin.v1.ListServicesRequest
+	9,  // 26: platform.admin.v1.AdminService.ListPools:input_type -> platform.admin.v1.ListPoolsRequest
+	11, // 27: platform.admin.v1.AdminService.PausePool:input_type -> platform.admin.v1.PausePoolRequest
+	13, // 28: platform.admin.v1.AdminService.ResumePool:input_type -> platform.admin.v1.ResumePoolRequest
+	15, // 29: platform.admin.v1.AdminService.LookupEvent:input_type -> platform.admin.v1.LookupEventRequest
+	17, // 30: platform.admin.v1.AdminService.GetHorizon:input_type -> platform.admin.v1.GetHorizonRequest
+	19, // 31: platform.admin.v1.AdminService.SetHorizon:input_type -> platform.admin.v1.SetHorizonRequest
+	21, // 32: platform.admin.v1.AdminService.RunPurge:input_type -> platform.admin.v1.RunPurgeRequest
+	23, // 33: platform.admin.v1.AdminService.ListPurgeRuns:input_type -> platform.admin.v1.ListPurgeRunsRequest
+	25, // 34: platform.admin.v1.AdminService.ListFailedMessages:input_type -> platform.admin.v1.ListFailedMessagesRequest
+	27, // 35: platform.admin.v1.AdminService.RetryFailedMessages:input_type -> platform.admin.v1.RetryFailedMessagesRequest
+	8,  // 36: platform.admin.v1.AdminService.ListServices:output_type -> platform.admin.v1.ListServicesResponse
+	10, // 37: platform.admin.v1.AdminService.ListPools:output_type -> platform.admin.v1.ListPoolsResponse
+	12, // 38: platform.admin.v1.AdminService.PausePool:output_type -> platform.admin.v1.PausePoolResponse
+	14, // 39: platform.admin.v1.AdminService.ResumePool:output_type -> platform.admin.v1.ResumePoolResponse
+	16, // 40: platform.admin.v1.AdminService.LookupEvent:output_type -> platform.admin.v1.LookupEventResponse
+	18, // 41: platform.admin.v1.AdminService.GetHorizon:output_type -> platform.admin.v1.GetHorizonResponse
+	20, // 42: platform.admin.v1.AdminService.SetHorizon:output_type -> platform.admin.v1.SetHorizonResponse
+	22, // 43: platform.admin.v1.AdminService.RunPurge:output_type -> platform.admin.v1.RunPurgeResponse
+	24, // 44: platform.admin.v1.AdminService.ListPurgeRuns:output_type -> platform.admin.v1.ListPurgeRunsResponse
+	26, // 45: platform.admin.v1.AdminService.ListFailedMessages:output_type -> platform.admin.v1.ListFailedMessagesResponse
+	28, // 46: platform.admin.v1.AdminService.RetryFailedMessages:output_type -> platform.admin.v1.RetryFailedMessagesResponse
+	36, // [36:47] is the sub-list for method output_type
+	25, // [25:36] is the sub-list for method input_type
+	25, // [25:25] is the sub-list for extension type_name
+	25, // [25:25] is the sub-list for extension extendee
+	0,  // [0:25] is the sub-list for field type_name
 }
 
 func init() { file_platform_admin_v1_admin_proto_init() }
