@@ -1,7 +1,10 @@
 // Package shop is the seed article's online shop as platformd handlers: the
-// stock service reserves goods for each order line when an order is placed,
-// and the shipping service keeps a copy of each order's status, applying
-// only newer versions.
+// stock service reserves goods for each order line when an order is placed
+// and announces it through its outbox (stock.stock.reserved.v1); the
+// shipping service keeps a copy of each order's status, applying only newer
+// versions, and prepares a parcel for each order whose stock is reserved.
+// The order service, the producer, has no handler: OrderMigrations holds its
+// table.
 //
 // Both handlers only touch the service's database through the transaction
 // they are given, so platformd's dedup step makes their effects happen once
@@ -20,9 +23,18 @@ import (
 const (
 	EventOrderPlaced        = "order.order.placed.v1"
 	EventOrderStatusChanged = "order.order.status_changed.v1"
+	EventStockReserved      = "stock.stock.reserved.v1"
 	HandlerStockReserve     = "stock.reserve"
 	HandlerShippingTrack    = "shipping.track_status"
+	// HandlerStockAnnounce emits EventStockReserved through the outbox.
+	HandlerStockAnnounce = "stock.announce_reserved"
+	// HandlerShippingParcel prepares a parcel on EventStockReserved.
+	HandlerShippingParcel = "shipping.prepare_parcel"
 )
+
+// OrderMigrations returns the order service's goose migrations (its orders
+// table), which no handler carries: the demo applies them itself.
+func OrderMigrations() fs.FS { return sub("order") }
 
 //go:embed migrations
 var migrationFiles embed.FS
@@ -45,10 +57,25 @@ func Register(reg *consumer.Registry) error {
 	}); err != nil {
 		return err
 	}
-	return reg.Register(consumer.Registration{
+	if err := reg.Register(consumer.Registration{
 		Name:       HandlerShippingTrack,
 		Events:     []string{EventOrderStatusChanged},
 		Handler:    trackHandler{},
 		Migrations: sub("shipping"),
+	}); err != nil {
+		return err
+	}
+	if err := reg.Register(consumer.Registration{
+		Name:    HandlerStockAnnounce,
+		Events:  []string{EventOrderPlaced},
+		Handler: consumer.HandlerFunc(AnnounceReserved),
+	}); err != nil {
+		return err
+	}
+	return reg.Register(consumer.Registration{
+		Name:       HandlerShippingParcel,
+		Events:     []string{EventStockReserved},
+		Handler:    consumer.HandlerFunc(PrepareParcel),
+		Migrations: sub("parcel"),
 	})
 }
