@@ -9,6 +9,8 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"regexp"
+	"strconv"
 	"strings"
 	"syscall"
 	"time"
@@ -167,6 +169,28 @@ func (d *daemon) stop(grace time.Duration) error {
 		d.kill()
 		return fmt.Errorf("platformd did not exit within %s of SIGTERM; killed it%s", grace, d.tail())
 	}
+}
+
+// killedRowsRE finds the row count in the log line of a daemon that killed
+// itself between an outbox confirm and its delete.
+var killedRowsRE = regexp.MustCompile(`killing itself between outbox confirm and delete.* rows=(\d+)`)
+
+// killedRows returns the rows of the last batch the daemon confirmed and
+// did not delete before it killed itself, from its log; -1 if not found.
+func (d *daemon) killedRows() int {
+	data, err := os.ReadFile(d.logPath)
+	if err != nil {
+		return -1
+	}
+	m := killedRowsRE.FindAllSubmatch(data, -1)
+	if len(m) == 0 {
+		return -1
+	}
+	n, err := strconv.Atoi(string(m[len(m)-1][1]))
+	if err != nil {
+		return -1
+	}
+	return n
 }
 
 // tail returns the last lines of the log, indented, for error messages.

@@ -3,14 +3,21 @@
 // reaches the consumer several times for the three ordinary reasons the seed
 // lists. `make demo` runs it from the repository root.
 //
-// It builds platformd, creates and migrates the stock and shipping
-// databases, starts the daemon, and then, like the shop's order service,
-// publishes orders (order.order.placed.v1) and status changes
-// (order.order.status_changed.v1), each with a fresh producer-set UUID v7
-// event_id. Meanwhile it provokes the three causes of duplicates for real:
+// It builds platformd, creates and migrates the order, stock and shipping
+// databases, starts the daemon, and then, as the shop's order service,
+// writes orders to the order database, each in one transaction with its
+// events (order.order.placed.v1, order.order.status_changed.v1) as rows of
+// platform.outbox with a producer-set UUID v7 event_id (a plain INSERT, as a
+// producer in any language writes them); some of those transactions roll
+// back. platformd's relay publishes the committed rows; stock reserves and
+// announces each order through its own outbox (stock.stock.reserved.v1),
+// and shipping tracks statuses and prepares one parcel per order.
+// Meanwhile the demo provokes the three causes of duplicates for real:
 //
-//   - relay republish: a share of the events is published a second time as
-//     new messages (an outbox relay that stopped before marking rows sent);
+//   - relay republish: platformd runs with
+//     PLATFORMD_TEST_OUTBOX_KILL_AFTER_CONFIRM and SIGKILLs itself after a
+//     batch of outbox rows was confirmed by the broker and before the rows
+//     were deleted; restarted, its relay publishes them again;
 //   - broker redelivery: mid-stream, platformd loses its broker connection
 //     (it reaches RabbitMQ through a small proxy in the demo, which starts
 //     dropping what platformd sends): it keeps committing the deliveries it
@@ -25,14 +32,14 @@
 //     republished with header x-replay, as replay tooling does.
 //
 // When the queues are drained it stops platformd with SIGTERM, checks the
-// databases against what it sent (reservations per order, each order's
-// final status, one processed_event row per event) and prints a short
-// report. Only this run's orders and events are checked, so it can run
+// databases against what it sent (reservations and parcels per order, each
+// order's final status, one processed_event row per event, nothing of the
+// rolled-back orders) and prints a short report. Only this run's orders and events are checked, so it can run
 // again and again. It exits non-zero if anything was applied twice or lost.
 //
 // Usage:
 //
-//	go run ./examples/shop/cmd/demo [-orders 2000] [-republish-share 0.1]
+//	go run ./examples/shop/cmd/demo [-orders 2000] [-relay-kills 1]
 //	    [-replay-share 0.05] [-kills 1] [-timeout 2m] [-config F] [-keep-running]
 package main
 
@@ -51,7 +58,7 @@ import (
 // options are the command-line flags.
 type options struct {
 	orders         int
-	republishShare float64
+	relayKills     int
 	replayShare    float64
 	kills          int
 	config         string
@@ -71,7 +78,7 @@ func mainRC(args []string, stdout, stderr io.Writer) int {
 	fs.SetOutput(stderr)
 	var o options
 	fs.IntVar(&o.orders, "orders", 2000, "orders to place (each with 1-3 lines and 1-3 status changes)")
-	fs.Float64Var(&o.republishShare, "republish-share", 0.10, "share of the events the relay publishes a second time (0 to 1)")
+	fs.IntVar(&o.relayKills, "relay-kills", 1, "times platformd SIGKILLs itself between an outbox confirm and its delete, and is restarted (0 to 5)")
 	fs.Float64Var(&o.replayShare, "replay-share", 0.05, "share of the events replayed with header x-replay after the stream (0 to 1)")
 	fs.IntVar(&o.kills, "kills", 1, "times platformd loses its broker connection mid-stream, is SIGKILLed and restarted (0 to 5)")
 	fs.StringVar(&o.config, "config", "", "platformd config (default examples/shop/platformd.yaml in the repository)")
@@ -80,7 +87,7 @@ func mainRC(args []string, stdout, stderr io.Writer) int {
 	fs.Uint64Var(&o.seed, "seed", 0, "random seed for the order plan (0: a new one each run)")
 	fs.Usage = func() {
 		_, _ = fmt.Fprintf(stderr, "usage: go run ./examples/shop/cmd/demo [flags]\n\n"+
-			"Publishes the shop's events to platformd, provokes relay republishes, a\n"+
+			"Writes the shop's orders and their outbox rows, provokes relay republishes, a\n"+
 			"broker redelivery (SIGKILL) and a replay, and checks that every effect\n"+
 			"happened exactly once.\n\nflags:\n")
 		fs.PrintDefaults()
@@ -123,8 +130,8 @@ func (o options) validate() error {
 	switch {
 	case o.orders < 1 || o.orders > 1_000_000:
 		return fmt.Errorf("-orders %d: must be between 1 and 1000000", o.orders)
-	case o.republishShare < 0 || o.republishShare > 1:
-		return fmt.Errorf("-republish-share %g: must be between 0 and 1", o.republishShare)
+	case o.relayKills < 0 || o.relayKills > 5:
+		return fmt.Errorf("-relay-kills %d: must be between 0 and 5", o.relayKills)
 	case o.replayShare < 0 || o.replayShare > 1:
 		return fmt.Errorf("-replay-share %g: must be between 0 and 1", o.replayShare)
 	case o.kills < 0 || o.kills > 5:

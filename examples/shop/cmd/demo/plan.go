@@ -17,20 +17,22 @@ import (
 var statuses = []string{"paid", "packed", "shipped"}
 
 // event is one event as the producer's outbox holds it: its id is set once,
-// when the row is written, and every copy carries the same body.
+// when the row is written. body is its envelope, as replay tooling sends it
+// again.
 type event struct {
-	id   uuid.UUID
-	name string // also the routing key
-	body []byte
-	// republish marks the events the relay publishes a second time.
-	republish bool
+	id      uuid.UUID
+	name    string // also the routing key
+	payload []byte
+	body    []byte
 }
 
 // order is what the demo expects the consumers to end up with for one
 // order.
 type order struct {
-	id      uuid.UUID
-	lines   []shop.OrderLine
+	id       uuid.UUID
+	customer uuid.UUID
+	events   []*event // its placed event, then its status changes
+	lines    []shop.OrderLine
 	status  string // final status
 	version int32  // final version
 }
@@ -46,22 +48,21 @@ type plan struct {
 	stockIDs    []uuid.UUID // ids of order.order.placed.v1 events
 	shippingIDs []uuid.UUID // ids of order.order.status_changed.v1 events
 	lines       int         // order lines in all: the reservations expected
-	republished int         // events marked for a relay republish
 	// replay is the range of events replayed after the stream.
 	replay []*event
 }
 
-// newPlan makes n orders with 1-3 lines and 1-3 status changes each, marks
-// a share of the events for a relay republish and picks a contiguous range
-// (a "period", as after an incident) for the replay.
-func newPlan(n int, republishShare, replayShare float64, seed uint64) (*plan, error) {
+// newPlan makes n orders with 1-3 lines and 1-3 status changes each and
+// picks a contiguous range of events (a "period", as after an incident) for
+// the replay.
+func newPlan(n int, replayShare float64, seed uint64) (*plan, error) {
 	if seed == 0 {
 		seed = rand.Uint64()
 	}
 	r := rand.New(rand.NewPCG(seed, seed^0x9e3779b97f4a7c15))
 	p := &plan{orders: make([]order, 0, n), orderIDs: make([]uuid.UUID, 0, n), stockIDs: make([]uuid.UUID, 0, n)}
 	for range n {
-		o := order{id: uuid.New()}
+		o := order{id: uuid.New(), customer: uuid.New()}
 		for range 1 + r.IntN(3) {
 			o.lines = append(o.lines, shop.OrderLine{
 				ProductID: uuid.New(),
@@ -69,11 +70,12 @@ func newPlan(n int, republishShare, replayShare float64, seed uint64) (*plan, er
 				Quantity: fmt.Sprintf("%d.%03d", 1+r.IntN(5), 250*r.IntN(4)),
 			})
 		}
-		ev, err := newEvent(shop.EventOrderPlaced, shop.OrderPlaced{OrderID: o.id, CustomerID: uuid.New(), Lines: o.lines})
+		ev, err := newEvent(shop.EventOrderPlaced, shop.OrderPlaced{OrderID: o.id, CustomerID: o.customer, Lines: o.lines})
 		if err != nil {
 			return nil, err
 		}
 		p.events = append(p.events, ev)
+		o.events = append(o.events, ev)
 		p.stockIDs = append(p.stockIDs, ev.id)
 		p.lines += len(o.lines)
 		k := 1 + r.IntN(len(statuses))
@@ -83,15 +85,12 @@ func newPlan(n int, republishShare, replayShare float64, seed uint64) (*plan, er
 				return nil, err
 			}
 			p.events = append(p.events, ev)
+			o.events = append(o.events, ev)
 			p.shippingIDs = append(p.shippingIDs, ev.id)
 		}
 		o.status, o.version = statuses[k-1], int32(k)
 		p.orders = append(p.orders, o)
 		p.orderIDs = append(p.orderIDs, o.id)
-	}
-	p.republished = share(len(p.events), republishShare)
-	for _, i := range r.Perm(len(p.events))[:p.republished] {
-		p.events[i].republish = true
 	}
 	// Replay a period from a quarter into the stream.
 	nReplay := share(len(p.events), replayShare)
@@ -120,5 +119,5 @@ func newEvent(name string, payload any) (*event, error) {
 	if err != nil {
 		return nil, fmt.Errorf("encode %s envelope: %w", name, err)
 	}
-	return &event{id: id, name: name, body: body}, nil
+	return &event{id: id, name: name, payload: raw, body: body}, nil
 }

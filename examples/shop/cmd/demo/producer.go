@@ -4,7 +4,6 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"sync/atomic"
 	"time"
 
 	amqp "github.com/rabbitmq/amqp091-go"
@@ -13,20 +12,13 @@ import (
 // confirmWindow is the most publishes awaiting their confirm at once.
 const confirmWindow = 256
 
-// chunkSize is how many events the producer publishes before the relay
-// republishes the chunk's marked events.
-const chunkSize = 200
-
 // producer publishes envelopes to the exchange, persistent, mandatory and
-// with publisher confirms: a publish counts only once the broker confirmed
-// it and did not return it unroutable.
+// with publisher confirms, as replay tooling does: a publish counts only
+// once the broker confirmed it and did not return it unroutable.
 type producer struct {
 	ch       *amqp.Channel
 	returns  chan amqp.Return
 	exchange string
-
-	published   atomic.Int64 // first publishes confirmed
-	republished atomic.Int64 // relay republishes confirmed
 }
 
 func newProducer(conn *amqp.Connection, exchange string) (*producer, error) {
@@ -45,30 +37,6 @@ func newProducer(conn *amqp.Connection, exchange string) (*producer, error) {
 }
 
 func (p *producer) close() { _ = p.ch.Close() }
-
-// run publishes the plan's events in order. After each chunk the relay
-// republishes the chunk's marked events as new messages: same body, a new
-// publish, nothing that tells them apart from the first copy.
-func (p *producer) run(ctx context.Context, pl *plan) error {
-	for start := 0; start < len(pl.events); start += chunkSize {
-		chunk := pl.events[start:min(start+chunkSize, len(pl.events))]
-		if err := p.publish(ctx, chunk, nil); err != nil {
-			return err
-		}
-		p.published.Add(int64(len(chunk)))
-		var again []*event
-		for _, ev := range chunk {
-			if ev.republish {
-				again = append(again, ev)
-			}
-		}
-		if err := p.publish(ctx, again, nil); err != nil {
-			return fmt.Errorf("relay republish: %w", err)
-		}
-		p.republished.Add(int64(len(again)))
-	}
-	return nil
-}
 
 // publish sends evs with the given headers and waits for every confirm.
 func (p *producer) publish(ctx context.Context, evs []*event, headers amqp.Table) error {

@@ -5,11 +5,13 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"log/slog"
 	"net"
 	"net/url"
 	"os"
 	"path/filepath"
 	"slices"
+	"strconv"
 	"strings"
 	"time"
 
@@ -19,6 +21,9 @@ import (
 
 	"github.com/platformd/platformd/examples/shop"
 	"github.com/platformd/platformd/internal/config"
+	pdaemon "github.com/platformd/platformd/internal/daemon"
+	"github.com/platformd/platformd/internal/migrate"
+	"github.com/platformd/platformd/internal/outbox"
 	"github.com/platformd/platformd/internal/metrics"
 	"github.com/platformd/platformd/internal/workers"
 )
@@ -61,6 +66,68 @@ func findTarget(cfg *config.Config, handler string) (*target, string, error) {
 	return nil, "", fmt.Errorf("no pool of the config runs handler %s: the demo needs the shop's pools", handler)
 }
 
+// findProducer returns the DSN of the shop's order service: the producer,
+// with an outbox and no pools.
+func findProducer(cfg *config.Config) (string, error) {
+	s, ok := cfg.Service(orderService)
+	if !ok || !s.Outbox.Relay {
+		return "", fmt.Errorf("the config has no service %q with its outbox relay on: the demo writes the shop's orders there", orderService)
+	}
+	return s.Database, nil
+}
+
+// orderService is the producer's service name in the shop's config.
+const orderService = "order"
+
+// relayKillBatch is the outbox batch, counted over the daemon's relays,
+// after whose confirm a run started for a relay kill SIGKILLs itself.
+const relayKillBatch = 5
+
+// awaitRelayKill waits, scraping platformd's counters, until the run
+// started with the relay-kill hook SIGKILLed itself between an outbox
+// confirm and its delete. It fails if the producer and the relay finish
+// first, or on any other error.
+func (dm *demo) awaitRelayKill(ctx context.Context, done <-chan error, prodDone *bool) error {
+	tick := time.NewTicker(killPoll)
+	defer tick.Stop()
+	var idleSince time.Time
+	for {
+		select {
+		case <-ctx.Done():
+			return context.Cause(ctx)
+		case err := <-done:
+			if err != nil {
+				return fmt.Errorf("producer: %w", err)
+			}
+			*prodDone, done = true, nil
+		case <-dm.d.exited:
+			dm.past = dm.past.add(dm.lastScrape)
+			dm.approx = true
+			rows := dm.d.killedRows()
+			dm.relayKilled = append(dm.relayKilled, rows)
+			what := "a batch of outbox rows"
+			if rows >= 0 {
+				what = fmt.Sprintf("%d outbox rows", rows)
+			}
+			dm.note("platformd SIGKILLed itself after the broker confirmed %s and before it deleted them: restarting it, its relay publishes them again", what)
+			dm.d.logf("platformd killed itself between an outbox confirm and its delete (%s)", pdaemon.TestOutboxKillAfterConfirmEnv)
+			return nil
+		case <-tick.C:
+		}
+		if c, err := dm.scr.scrape(ctx); err == nil {
+			dm.lastScrape = c
+		}
+		if *prodDone {
+			if idleSince.IsZero() {
+				idleSince = time.Now()
+			}
+			if time.Since(idleSince) > 30*time.Second {
+				return fmt.Errorf("platformd did not kill itself after its outbox batch %d within 30s of the last order (too few -orders?)", relayKillBatch)
+			}
+		}
+	}
+}
+
 // demo holds what a run needs across its steps.
 type demo struct {
 	o               options
@@ -71,6 +138,9 @@ type demo struct {
 	scr             *scraper
 	in              *inspector
 	stock, shipping *target
+	orderDB         *pgxpool.Pool // the producer's database
+	writer          *writer
+	relayKilled     []int    // rows confirmed and not deleted at each relay kill (-1: unknown)
 	past            counters // the counters of the runs already ended
 	runs            int
 	failedAtStart   map[string]int
@@ -116,17 +186,26 @@ func run(ctx context.Context, o options, out io.Writer) (err error) {
 	if dm.cfg, err = config.Load(cfgPath, nil); err != nil {
 		return err
 	}
-	var stockDSN, shippingDSN string
+	var stockDSN, shippingDSN, orderDSN string
 	if dm.stock, stockDSN, err = findTarget(dm.cfg, shop.HandlerStockReserve); err != nil {
 		return err
 	}
 	if dm.shipping, shippingDSN, err = findTarget(dm.cfg, shop.HandlerShippingTrack); err != nil {
 		return err
 	}
+	if _, _, err := findTarget(dm.cfg, shop.HandlerStockAnnounce); err != nil {
+		return err
+	}
+	if _, _, err := findTarget(dm.cfg, shop.HandlerShippingParcel); err != nil {
+		return err
+	}
+	if orderDSN, err = findProducer(dm.cfg); err != nil {
+		return err
+	}
 	if dm.scr, err = newScraper(dm.cfg.Metrics.Listen, []string{dm.stock.pool, dm.shipping.pool}); err != nil {
 		return err
 	}
-	if dm.plan, err = newPlan(o.orders, o.republishShare, o.replayShare, o.seed); err != nil {
+	if dm.plan, err = newPlan(o.orders, o.replayShare, o.seed); err != nil {
 		return err
 	}
 	if o.kills > 0 {
@@ -163,7 +242,7 @@ func run(ctx context.Context, o options, out io.Writer) (err error) {
 		_ = os.RemoveAll(tmp)
 	}()
 
-	dm.say("building platformd and preparing the stock and shipping databases")
+	dm.say("building platformd and preparing the order, stock and shipping databases")
 	if dm.d.bin, err = buildDaemon(ctx, root, tmp); err != nil {
 		return err
 	}
@@ -178,6 +257,12 @@ func run(ctx context.Context, o options, out io.Writer) (err error) {
 	}()
 	if err := dm.d.command(ctx, "migrate", "-config", cfgPath, "-create-db"); err != nil {
 		return err
+	}
+	// The order service has no handler to carry its table's migrations:
+	// the demo applies them itself, versioned apart (platform.goose_order).
+	if err := migrate.Apply(ctx, orderDSN, []migrate.Set{{Name: "order", FS: shop.OrderMigrations()}},
+		slog.New(slog.NewTextHandler(io.Discard, nil))); err != nil {
+		return fmt.Errorf("migrate the order database: %w", err)
 	}
 	conn, err := amqp.Dial(dm.cfg.Broker.URL)
 	if err != nil {
@@ -196,6 +281,11 @@ func run(ctx context.Context, o options, out io.Writer) (err error) {
 		return fmt.Errorf("connect to the shipping database: %w", err)
 	}
 	defer dm.shipping.db.Close()
+	if dm.orderDB, err = pgxpool.New(ctx, orderDSN); err != nil {
+		return fmt.Errorf("connect to the order database: %w", err)
+	}
+	defer dm.orderDB.Close()
+	dm.writer = &writer{db: dm.orderDB}
 	if err := dm.preflight(); err != nil {
 		return err
 	}
@@ -205,7 +295,7 @@ func run(ctx context.Context, o options, out io.Writer) (err error) {
 		dm.logRel = rel
 	}
 	dm.say("starting platformd (its log: %s)", dm.logRel)
-	if err := dm.startDaemon(ctx, o.keepRunning && o.kills == 0, o.kills > 0); err != nil {
+	if err := dm.startDaemon(ctx, o.keepRunning && o.kills == 0 && o.relayKills == 0, o.kills > 0 && o.relayKills == 0, o.relayKills > 0); err != nil {
 		return err
 	}
 	if dm.leftover > 0 {
@@ -213,13 +303,13 @@ func run(ctx context.Context, o options, out io.Writer) (err error) {
 	}
 
 	pl := dm.plan
-	dm.say("publishing %d orders (%d events, one UUID v7 event_id each); the relay republishes %d of them",
-		len(pl.orders), len(pl.events), pl.republished)
-	if err := dm.produce(ctx, conn); err != nil {
+	dm.say("writing %d orders with their %d events to the order database's outbox (one UUID v7 event_id each); platformd's relay publishes them",
+		len(pl.orders), len(pl.events))
+	if err := dm.produce(ctx); err != nil {
 		return err
 	}
 
-	dm.say("waiting until both queues are drained")
+	dm.say("waiting until the outboxes and the queues are drained")
 	if _, err := dm.waitDrained(ctx, nil); err != nil {
 		return err
 	}
@@ -325,11 +415,18 @@ func (dm *demo) portsFree() error {
 // startDaemon starts `platformd run` and waits until it consumes both
 // queues.
 // A run the demo will kill is proxied: it reaches RabbitMQ through the
-// demo's proxy.
-func (dm *demo) startDaemon(ctx context.Context, detach, proxied bool) error {
+// demo's proxy. A run started with relayKill SIGKILLs itself between an
+// outbox confirm and its delete (daemon.TestOutboxKillAfterConfirmEnv).
+func (dm *demo) startDaemon(ctx context.Context, detach, proxied, relayKill bool) error {
 	var env []string
 	if proxied && dm.proxy != nil {
 		env = dm.proxyEnv
+	}
+	if relayKill {
+		if env == nil {
+			env = os.Environ()
+		}
+		env = append(slices.Clip(env), pdaemon.TestOutboxKillAfterConfirmEnv+"="+strconv.Itoa(relayKillBatch))
 	}
 	if err := dm.d.start(detach, env); err != nil {
 		return err
@@ -365,21 +462,26 @@ func (dm *demo) startDaemon(ctx context.Context, detach, proxied bool) error {
 	}
 }
 
-// produce publishes the plan while it SIGKILLs platformd -kills times
-// mid-stream, each time right after a scrape of its counters, and starts it
-// again.
-func (dm *demo) produce(ctx context.Context, conn *amqp.Connection) error {
-	prod, err := newProducer(conn, dm.cfg.Broker.Exchange)
-	if err != nil {
-		return err
-	}
-	defer prod.close()
+// produce writes the plan to the order database while platformd kills
+// itself -relay-kills times between an outbox confirm and its delete, and
+// the demo SIGKILLs it -kills times mid-stream, each time right after a
+// scrape of its counters; each time it is started again.
+func (dm *demo) produce(ctx context.Context) error {
 	ctx, cancel := context.WithCancel(ctx)
 	defer cancel()
 	done := make(chan error, 1)
-	go func() { done <- prod.run(ctx, dm.plan) }()
+	go func() { done <- dm.writer.run(ctx, dm.plan) }()
 	var prodDone bool
 	total := len(dm.plan.events)
+	for k := 1; k <= dm.o.relayKills; k++ {
+		if err := dm.awaitRelayKill(ctx, done, &prodDone); err != nil {
+			return err
+		}
+		last := k == dm.o.relayKills
+		if err := dm.startDaemon(ctx, dm.o.keepRunning && last && dm.o.kills == 0, last && dm.o.kills > 0, !last); err != nil {
+			return err
+		}
+	}
 	for k := 1; k <= dm.o.kills; k++ {
 		threshold := float64(total) * float64(k) / float64(dm.o.kills+1)
 		last, err := dm.pollUntil(ctx, killPoll, func(c counters) bool {
@@ -413,7 +515,7 @@ func (dm *demo) produce(ctx context.Context, conn *amqp.Connection) error {
 		dm.note("SIGKILL platformd (%d of %d events committed): RabbitMQ requeues every delivery it did not see acked", committed, total)
 		dm.d.logf("SIGKILL sent by the demo (its broker traffic was cut first: %t)", dm.proxy != nil)
 		dm.note("restarting platformd")
-		if err := dm.startDaemon(ctx, dm.o.keepRunning && k == dm.o.kills, k < dm.o.kills); err != nil {
+		if err := dm.startDaemon(ctx, dm.o.keepRunning && k == dm.o.kills, k < dm.o.kills, false); err != nil {
 			return err
 		}
 	}
@@ -429,8 +531,8 @@ func (dm *demo) produce(ctx context.Context, conn *amqp.Connection) error {
 			return context.Cause(ctx)
 		}
 	}
-	dm.note("published %d events and %d relay republishes, all confirmed by the broker",
-		prod.published.Load(), prod.republished.Load())
+	dm.note("committed %d events with their orders; rolled back %d more orders, whose events must never arrive",
+		dm.writer.committed.Load(), len(dm.writer.rolledBackOrders))
 	return nil
 }
 
@@ -593,6 +695,15 @@ func (dm *demo) countRows(ctx context.Context) ([2]int, error) {
 	return rows, nil
 }
 
+// countParcels counts the parcels of this run's orders.
+func (dm *demo) countParcels(ctx context.Context) (int, error) {
+	var n int
+	if err := dm.shipping.db.QueryRow(ctx, `SELECT count(*) FROM parcel WHERE order_id = ANY($1)`, dm.plan.orderIDs).Scan(&n); err != nil {
+		return 0, fmt.Errorf("count parcels: %w", err)
+	}
+	return n, nil
+}
+
 // drainState scrapes the counters into *c, counts this run's
 // processed_event rows into *rows until they are all there (*rowsDone), and
 // returns the messages ready in the watched queues.
@@ -611,11 +722,23 @@ func (dm *demo) drainState(ctx context.Context, c *counters, rows *[2]int, rowsD
 			ready += n
 		}
 	}
+	// Rows waiting in an outbox are messages still to come.
+	for _, db := range []*pgxpool.Pool{dm.orderDB, dm.stock.db, dm.shipping.db} {
+		n, _, err := outbox.Stats(ctx, db)
+		if err != nil {
+			return 0, err
+		}
+		ready += int(n)
+	}
 	if !*rowsDone {
 		if *rows, err = dm.countRows(ctx); err != nil {
 			return 0, err
 		}
-		*rowsDone = *rows == [2]int{len(dm.plan.stockIDs), len(dm.plan.shippingIDs)}
+		parcels, err := dm.countParcels(ctx)
+		if err != nil {
+			return 0, err
+		}
+		*rowsDone = *rows == [2]int{len(dm.plan.stockIDs), len(dm.plan.shippingIDs)} && parcels == len(dm.plan.orders)
 	}
 	return ready, nil
 }

@@ -14,6 +14,7 @@ import (
 // verdict is what the databases hold for this run's orders and events.
 type verdict struct {
 	reservations int // rows for this run's orders
+	parcels      int // parcels for this run's orders
 	latest       int // orders whose status is at their final version
 	rows         [2]int
 	problems     []string
@@ -44,8 +45,9 @@ func (p *problemList) flush(v *verdict) {
 }
 
 // verify compares the databases with the plan: one reservation per order
-// line, each order at its final status version, one processed_event row per
-// event, and nothing in the failure queues.
+// line, one parcel per order, each order at its final status version, one
+// processed_event row per event, nothing of the rolled-back orders, and
+// nothing in the failure queues.
 func (dm *demo) verify(ctx context.Context) (verdict, error) {
 	var v verdict
 	pl := dm.plan
@@ -134,6 +136,54 @@ func (dm *demo) verify(ctx context.Context) (verdict, error) {
 	}
 	stale.flush(&v)
 
+	// Parcels: the end of the chain, order -> relay -> stock -> stock's
+	// outbox -> relay -> shipping; cumulative like reservations.
+	parcels := make(map[uuid.UUID]int, len(pl.orders))
+	rows, err = dm.shipping.db.Query(ctx, `SELECT order_id, count(*) FROM parcel WHERE order_id = ANY($1) GROUP BY order_id`, pl.orderIDs)
+	if err != nil {
+		return v, fmt.Errorf("read parcels: %w", err)
+	}
+	for rows.Next() {
+		var id uuid.UUID
+		var n int
+		if err := rows.Scan(&id, &n); err != nil {
+			rows.Close()
+			return v, fmt.Errorf("read parcels: %w", err)
+		}
+		parcels[id] = n
+		v.parcels += n
+	}
+	rows.Close()
+	if err := rows.Err(); err != nil {
+		return v, fmt.Errorf("read parcels: %w", err)
+	}
+	twiceParcel := problemList{what: "orders with more than one parcel (stock.stock.reserved.v1 applied twice)"}
+	lostParcel := problemList{what: "orders without a parcel (stock.stock.reserved.v1 lost)"}
+	for _, o := range pl.orders {
+		switch n := parcels[o.id]; {
+		case n > 1:
+			twiceParcel.add("order %s has %d parcels", o.id, n)
+		case n == 0:
+			lostParcel.add("order %s has no parcel", o.id)
+		}
+	}
+	twiceParcel.flush(&v)
+	lostParcel.flush(&v)
+
+	// Rolled-back orders: their outbox rows never existed, so nothing of
+	// them may have reached a consumer.
+	dm.writer.mu.Lock()
+	rbOrders, rbEvents := dm.writer.rolledBackOrders, dm.writer.rolledBackEvents
+	dm.writer.mu.Unlock()
+	var leaked int
+	if err := dm.stock.db.QueryRow(ctx, `SELECT (SELECT count(*) FROM processed_event WHERE event_id = ANY($1))
+		+ (SELECT count(*) FROM reservation WHERE order_id = ANY($2))`, rbEvents, rbOrders).Scan(&leaked); err != nil {
+		return v, fmt.Errorf("check rolled-back orders: %w", err)
+	}
+	if leaked > 0 {
+		v.problems = append(v.problems, fmt.Sprintf("%d effects of rolled-back orders reached stock (a rolled-back outbox row left)", leaked))
+	}
+
 	// processed_event: one row per event (the primary key forbids two).
 	for i, t := range dm.targets() {
 		ids := [][]uuid.UUID{pl.stockIDs, pl.shippingIDs}[i]
@@ -166,7 +216,8 @@ func (dm *demo) report(c counters, v verdict) {
 		_, _ = fmt.Fprintf(w, "%-27s"+format+"\n", append([]any{label + ":"}, args...)...)
 	}
 	_, _ = fmt.Fprintln(w)
-	p("events published", "%d (%d orders, %d status changes)", len(pl.events), len(pl.stockIDs), len(pl.shippingIDs))
+	p("events published", "%d (%d orders, %d status changes) by order, %d stock.stock.reserved.v1 by stock", len(pl.events),
+		len(pl.stockIDs), len(pl.shippingIDs), len(pl.orders))
 	kill := "no SIGKILL"
 	if n := len(dm.killedAfter); n > 0 {
 		what := "SIGKILL"
@@ -179,20 +230,22 @@ func (dm *demo) report(c counters, v verdict) {
 		}
 	}
 	dups := int(c.outcome[outDuplicate])
-	p("duplicates provoked", "relay republished %d, %s, replayed %d", pl.republished, kill, len(pl.replay))
+	p("duplicates provoked", "%s, %s, replayed %d", dm.relayKillText(), kill, len(pl.replay))
 	// Each event was processed once (checked below); every other delivery
 	// platformd settled was a duplicate it skipped.
 	runs := "1 platformd run"
 	if dm.runs > 1 {
 		runs = fmt.Sprintf("%d platformd runs", dm.runs)
 	}
-	p("deliveries (with copies)", "%d over %s", len(pl.events)+dups, runs)
+	p("deliveries (with copies)", "%d over %s", len(pl.events)+len(pl.orders)+dups, runs)
 	p("duplicates skipped", "%-4d (relay republish %d, broker redelivery %d, replay %d)", dups,
 		int(c.source[metrics.SourceRepublish]), int(c.source[metrics.SourceRedelivery]), int(c.source[metrics.SourceReplay]))
 	if n := c.outcome[outRetried] + c.outcome[outFailed] + c.outcome[outRejected]; n > 0 {
 		p("retried/failed/rejected", "%d/%d/%d", int(c.outcome[outRetried]), int(c.outcome[outFailed]), int(c.outcome[outRejected]))
 	}
 	p("reservations created", "%d (expected %d)", v.reservations, pl.lines)
+	p("parcels prepared", "%d (expected %d), from stock.stock.reserved.v1 relayed from stock's outbox", v.parcels, len(pl.orders))
+	p("rolled-back orders", "%d written then rolled back, none delivered", len(dm.writer.rolledBackOrders))
 	p("order statuses", "%d at their latest version (expected %d)", v.latest, len(pl.orders))
 	p("processed_event rows", "stock %d, shipping %d (expected %d, %d)", v.rows[0], v.rows[1], len(pl.stockIDs), len(pl.shippingIDs))
 	if len(v.problems) == 0 {
@@ -211,6 +264,25 @@ func (dm *demo) report(c counters, v verdict) {
 	}
 	foot += fmt.Sprintf(" Took %s.", time.Since(dm.started).Round(100*time.Millisecond))
 	_, _ = fmt.Fprintf(w, "\n%s\n", wrap(foot, 92))
+}
+
+// relayKillText describes the relay kills for the report.
+func (dm *demo) relayKillText() string {
+	if len(dm.relayKilled) == 0 {
+		return "no relay kill"
+	}
+	rows, known := 0, true
+	for _, n := range dm.relayKilled {
+		if n < 0 {
+			known = false
+		}
+		rows += max(n, 0)
+	}
+	what := fmt.Sprintf("%d x relay SIGKILLed between confirm and delete", len(dm.relayKilled))
+	if known {
+		what += fmt.Sprintf(" (%d rows republished)", rows)
+	}
+	return what
 }
 
 // wrap breaks text into lines of at most width bytes, between words.
