@@ -314,6 +314,9 @@ type daemonOpts struct {
 	tls       *tlsFiles
 	creds     credentials.TransportCredentials // of the harness's admin client; default plaintext
 	env       []string                         // extra environment
+	// servicesYAML, when set, is the config's services list verbatim
+	// (services is then ignored).
+	servicesYAML string
 }
 
 // daemon is one platformd process (restartable with the same config).
@@ -395,7 +398,7 @@ const maxBody = 64 << 10
 // newDaemon writes a config for o and returns the (not started) daemon.
 func (e *env) newDaemon(o daemonOpts) *daemon {
 	e.t.Helper()
-	if len(o.services) == 0 {
+	if len(o.services) == 0 && o.servicesYAML == "" {
 		o.services = []string{svcStock, svcShip}
 	}
 	d := &daemon{e: e, name: o.name, adminAddr: freePort(e.t), metricsAddr: freePort(e.t), extraEnv: o.env, creds: o.creds}
@@ -410,6 +413,7 @@ func (e *env) newDaemon(o daemonOpts) *daemon {
 		e.t.Fatal(err)
 	}
 	var svcs strings.Builder
+	svcs.WriteString(o.servicesYAML)
 	for _, s := range o.services {
 		switch s {
 		case svcStock:
