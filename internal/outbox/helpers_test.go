@@ -164,20 +164,6 @@ func receive(t testing.TB, d <-chan amqp.Delivery, n int, timeout time.Duration)
 	return got
 }
 
-// requireIDs requires every id in got, naming the missing ones only.
-func requireIDs(t testing.TB, got map[string][]amqp.Delivery, ids ...string) {
-	t.Helper()
-	var missing []string
-	for _, id := range ids {
-		if _, ok := got[id]; !ok {
-			missing = append(missing, id)
-		}
-	}
-	if len(missing) > 0 {
-		t.Fatalf("%d of %d ids not received: %v", len(missing), len(ids), missing)
-	}
-}
-
 // receiveIDs collects deliveries until every id arrived (copies of others
 // allowed) or the timeout passes.
 func receiveIDs(t testing.TB, d <-chan amqp.Delivery, timeout time.Duration, ids ...string) map[string][]amqp.Delivery {

@@ -307,7 +307,7 @@ func (r *Relay) relay(ctx, work context.Context, conn *pgx.Conn) error {
 		if ctx.Err() != nil {
 			return ctx.Err()
 		}
-		drainNotifications(conn)
+		drainNotifications(ctx, conn)
 		n, pubErr, err := r.pass(work, conn)
 		if err != nil {
 			return err
@@ -383,8 +383,8 @@ func (r *Relay) wait(ctx context.Context, conn *pgx.Conn) error {
 
 // drainNotifications discards the notifications already received: the
 // pass about to run sees every row committed before it starts.
-func drainNotifications(conn *pgx.Conn) {
-	done, cancel := context.WithCancel(context.Background())
+func drainNotifications(ctx context.Context, conn *pgx.Conn) {
+	done, cancel := context.WithCancel(ctx)
 	cancel()
 	for {
 		n, _ := conn.WaitForNotification(done)

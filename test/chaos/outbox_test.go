@@ -3,7 +3,7 @@ package chaos
 import (
 	"context"
 	"encoding/json"
-	"fmt"
+	"errors"
 	"io"
 	"net/http"
 	"regexp"
@@ -126,7 +126,7 @@ func (w *outboxWorld) daemon(name string, consumerRelays bool, env []string) *da
 // platform.outbox (ids of the producer's own), and rolls back one more
 // transaction every 5.
 func (w *outboxWorld) write(ctx context.Context, n int) {
-	db := w.e.db(w.orderDB)
+	db := w.e.db(w.orderDB) //nolint:contextcheck // the harness's pool outlives this call
 	for i := 0; i < n; i += 10 {
 		rollback := (i/10)%5 == 4
 		var ids []string
@@ -154,7 +154,7 @@ func (w *outboxWorld) write(ctx context.Context, n int) {
 		})
 		w.mu.Lock()
 		switch {
-		case rollback && err == errOutboxRollback:
+		case rollback && errors.Is(err, errOutboxRollback):
 			w.rolledBck = append(w.rolledBck, ids...)
 		case err != nil:
 			w.mu.Unlock()
@@ -171,7 +171,7 @@ func (w *outboxWorld) write(ctx context.Context, n int) {
 	}
 }
 
-var errOutboxRollback = fmt.Errorf("rolled back on purpose")
+var errOutboxRollback = errors.New("rolled back on purpose")
 
 // complete reports whether every committed order has its parcel and every
 // outbox is empty.

@@ -57,14 +57,14 @@ import (
 
 // options are the command-line flags.
 type options struct {
-	orders         int
-	relayKills     int
-	replayShare    float64
-	kills          int
-	config         string
-	keepRunning    bool
-	timeout        time.Duration
-	seed           uint64
+	orders      int
+	relayKills  int
+	replayShare float64
+	kills       int
+	config      string
+	keepRunning bool
+	timeout     time.Duration
+	seed        uint64
 }
 
 func main() {

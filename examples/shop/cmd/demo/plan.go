@@ -33,8 +33,8 @@ type order struct {
 	customer uuid.UUID
 	events   []*event // its placed event, then its status changes
 	lines    []shop.OrderLine
-	status  string // final status
-	version int32  // final version
+	status   string // final status
+	version  int32  // final version
 }
 
 // plan is everything this run sends, kept in memory to check the databases

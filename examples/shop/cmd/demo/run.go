@@ -22,9 +22,9 @@ import (
 	"github.com/platformd/platformd/examples/shop"
 	"github.com/platformd/platformd/internal/config"
 	pdaemon "github.com/platformd/platformd/internal/daemon"
+	"github.com/platformd/platformd/internal/metrics"
 	"github.com/platformd/platformd/internal/migrate"
 	"github.com/platformd/platformd/internal/outbox"
-	"github.com/platformd/platformd/internal/metrics"
 	"github.com/platformd/platformd/internal/workers"
 )
 
