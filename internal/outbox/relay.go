@@ -7,7 +7,6 @@ import (
 	"fmt"
 	"log/slog"
 	"math/rand/v2"
-	"sync"
 	"sync/atomic"
 	"time"
 
@@ -19,6 +18,7 @@ import (
 
 	"github.com/platformd/platformd/internal/envelope"
 	"github.com/platformd/platformd/internal/metrics"
+	"github.com/platformd/platformd/internal/startstop"
 	"github.com/platformd/platformd/internal/workers"
 )
 
@@ -85,9 +85,10 @@ type Config struct {
 	TestAfterConfirmFunc func(ids []uuid.UUID)
 }
 
-// Relay publishes one service's outbox. Its methods are safe for
-// concurrent use.
+// Relay publishes one service's outbox. It follows startstop's lifecycle;
+// its methods are safe for concurrent use.
 type Relay struct {
+	startstop.Base
 	cfg Config
 	log *slog.Logger
 	pub *workers.Publisher
@@ -98,14 +99,6 @@ type Relay struct {
 
 	isActive atomic.Bool
 	held     map[uuid.UUID]*heldRow // used by the run goroutine only
-
-	mu       sync.Mutex
-	started  bool
-	stopped  bool
-	cancel   context.CancelFunc // stops waiting: no new pass starts
-	hard     context.CancelFunc // abandons the pass in flight
-	done     chan struct{}
-	stopOnce sync.Once
 }
 
 // heldRow is a row held back: when it may be tried again.
@@ -141,49 +134,40 @@ func New(cfg Config) (*Relay, error) {
 	return r, nil
 }
 
-// Start runs the relay in the background until Stop. It fails only when
-// called twice.
+// Start runs the relay in the background until Stop; ctx bounds nothing
+// after it returns. It fails only when called twice or after Stop.
 func (r *Relay) Start(ctx context.Context) error {
-	r.mu.Lock()
-	defer r.mu.Unlock()
-	if r.started || r.stopped {
-		return fmt.Errorf("outbox: relay %s already started or stopped", r.cfg.Service)
-	}
-	r.started = true
-	fetchCtx, cancel := context.WithCancel(context.WithoutCancel(ctx))
-	workCtx, hard := context.WithCancel(context.WithoutCancel(ctx))
-	r.cancel, r.hard, r.done = cancel, hard, make(chan struct{})
-	go func() {
-		defer close(r.done)
-		r.run(fetchCtx, workCtx)
-	}()
-	return nil
+	return r.StartFunc(func() (func(), error) {
+		// Waits end with fetch; database and broker work runs under work,
+		// which outlives fetch by Stop's grace.
+		fetchCtx, cancel := context.WithCancel(context.WithoutCancel(ctx))
+		workCtx, hard := context.WithCancel(context.WithoutCancel(ctx))
+		done := make(chan struct{})
+		go func() {
+			defer close(done)
+			r.run(fetchCtx, workCtx)
+		}()
+		return func() { r.stop(cancel, hard, done) }, nil
+	})
 }
 
 // Stop stops the relay and waits for it: the pass in flight may finish
 // (its confirmed rows deleted) within StopTimeoutDefault, then it is
 // abandoned (its rows stay and are published again). It releases the relay
 // lock. Safe to call twice and before Start.
-func (r *Relay) Stop() {
-	r.stopOnce.Do(func() {
-		r.mu.Lock()
-		started := r.started
-		r.stopped = true
-		r.mu.Unlock()
-		if !started {
-			return
-		}
-		r.cancel()
-		select {
-		case <-r.done:
-		case <-time.After(StopTimeoutDefault):
-			r.log.Warn("outbox: stop timed out, abandoning the pass in flight")
-		}
-		r.hard()
-		<-r.done
-		r.pub.Close()
-		r.active.Set(0)
-	})
+func (r *Relay) Stop() { r.Base.Stop() }
+
+func (r *Relay) stop(cancel, hard context.CancelFunc, done <-chan struct{}) {
+	cancel()
+	select {
+	case <-done:
+	case <-time.After(StopTimeoutDefault):
+		r.log.Warn("outbox: stop timed out, abandoning the pass in flight")
+	}
+	hard()
+	<-done
+	r.pub.Close()
+	r.active.Set(0)
 }
 
 // Active reports whether this relay holds the service's relay lock.
@@ -212,7 +196,7 @@ func (r *Relay) refreshStats(ctx context.Context) {
 
 // run holds sessions until ctx ends: take the lock, relay, and after a
 // fault back off and start again. Waits end with ctx; database and broker
-// work runs under work, which outlives ctx by Stop's grace.
+// work runs under work.
 func (r *Relay) run(ctx, work context.Context) {
 	backoff := backoffMin
 	for ctx.Err() == nil {

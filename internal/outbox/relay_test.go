@@ -17,6 +17,7 @@ import (
 	"github.com/platformd/platformd/consumer"
 	"github.com/platformd/platformd/internal/envelope"
 	"github.com/platformd/platformd/internal/metrics"
+	"github.com/platformd/platformd/internal/startstop"
 )
 
 func TestRelayLifecycle(t *testing.T) {
@@ -28,14 +29,21 @@ func TestRelayLifecycle(t *testing.T) {
 	require.Equal(t, PollDefault, r.cfg.Poll)
 	r.Stop() // before Start
 	r.Stop()
-	require.Error(t, r.Start(context.Background()), "a stopped relay does not start")
+	require.ErrorIs(t, r.Start(context.Background()), startstop.ErrStopped)
 
 	r = b.relay(nil)
-	require.Error(t, r.Start(context.Background()))
+	require.ErrorIs(t, r.Start(context.Background()), startstop.ErrStarted)
 	waitFor(t, 10*time.Second, "the relay to become active", r.Active)
 	r.Stop()
 	r.Stop()
 	require.False(t, r.Active())
+	// The lifecycle contract: concurrent stops wait for the same one.
+	r = b.relay(nil)
+	var wg sync.WaitGroup
+	for range 3 {
+		wg.Go(r.Stop)
+	}
+	wg.Wait()
 
 	_, err = New(Config{Service: "svc"})
 	require.Error(t, err)
