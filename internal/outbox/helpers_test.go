@@ -5,6 +5,7 @@ import (
 	"context"
 	"log/slog"
 	"os"
+	"os/exec"
 	"strings"
 	"sync"
 	"testing"
@@ -65,6 +66,8 @@ type bundle struct {
 	check    *pgxpool.Pool // the test's own queries
 	exchange string
 	queue    string
+	url      string // the broker, with the bundle's vhost if any
+	vhost    string
 	broker   *workers.Conn
 	metrics  *metrics.Metrics
 	logs     *syncBuffer
@@ -73,10 +76,35 @@ type bundle struct {
 	ch       *amqp.Channel
 }
 
-func setup(t testing.TB) *bundle {
+// setupOpt changes a bundle before it connects.
+type setupOpt func(*bundle)
+
+// withVhost gives the bundle a RabbitMQ vhost of its own, deleted in
+// cleanup, so that a test may force-close every connection on it.
+func withVhost(b *bundle) {
+	b.vhost = "outbox-" + uuid.NewString()[:8]
+	rabbitmqctl(b.t, "add_vhost", b.vhost)
+	b.t.Cleanup(func() { rabbitmqctl(b.t, "delete_vhost", b.vhost) })
+	rabbitmqctl(b.t, "set_permissions", "-p", b.vhost, "guest", ".*", ".*", ".*")
+	b.url = strings.TrimSuffix(amqpURL(), "/") + "/" + b.vhost
+}
+
+func rabbitmqctl(t testing.TB, args ...string) {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
+	defer cancel()
+	if out, err := exec.CommandContext(ctx, "rabbitmqctl", args...).CombinedOutput(); err != nil {
+		t.Fatalf("rabbitmqctl %v: %v: %s", args, err, out)
+	}
+}
+
+func setup(t testing.TB, opts ...setupOpt) *bundle {
 	t.Helper()
 	ctx := context.Background()
-	b := &bundle{t: t, logs: &syncBuffer{}, metrics: metrics.New()}
+	b := &bundle{t: t, logs: &syncBuffer{}, metrics: metrics.New(), url: amqpURL()}
+	for _, o := range opts {
+		o(b)
+	}
 	b.logger = slog.New(slog.NewTextHandler(b.logs, &slog.HandlerOptions{Level: slog.LevelDebug}))
 	b.dsn = testdb.New(t, "outbox")
 	require.NoError(t, migrate.Apply(ctx, b.dsn, []migrate.Set{{Name: migrate.PlatformSetName, FS: migrations.Platform()}}, b.logger))
@@ -90,7 +118,7 @@ func setup(t testing.TB) *bundle {
 
 	id := uuid.NewString()[:8]
 	b.exchange, b.queue = "outbox-test-"+id, "outbox-test-"+id
-	b.amqpConn, err = amqp.Dial(amqpURL())
+	b.amqpConn, err = amqp.Dial(b.url)
 	require.NoError(t, err)
 	t.Cleanup(func() { _ = b.amqpConn.Close() })
 	b.ch, err = b.amqpConn.Channel()
@@ -106,7 +134,7 @@ func setup(t testing.TB) *bundle {
 		}
 	})
 	b.bind("test.#")
-	b.broker = workers.NewConn(amqpURL(), "outbox-test-"+id, b.logger)
+	b.broker = workers.NewConn(b.url, "outbox-test-"+id, b.logger)
 	t.Cleanup(b.broker.Close)
 	return b
 }

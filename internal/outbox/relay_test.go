@@ -206,6 +206,10 @@ func TestRelayHoldsReturnedRows(t *testing.T) {
 	waitFor(t, 10*time.Second, "three retries of the returned row", func() bool { return testutil.ToFloat64(held) >= 3 })
 	require.Equal(t, 1, b.pending(), "the returned row stays")
 	require.Equal(t, 1, b.logs.count("row held back"), "logged once per row")
+	waitFor(t, 5*time.Second, "the pending and oldest gauges", func() bool {
+		return testutil.ToFloat64(b.metrics.Outbox.Pending.WithLabelValues("svc")) == 1 &&
+			testutil.ToFloat64(b.metrics.Outbox.Oldest.WithLabelValues("svc")) > 0
+	})
 
 	b.bind("unbound.#")
 	receiveIDs(t, deliveries, 10*time.Second, orphan.String())
@@ -343,4 +347,49 @@ func TestRelayDatabaseFault(t *testing.T) {
 	receiveIDs(t, deliveries, 60*time.Second, ids...)
 	waitFor(t, 20*time.Second, "the outbox to empty", func() bool { return b.pending() == 0 })
 	waitFor(t, 10*time.Second, "the relay to be active again", r.Active)
+}
+
+// TestRelayBrokerFault force-closes every broker connection of the test's
+// vhost twice while rows are written: the relay reconnects and every row
+// reaches the queue.
+func TestRelayBrokerFault(t *testing.T) {
+	t.Parallel()
+	b := setup(t, withVhost)
+	ctx := context.Background()
+	r := b.relay(func(c *Config) { c.BatchSize = 20 })
+	waitFor(t, 10*time.Second, "the relay to become active", r.Active)
+	var ids []string
+	for i := range 150 {
+		var id uuid.UUID
+		require.NoError(t, b.check.QueryRow(ctx, `SELECT platform.publish('test.broker', '{}')`).Scan(&id))
+		ids = append(ids, id.String())
+		if i == 50 || i == 100 {
+			rabbitmqctl(t, "close_all_connections", "-p", b.vhost, "outbox test: forced close")
+		}
+		time.Sleep(2 * time.Millisecond)
+	}
+	waitFor(t, 60*time.Second, "the outbox to empty", func() bool { return b.pending() == 0 })
+	// Read the queue on a fresh connection (the test's was closed too).
+	conn, err := amqp.Dial(b.url)
+	require.NoError(t, err)
+	defer conn.Close()
+	ch, err := conn.Channel()
+	require.NoError(t, err)
+	got := map[string]int{}
+	for {
+		d, ok, err := ch.Get(b.queue, true)
+		require.NoError(t, err)
+		if !ok {
+			break
+		}
+		got[d.MessageId]++
+	}
+	var missing []string
+	for _, id := range ids {
+		if got[id] == 0 {
+			missing = append(missing, id)
+		}
+	}
+	require.Empty(t, missing, "rows lost across broker faults")
+	require.GreaterOrEqual(t, b.logs.count("broker reconnected"), 1, "the faults were seen")
 }

@@ -16,6 +16,7 @@ import (
 	"github.com/jackc/pgx/v5"
 	amqp "github.com/rabbitmq/amqp091-go"
 
+	adminv1 "github.com/platformd/platformd/api/gen/platform/admin/v1"
 	"github.com/platformd/platformd/examples/shop"
 	"github.com/platformd/platformd/internal/testdb"
 )
@@ -376,6 +377,25 @@ func TestOutboxRelayKilled(t *testing.T) {
 	w.write(ctx, n/3)
 	if !waitUntil(2*time.Minute, w.complete) {
 		t.Fatal("the chain did not complete after the takeover")
+	}
+	// ListServices reports the producer and its empty outbox.
+	ctx2, cancel := e.readCtx()
+	defer cancel()
+	resp, err := standby.adminClient().ListServices(ctx2, &adminv1.ListServicesRequest{})
+	if err != nil {
+		t.Fatalf("ListServices: %v", err)
+	}
+	found := false
+	for _, s := range resp.GetServices() {
+		if s.GetName() == "order" {
+			found = true
+			if s.GetOutboxPending() != 0 || s.GetOutboxOldest().AsDuration() != 0 {
+				t.Errorf("order outbox: pending %d, oldest %s after the drain", s.GetOutboxPending(), s.GetOutboxOldest().AsDuration())
+			}
+		}
+	}
+	if !found {
+		t.Error("ListServices does not list the producer service order")
 	}
 	standby.stop()
 	w.checkEffects()
