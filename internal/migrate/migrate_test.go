@@ -3,6 +3,7 @@ package migrate_test
 import (
 	"context"
 	"io"
+	"io/fs"
 	"log/slog"
 	"sync"
 	"testing"
@@ -15,6 +16,7 @@ import (
 	"github.com/platformd/platformd/examples/shop"
 	"github.com/platformd/platformd/internal/migrate"
 	"github.com/platformd/platformd/internal/testdb"
+	"github.com/platformd/platformd/migrations"
 )
 
 func TestMain(m *testing.M) { goleak.VerifyTestMain(m) }
@@ -48,14 +50,16 @@ func TestApplyConcurrently(t *testing.T) {
 	require.NoError(t, err)
 	defer conn.Close(ctx)
 	for _, table := range []string{"public.processed_event", "public.reservation", "public.order_status",
-		"platform.service_horizon", "platform.horizon_audit", "platform.pool_state", "platform.purge_run"} {
+		"platform.service_horizon", "platform.horizon_audit", "platform.pool_state", "platform.purge_run", "platform.outbox"} {
 		var ok bool
 		require.NoError(t, conn.QueryRow(ctx, `SELECT to_regclass($1) IS NOT NULL`, table).Scan(&ok))
 		require.True(t, ok, table)
 	}
 	var n int
 	require.NoError(t, conn.QueryRow(ctx, `SELECT count(*) FROM platform.goose_platform WHERE version_id > 0`).Scan(&n))
-	require.Equal(t, 2, n)
+	files, err := fs.Glob(migrations.Platform(), "*.sql")
+	require.NoError(t, err)
+	require.Equal(t, len(files), n, "every platform migration applied once")
 }
 
 func TestSetsUnknownHandler(t *testing.T) {
