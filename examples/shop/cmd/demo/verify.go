@@ -280,7 +280,7 @@ func (dm *demo) relayKillText() string {
 	}
 	what := fmt.Sprintf("%d x relay SIGKILLed between confirm and delete", len(dm.relayKilled))
 	if known {
-		what += fmt.Sprintf(" (%d rows republished)", rows)
+		what += fmt.Sprintf(" (%d rows confirmed, not deleted)", rows)
 	}
 	return what
 }
