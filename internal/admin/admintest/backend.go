@@ -58,7 +58,7 @@ type Backend struct {
 	processed map[string]map[uuid.UUID]time.Time // service -> id -> processed_at
 	runs      map[string][]admin.PurgeRun        // service -> runs, oldest first
 	failed    map[string][]admin.FailedMessage   // pool -> messages
-	audit     []admin.AuditEntry // oldest first
+	audit     []admin.AuditEntry                 // oldest first
 	hooks     map[string]HookFunc
 	calls     []Call
 }
