@@ -81,7 +81,7 @@ func (h *Handler) cookie(id string, expires time.Time) *http.Cookie {
 		c.MaxAge = -1
 	} else {
 		c.Expires = expires
-		c.MaxAge = max(1, int(expires.Sub(h.now()).Seconds()))
+		c.MaxAge = max(1, int(math.Round(expires.Sub(h.now()).Seconds())))
 	}
 	return c
 }

@@ -167,8 +167,12 @@ func (s *Server) Start(ctx context.Context) error {
 // Stop stops the server: it stops accepting connections, lets requests in
 // flight finish within the stop timeout, then cuts them off and stops the
 // sampler. It blocks until everything has stopped, may be called more than
-// once and is safe to call before Start.
+// once, is safe to call before Start, and does nothing on a nil Server
+// (a console that is off).
 func (s *Server) Stop() {
+	if s == nil {
+		return
+	}
 	s.stopOnce.Do(func() {
 		s.mu.Lock()
 		s.stopped = true
