@@ -65,17 +65,17 @@ type options struct {
 
 // env is one daemon's world: its own databases, exchange, queues and ports.
 type env struct {
-	t                    testing.TB
-	dir, suffix          string
-	stockDSN, shipDSN    string
-	exchange             string
-	stockPool, shipPool  string
+	t                     testing.TB
+	dir, suffix           string
+	stockDSN, shipDSN     string
+	exchange              string
+	stockPool, shipPool   string
 	stockQueue, shipQueue string
-	adminAddr, console   string
-	caPool               *x509Pool
-	cmd                  *exec.Cmd
-	stderr               *lockedBuffer
-	done                 chan error
+	adminAddr, console    string
+	caPool                *x509Pool
+	cmd                   *exec.Cmd
+	stderr                *lockedBuffer
+	done                  chan error
 }
 
 func newEnv(t testing.TB, opts options) *env {

@@ -54,10 +54,10 @@ func TestConsoleAuthHTTP(t *testing.T) {
 	require.Contains(t, body, e.shipPool)
 	require.Contains(t, body, "Read-only session")
 	for path, form := range map[string]url.Values{
-		pool + "/pause":            {"reason": {"read session"}},
-		pool + "/retry":            {"all": {"1"}},
-		"/services/stock/horizon":  {"horizon": {"720h"}},
-		"/services/stock/purge":    {"dry_run": {"1"}},
+		pool + "/pause":           {"reason": {"read session"}},
+		pool + "/retry":           {"all": {"1"}},
+		"/services/stock/horizon": {"horizon": {"720h"}},
+		"/services/stock/purge":   {"dry_run": {"1"}},
 	} {
 		resp, body := dash.post(path, form)
 		require.Equal(t, http.StatusForbidden, resp.StatusCode, path)
