@@ -222,3 +222,36 @@ func TestHorizonAndPurge(t *testing.T) {
 		require.Contains(t, body, w)
 	}
 }
+
+// What browsers send decides: Sec-Fetch-Site first, else Origin.
+func TestSameOriginCheck(t *testing.T) {
+	t.Parallel()
+	b := setup(t)
+	c := b.client(t)
+	c.signIn(adminToken)
+	host := strings.TrimPrefix(b.srv.URL, "http://")
+	for _, tc := range []struct {
+		name   string
+		header map[string]string
+		code   int
+	}{
+		{"SameOriginFetch", map[string]string{"Sec-Fetch-Site": "same-origin", "Origin": "null"}, http.StatusSeeOther},
+		{"SameSiteOtherPort", map[string]string{"Sec-Fetch-Site": "same-site", "Origin": "http://127.0.0.1:1"}, http.StatusForbidden},
+		{"CrossSite", map[string]string{"Sec-Fetch-Site": "cross-site"}, http.StatusForbidden},
+		{"OriginMatches", map[string]string{"Origin": "http://" + host}, http.StatusSeeOther},
+		{"OriginNull", map[string]string{"Origin": "null"}, http.StatusForbidden},
+		{"NoHeaders", nil, http.StatusSeeOther},
+	} {
+		req, err := http.NewRequest(http.MethodPost, b.srv.URL+"/pools/stock-events/resume", //nolint:noctx // test
+			strings.NewReader(url.Values{"csrf": {c.csrf}}.Encode()))
+		require.NoError(t, err)
+		req.Header.Set("Content-Type", "application/x-www-form-urlencoded")
+		for k, v := range tc.header {
+			req.Header.Set(k, v)
+		}
+		resp, err := c.http.Do(req)
+		require.NoError(t, err)
+		resp.Body.Close()
+		require.Equal(t, tc.code, resp.StatusCode, tc.name)
+	}
+}

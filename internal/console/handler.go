@@ -143,7 +143,10 @@ func (h *Handler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	hd.Set("Content-Security-Policy", contentSecurityPolicy)
 	hd.Set("X-Content-Type-Options", "nosniff")
 	hd.Set("X-Frame-Options", "DENY")
-	hd.Set("Referrer-Policy", "no-referrer")
+	// same-origin, not no-referrer: under no-referrer browsers send
+	// "Origin: null" with form posts, which the same-origin check must
+	// then refuse.
+	hd.Set("Referrer-Policy", "same-origin")
 	hd.Set("Cross-Origin-Opener-Policy", "same-origin")
 	hd.Set("Cross-Origin-Resource-Policy", "same-origin")
 	if h.secure {
@@ -283,13 +286,14 @@ func (h *Handler) action(fn handlerFunc, needsAdmin bool) http.HandlerFunc {
 	})
 }
 
-// sameOrigin reports whether r did not come from another site: its Origin
-// header, when sent, names this host, and Sec-Fetch-Site, when sent, is
-// not cross-site. Clients that send neither (scripts, curl) pass; they
-// still need the CSRF token, which only a console page reveals.
+// sameOrigin reports whether r did not come from another site. Browsers
+// send Sec-Fetch-Site: it must be same-origin (or none, typed by the user).
+// Without it, an Origin header, when sent, must name this host. Clients
+// that send neither (scripts, curl) pass; they still need the CSRF token,
+// which only a console page reveals.
 func sameOrigin(r *http.Request) bool {
-	if site := r.Header.Get("Sec-Fetch-Site"); site == "cross-site" || site == "same-site" {
-		return false
+	if site := r.Header.Get("Sec-Fetch-Site"); site != "" {
+		return site == "same-origin" || site == "none"
 	}
 	origin := r.Header.Get("Origin")
 	if origin == "" {
