@@ -21,12 +21,20 @@ type chart struct {
 	// two samples exist.
 	Now, Peak float64
 	Has       bool
+	// Span is the time the chart covers: the window, or less while the
+	// console has sampled for less than that.
+	Span time.Duration
 }
 
-// newChart lays rates out over [now-window, now]: time left to right, the
-// rate bottom to top scaled to the peak.
-func newChart(rates []rate, now time.Time, window time.Duration) chart {
-	c := chart{}
+// newChart lays rates out over the last span (window, or since the
+// first sample when that is more recent): time left to right, the rate
+// bottom to top scaled to the peak.
+func newChart(rates []rate, first, now time.Time, window time.Duration) chart {
+	c := chart{Span: window}
+	if !first.IsZero() && now.Sub(first) < window {
+		c.Span = max(time.Second, now.Sub(first).Round(time.Second))
+	}
+	window = c.Span
 	for _, r := range rates {
 		c.Peak = max(c.Peak, r.perSec)
 	}

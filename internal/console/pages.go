@@ -91,7 +91,8 @@ func (h *Handler) overviewData(ctx context.Context) overviewBody {
 }
 
 func (h *Handler) poolCard(p admin.PoolInfo) poolCard {
-	return poolCard{Info: p, Chart: newChart(h.sampler.rates(p.Name), h.now(), ChartWindow)}
+	rates, first := h.sampler.rates(p.Name)
+	return poolCard{Info: p, Chart: newChart(rates, first, h.now(), ChartWindow)}
 }
 
 func (h *Handler) overview(w http.ResponseWriter, r *http.Request, s session) {
@@ -250,7 +251,11 @@ func (h *Handler) serviceFragment(w http.ResponseWriter, r *http.Request, s sess
 		http.Error(w, text, code)
 		return
 	}
-	h.renderFragment(w, r, "service", "service-live", pageData{Session: viewOf(s), Body: b, Now: h.now()})
+	part := "service-live"
+	if r.URL.Query().Get("part") == "history" {
+		part = "service-history"
+	}
+	h.renderFragment(w, r, "service", part, pageData{Session: viewOf(s), Body: b, Now: h.now()})
 }
 
 // lookupBody is the lookup page's data.

@@ -243,6 +243,11 @@ func fmtDetail(d map[string]any) []string {
 			v = "none"
 		case string:
 			v = x
+			// Horizons are recorded as Go durations: show them as the
+			// pages do (720h0m0s as 30d).
+			if d, err := time.ParseDuration(x); err == nil && (k == "from" || k == "to") {
+				v = fmtDuration(d)
+			}
 		case json.Number:
 			v = x.String()
 		case []any:

@@ -55,14 +55,18 @@ func (s *sampler) add(now time.Time, counters map[string]uint64) {
 	}
 }
 
-// rates returns pool's processed/s per sampling interval, oldest first. A
-// counter that went down (the pool restarted) counts from zero.
-func (s *sampler) rates(pool string) []rate {
+// rates returns pool's processed/s per sampling interval, oldest first,
+// and the time of its first sample (zero if none). A counter that went
+// down (the pool restarted) counts from zero.
+func (s *sampler) rates(pool string) ([]rate, time.Time) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	ss := s.pools[pool]
+	if len(ss) == 0 {
+		return nil, time.Time{}
+	}
 	if len(ss) < 2 {
-		return nil
+		return nil, ss[0].at
 	}
 	out := make([]rate, 0, len(ss)-1)
 	for i := 1; i < len(ss); i++ {
@@ -76,5 +80,5 @@ func (s *sampler) rates(pool string) []rate {
 		}
 		out = append(out, rate{at: ss[i].at, perSec: float64(d) / dt})
 	}
-	return out
+	return out, ss[0].at
 }
