@@ -152,17 +152,23 @@ func (h *Handler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	if h.secure {
 		hd.Set("Strict-Transport-Security", "max-age=31536000")
 	}
-	defer func() {
-		if p := recover(); p != nil {
-			if p == http.ErrAbortHandler { //nolint:errorlint // re-panicked as net/http expects
-				panic(p)
-			}
-			h.log.ErrorContext(r.Context(), "console: panic in handler", slog.String("path", r.URL.Path),
-				slog.String("panic", fmt.Sprint(p)), slog.String("stack", string(debug.Stack())))
-			http.Error(w, "internal error", http.StatusInternalServerError)
-		}
-	}()
+	defer h.recoverPanic(w, r)
 	h.mux.ServeHTTP(w, r)
+}
+
+// recoverPanic, deferred, logs a handler's panic with its stack and answers
+// 500 without detail. http.ErrAbortHandler goes on up, as net/http wants.
+func (h *Handler) recoverPanic(w http.ResponseWriter, r *http.Request) {
+	p := recover()
+	if p == nil {
+		return
+	}
+	if p == http.ErrAbortHandler { //nolint:errorlint // compared as net/http does
+		panic(p)
+	}
+	h.log.ErrorContext(r.Context(), "console: panic in handler", slog.String("path", r.URL.Path),
+		slog.String("panic", fmt.Sprint(p)), slog.String("stack", string(debug.Stack())))
+	http.Error(w, "internal error", http.StatusInternalServerError)
 }
 
 // cacheFor lets browsers keep static assets for d.

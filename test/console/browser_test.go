@@ -161,10 +161,10 @@ func TestConsoleInBrowser(t *testing.T) {
 	waitFor(t, ctx, textOf("#pool-live [data-state]")+" === 'paused' && "+textOf("#pool-live [data-reason]")+".includes('incident 42: stock db migration')",
 		"the pool shown paused with its reason")
 	// The daemon really paused: no consumer, an event published now waits.
-	msgs, consumers := queueState(t, e.stockQueue)
+	_, consumers := queueState(t, e.stockQueue)
 	require.Equal(t, 0, consumers)
 	waiting := e.publish(shop.EventOrderPlaced, order(), [16]byte{})
-	msgs, consumers = queueState(t, e.stockQueue)
+	msgs, consumers := queueState(t, e.stockQueue)
 	require.Equal(t, 0, consumers)
 	require.Equal(t, 1, msgs, "the event waits in the queue")
 	require.False(t, processed(t, e.stockDSN, waiting))

@@ -179,7 +179,9 @@ func (e *env) start(cfgPath string) {
 	go func() { e.done <- e.cmd.Wait() }()
 	t.Cleanup(func() {
 		_ = e.cmd.Process.Kill()
-		<-e.done
+		if err := <-e.done; err != nil && !strings.Contains(err.Error(), "killed") {
+			t.Logf("daemon exit: %v", err)
+		}
 		if t.Failed() {
 			t.Logf("daemon log:\n%s", e.stderr)
 		}
