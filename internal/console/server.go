@@ -13,6 +13,7 @@ import (
 	"time"
 
 	"github.com/platformd/platformd/internal/admin"
+	"github.com/platformd/platformd/internal/startstop"
 )
 
 // Defaults of Config.
@@ -59,7 +60,8 @@ type Config struct {
 	StopTimeout time.Duration
 }
 
-// Server serves the console. Its methods are safe for concurrent use.
+// Server serves the console. Its lifecycle is startstop's (Start, Stop);
+// its methods are safe for concurrent use.
 type Server struct {
 	listen      string
 	tlsConfig   *tls.Config
@@ -68,13 +70,10 @@ type Server struct {
 	handler     *Handler
 	httpServer  *http.Server
 
-	mu       sync.Mutex
-	started  bool
-	stopped  bool
-	addr     net.Addr
-	cancel   context.CancelFunc
-	wg       sync.WaitGroup
-	stopOnce sync.Once
+	startstop.Base
+
+	mu   sync.Mutex
+	addr net.Addr
 }
 
 // NewServer validates cfg and returns a Server calling backend. It does
@@ -122,75 +121,57 @@ func NewServer(cfg Config, backend admin.Backend, logger *slog.Logger) (*Server,
 // sampling the pools' counters, until Stop. ctx bounds only the listen:
 // cancelling it later does not stop the server.
 func (s *Server) Start(ctx context.Context) error {
-	var lc net.ListenConfig
-	lis, err := lc.Listen(ctx, "tcp", s.listen)
-	if err != nil {
-		return fmt.Errorf("console: error listening on %s: %w", s.listen, err)
-	}
-	s.mu.Lock()
+	err := s.StartFunc(func() (func(), error) {
+		var lc net.ListenConfig
+		lis, err := lc.Listen(ctx, "tcp", s.listen)
+		if err != nil {
+			return nil, fmt.Errorf("console: error listening on %s: %w", s.listen, err)
+		}
+		s.mu.Lock()
+		s.addr = lis.Addr()
+		s.mu.Unlock()
+		runCtx, cancel := context.WithCancel(context.WithoutCancel(ctx))
+		var wg sync.WaitGroup
+		wg.Go(func() { s.handler.Sample(runCtx) })
+		wg.Go(func() {
+			var err error
+			if s.tlsConfig != nil {
+				err = s.httpServer.ServeTLS(lis, "", "")
+			} else {
+				err = s.httpServer.Serve(lis)
+			}
+			if err != nil && !errors.Is(err, http.ErrServerClosed) {
+				s.logger.ErrorContext(runCtx, "console: server stopped", slog.Any("error", err))
+			}
+		})
+		scheme := "http"
+		if s.tlsConfig != nil {
+			scheme = "https"
+		}
+		s.logger.InfoContext(ctx, "console: serving", slog.String("addr", lis.Addr().String()), slog.String("scheme", scheme))
+		return func() { s.shutdown(); cancel(); wg.Wait() }, nil
+	})
 	switch {
-	case s.stopped:
-		s.mu.Unlock()
-		_ = lis.Close()
+	case errors.Is(err, startstop.ErrStopped):
 		return errors.New("console: server stopped")
-	case s.started:
-		s.mu.Unlock()
-		_ = lis.Close()
+	case errors.Is(err, startstop.ErrStarted):
 		return errors.New("console: server already started")
 	}
-	s.started = true
-	s.addr = lis.Addr()
-	runCtx, cancel := context.WithCancel(context.WithoutCancel(ctx))
-	s.cancel = cancel
-	s.mu.Unlock()
-
-	s.wg.Go(func() { s.handler.Sample(runCtx) })
-	s.wg.Go(func() {
-		var err error
-		if s.tlsConfig != nil {
-			err = s.httpServer.ServeTLS(lis, "", "")
-		} else {
-			err = s.httpServer.Serve(lis)
-		}
-		if err != nil && !errors.Is(err, http.ErrServerClosed) {
-			s.logger.ErrorContext(runCtx, "console: server stopped", slog.Any("error", err))
-		}
-	})
-	scheme := "http"
-	if s.tlsConfig != nil {
-		scheme = "https"
-	}
-	s.logger.InfoContext(ctx, "console: serving", slog.String("addr", lis.Addr().String()), slog.String("scheme", scheme))
-	return nil
+	return err
 }
 
-// Stop stops the server: it stops accepting connections, lets requests in
-// flight finish within the stop timeout, then cuts them off and stops the
-// sampler. It blocks until everything has stopped, may be called more than
-// once, is safe to call before Start, and does nothing on a nil Server
-// (a console that is off).
-func (s *Server) Stop() {
-	if s == nil {
-		return
+// shutdown stops accepting connections and lets requests in flight finish
+// within the stop timeout, then cuts them off. Stop (startstop's,
+// embedded) calls it once and makes every Stop wait for it; Stop is safe
+// before Start and more than once.
+func (s *Server) shutdown() {
+	ctx, cancel := context.WithTimeout(context.Background(), s.stopTimeout)
+	defer cancel()
+	if err := s.httpServer.Shutdown(ctx); err != nil {
+		s.logger.Warn("console: requests in flight did not finish in time, cutting them off",
+			slog.Duration("stop_timeout", s.stopTimeout))
+		_ = s.httpServer.Close()
 	}
-	s.stopOnce.Do(func() {
-		s.mu.Lock()
-		s.stopped = true
-		started, cancel := s.started, s.cancel
-		s.mu.Unlock()
-		if !started {
-			return
-		}
-		ctx, cancelTimeout := context.WithTimeout(context.Background(), s.stopTimeout)
-		defer cancelTimeout()
-		if err := s.httpServer.Shutdown(ctx); err != nil {
-			s.logger.Warn("console: requests in flight did not finish in time, cutting them off",
-				slog.Duration("stop_timeout", s.stopTimeout))
-			_ = s.httpServer.Close()
-		}
-		cancel()
-		s.wg.Wait()
-	})
 }
 
 // Addr returns the address the server listens on, or nil before Start.
