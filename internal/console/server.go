@@ -149,7 +149,7 @@ func (s *Server) Start(ctx context.Context) error {
 			scheme = "https"
 		}
 		s.logger.InfoContext(ctx, "console: serving", slog.String("addr", lis.Addr().String()), slog.String("scheme", scheme))
-		return func() { s.shutdown(); cancel(); wg.Wait() }, nil
+		return func() { s.shutdown(); cancel(); wg.Wait() }, nil //nolint:contextcheck // Stop runs long after Start: its ctx must not bound the shutdown
 	})
 	switch {
 	case errors.Is(err, startstop.ErrStopped):
