@@ -115,6 +115,12 @@ bench: services ## bench program (./bench/cmd/bench BENCH_FLAGS) + Go micro-benc
 	fi
 	$(GO) test -run='^$$' -bench=. -benchmem -benchtime=$(BENCHTIME) ./internal/...
 
+.PHONY: console-shots
+console-shots: services ## screenshots of the console's pages at 1280 and 390 px into results/console/
+	mkdir -p results/console
+	CONSOLE_SHOTS=$(CURDIR)/results/console $(GO) test -count=1 -v -run '^TestConsoleShots$$' -timeout 5m ./test/console/
+	@ls -1 results/console/*.png
+
 .PHONY: build
 build: ## build cmd/* into bin/
 	$(GO) build -o bin/ ./cmd/...

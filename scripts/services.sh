@@ -1,9 +1,11 @@
 #!/usr/bin/env bash
 # scripts/services.sh — make sure PostgreSQL and RabbitMQ are installed,
-# running and reachable the way platformd's tests and demo expect:
+# running and reachable the way platformd's tests and demo expect, and that
+# the console's browser tests have their browser:
 #
 #   PostgreSQL  127.0.0.1:5432, user postgres, no password (trust)
 #   RabbitMQ    127.0.0.1:5672, guest/guest
+#   Chromium    Debian's chromium package (headless, for test/console)
 #
 # Works on a fresh Debian 12 (installs missing packages with apt-get) and on
 # machines where systemd is not PID 1. Idempotent: a second run changes
@@ -15,6 +17,7 @@
 #   PG_MIN_CONNECTIONS minimum max_connections for PostgreSQL (default 200)
 #   PG_CLUSTER, PG_PORT Debian cluster name and port (default main, 5432; only
 #                      for testing this script against a scratch cluster)
+#   SERVICES_NO_BROWSER set to 1 to skip installing chromium
 set -euo pipefail
 
 TIMEOUT="${SERVICES_TIMEOUT:-120}"
@@ -303,5 +306,25 @@ ensure_rabbitmq() {
 	say "rabbitmq: ready at $AMQP_HOST:$AMQP_PORT (guest/guest)"
 }
 
+# ---------------------------------------------------------------------------
+# Chromium (the console's browser tests drive it headless with chromedp)
+# ---------------------------------------------------------------------------
+
+ensure_chromium() {
+	if [ "${SERVICES_NO_BROWSER:-}" = 1 ]; then
+		say "chromium: skipped (SERVICES_NO_BROWSER=1)"
+		return
+	fi
+	if command -v chromium >/dev/null 2>&1; then
+		say "chromium: already installed"
+		return
+	fi
+	# fonts-dejavu-core: pages need a font to render text in screenshots.
+	apt_install chromium fonts-dejavu-core
+	command -v chromium >/dev/null 2>&1 || die "chromium: installed but the chromium command is still missing"
+	say "chromium: installed ($(chromium --version 2>/dev/null || echo 'version unknown'))"
+}
+
 ensure_postgres
 ensure_rabbitmq
+ensure_chromium

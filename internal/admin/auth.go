@@ -32,6 +32,8 @@ var readMethods = map[string]bool{
 	adminv1.AdminService_GetHorizon_FullMethodName:         true,
 	adminv1.AdminService_ListPurgeRuns_FullMethodName:      true,
 	adminv1.AdminService_ListFailedMessages_FullMethodName: true,
+	adminv1.AdminService_DescribeService_FullMethodName:    true,
+	adminv1.AdminService_ListAudit_FullMethodName:          true,
 }
 
 // Method prefixes of the services reachable without a token.

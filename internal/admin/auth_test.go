@@ -104,10 +104,19 @@ func TestAuthRoles(t *testing.T) {
 			_, err := b.client.RetryFailedMessages(ctx, &adminv1.RetryFailedMessagesRequest{Pool: "shipping-events", All: true})
 			return err
 		},
+		"DescribeService": func(ctx context.Context) error {
+			_, err := b.client.DescribeService(ctx, &adminv1.DescribeServiceRequest{Service: "stock"})
+			return err
+		},
+		"ListAudit": func(ctx context.Context) error {
+			_, err := b.client.ListAudit(ctx, &adminv1.ListAuditRequest{})
+			return err
+		},
 	}
 	readAllowed := map[string]bool{
 		"ListServices": true, "ListPools": true, "LookupEvent": true,
 		"GetHorizon": true, "ListPurgeRuns": true, "ListFailedMessages": true,
+		"DescribeService": true, "ListAudit": true,
 	}
 	require.Len(t, calls, len(adminv1.AdminService_ServiceDesc.Methods), "every RPC is covered")
 

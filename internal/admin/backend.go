@@ -57,6 +57,13 @@ type Backend interface {
 	// the pool's queue with the attempt count reset, and returns how many
 	// were moved.
 	RetryFailedMessages(ctx context.Context, pool string, ids []uuid.UUID, all, overrideBeyondHorizon bool, actor string) (int, error)
+	// DescribeService returns what an operator needs beyond ServiceInfo
+	// to judge a horizon or a purge: see ServiceDetail.
+	DescribeService(ctx context.Context, service string) (ServiceDetail, error)
+	// ListAudit returns at most limit audit entries of service, or of every
+	// service when service is "", newest first. An unknown service is
+	// ErrNotFound.
+	ListAudit(ctx context.Context, service string, limit int) ([]AuditEntry, error)
 }
 
 // Pool states reported in PoolInfo.State.

@@ -12,6 +12,8 @@ type Config struct {
 	Admin AdminConfig `yaml:"admin"`
 	// Metrics configures the Prometheus endpoint.
 	Metrics MetricsConfig `yaml:"metrics"`
+	// Console configures the operators' web console (off when absent).
+	Console ConsoleConfig `yaml:"console"`
 	// Broker configures the RabbitMQ connection.
 	Broker BrokerConfig `yaml:"broker"`
 	// Services are the consumer services (at least one).

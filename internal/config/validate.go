@@ -58,6 +58,7 @@ func (v *validator) validate() {
 	v.log()
 	v.admin()
 	v.metrics()
+	v.console()
 	v.broker()
 	v.services()
 }

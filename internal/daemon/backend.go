@@ -203,6 +203,7 @@ func (b *backend) RunPurge(ctx context.Context, name string, dryRun bool, actor 
 		return admin.PurgeRun{}, err
 	}
 	r, err := b.d.sched.RunNow(ctx, name, dryRun, actor)
+	b.auditPurge(ctx, name, dryRun, actor, r, err)
 	switch {
 	case errors.Is(err, scheduler.ErrUnknownService):
 		return admin.PurgeRun{}, fmt.Errorf("%w: service %q", admin.ErrNotFound, name)
@@ -248,10 +249,11 @@ func (b *backend) ListFailedMessages(ctx context.Context, name string, limit int
 }
 
 func (b *backend) RetryFailedMessages(ctx context.Context, name string, ids []uuid.UUID, all, override bool, actor string) (int, error) {
-	p, _, err := b.pool(name)
+	p, svc, err := b.pool(name)
 	if err != nil {
 		return 0, err
 	}
 	n, err := workers.RetryFailed(ctx, b.d.amqpURL, p.Config().Queue, ids, all, override, actor)
+	b.auditRetry(ctx, svc, name, ids, all, override, actor, n, err)
 	return n, unavailable(err)
 }

@@ -20,6 +20,7 @@ import (
 	"github.com/platformd/platformd/consumer"
 	"github.com/platformd/platformd/internal/admin"
 	"github.com/platformd/platformd/internal/config"
+	"github.com/platformd/platformd/internal/console"
 	"github.com/platformd/platformd/internal/dedup"
 	"github.com/platformd/platformd/internal/metrics"
 	"github.com/platformd/platformd/internal/migrate"
@@ -132,6 +133,7 @@ type Daemon struct {
 	loops    []*startstop.Loop
 	sched    *scheduler.Scheduler
 	admin    *admin.Server
+	console  *console.Server // nil when off; see console.go
 	httpSrv  *metricsServer
 	amqpURL  string
 	stopOnce sync.Once
@@ -237,6 +239,9 @@ func start(ctx context.Context, cfg *config.Config, reg *consumer.Registry, logg
 		return nil, err
 	}
 	if err := d.startAdmin(ctx); err != nil {
+		return nil, err
+	}
+	if d.console, err = d.startConsole(ctx); err != nil {
 		return nil, err
 	}
 	ok = true
@@ -391,8 +396,8 @@ func (d *Daemon) Stop() {
 
 // stopStages is the daemon's shutdown order, one stage after the other
 // (the members of a stage stop in parallel):
-//  1. the admin API: health turns NOT_SERVING and calls end, so no pause,
-//     purge or retry starts mid-shutdown;
+//  1. the admin API and the console: health turns NOT_SERVING and calls
+//     end, so no pause, purge or retry starts mid-shutdown;
 //  2. the purge scheduler: no purge runs while the pools drain;
 //  3. the pools: they stop consuming, finish and settle their batches;
 //  4. the daemon's loops (pause and horizon watchers, refreshers);
@@ -416,7 +421,7 @@ func (d *Daemon) stopStages() [][]startstop.Stopper {
 		}
 	}
 	return [][]startstop.Stopper{
-		{d.admin},
+		{d.admin, d.console},
 		{d.sched},
 		pools,
 		d.outbox.stoppers(),

@@ -72,7 +72,8 @@ func GetHorizon(ctx context.Context, db *pgxpool.Pool, service string, def, min 
 // force is set, one under min (ErrBelowMinHorizon); a horizon under min
 // stored with force is marked Forced. In the same transaction it writes a
 // platform.horizon_audit row (old horizon, NULL when none was stored; new
-// horizon; forced; actor) and NOTIFYs ChannelHorizon with the service name,
+// horizon; forced; actor) and a platform.audit_log entry (AuditHorizonSet),
+// and NOTIFYs ChannelHorizon with the service name,
 // delivered on commit. actor is a name for the audit trail (an admin
 // token's name), never a secret. Concurrent calls for one service are
 // serialized, so each audit row's old horizon is the one it replaced.
@@ -108,6 +109,15 @@ func SetHorizon(ctx context.Context, db *pgxpool.Pool, service string, h, min ti
 		if _, err := tx.Exec(ctx, `INSERT INTO platform.horizon_audit
 			(service, old_horizon, new_horizon, forced, changed_at, changed_by)
 			VALUES ($1, $2, $3, $4, now(), $5)`, service, old, h, below, actor); err != nil {
+			return err
+		}
+		var from any
+		if old != nil {
+			from = old.String()
+		}
+		if err := AppendAudit(ctx, tx, actor, AuditHorizonSet, service, map[string]any{
+			"from": from, "to": h.String(), "forced": below, "force": force,
+		}); err != nil {
 			return err
 		}
 		_, err = tx.Exec(ctx, `SELECT pg_notify($1, $2)`, ChannelHorizon, service)

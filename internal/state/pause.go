@@ -46,6 +46,8 @@ func GetPoolState(ctx context.Context, db *pgxpool.Pool, pool string) (PoolState
 // SetPoolPaused stores pool's pause state and announces it on
 // ChannelPool, in one transaction (NOTIFY is delivered on commit).
 // Setting the state it already has only refreshes reason, time and actor.
+// Every call is recorded in platform.audit_log (AuditPoolPause or
+// AuditPoolResume) in the same transaction.
 func SetPoolPaused(ctx context.Context, db *pgxpool.Pool, pool string, paused bool, reason, actor string) (PoolState, error) {
 	st := PoolState{Pool: pool}
 	err := dbutil.WithTx(ctx, db, dbutil.ReadCommitted, func(ctx context.Context, tx pgx.Tx) error {
@@ -55,6 +57,13 @@ func SetPoolPaused(ctx context.Context, db *pgxpool.Pool, pool string, paused bo
 				updated_at = EXCLUDED.updated_at, updated_by = EXCLUDED.updated_by
 			RETURNING paused, reason, updated_at, updated_by`, pool, paused, reason, actor).
 			Scan(&st.Paused, &st.Reason, &st.UpdatedAt, &st.UpdatedBy); err != nil {
+			return err
+		}
+		action, detail := AuditPoolResume, map[string]any{}
+		if paused {
+			action, detail = AuditPoolPause, map[string]any{"reason": reason}
+		}
+		if err := AppendAudit(ctx, tx, actor, action, pool, detail); err != nil {
 			return err
 		}
 		_, err := tx.Exec(ctx, `SELECT pg_notify($1, $2)`, ChannelPool, pool)

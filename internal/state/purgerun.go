@@ -175,3 +175,19 @@ func PrunePurgeRuns(ctx context.Context, db *pgxpool.Pool, service string, keep 
 	}
 	return tag.RowsAffected(), nil
 }
+
+// LastFinishedPurge returns the newest finished run of service that was not
+// a dry run, failed or not (its Error says), by finish time; false when
+// there is none. It is what an operator asks: did the last purge work?
+func LastFinishedPurge(ctx context.Context, db *pgxpool.Pool, service string) (PurgeRun, bool, error) {
+	r, err := scanPurgeRun(db.QueryRow(ctx, `SELECT `+purgeRunColumns+` FROM platform.purge_run
+		WHERE service = $1 AND finished_at IS NOT NULL AND NOT dry_run
+		ORDER BY finished_at DESC, id DESC LIMIT 1`, service))
+	if errors.Is(err, pgx.ErrNoRows) {
+		return PurgeRun{}, false, nil
+	}
+	if err != nil {
+		return PurgeRun{}, false, fmt.Errorf("state: last finished purge of %s: %w", service, err)
+	}
+	return r, true, nil
+}

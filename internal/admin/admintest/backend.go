@@ -58,6 +58,7 @@ type Backend struct {
 	processed map[string]map[uuid.UUID]time.Time // service -> id -> processed_at
 	runs      map[string][]admin.PurgeRun        // service -> runs, oldest first
 	failed    map[string][]admin.FailedMessage   // pool -> messages
+	audit     []admin.AuditEntry                 // oldest first
 	hooks     map[string]HookFunc
 	calls     []Call
 }
@@ -217,6 +218,7 @@ func (b *Backend) PausePool(ctx context.Context, pool, reason, actor string) (ad
 		b.pools[i].State = admin.PoolStatePaused
 		b.pools[i].PausedReason = reason
 	}
+	b.record(b.pools[i].Service, actor, "pool.pause", pool, map[string]any{"reason": reason})
 	return b.pools[i], nil
 }
 
@@ -233,6 +235,7 @@ func (b *Backend) ResumePool(ctx context.Context, pool, actor string) (admin.Poo
 	}
 	b.pools[i].State = admin.PoolStateRunning
 	b.pools[i].PausedReason = ""
+	b.record(b.pools[i].Service, actor, "pool.resume", pool, map[string]any{})
 	return b.pools[i], nil
 }
 
@@ -300,6 +303,13 @@ func (b *Backend) SetHorizon(ctx context.Context, service string, horizon time.D
 	if minHorizon := b.services[i].MinHorizon; horizon < minHorizon && !force {
 		return admin.HorizonInfo{}, fmt.Errorf("horizon %v is under min_horizon %v of service %q: %w", horizon, minHorizon, service, admin.ErrBelowMinHorizon)
 	}
+	if span := b.retrySpan(service); horizon <= span {
+		return admin.HorizonInfo{}, fmt.Errorf("horizon %v is not longer than the retry span %v: %w", horizon, span, admin.ErrBelowMinHorizon)
+	}
+	b.record(service, actor, "horizon.set", service, map[string]any{
+		"from": b.services[i].Horizon.String(), "to": horizon.String(),
+		"forced": horizon < b.services[i].MinHorizon, "force": force,
+	})
 	b.services[i].Horizon = horizon
 	b.updated[service] = admin.HorizonInfo{UpdatedAt: Now, UpdatedBy: actor}
 	return b.horizon(i), nil
@@ -329,6 +339,7 @@ func (b *Backend) RunPurge(ctx context.Context, service string, dryRun bool, act
 		}
 	}
 	b.runs[service] = append(b.runs[service], run)
+	b.record(service, actor, "purge.run", service, map[string]any{"dry_run": dryRun, "deleted": run.Deleted})
 	return run, nil
 }
 
@@ -362,20 +373,84 @@ func (b *Backend) ListFailedMessages(ctx context.Context, pool string, limit int
 }
 
 // RetryFailedMessages implements admin.Backend.
-func (b *Backend) RetryFailedMessages(ctx context.Context, pool string, ids []uuid.UUID, all, _ bool, actor string) (int, error) {
+func (b *Backend) RetryFailedMessages(ctx context.Context, pool string, ids []uuid.UUID, all, override bool, actor string) (int, error) {
 	if err := b.begin(ctx, Call{Method: "RetryFailedMessages", Pool: pool, IDs: slices.Clone(ids), All: all, Actor: actor}); err != nil {
 		return 0, err
 	}
 	b.mu.Lock()
 	defer b.mu.Unlock()
-	if _, err := b.pool(pool); err != nil {
+	i, err := b.pool(pool)
+	if err != nil {
 		return 0, err
 	}
 	before := len(b.failed[pool])
 	b.failed[pool] = slices.DeleteFunc(b.failed[pool], func(m admin.FailedMessage) bool {
 		return all || slices.ContainsFunc(ids, func(id uuid.UUID) bool { return strings.EqualFold(id.String(), m.EventID) })
 	})
-	return before - len(b.failed[pool]), nil
+	n := before - len(b.failed[pool])
+	b.record(b.pools[i].Service, actor, "failed.retry", pool, map[string]any{
+		"retried": n, "all": all, "override_beyond_horizon": override,
+	})
+	return n, nil
+}
+
+// DescribeService implements admin.Backend: the retry span is 11s (the
+// pools' delays 1s and 10s), the row estimate counts the processed fixture
+// events and the last run is the newest recorded purge that was not a dry
+// run.
+func (b *Backend) DescribeService(ctx context.Context, service string) (admin.ServiceDetail, error) {
+	if err := b.begin(ctx, Call{Method: "DescribeService", Service: service}); err != nil {
+		return admin.ServiceDetail{}, err
+	}
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	if _, err := b.service(service); err != nil {
+		return admin.ServiceDetail{}, err
+	}
+	d := admin.ServiceDetail{Service: service, RetrySpan: b.retrySpan(service), RowsEstimate: int64(len(b.processed[service]))}
+	for _, r := range slices.Backward(b.runs[service]) {
+		if !r.DryRun {
+			d.LastRun = r
+			break
+		}
+	}
+	return d, nil
+}
+
+// retrySpan is the fixture's retry span of every service.
+func (b *Backend) retrySpan(string) time.Duration { return 11 * time.Second }
+
+// ListAudit implements admin.Backend over the actions the Backend
+// recorded, newest first.
+func (b *Backend) ListAudit(ctx context.Context, service string, limit int) ([]admin.AuditEntry, error) {
+	if err := b.begin(ctx, Call{Method: "ListAudit", Service: service, Limit: limit}); err != nil {
+		return nil, err
+	}
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	if service != "" {
+		if _, err := b.service(service); err != nil {
+			return nil, err
+		}
+	}
+	var out []admin.AuditEntry
+	for _, e := range slices.Backward(b.audit) {
+		if len(out) == limit {
+			break
+		}
+		if service == "" || e.Service == service {
+			out = append(out, e)
+		}
+	}
+	return out, nil
+}
+
+// record appends an audit entry; b.mu must be held.
+func (b *Backend) record(service, actor, action, target string, detail map[string]any) {
+	b.audit = append(b.audit, admin.AuditEntry{
+		Service: service, At: Now.Add(time.Duration(len(b.audit)) * time.Second),
+		Actor: actor, Action: action, Target: target, Detail: detail,
+	})
 }
 
 // Compile-time check that Backend implements admin.Backend.

@@ -14,6 +14,7 @@ import (
 	protoreflect "google.golang.org/protobuf/reflect/protoreflect"
 	protoimpl "google.golang.org/protobuf/runtime/protoimpl"
 	durationpb "google.golang.org/protobuf/types/known/durationpb"
+	structpb "google.golang.org/protobuf/types/known/structpb"
 	timestamppb "google.golang.org/protobuf/types/known/timestamppb"
 	reflect "reflect"
 	sync "sync"
@@ -1819,11 +1820,331 @@ func (x *RetryFailedMessagesResponse) GetRetried() int32 {
 	return 0
 }
 
+// DescribeServiceRequest is the request of DescribeService.
+type DescribeServiceRequest struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// service is the name of the service; required.
+	Service       string `protobuf:"bytes,1,opt,name=service,proto3" json:"service,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *DescribeServiceRequest) Reset() {
+	*x = DescribeServiceRequest{}
+	mi := &file_platform_admin_v1_admin_proto_msgTypes[28]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *DescribeServiceRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*DescribeServiceRequest) ProtoMessage() {}
+
+func (x *DescribeServiceRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_platform_admin_v1_admin_proto_msgTypes[28]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use DescribeServiceRequest.ProtoReflect.Descriptor instead.
+func (*DescribeServiceRequest) Descriptor() ([]byte, []int) {
+	return file_platform_admin_v1_admin_proto_rawDescGZIP(), []int{28}
+}
+
+func (x *DescribeServiceRequest) GetService() string {
+	if x != nil {
+		return x.Service
+	}
+	return ""
+}
+
+// DescribeServiceResponse is the response of DescribeService.
+type DescribeServiceResponse struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// service is the name of the service.
+	Service string `protobuf:"bytes,1,opt,name=service,proto3" json:"service,omitempty"`
+	// retry_span is the longest retry span (sum of retry delays) of the
+	// service's pools: SetHorizon refuses a horizon at or below it, even with
+	// `force`.
+	RetrySpan *durationpb.Duration `protobuf:"bytes,2,opt,name=retry_span,json=retrySpan,proto3" json:"retry_span,omitempty"`
+	// processed_rows_estimate is the estimated number of rows of the service's
+	// processed_event table, from PostgreSQL's statistics; -1 when unknown.
+	ProcessedRowsEstimate int64 `protobuf:"varint,3,opt,name=processed_rows_estimate,json=processedRowsEstimate,proto3" json:"processed_rows_estimate,omitempty"`
+	// last_run is the newest finished purge that was not a dry run, failed or
+	// not; unset when none ran.
+	LastRun       *PurgeRun `protobuf:"bytes,4,opt,name=last_run,json=lastRun,proto3" json:"last_run,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *DescribeServiceResponse) Reset() {
+	*x = DescribeServiceResponse{}
+	mi := &file_platform_admin_v1_admin_proto_msgTypes[29]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *DescribeServiceResponse) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*DescribeServiceResponse) ProtoMessage() {}
+
+func (x *DescribeServiceResponse) ProtoReflect() protoreflect.Message {
+	mi := &file_platform_admin_v1_admin_proto_msgTypes[29]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use DescribeServiceResponse.ProtoReflect.Descriptor instead.
+func (*DescribeServiceResponse) Descriptor() ([]byte, []int) {
+	return file_platform_admin_v1_admin_proto_rawDescGZIP(), []int{29}
+}
+
+func (x *DescribeServiceResponse) GetService() string {
+	if x != nil {
+		return x.Service
+	}
+	return ""
+}
+
+func (x *DescribeServiceResponse) GetRetrySpan() *durationpb.Duration {
+	if x != nil {
+		return x.RetrySpan
+	}
+	return nil
+}
+
+func (x *DescribeServiceResponse) GetProcessedRowsEstimate() int64 {
+	if x != nil {
+		return x.ProcessedRowsEstimate
+	}
+	return 0
+}
+
+func (x *DescribeServiceResponse) GetLastRun() *PurgeRun {
+	if x != nil {
+		return x.LastRun
+	}
+	return nil
+}
+
+// AuditEntry is one recorded operator action.
+type AuditEntry struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// service is the service whose database recorded the entry.
+	Service string `protobuf:"bytes,1,opt,name=service,proto3" json:"service,omitempty"`
+	// at is when the action was recorded.
+	At *timestamppb.Timestamp `protobuf:"bytes,2,opt,name=at,proto3" json:"at,omitempty"`
+	// actor is the name of the token that acted.
+	Actor string `protobuf:"bytes,3,opt,name=actor,proto3" json:"actor,omitempty"`
+	// action is `pool.pause`, `pool.resume`, `horizon.set`, `purge.run` or
+	// `failed.retry`.
+	Action string `protobuf:"bytes,4,opt,name=action,proto3" json:"action,omitempty"`
+	// target is the pool or service acted on.
+	Target string `protobuf:"bytes,5,opt,name=target,proto3" json:"target,omitempty"`
+	// detail holds the action's parameters and outcome, e.g. `reason` of a
+	// pause, `from`, `to`, `forced` and `force` of a horizon set, `dry_run`,
+	// `deleted` and `error` of a purge, `retried`, `all`, `event_ids` and
+	// `override_beyond_horizon` of a retry.
+	Detail        *structpb.Struct `protobuf:"bytes,6,opt,name=detail,proto3" json:"detail,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *AuditEntry) Reset() {
+	*x = AuditEntry{}
+	mi := &file_platform_admin_v1_admin_proto_msgTypes[30]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *AuditEntry) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*AuditEntry) ProtoMessage() {}
+
+func (x *AuditEntry) ProtoReflect() protoreflect.Message {
+	mi := &file_platform_admin_v1_admin_proto_msgTypes[30]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use AuditEntry.ProtoReflect.Descriptor instead.
+func (*AuditEntry) Descriptor() ([]byte, []int) {
+	return file_platform_admin_v1_admin_proto_rawDescGZIP(), []int{30}
+}
+
+func (x *AuditEntry) GetService() string {
+	if x != nil {
+		return x.Service
+	}
+	return ""
+}
+
+func (x *AuditEntry) GetAt() *timestamppb.Timestamp {
+	if x != nil {
+		return x.At
+	}
+	return nil
+}
+
+func (x *AuditEntry) GetActor() string {
+	if x != nil {
+		return x.Actor
+	}
+	return ""
+}
+
+func (x *AuditEntry) GetAction() string {
+	if x != nil {
+		return x.Action
+	}
+	return ""
+}
+
+func (x *AuditEntry) GetTarget() string {
+	if x != nil {
+		return x.Target
+	}
+	return ""
+}
+
+func (x *AuditEntry) GetDetail() *structpb.Struct {
+	if x != nil {
+		return x.Detail
+	}
+	return nil
+}
+
+// ListAuditRequest is the request of ListAudit.
+type ListAuditRequest struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// service limits the list to one service; empty: every service.
+	Service string `protobuf:"bytes,1,opt,name=service,proto3" json:"service,omitempty"`
+	// limit is the maximum number of entries returned: 0 means 100, at most
+	// 10000.
+	Limit         int32 `protobuf:"varint,2,opt,name=limit,proto3" json:"limit,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *ListAuditRequest) Reset() {
+	*x = ListAuditRequest{}
+	mi := &file_platform_admin_v1_admin_proto_msgTypes[31]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *ListAuditRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*ListAuditRequest) ProtoMessage() {}
+
+func (x *ListAuditRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_platform_admin_v1_admin_proto_msgTypes[31]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use ListAuditRequest.ProtoReflect.Descriptor instead.
+func (*ListAuditRequest) Descriptor() ([]byte, []int) {
+	return file_platform_admin_v1_admin_proto_rawDescGZIP(), []int{31}
+}
+
+func (x *ListAuditRequest) GetService() string {
+	if x != nil {
+		return x.Service
+	}
+	return ""
+}
+
+func (x *ListAuditRequest) GetLimit() int32 {
+	if x != nil {
+		return x.Limit
+	}
+	return 0
+}
+
+// ListAuditResponse is the response of ListAudit.
+type ListAuditResponse struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// entries are the audit entries, newest first.
+	Entries       []*AuditEntry `protobuf:"bytes,1,rep,name=entries,proto3" json:"entries,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *ListAuditResponse) Reset() {
+	*x = ListAuditResponse{}
+	mi := &file_platform_admin_v1_admin_proto_msgTypes[32]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *ListAuditResponse) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*ListAuditResponse) ProtoMessage() {}
+
+func (x *ListAuditResponse) ProtoReflect() protoreflect.Message {
+	mi := &file_platform_admin_v1_admin_proto_msgTypes[32]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use ListAuditResponse.ProtoReflect.Descriptor instead.
+func (*ListAuditResponse) Descriptor() ([]byte, []int) {
+	return file_platform_admin_v1_admin_proto_rawDescGZIP(), []int{32}
+}
+
+func (x *ListAuditResponse) GetEntries() []*AuditEntry {
+	if x != nil {
+		return x.Entries
+	}
+	return nil
+}
+
 var File_platform_admin_v1_admin_proto protoreflect.FileDescriptor
 
 const file_platform_admin_v1_admin_proto_rawDesc = "" +
 	"\n" +
-	"\x1dplatform/admin/v1/admin.proto\x12\x11platform.admin.v1\x1a\x1egoogle/protobuf/duration.proto\x1a\x1fgoogle/protobuf/timestamp.proto\"\xd7\x02\n" +
+	"\x1dplatform/admin/v1/admin.proto\x12\x11platform.admin.v1\x1a\x1egoogle/protobuf/duration.proto\x1a\x1cgoogle/protobuf/struct.proto\x1a\x1fgoogle/protobuf/timestamp.proto\"\xd7\x02\n" +
 	"\aService\x12\x12\n" +
 	"\x04name\x18\x01 \x01(\tR\x04name\x123\n" +
 	"\ahorizon\x18\x02 \x01(\v2\x19.google.protobuf.DurationR\ahorizon\x12:\n" +
@@ -1936,13 +2257,34 @@ const file_platform_admin_v1_admin_proto_rawDesc = "" +
 	"\x03all\x18\x03 \x01(\bR\x03all\x126\n" +
 	"\x17override_beyond_horizon\x18\x04 \x01(\bR\x15overrideBeyondHorizon\"7\n" +
 	"\x1bRetryFailedMessagesResponse\x12\x18\n" +
-	"\aretried\x18\x01 \x01(\x05R\aretried*\x89\x01\n" +
+	"\aretried\x18\x01 \x01(\x05R\aretried\"2\n" +
+	"\x16DescribeServiceRequest\x12\x18\n" +
+	"\aservice\x18\x01 \x01(\tR\aservice\"\xdd\x01\n" +
+	"\x17DescribeServiceResponse\x12\x18\n" +
+	"\aservice\x18\x01 \x01(\tR\aservice\x128\n" +
+	"\n" +
+	"retry_span\x18\x02 \x01(\v2\x19.google.protobuf.DurationR\tretrySpan\x126\n" +
+	"\x17processed_rows_estimate\x18\x03 \x01(\x03R\x15processedRowsEstimate\x126\n" +
+	"\blast_run\x18\x04 \x01(\v2\x1b.platform.admin.v1.PurgeRunR\alastRun\"\xc9\x01\n" +
+	"\n" +
+	"AuditEntry\x12\x18\n" +
+	"\aservice\x18\x01 \x01(\tR\aservice\x12*\n" +
+	"\x02at\x18\x02 \x01(\v2\x1a.google.protobuf.TimestampR\x02at\x12\x14\n" +
+	"\x05actor\x18\x03 \x01(\tR\x05actor\x12\x16\n" +
+	"\x06action\x18\x04 \x01(\tR\x06action\x12\x16\n" +
+	"\x06target\x18\x05 \x01(\tR\x06target\x12/\n" +
+	"\x06detail\x18\x06 \x01(\v2\x17.google.protobuf.StructR\x06detail\"B\n" +
+	"\x10ListAuditRequest\x12\x18\n" +
+	"\aservice\x18\x01 \x01(\tR\aservice\x12\x14\n" +
+	"\x05limit\x18\x02 \x01(\x05R\x05limit\"L\n" +
+	"\x11ListAuditResponse\x127\n" +
+	"\aentries\x18\x01 \x03(\v2\x1d.platform.admin.v1.AuditEntryR\aentries*\x89\x01\n" +
 	"\tPoolState\x12\x1a\n" +
 	"\x16POOL_STATE_UNSPECIFIED\x10\x00\x12\x16\n" +
 	"\x12POOL_STATE_RUNNING\x10\x01\x12\x15\n" +
 	"\x11POOL_STATE_PAUSED\x10\x02\x12\x19\n" +
 	"\x15POOL_STATE_CONNECTING\x10\x03\x12\x16\n" +
-	"\x12POOL_STATE_STOPPED\x10\x042\xb0\b\n" +
+	"\x12POOL_STATE_STOPPED\x10\x042\xf2\t\n" +
 	"\fAdminService\x12_\n" +
 	"\fListServices\x12&.platform.admin.v1.ListServicesRequest\x1a'.platform.admin.v1.ListServicesResponse\x12V\n" +
 	"\tListPools\x12#.platform.admin.v1.ListPoolsRequest\x1a$.platform.admin.v1.ListPoolsResponse\x12V\n" +
@@ -1957,7 +2299,9 @@ const file_platform_admin_v1_admin_proto_rawDesc = "" +
 	"\bRunPurge\x12\".platform.admin.v1.RunPurgeRequest\x1a#.platform.admin.v1.RunPurgeResponse\x12b\n" +
 	"\rListPurgeRuns\x12'.platform.admin.v1.ListPurgeRunsRequest\x1a(.platform.admin.v1.ListPurgeRunsResponse\x12q\n" +
 	"\x12ListFailedMessages\x12,.platform.admin.v1.ListFailedMessagesRequest\x1a-.platform.admin.v1.ListFailedMessagesResponse\x12t\n" +
-	"\x13RetryFailedMessages\x12-.platform.admin.v1.RetryFailedMessagesRequest\x1a..platform.admin.v1.RetryFailedMessagesResponseB\xcb\x01\n" +
+	"\x13RetryFailedMessages\x12-.platform.admin.v1.RetryFailedMessagesRequest\x1a..platform.admin.v1.RetryFailedMessagesResponse\x12h\n" +
+	"\x0fDescribeService\x12).platform.admin.v1.DescribeServiceRequest\x1a*.platform.admin.v1.DescribeServiceResponse\x12V\n" +
+	"\tListAudit\x12#.platform.admin.v1.ListAuditRequest\x1a$.platform.admin.v1.ListAuditResponseB\xcb\x01\n" +
 	"\x15com.platform.admin.v1B\n" +
 	"AdminProtoP\x01Z@github.com/platformd/platformd/api/gen/platform/admin/v1;adminv1\xa2\x02\x03PAX\xaa\x02\x11Platform.Admin.V1\xca\x02\x11Platform\\Admin\\V1\xe2\x02\x1dPlatform\\Admin\\V1\\GPBMetadata\xea\x02\x13Platform::Admin::V1b\x06proto3"
 
@@ -1974,7 +2318,7 @@ func file_platform_admin_v1_admin_proto_rawDescGZIP() []byte {
 }
 
 var file_platform_admin_v1_admin_proto_enumTypes = make([]protoimpl.EnumInfo, 1)
-var file_platform_admin_v1_admin_proto_msgTypes = make([]protoimpl.MessageInfo, 28)
+var file_platform_admin_v1_admin_proto_msgTypes = make([]protoimpl.MessageInfo, 33)
 var file_platform_admin_v1_admin_proto_goTypes = []any{
 	(PoolState)(0),                      // 0: platform.admin.v1.PoolState
 	(*Service)(nil),                     // 1: platform.admin.v1.Service
@@ -2005,62 +2349,77 @@ var file_platform_admin_v1_admin_proto_goTypes = []any{
 	(*ListFailedMessagesResponse)(nil),  // 26: platform.admin.v1.ListFailedMessagesResponse
 	(*RetryFailedMessagesRequest)(nil),  // 27: platform.admin.v1.RetryFailedMessagesRequest
 	(*RetryFailedMessagesResponse)(nil), // 28: platform.admin.v1.RetryFailedMessagesResponse
-	(*durationpb.Duration)(nil),         // 29: google.protobuf.Duration
-	(*timestamppb.Timestamp)(nil),       // 30: google.protobuf.Timestamp
+	(*DescribeServiceRequest)(nil),      // 29: platform.admin.v1.DescribeServiceRequest
+	(*DescribeServiceResponse)(nil),     // 30: platform.admin.v1.DescribeServiceResponse
+	(*AuditEntry)(nil),                  // 31: platform.admin.v1.AuditEntry
+	(*ListAuditRequest)(nil),            // 32: platform.admin.v1.ListAuditRequest
+	(*ListAuditResponse)(nil),           // 33: platform.admin.v1.ListAuditResponse
+	(*durationpb.Duration)(nil),         // 34: google.protobuf.Duration
+	(*timestamppb.Timestamp)(nil),       // 35: google.protobuf.Timestamp
+	(*structpb.Struct)(nil),             // 36: google.protobuf.Struct
 }
 var file_platform_admin_v1_admin_proto_depIdxs = []int32{
-	29, // 0: platform.admin.v1.Service.horizon:type_name -> google.protobuf.Duration
-	29, // 1: platform.admin.v1.Service.min_horizon:type_name -> google.protobuf.Duration
-	30, // 2: platform.admin.v1.Service.last_purge:type_name -> google.protobuf.Timestamp
-	29, // 3: platform.admin.v1.Service.outbox_oldest:type_name -> google.protobuf.Duration
+	34, // 0: platform.admin.v1.Service.horizon:type_name -> google.protobuf.Duration
+	34, // 1: platform.admin.v1.Service.min_horizon:type_name -> google.protobuf.Duration
+	35, // 2: platform.admin.v1.Service.last_purge:type_name -> google.protobuf.Timestamp
+	34, // 3: platform.admin.v1.Service.outbox_oldest:type_name -> google.protobuf.Duration
 	0,  // 4: platform.admin.v1.Pool.state:type_name -> platform.admin.v1.PoolState
-	30, // 5: platform.admin.v1.LookupResult.processed_at:type_name -> google.protobuf.Timestamp
-	30, // 6: platform.admin.v1.LookupResult.purgeable_at:type_name -> google.protobuf.Timestamp
-	29, // 7: platform.admin.v1.Horizon.horizon:type_name -> google.protobuf.Duration
-	29, // 8: platform.admin.v1.Horizon.min_horizon:type_name -> google.protobuf.Duration
-	30, // 9: platform.admin.v1.Horizon.updated_at:type_name -> google.protobuf.Timestamp
-	30, // 10: platform.admin.v1.PurgeRun.cutoff:type_name -> google.protobuf.Timestamp
-	30, // 11: platform.admin.v1.PurgeRun.started_at:type_name -> google.protobuf.Timestamp
-	30, // 12: platform.admin.v1.PurgeRun.finished_at:type_name -> google.protobuf.Timestamp
-	30, // 13: platform.admin.v1.FailedMessage.failed_at:type_name -> google.protobuf.Timestamp
+	35, // 5: platform.admin.v1.LookupResult.processed_at:type_name -> google.protobuf.Timestamp
+	35, // 6: platform.admin.v1.LookupResult.purgeable_at:type_name -> google.protobuf.Timestamp
+	34, // 7: platform.admin.v1.Horizon.horizon:type_name -> google.protobuf.Duration
+	34, // 8: platform.admin.v1.Horizon.min_horizon:type_name -> google.protobuf.Duration
+	35, // 9: platform.admin.v1.Horizon.updated_at:type_name -> google.protobuf.Timestamp
+	35, // 10: platform.admin.v1.PurgeRun.cutoff:type_name -> google.protobuf.Timestamp
+	35, // 11: platform.admin.v1.PurgeRun.started_at:type_name -> google.protobuf.Timestamp
+	35, // 12: platform.admin.v1.PurgeRun.finished_at:type_name -> google.protobuf.Timestamp
+	35, // 13: platform.admin.v1.FailedMessage.failed_at:type_name -> google.protobuf.Timestamp
 	1,  // 14: platform.admin.v1.ListServicesResponse.services:type_name -> platform.admin.v1.Service
 	2,  // 15: platform.admin.v1.ListPoolsResponse.pools:type_name -> platform.admin.v1.Pool
 	2,  // 16: platform.admin.v1.PausePoolResponse.pool:type_name -> platform.admin.v1.Pool
 	2,  // 17: platform.admin.v1.ResumePoolResponse.pool:type_name -> platform.admin.v1.Pool
 	3,  // 18: platform.admin.v1.LookupEventResponse.results:type_name -> platform.admin.v1.LookupResult
 	4,  // 19: platform.admin.v1.GetHorizonResponse.horizon:type_name -> platform.admin.v1.Horizon
-	29, // 20: platform.admin.v1.SetHorizonRequest.horizon:type_name -> google.protobuf.Duration
+	34, // 20: platform.admin.v1.SetHorizonRequest.horizon:type_name -> google.protobuf.Duration
 	4,  // 21: platform.admin.v1.SetHorizonResponse.horizon:type_name -> platform.admin.v1.Horizon
 	5,  // 22: platform.admin.v1.RunPurgeResponse.run:type_name -> platform.admin.v1.PurgeRun
 	5,  // 23: platform.admin.v1.ListPurgeRunsResponse.runs:type_name -> platform.admin.v1.PurgeRun
 	6,  // 24: platform.admin.v1.ListFailedMessagesResponse.messages:type_name -> platform.admin.v1.FailedMessage
-	7,  // 25: platform.admin.v1.AdminService.ListServices:input_type -> platform.admin.v1.ListServicesRequest
-	9,  // 26: platform.admin.v1.AdminService.ListPools:input_type -> platform.admin.v1.ListPoolsRequest
-	11, // 27: platform.admin.v1.AdminService.PausePool:input_type -> platform.admin.v1.PausePoolRequest
-	13, // 28: platform.admin.v1.AdminService.ResumePool:input_type -> platform.admin.v1.ResumePoolRequest
-	15, // 29: platform.admin.v1.AdminService.LookupEvent:input_type -> platform.admin.v1.LookupEventRequest
-	17, // 30: platform.admin.v1.AdminService.GetHorizon:input_type -> platform.admin.v1.GetHorizonRequest
-	19, // 31: platform.admin.v1.AdminService.SetHorizon:input_type -> platform.admin.v1.SetHorizonRequest
-	21, // 32: platform.admin.v1.AdminService.RunPurge:input_type -> platform.admin.v1.RunPurgeRequest
-	23, // 33: platform.admin.v1.AdminService.ListPurgeRuns:input_type -> platform.admin.v1.ListPurgeRunsRequest
-	25, // 34: platform.admin.v1.AdminService.ListFailedMessages:input_type -> platform.admin.v1.ListFailedMessagesRequest
-	27, // 35: platform.admin.v1.AdminService.RetryFailedMessages:input_type -> platform.admin.v1.RetryFailedMessagesRequest
-	8,  // 36: platform.admin.v1.AdminService.ListServices:output_type -> platform.admin.v1.ListServicesResponse
-	10, // 37: platform.admin.v1.AdminService.ListPools:output_type -> platform.admin.v1.ListPoolsResponse
-	12, // 38: platform.admin.v1.AdminService.PausePool:output_type -> platform.admin.v1.PausePoolResponse
-	14, // 39: platform.admin.v1.AdminService.ResumePool:output_type -> platform.admin.v1.ResumePoolResponse
-	16, // 40: platform.admin.v1.AdminService.LookupEvent:output_type -> platform.admin.v1.LookupEventResponse
-	18, // 41: platform.admin.v1.AdminService.GetHorizon:output_type -> platform.admin.v1.GetHorizonResponse
-	20, // 42: platform.admin.v1.AdminService.SetHorizon:output_type -> platform.admin.v1.SetHorizonResponse
-	22, // 43: platform.admin.v1.AdminService.RunPurge:output_type -> platform.admin.v1.RunPurgeResponse
-	24, // 44: platform.admin.v1.AdminService.ListPurgeRuns:output_type -> platform.admin.v1.ListPurgeRunsResponse
-	26, // 45: platform.admin.v1.AdminService.ListFailedMessages:output_type -> platform.admin.v1.ListFailedMessagesResponse
-	28, // 46: platform.admin.v1.AdminService.RetryFailedMessages:output_type -> platform.admin.v1.RetryFailedMessagesResponse
-	36, // [36:47] is the sub-list for method output_type
-	25, // [25:36] is the sub-list for method input_type
-	25, // [25:25] is the sub-list for extension type_name
-	25, // [25:25] is the sub-list for extension extendee
-	0,  // [0:25] is the sub-list for field type_name
+	34, // 25: platform.admin.v1.DescribeServiceResponse.retry_span:type_name -> google.protobuf.Duration
+	5,  // 26: platform.admin.v1.DescribeServiceResponse.last_run:type_name -> platform.admin.v1.PurgeRun
+	35, // 27: platform.admin.v1.AuditEntry.at:type_name -> google.protobuf.Timestamp
+	36, // 28: platform.admin.v1.AuditEntry.detail:type_name -> google.protobuf.Struct
+	31, // 29: platform.admin.v1.ListAuditResponse.entries:type_name -> platform.admin.v1.AuditEntry
+	7,  // 30: platform.admin.v1.AdminService.ListServices:input_type -> platform.admin.v1.ListServicesRequest
+	9,  // 31: platform.admin.v1.AdminService.ListPools:input_type -> platform.admin.v1.ListPoolsRequest
+	11, // 32: platform.admin.v1.AdminService.PausePool:input_type -> platform.admin.v1.PausePoolRequest
+	13, // 33: platform.admin.v1.AdminService.ResumePool:input_type -> platform.admin.v1.ResumePoolRequest
+	15, // 34: platform.admin.v1.AdminService.LookupEvent:input_type -> platform.admin.v1.LookupEventRequest
+	17, // 35: platform.admin.v1.AdminService.GetHorizon:input_type -> platform.admin.v1.GetHorizonRequest
+	19, // 36: platform.admin.v1.AdminService.SetHorizon:input_type -> platform.admin.v1.SetHorizonRequest
+	21, // 37: platform.admin.v1.AdminService.RunPurge:input_type -> platform.admin.v1.RunPurgeRequest
+	23, // 38: platform.admin.v1.AdminService.ListPurgeRuns:input_type -> platform.admin.v1.ListPurgeRunsRequest
+	25, // 39: platform.admin.v1.AdminService.ListFailedMessages:input_type -> platform.admin.v1.ListFailedMessagesRequest
+	27, // 40: platform.admin.v1.AdminService.RetryFailedMessages:input_type -> platform.admin.v1.RetryFailedMessagesRequest
+	29, // 41: platform.admin.v1.AdminService.DescribeService:input_type -> platform.admin.v1.DescribeServiceRequest
+	32, // 42: platform.admin.v1.AdminService.ListAudit:input_type -> platform.admin.v1.ListAuditRequest
+	8,  // 43: platform.admin.v1.AdminService.ListServices:output_type -> platform.admin.v1.ListServicesResponse
+	10, // 44: platform.admin.v1.AdminService.ListPools:output_type -> platform.admin.v1.ListPoolsResponse
+	12, // 45: platform.admin.v1.AdminService.PausePool:output_type -> platform.admin.v1.PausePoolResponse
+	14, // 46: platform.admin.v1.AdminService.ResumePool:output_type -> platform.admin.v1.ResumePoolResponse
+	16, // 47: platform.admin.v1.AdminService.LookupEvent:output_type -> platform.admin.v1.LookupEventResponse
+	18, // 48: platform.admin.v1.AdminService.GetHorizon:output_type -> platform.admin.v1.GetHorizonResponse
+	20, // 49: platform.admin.v1.AdminService.SetHorizon:output_type -> platform.admin.v1.SetHorizonResponse
+	22, // 50: platform.admin.v1.AdminService.RunPurge:output_type -> platform.admin.v1.RunPurgeResponse
+	24, // 51: platform.admin.v1.AdminService.ListPurgeRuns:output_type -> platform.admin.v1.ListPurgeRunsResponse
+	26, // 52: platform.admin.v1.AdminService.ListFailedMessages:output_type -> platform.admin.v1.ListFailedMessagesResponse
+	28, // 53: platform.admin.v1.AdminService.RetryFailedMessages:output_type -> platform.admin.v1.RetryFailedMessagesResponse
+	30, // 54: platform.admin.v1.AdminService.DescribeService:output_type -> platform.admin.v1.DescribeServiceResponse
+	33, // 55: platform.admin.v1.AdminService.ListAudit:output_type -> platform.admin.v1.ListAuditResponse
+	43, // [43:56] is the sub-list for method output_type
+	30, // [30:43] is the sub-list for method input_type
+	30, // [30:30] is the sub-list for extension type_name
+	30, // [30:30] is the sub-list for extension extendee
+	0,  // [0:30] is the sub-list for field type_name
 }
 
 func init() { file_platform_admin_v1_admin_proto_init() }
@@ -2074,7 +2433,7 @@ func file_platform_admin_v1_admin_proto_init() {
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_platform_admin_v1_admin_proto_rawDesc), len(file_platform_admin_v1_admin_proto_rawDesc)),
 			NumEnums:      1,
-			NumMessages:   28,
+			NumMessages:   33,
 			NumExtensions: 0,
 			NumServices:   1,
 		},

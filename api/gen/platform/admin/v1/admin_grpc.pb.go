@@ -34,6 +34,8 @@ const (
 	AdminService_ListPurgeRuns_FullMethodName       = "/platform.admin.v1.AdminService/ListPurgeRuns"
 	AdminService_ListFailedMessages_FullMethodName  = "/platform.admin.v1.AdminService/ListFailedMessages"
 	AdminService_RetryFailedMessages_FullMethodName = "/platform.admin.v1.AdminService/RetryFailedMessages"
+	AdminService_DescribeService_FullMethodName     = "/platform.admin.v1.AdminService/DescribeService"
+	AdminService_ListAudit_FullMethodName           = "/platform.admin.v1.AdminService/ListAudit"
 )
 
 // AdminServiceClient is the client API for AdminService service.
@@ -44,7 +46,8 @@ const (
 //
 // Every RPC needs metadata `authorization: Bearer <token>`. A token of role
 // `read` may call ListServices, ListPools, LookupEvent, GetHorizon,
-// ListPurgeRuns and ListFailedMessages; every other RPC needs role `admin`.
+// ListPurgeRuns, ListFailedMessages, DescribeService and ListAudit; every
+// other RPC needs role `admin`.
 // Errors use gRPC codes: NOT_FOUND for an unknown service or pool,
 // INVALID_ARGUMENT for a malformed request (bad UUID, duration or limit),
 // FAILED_PRECONDITION for a horizon under the service's minimum without
@@ -89,6 +92,15 @@ type AdminServiceClient interface {
 	// them, back to the pool's queue with their attempt count reset.
 	// Role: admin.
 	RetryFailedMessages(ctx context.Context, in *RetryFailedMessagesRequest, opts ...grpc.CallOption) (*RetryFailedMessagesResponse, error)
+	// DescribeService returns what an operator needs beyond ListServices to
+	// judge a horizon or a purge: the retry span that bounds the horizon, the
+	// estimated processed_event rows and the last purge with its result.
+	// Role: read.
+	DescribeService(ctx context.Context, in *DescribeServiceRequest, opts ...grpc.CallOption) (*DescribeServiceResponse, error)
+	// ListAudit lists who paused, resumed, set a horizon (forced or not),
+	// purged (dry or not) and retried failed messages, newest first.
+	// Role: read.
+	ListAudit(ctx context.Context, in *ListAuditRequest, opts ...grpc.CallOption) (*ListAuditResponse, error)
 }
 
 type adminServiceClient struct {
@@ -209,6 +221,26 @@ func (c *adminServiceClient) RetryFailedMessages(ctx context.Context, in *RetryF
 	return out, nil
 }
 
+func (c *adminServiceClient) DescribeService(ctx context.Context, in *DescribeServiceRequest, opts ...grpc.CallOption) (*DescribeServiceResponse, error) {
+	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
+	out := new(DescribeServiceResponse)
+	err := c.cc.Invoke(ctx, AdminService_DescribeService_FullMethodName, in, out, cOpts...)
+	if err != nil {
+		return nil, err
+	}
+	return out, nil
+}
+
+func (c *adminServiceClient) ListAudit(ctx context.Context, in *ListAuditRequest, opts ...grpc.CallOption) (*ListAuditResponse, error) {
+	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
+	out := new(ListAuditResponse)
+	err := c.cc.Invoke(ctx, AdminService_ListAudit_FullMethodName, in, out, cOpts...)
+	if err != nil {
+		return nil, err
+	}
+	return out, nil
+}
+
 // AdminServiceServer is the server API for AdminService service.
 // All implementations must embed UnimplementedAdminServiceServer
 // for forward compatibility.
@@ -217,7 +249,8 @@ func (c *adminServiceClient) RetryFailedMessages(ctx context.Context, in *RetryF
 //
 // Every RPC needs metadata `authorization: Bearer <token>`. A token of role
 // `read` may call ListServices, ListPools, LookupEvent, GetHorizon,
-// ListPurgeRuns and ListFailedMessages; every other RPC needs role `admin`.
+// ListPurgeRuns, ListFailedMessages, DescribeService and ListAudit; every
+// other RPC needs role `admin`.
 // Errors use gRPC codes: NOT_FOUND for an unknown service or pool,
 // INVALID_ARGUMENT for a malformed request (bad UUID, duration or limit),
 // FAILED_PRECONDITION for a horizon under the service's minimum without
@@ -262,6 +295,15 @@ type AdminServiceServer interface {
 	// them, back to the pool's queue with their attempt count reset.
 	// Role: admin.
 	RetryFailedMessages(context.Context, *RetryFailedMessagesRequest) (*RetryFailedMessagesResponse, error)
+	// DescribeService returns what an operator needs beyond ListServices to
+	// judge a horizon or a purge: the retry span that bounds the horizon, the
+	// estimated processed_event rows and the last purge with its result.
+	// Role: read.
+	DescribeService(context.Context, *DescribeServiceRequest) (*DescribeServiceResponse, error)
+	// ListAudit lists who paused, resumed, set a horizon (forced or not),
+	// purged (dry or not) and retried failed messages, newest first.
+	// Role: read.
+	ListAudit(context.Context, *ListAuditRequest) (*ListAuditResponse, error)
 	mustEmbedUnimplementedAdminServiceServer()
 }
 
@@ -304,6 +346,12 @@ func (UnimplementedAdminServiceServer) ListFailedMessages(context.Context, *List
 }
 func (UnimplementedAdminServiceServer) RetryFailedMessages(context.Context, *RetryFailedMessagesRequest) (*RetryFailedMessagesResponse, error) {
 	return nil, status.Error(codes.Unimplemented, "method RetryFailedMessages not implemented")
+}
+func (UnimplementedAdminServiceServer) DescribeService(context.Context, *DescribeServiceRequest) (*DescribeServiceResponse, error) {
+	return nil, status.Error(codes.Unimplemented, "method DescribeService not implemented")
+}
+func (UnimplementedAdminServiceServer) ListAudit(context.Context, *ListAuditRequest) (*ListAuditResponse, error) {
+	return nil, status.Error(codes.Unimplemented, "method ListAudit not implemented")
 }
 func (UnimplementedAdminServiceServer) mustEmbedUnimplementedAdminServiceServer() {}
 func (UnimplementedAdminServiceServer) testEmbeddedByValue()                      {}
@@ -524,6 +572,42 @@ func _AdminService_RetryFailedMessages_Handler(srv interface{}, ctx context.Cont
 	return interceptor(ctx, in, info, handler)
 }
 
+func _AdminService_DescribeService_Handler(srv interface{}, ctx context.Context, dec func(interface{}) error, interceptor grpc.UnaryServerInterceptor) (interface{}, error) {
+	in := new(DescribeServiceRequest)
+	if err := dec(in); err != nil {
+		return nil, err
+	}
+	if interceptor == nil {
+		return srv.(AdminServiceServer).DescribeService(ctx, in)
+	}
+	info := &grpc.UnaryServerInfo{
+		Server:     srv,
+		FullMethod: AdminService_DescribeService_FullMethodName,
+	}
+	handler := func(ctx context.Context, req interface{}) (interface{}, error) {
+		return srv.(AdminServiceServer).DescribeService(ctx, req.(*DescribeServiceRequest))
+	}
+	return interceptor(ctx, in, info, handler)
+}
+
+func _AdminService_ListAudit_Handler(srv interface{}, ctx context.Context, dec func(interface{}) error, interceptor grpc.UnaryServerInterceptor) (interface{}, error) {
+	in := new(ListAuditRequest)
+	if err := dec(in); err != nil {
+		return nil, err
+	}
+	if interceptor == nil {
+		return srv.(AdminServiceServer).ListAudit(ctx, in)
+	}
+	info := &grpc.UnaryServerInfo{
+		Server:     srv,
+		FullMethod: AdminService_ListAudit_FullMethodName,
+	}
+	handler := func(ctx context.Context, req interface{}) (interface{}, error) {
+		return srv.(AdminServiceServer).ListAudit(ctx, req.(*ListAuditRequest))
+	}
+	return interceptor(ctx, in, info, handler)
+}
+
 // AdminService_ServiceDesc is the grpc.ServiceDesc for AdminService service.
 // It's only intended for direct use with grpc.RegisterService,
 // and not to be introspected or modified (even as a copy)
@@ -574,6 +658,14 @@ var AdminService_ServiceDesc = grpc.ServiceDesc{
 		{
 			MethodName: "RetryFailedMessages",
 			Handler:    _AdminService_RetryFailedMessages_Handler,
+		},
+		{
+			MethodName: "DescribeService",
+			Handler:    _AdminService_DescribeService_Handler,
+		},
+		{
+			MethodName: "ListAudit",
+			Handler:    _AdminService_ListAudit_Handler,
 		},
 	},
 	Streams:  []grpc.StreamDesc{},

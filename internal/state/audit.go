@@ -1,0 +1,120 @@
+package state
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"fmt"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgconn"
+)
+
+// Audited actions (AuditEntry.Action, platform.audit_log.action).
+const (
+	// AuditPoolPause is a pool paused; Target is the pool, Detail "reason".
+	AuditPoolPause = "pool.pause"
+	// AuditPoolResume is a pool resumed; Target is the pool.
+	AuditPoolResume = "pool.resume"
+	// AuditHorizonSet is a horizon set; Target is the service, Detail
+	// "from" (null when none was stored), "to" (Go duration strings),
+	// "forced" (stored under min_horizon) and "force" (asked for).
+	AuditHorizonSet = "horizon.set"
+	// AuditPurgeRun is a purge asked for by an operator; Target is the
+	// service, Detail "dry_run", "deleted", "cutoff" and "error".
+	AuditPurgeRun = "purge.run"
+	// AuditFailedRetry is a retry of failed messages; Target is the pool,
+	// Detail "retried", "all", "event_ids", "override_beyond_horizon" and
+	// "error".
+	AuditFailedRetry = "failed.retry"
+)
+
+// ListAuditLimitDefault is the number of entries ListAudit returns when
+// limit is not positive.
+const ListAuditLimitDefault = 100
+
+// AuditEntry is one row of platform.audit_log: who did what to which pool
+// or service, and when (by the database clock).
+type AuditEntry struct {
+	// ID orders entries of one database.
+	ID int64
+	// At is when the action was recorded.
+	At time.Time
+	// Actor is the token name of whoever acted (never a secret).
+	Actor string
+	// Action is one of the Audit… constants.
+	Action string
+	// Target is the pool or service acted on.
+	Target string
+	// Detail holds the action's parameters and outcome (see the Audit…
+	// constants); never nil after a read.
+	Detail map[string]any
+}
+
+// Execer runs a statement: a *pgxpool.Pool, a connection or a pgx.Tx, so
+// that an action and its audit entry can share a transaction.
+type Execer interface {
+	Exec(ctx context.Context, sql string, args ...any) (pgconn.CommandTag, error)
+}
+
+// AppendAudit records one entry in platform.audit_log through q (in q's
+// transaction, if q is one). actor is a token name, never a secret; a nil
+// detail is stored as {}. It is safe for concurrent use.
+func AppendAudit(ctx context.Context, q Execer, actor, action, target string, detail map[string]any) error {
+	if detail == nil {
+		detail = map[string]any{}
+	}
+	raw, err := json.Marshal(detail)
+	if err != nil {
+		return fmt.Errorf("state: audit %s %s: %w", action, target, err)
+	}
+	if _, err := q.Exec(ctx, `INSERT INTO platform.audit_log (actor, action, target, detail)
+		VALUES ($1, $2, $3, $4)`, actor, action, target, raw); err != nil {
+		return fmt.Errorf("state: audit %s %s: %w", action, target, err)
+	}
+	return nil
+}
+
+// Querier runs a query: a *pgxpool.Pool, a connection or a pgx.Tx.
+type Querier interface {
+	Query(ctx context.Context, sql string, args ...any) (pgx.Rows, error)
+}
+
+// ListAudit returns at most limit entries of q's platform.audit_log
+// (ListAuditLimitDefault when limit is not positive), newest first. It is
+// safe for concurrent use.
+func ListAudit(ctx context.Context, q Querier, limit int) ([]AuditEntry, error) {
+	if limit <= 0 {
+		limit = ListAuditLimitDefault
+	}
+	rows, err := q.Query(ctx, `SELECT id, at, actor, action, target, detail FROM platform.audit_log
+		ORDER BY at DESC, id DESC LIMIT $1`, limit)
+	if err != nil {
+		return nil, fmt.Errorf("state: list audit: %w", err)
+	}
+	out, err := pgx.CollectRows(rows, func(row pgx.CollectableRow) (AuditEntry, error) {
+		var (
+			e   AuditEntry
+			raw []byte
+		)
+		if err := row.Scan(&e.ID, &e.At, &e.Actor, &e.Action, &e.Target, &raw); err != nil {
+			return AuditEntry{}, err
+		}
+		// Numbers stay as written (json.Number): a count prints as 1000000,
+		// not 1e+06.
+		dec := json.NewDecoder(bytes.NewReader(raw))
+		dec.UseNumber()
+		if err := dec.Decode(&e.Detail); err != nil {
+			return AuditEntry{}, fmt.Errorf("entry %d: detail: %w", e.ID, err)
+		}
+		if e.Detail == nil {
+			e.Detail = map[string]any{}
+		}
+		return e, nil
+	})
+	if err != nil {
+		return nil, fmt.Errorf("state: list audit: %w", err)
+	}
+	return out, nil
+}
