@@ -120,8 +120,10 @@ func checkAccepted(t *testing.T, body []byte, env Envelope) {
 	require.Equal(t, string(out), string(out2))
 }
 
-func FuzzDecode(f *testing.F) {
-	seeds := []string{
+// decodeSeeds are the seeds of FuzzDecode and FuzzJSONv2Agrees besides
+// the files in testdata/fuzz/FuzzDecode.
+func decodeSeeds() []string {
+	return []string{
 		good().body(),
 		withID(q(idV4)),
 		withID(q(strings.ToUpper(idV7))),
@@ -142,7 +144,10 @@ func FuzzDecode(f *testing.F) {
 		`{}`,
 		``,
 	}
-	for _, s := range seeds {
+}
+
+func FuzzDecode(f *testing.F) {
+	for _, s := range decodeSeeds() {
 		f.Add([]byte(s))
 	}
 	f.Fuzz(func(t *testing.T, body []byte) {
@@ -184,32 +189,44 @@ func FuzzEncode(f *testing.F) {
 	})
 }
 
-// TestFuzzDecodeCorpus checks that the checked-in seed files mean what their
-// names say: valid_* decode, every other seed is refused.
-func TestFuzzDecodeCorpus(t *testing.T) {
-	t.Parallel()
+// decodeCorpus returns the checked-in seed files of FuzzDecode by name.
+func decodeCorpus(t testing.TB) map[string][]byte {
+	t.Helper()
 	dir := filepath.Join("testdata", "fuzz", "FuzzDecode")
 	entries, err := os.ReadDir(dir)
 	require.NoError(t, err)
 	require.NotEmpty(t, entries)
+	corpus := make(map[string][]byte, len(entries))
 	for _, entry := range entries {
-		t.Run(entry.Name(), func(t *testing.T) {
+		content, err := os.ReadFile(filepath.Join(dir, entry.Name()))
+		require.NoError(t, err)
+		header, value, ok := strings.Cut(strings.TrimSpace(string(content)), "\n")
+		require.True(t, ok, entry.Name())
+		require.Equal(t, "go test fuzz v1", header, entry.Name())
+		require.True(t, strings.HasPrefix(value, "[]byte(") && strings.HasSuffix(value, ")"), value)
+		body, err := strconv.Unquote(strings.TrimSuffix(strings.TrimPrefix(value, "[]byte("), ")"))
+		require.NoError(t, err, entry.Name())
+		corpus[entry.Name()] = []byte(body)
+	}
+	return corpus
+}
+
+// TestFuzzDecodeCorpus checks that the checked-in seed files mean what their
+// names say: valid_* decode, every other seed is refused.
+func TestFuzzDecodeCorpus(t *testing.T) {
+	t.Parallel()
+	for name, body := range decodeCorpus(t) {
+		t.Run(name, func(t *testing.T) {
 			t.Parallel()
-			content, err := os.ReadFile(filepath.Join(dir, entry.Name()))
-			require.NoError(t, err)
-			header, value, ok := strings.Cut(strings.TrimSpace(string(content)), "\n")
-			require.True(t, ok)
-			require.Equal(t, "go test fuzz v1", header)
-			require.True(t, strings.HasPrefix(value, "[]byte(") && strings.HasSuffix(value, ")"), value)
-			body, err := strconv.Unquote(strings.TrimSuffix(strings.TrimPrefix(value, "[]byte("), ")"))
-			require.NoError(t, err)
-			env, err := Decode([]byte(body), 0)
-			if strings.HasPrefix(entry.Name(), "valid_") {
-				require.NoError(t, err)
-				checkAccepted(t, []byte(body), env)
-			} else {
-				var fe *FieldError
-				require.ErrorAs(t, err, &fe)
+			for _, d := range decoders {
+				env, err := d.decode(body, 0)
+				if strings.HasPrefix(name, "valid_") {
+					require.NoError(t, err, d.name)
+					checkAccepted(t, body, env)
+				} else {
+					var fe *FieldError
+					require.ErrorAs(t, err, &fe, d.name)
+				}
 			}
 		})
 	}
