@@ -18,8 +18,10 @@ type Envelope struct {
 	EventName string
 	// OccurredAt is when the event happened, with the producer's offset.
 	OccurredAt time.Time
-	// Payload is the raw JSON object, bytes exactly as received (a copy,
-	// not aliasing the body).
+	// Payload is the raw JSON object, bytes exactly as received. From
+	// Decode it is a sub-slice of the body, not a copy, with its capacity
+	// capped at its end so that an append reallocates instead of writing
+	// into the rest of the body. It is valid while the body is unchanged.
 	Payload json.RawMessage
 }
 
@@ -110,8 +112,9 @@ func keyField(key []byte) string {
 // Decode parses and validates one envelope body. maxBytes <= 0 means
 // DefaultMaxBodyBytes. Any error is a *FieldError; a body over the limit is
 // refused before any parsing with an error wrapping ErrTooLarge. The
-// returned Payload is a sub-slice of body, not a copy: body must not
-// change while the envelope is in use.
+// returned Payload is a sub-slice of body, not a copy (see Envelope.Payload):
+// body must not change while the envelope is in use. Decode retains
+// nothing of body once it returns and is safe for concurrent use.
 func Decode(body []byte, maxBytes int) (Envelope, error) {
 	if maxBytes <= 0 {
 		maxBytes = DefaultMaxBodyBytes
