@@ -46,7 +46,7 @@ func amqpURL() string {
 // bundle is one pool under test: its own scratch database, exchange and
 // queue names (and optionally its own vhost), and a test handler.
 type bundle struct {
-	t        *testing.T
+	t        testing.TB
 	ctx      context.Context
 	dsn      string
 	db       *pgxpool.Pool // the pool's own sessions (application_name platformd)
@@ -82,14 +82,14 @@ func withVhost(b *bundle) {
 	b.url = strings.TrimSuffix(amqpURL(), "/") + "/" + vhost
 }
 
-func rabbitmqctl(t *testing.T, args ...string) string {
+func rabbitmqctl(t testing.TB, args ...string) string {
 	t.Helper()
 	out, err := exec.Command("rabbitmqctl", args...).CombinedOutput()
 	require.NoError(t, err, "rabbitmqctl %v: %s", args, out)
 	return string(out)
 }
 
-func newBundle(t *testing.T, opts ...bundleOpt) *bundle {
+func newBundle(t testing.TB, opts ...bundleOpt) *bundle {
 	t.Helper()
 	ctx := context.Background()
 	suffix := uuid.NewString()[:8]
@@ -108,7 +108,7 @@ func newBundle(t *testing.T, opts ...bundleOpt) *bundle {
 	b.reg.MustRegister(consumer.Registration{Name: "test.probe", Events: []string{shop.EventOrderPlaced},
 		Handler: consumer.HandlerFunc(b.probe)})
 	b.dsn = testdb.New(t, t.Name())
-	sets, err := migrate.Sets(b.reg, []string{shop.HandlerStockReserve})
+	sets, err := migrate.Sets(b.reg, []string{shop.HandlerStockReserve, shop.HandlerShippingTrack})
 	require.NoError(t, err)
 	require.NoError(t, migrate.Apply(ctx, b.dsn, sets, slog.New(slog.NewTextHandler(io.Discard, nil))))
 	b.db, err = dedup.Connect(ctx, b.dsn, dedup.PoolConfig{MaxConns: 8})
@@ -144,7 +144,7 @@ func newBundle(t *testing.T, opts ...bundleOpt) *bundle {
 	return b
 }
 
-type testWriter struct{ t *testing.T }
+type testWriter struct{ t testing.TB }
 
 func (w testWriter) Write(p []byte) (int, error) {
 	w.t.Log(strings.TrimSpace(string(p)))
@@ -268,7 +268,7 @@ func (b *bundle) getFailed() []amqp.Delivery {
 	}
 }
 
-func encodeForTest(t *testing.T, env envelope.Envelope) ([]byte, error) {
+func encodeForTest(t testing.TB, env envelope.Envelope) ([]byte, error) {
 	t.Helper()
 	return envelope.Encode(env)
 }
