@@ -159,7 +159,9 @@ func (b *bundle) start(handlers ...string) *Pool {
 	b.consume = NewConn(b.url, "test-consume", b.logger)
 	b.publish = NewConn(b.url, "test-publish", b.logger)
 	p, err := NewPool(b.cfg, Deps{
-		Processor: dedup.NewProcessor(b.db, dedup.ProcessorConfig{Routes: routes}),
+		Processor: dedup.NewProcessor(b.db, dedup.ProcessorConfig{
+			Routes: routes, Observer: NewConflictObserver(b.metrics, b.cfg.Service, b.cfg.Name, b.logger),
+		}),
 		DB:        b.db, Consume: b.consume, Publish: b.publish, Metrics: b.metrics, Logger: b.logger,
 	})
 	require.NoError(b.t, err)
