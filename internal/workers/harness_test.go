@@ -162,7 +162,7 @@ func (b *bundle) start(handlers ...string) *Pool {
 		Processor: dedup.NewProcessor(b.db, dedup.ProcessorConfig{
 			Routes: routes, Observer: NewConflictObserver(b.metrics, b.cfg.Service, b.cfg.Name, b.logger),
 		}),
-		DB:        b.db, Consume: b.consume, Publish: b.publish, Metrics: b.metrics, Logger: b.logger,
+		DB: b.db, Consume: b.consume, Publish: b.publish, Metrics: b.metrics, Logger: b.logger,
 	})
 	require.NoError(b.t, err)
 	require.NoError(b.t, p.Start(b.ctx))

@@ -98,7 +98,9 @@ func TestTwoDaemonsOnHotKeysKeepTheNewestVersion(t *testing.T) {
 			sent++
 		}
 	}
-	b.waitFor("all applied", func() bool { return b.count(`SELECT count(*) FROM processed_event`) == sent && b.queueDepth(b.queue) == 0 })
+	b.waitFor("all applied", func() bool {
+		return b.count(`SELECT count(*) FROM processed_event`) == sent && b.queueDepth(b.queue) == 0
+	})
 	b.stop()
 	second.pool.Stop()
 	require.Equal(t, orders, b.count(`SELECT count(*) FROM order_status WHERE version = $1`, versions), "every order at its newest version")
