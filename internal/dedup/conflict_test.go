@@ -98,7 +98,9 @@ func TestProcessDeadlockIsRetriedAtOnce(t *testing.T) {
 				conflicts += o.conflicts["40P01"]
 				replays += o.replays
 			}
-			require.Equal(t, 1, conflicts, "one deadlock, one victim")
+			// One deadlock by construction; a victim's try again may meet
+			// the survivor once more (rarely: it waits a jittered moment).
+			require.GreaterOrEqual(t, conflicts, 1, "the deadlock's victim counts it")
 			if retries == 0 {
 				require.Zero(t, replays, "the victim's batch is tried again whole, not event by event")
 			} else {

@@ -6,9 +6,11 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"math/rand/v2"
 	"runtime/debug"
 	"slices"
 	"sync"
+	"time"
 
 	"github.com/google/uuid"
 	"github.com/jackc/pgx/v5"
@@ -101,7 +103,8 @@ type ProcessorConfig struct {
 // PostgreSQL's documentation advises retrying a transaction that failed
 // with 40P01 or 40001 at once: the conflict is a matter of timing, and
 // sending a whole batch through a delay queue for one lock conflict is
-// what made hot keys crawl.
+// what made hot keys crawl. Each try again comes after a few milliseconds
+// of jitter (conflictBackoff).
 const ConflictRetriesDefault = 3
 
 // Observer is told what the dedup step meets, for metrics and logs. Its
@@ -374,6 +377,9 @@ func (p *Processor) run(ctx context.Context, ts []*task) error {
 		if conflict {
 			p.obs.Conflict(code)
 			if attempt < p.retries {
+				if err := conflictPause(ctx, attempt); err != nil {
+					return fmt.Errorf("dedup: %w", err)
+				}
 				continue
 			}
 		}
@@ -394,6 +400,25 @@ func (p *Processor) run(ctx context.Context, ts []*task) error {
 		default:
 			return fmt.Errorf("dedup: %w", err)
 		}
+	}
+}
+
+// conflictBackoff is the most a first try again after a conflict waits;
+// each further one may wait twice as long. Without it the victim's new
+// transaction could take a row the survivor was about to lock again, and
+// deadlock with it a second time (seen on a loaded machine).
+const conflictBackoff = 5 * time.Millisecond
+
+// conflictPause waits a random time under conflictBackoff << attempt, or
+// until ctx ends.
+func conflictPause(ctx context.Context, attempt int) error {
+	t := time.NewTimer(time.Duration(rand.Int64N(int64(conflictBackoff << attempt))))
+	defer t.Stop()
+	select {
+	case <-ctx.Done():
+		return ctx.Err()
+	case <-t.C:
+		return nil
 	}
 }
 
