@@ -90,8 +90,11 @@ func TestProcessDeadlockIsRetriedAtOnce(t *testing.T) {
 				})
 			}
 			wg.Wait()
+			processed := 0
 			for i := range results {
-				require.Equal(t, dedup.OutcomeProcessed, results[i][0].Outcome, "daemon %d", i)
+				if results[i][0].Outcome == dedup.OutcomeProcessed {
+					processed++
+				}
 			}
 			conflicts, replays := 0, 0
 			for _, o := range observers {
@@ -103,11 +106,16 @@ func TestProcessDeadlockIsRetriedAtOnce(t *testing.T) {
 			require.GreaterOrEqual(t, conflicts, 1, "the deadlock's victim counts it")
 			if retries == 0 {
 				require.Zero(t, replays, "the victim's batch is tried again whole, not event by event")
-			} else {
-				require.Equal(t, 1, replays)
+				require.Equal(t, 2, processed, "both events processed in this call")
+				require.Equal(t, 1, b.processedRows(t, forward.ID))
+				require.Equal(t, 1, b.processedRows(t, reverse.ID))
+				return
 			}
-			require.Equal(t, 1, b.processedRows(t, forward.ID))
-			require.Equal(t, 1, b.processedRows(t, reverse.ID))
+			// Without retries the victim's batch goes to the event-by-event
+			// replay, where its event may meet the survivor again and fail
+			// (then it would go through a delay queue).
+			require.Equal(t, 1, replays)
+			require.GreaterOrEqual(t, processed, 1)
 		})
 	}
 }
