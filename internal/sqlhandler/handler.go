@@ -1,0 +1,191 @@
+package sqlhandler
+
+import (
+	"context"
+	"errors"
+	"fmt"
+
+	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgconn"
+
+	"github.com/platformd/platformd/consumer"
+)
+
+// Handler runs a SQL handler's statements for each event, in order, inside
+// the batch's transaction. It implements consumer.BatchHandler: a batch's
+// statements go to PostgreSQL as one pipeline. It is immutable and safe
+// for concurrent use.
+type Handler struct {
+	name  string
+	stmts []*Statement
+}
+
+var _ consumer.BatchHandler = (*Handler)(nil)
+
+// New parses statements (see Parse) into the handler called name. The
+// error of a statement that does not parse is a *StatementError.
+func New(name string, statements []string) (*Handler, error) {
+	if len(statements) == 0 {
+		return nil, fmt.Errorf("sql handler %s: no statement", name)
+	}
+	h := &Handler{name: name}
+	for k, src := range statements {
+		s, err := Parse(src)
+		if err != nil {
+			return nil, fmt.Errorf("sql handler %s: %w", name, &StatementError{Statement: k, Err: err})
+		}
+		h.stmts = append(h.stmts, s)
+	}
+	return h, nil
+}
+
+// Name returns the handler's name.
+func (h *Handler) Name() string { return h.name }
+
+// Statements returns the parsed statements, in order.
+func (h *Handler) Statements() []*Statement { return append([]*Statement(nil), h.stmts...) }
+
+// StatementError is the failure of one of a handler's statements. Its
+// text is "statement N: SQLSTATE message" (N counted from 1) for an error
+// PostgreSQL reported; the worker prefixes the handler's name.
+type StatementError struct {
+	// Statement is the statement's index (0 for the first).
+	Statement int
+	// Err is the cause, a *pgconn.PgError when PostgreSQL reported it.
+	Err error
+}
+
+// Error returns "statement N: ...".
+func (e *StatementError) Error() string {
+	var pgErr *pgconn.PgError
+	if errors.As(e.Err, &pgErr) {
+		return fmt.Sprintf("statement %d: %s %s", e.Statement+1, pgErr.Code, pgErr.Message)
+	}
+	return fmt.Sprintf("statement %d: %v", e.Statement+1, e.Err)
+}
+
+// Unwrap returns the cause.
+func (e *StatementError) Unwrap() error { return e.Err }
+
+// Handle runs the statements for one event.
+func (h *Handler) Handle(ctx context.Context, tx pgx.Tx, ev consumer.Event) error {
+	if len(h.stmts) == 1 {
+		s := h.stmts[0]
+		var vals values
+		vals.set(&ev)
+		_, err := tx.Exec(ctx, s.sql, s.bind(&vals)...)
+		return classify(0, err)
+	}
+	return h.HandleBatch(ctx, tx, []consumer.Event{ev})
+}
+
+// HandleBatch runs the statements of every event, event by event in order,
+// as one pipeline: one round trip whatever the number of statements. The
+// first failure aborts the transaction (the dedup step then replays the
+// batch event by event through Handle, each in a savepoint), so its
+// effects are exactly those of Handle for each event in turn.
+func (h *Handler) HandleBatch(ctx context.Context, tx pgx.Tx, evs []consumer.Event) error {
+	b := &pgx.Batch{QueuedQueries: make([]*pgx.QueuedQuery, 0, len(evs)*len(h.stmts))}
+	var vals values
+	for i := range evs {
+		vals.set(&evs[i])
+		for _, s := range h.stmts {
+			b.Queue(s.sql, s.bind(&vals)...)
+		}
+	}
+	br := tx.SendBatch(ctx, b)
+	for k := range b.Len() {
+		if _, err := br.Exec(); err != nil {
+			_ = br.Close()
+			return classify(k%len(h.stmts), err)
+		}
+	}
+	return br.Close()
+}
+
+// classify wraps a statement's error: SQLSTATE class 22 (data exception)
+// and 23 (integrity constraint violation) come from the event's content,
+// so no retry can fix them: they are permanent. Anything else (a lock
+// timeout, a serialization failure, a dropped connection...) is retried.
+func classify(k int, err error) error {
+	if err == nil {
+		return nil
+	}
+	serr := &StatementError{Statement: k, Err: err}
+	var pgErr *pgconn.PgError
+	if errors.As(err, &pgErr) && (pgErr.Code[:2] == "22" || pgErr.Code[:2] == "23") {
+		return consumer.Permanent(serr)
+	}
+	return serr
+}
+
+// values holds one event's parameter values in the form pgx encodes
+// without reflection or a driver.Valuer.
+type values [len(params)]any
+
+func (v *values) set(ev *consumer.Event) {
+	v[paramEventID] = [16]byte(ev.ID)
+	v[paramEventName] = ev.Name
+	v[paramOccurredAt] = ev.OccurredAt
+	v[paramPayload] = []byte(ev.Payload)
+	v[paramAttempt] = int32(ev.Attempt)
+	v[paramRoutingKey] = ev.Delivery.RoutingKey
+}
+
+// bind returns the arguments of s, for $1, $2..., from vals.
+func (s *Statement) bind(vals *values) []any {
+	args := make([]any, len(s.args))
+	for i, a := range s.args {
+		args[i] = vals[a]
+	}
+	return args
+}
+
+// PrepareError is a statement PostgreSQL refused to prepare.
+type PrepareError struct {
+	// Statement is the statement's index (0 for the first).
+	Statement int
+	// Line and Column locate PostgreSQL's error position in the statement
+	// as written (0 when PostgreSQL gave none).
+	Line, Column int
+	// Err is PostgreSQL's error.
+	Err error
+}
+
+// Error returns PostgreSQL's message and where it points.
+func (e *PrepareError) Error() string {
+	msg := e.Err.Error()
+	var pgErr *pgconn.PgError
+	if errors.As(e.Err, &pgErr) {
+		msg = pgErr.Code + " " + pgErr.Message
+		if pgErr.Hint != "" {
+			msg += " (hint: " + pgErr.Hint + ")"
+		}
+	}
+	if e.Line > 0 {
+		return fmt.Sprintf("does not prepare: %s, at line %d, column %d", msg, e.Line, e.Column)
+	}
+	return "does not prepare: " + msg
+}
+
+// Unwrap returns PostgreSQL's error.
+func (e *PrepareError) Unwrap() error { return e.Err }
+
+// Prepare asks PostgreSQL to parse, analyse and describe every statement
+// on conn (unnamed, nothing is executed), so that a statement naming a
+// missing table or column, or of the wrong types, is refused at start
+// instead of failing its first event. It returns a *PrepareError for the
+// first statement that does not prepare.
+func (h *Handler) Prepare(ctx context.Context, conn *pgconn.PgConn) error {
+	for k, s := range h.stmts {
+		if _, err := conn.Prepare(ctx, "", s.sql, nil); err != nil {
+			perr := &PrepareError{Statement: k, Err: err}
+			var pgErr *pgconn.PgError
+			if errors.As(err, &pgErr) && pgErr.Position > 0 {
+				perr.Line, perr.Column = s.sourcePosition(int(pgErr.Position))
+			}
+			return perr
+		}
+	}
+	return nil
+}
