@@ -123,6 +123,13 @@ type ServiceConfig struct {
 	Pools []PoolConfig `yaml:"pools"`
 	// Outbox configures the service's outbox relay.
 	Outbox OutboxConfig `yaml:"outbox"`
+	// Migrations is a folder of goose SQL files (NNN_name.sql) for the
+	// service's own tables, applied after the platform's; relative to the
+	// config file, resolved by Load. Optional.
+	Migrations string `yaml:"migrations"`
+	// SQLHandlers are handlers declared as SQL statements (see
+	// SQLHandlerConfig); the service's pools reference them by name.
+	SQLHandlers []SQLHandlerConfig `yaml:"sql_handlers"`
 }
 
 // PurgeConfig schedules the processed_event purge.

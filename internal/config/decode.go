@@ -140,6 +140,8 @@ func (d *decoder) decode(path string, n ast.Node, v reflect.Value) {
 	switch {
 	case t == durationType:
 		d.decodeDuration(path, n, tag, v)
+	case t == sqlStatementType:
+		d.decodeSQLStatement(path, n, v)
 	case t.Kind() == reflect.Struct:
 		d.decodeStruct(path, n, v)
 	case t.Kind() == reflect.Slice:

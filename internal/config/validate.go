@@ -60,6 +60,7 @@ func (v *validator) validate() {
 	v.metrics()
 	v.console()
 	v.broker()
+	v.sqlHandlers() // before services: their pools may reference SQL handlers
 	v.services()
 }
 

@@ -1,0 +1,228 @@
+package config
+
+import (
+	"errors"
+	"fmt"
+	"os"
+	"path/filepath"
+	"reflect"
+	"regexp"
+	"strings"
+
+	"github.com/goccy/go-yaml/ast"
+
+	"github.com/platformd/platformd/internal/sqlhandler"
+)
+
+// SQLStatement is one statement of a SQL handler. Unlike every other
+// string of the config it is taken as written: ${VAR} is not expanded and
+// $$ stays $$, so that dollar-quoted strings mean what they mean to
+// PostgreSQL (and the SQL text depends on the file alone).
+type SQLStatement string
+
+// SQLHandlerConfig is a handler declared as SQL statements
+// (services[].sql_handlers[]), run by the stock binary with no Go code.
+// Its statements run in order, for each new event of a batch, inside the
+// batch's transaction, with the named parameters of package sqlhandler.
+type SQLHandlerConfig struct {
+	// Name is the handler's name (^[a-z0-9][a-z0-9_.-]*$), unique across
+	// the config and distinct from every registered Go handler: pools
+	// reference both kinds alike.
+	Name string `yaml:"name"`
+	// Events are the event names the handler handles (at least one).
+	Events []string `yaml:"events"`
+	// SQL holds the statements, one per entry (at least one).
+	SQL []SQLStatement `yaml:"sql"`
+
+	// keyPath is "services[i].sql_handlers[j]", set by validation.
+	keyPath string
+}
+
+// KeyPath returns the handler's key path in the config, e.g.
+// "services[0].sql_handlers[1]", for messages about it (such as a
+// statement that does not prepare: KeyPath() + ".sql[0]").
+func (h SQLHandlerConfig) KeyPath() string { return h.keyPath }
+
+// Statements returns the statements as strings.
+func (h SQLHandlerConfig) Statements() []string {
+	out := make([]string, len(h.SQL))
+	for i, s := range h.SQL {
+		out[i] = string(s)
+	}
+	return out
+}
+
+var sqlStatementType = reflect.TypeFor[SQLStatement]()
+
+// decodeSQLStatement decodes a string scalar into v without expanding it.
+func (d *decoder) decodeSQLStatement(path string, n ast.Node, v reflect.Value) {
+	switch s := n.(type) {
+	case *ast.StringNode:
+		v.SetString(s.Value)
+	case *ast.LiteralNode:
+		v.SetString(s.Value.Value)
+	default:
+		d.ps.decodeErr(path, "must be a string (a SQL statement; a block scalar `|` suits several lines)")
+		return
+	}
+	d.set[path] = true
+}
+
+// handlerNameRE is consumer.Registry's rule for handler names: a SQL
+// handler becomes a registration.
+var handlerNameRE = regexp.MustCompile(`^[a-z0-9][a-z0-9_.-]*$`)
+
+// sqlHandlerRef locates a SQL handler for cross-references.
+type sqlHandlerRef struct {
+	service int
+	path    string
+	events  []string
+}
+
+// sqlCatalog adds the config's SQL handlers to the Go handler catalog, so
+// that pools reference both kinds alike. With no Go catalog, names that are
+// not SQL handlers are not checked.
+type sqlCatalog struct {
+	sql  map[string]sqlHandlerRef
+	next HandlerCatalog
+}
+
+// HandlerEvents implements HandlerCatalog.
+func (c sqlCatalog) HandlerEvents(name string) ([]string, bool) {
+	if r, ok := c.sql[name]; ok {
+		return r.events, true
+	}
+	if c.next == nil {
+		return nil, true
+	}
+	return c.next.HandlerEvents(name)
+}
+
+// sqlHandlers checks every service's migrations and SQL handlers, and makes
+// the SQL handlers known to the pools' handler checks that follow.
+func (v *validator) sqlHandlers() {
+	refs := map[string]sqlHandlerRef{}
+	for i := range v.c.Services {
+		s := &v.c.Services[i]
+		sp := servicePath(i)
+		v.serviceMigrations(sp, s)
+		for j := range s.SQLHandlers {
+			h := &s.SQLHandlers[j]
+			h.keyPath = fmt.Sprintf("%s.sql_handlers[%d]", sp, j)
+			v.sqlHandler(i, h, refs)
+		}
+	}
+	if len(refs) == 0 {
+		return
+	}
+	// A pool runs against its own service's database, where only that
+	// service's migrations and SQL handlers were prepared.
+	for i, s := range v.c.Services {
+		for j, p := range s.Pools {
+			for k, name := range p.Handlers {
+				if r, ok := refs[name]; ok && r.service != i {
+					v.ps.add(fmt.Sprintf("%s.handlers[%d]", poolPath(i, j), k),
+						"SQL handler %q belongs to service %q (%s): a pool runs only its own service's SQL handlers",
+						name, v.c.Services[r.service].Name, r.path)
+				}
+			}
+		}
+	}
+	v.handlers = sqlCatalog{sql: refs, next: v.handlers}
+}
+
+// serviceMigrations resolves and checks the service's migrations folder.
+func (v *validator) serviceMigrations(sp string, s *ServiceConfig) {
+	p := sp + ".migrations"
+	if s.Migrations == "" {
+		if v.isSet(p) {
+			v.ps.add(p, "must not be empty (omit the key for none)")
+		}
+		return
+	}
+	s.Migrations = v.resolvePath(s.Migrations)
+	fi, err := os.Stat(s.Migrations)
+	switch {
+	case errors.Is(err, os.ErrNotExist):
+		v.ps.add(p, "folder %q does not exist", s.Migrations)
+		return
+	case err != nil:
+		v.ps.add(p, "%v", err)
+		return
+	case !fi.IsDir():
+		v.ps.add(p, "%q is not a folder of goose SQL files", s.Migrations)
+		return
+	}
+	files, err := filepath.Glob(filepath.Join(s.Migrations, "*.sql"))
+	if err != nil || len(files) == 0 {
+		v.ps.add(p, "no goose SQL files (NNN_name.sql) in %q", s.Migrations)
+	}
+}
+
+// sqlHandler checks one SQL handler and records it in refs.
+func (v *validator) sqlHandler(i int, h *SQLHandlerConfig, refs map[string]sqlHandlerRef) {
+	hp := h.keyPath
+	nameOK := false
+	switch {
+	case h.Name == "":
+		v.ps.add(hp+".name", "must not be empty")
+	case !handlerNameRE.MatchString(h.Name):
+		v.ps.add(hp+".name", "invalid handler name %q: must match %s", h.Name, handlerNameRE)
+	default:
+		if other, dup := refs[h.Name]; dup {
+			v.ps.add(hp+".name", "duplicate handler name %q (also %s)", h.Name, other.path)
+			break
+		}
+		if v.handlers != nil {
+			if _, isGo := v.handlers.HandlerEvents(h.Name); isGo {
+				v.ps.add(hp+".name", "handler name %q is taken by a Go handler of this binary (SQL and Go handlers share one namespace)", h.Name)
+				break
+			}
+		}
+		nameOK = true
+	}
+
+	var events []string
+	if len(h.Events) == 0 {
+		v.ps.add(hp+".events", "at least one event name is required")
+	}
+	seen := map[string]int{}
+	for k, ev := range h.Events {
+		ep := fmt.Sprintf("%s.events[%d]", hp, k)
+		if msg := checkEventName(ev); msg != "" {
+			v.ps.add(ep, "%s", msg)
+			continue
+		}
+		if first, dup := seen[ev]; dup {
+			v.ps.add(ep, "duplicate event %q (also events[%d])", ev, first)
+			continue
+		}
+		seen[ev] = k
+		events = append(events, ev)
+	}
+
+	if len(h.SQL) == 0 {
+		v.ps.add(hp+".sql", "at least one statement is required")
+	}
+	for k, stmt := range h.SQL {
+		if _, err := sqlhandler.Parse(string(stmt)); err != nil {
+			v.ps.add(fmt.Sprintf("%s.sql[%d]", hp, k), "%v", err)
+		}
+	}
+	if nameOK {
+		refs[h.Name] = sqlHandlerRef{service: i, path: hp, events: events}
+	}
+}
+
+// checkEventName returns why ev cannot be an event name, or "". Event
+// names are routing keys matched exactly: words separated by dots, no
+// wildcard.
+func checkEventName(ev string) string {
+	if strings.ContainsAny(ev, "*#") {
+		return fmt.Sprintf("invalid event name %q: an event name is matched exactly; wildcards belong in the pool's bindings", ev)
+	}
+	if msg := checkBinding(ev); msg != "" {
+		return strings.Replace(msg, "binding", "event name", 1)
+	}
+	return ""
+}
