@@ -51,8 +51,10 @@ func serviceHandlers(s config.ServiceConfig) []string {
 	return names
 }
 
-// Migrate applies the platform's and the handlers' migrations to every
-// service database; with createDB it first creates missing databases.
+// Migrate applies the platform's, the service's own and the handlers'
+// migrations to every service database, then prepares its SQL handlers'
+// statements; with createDB it first creates missing databases. reg must
+// hold the config's SQL handlers (WithSQLHandlers).
 func Migrate(ctx context.Context, cfg *config.Config, reg *consumer.Registry, createDB bool, logger *slog.Logger) error {
 	for _, s := range cfg.Services {
 		if createDB {
@@ -64,7 +66,11 @@ func Migrate(ctx context.Context, cfg *config.Config, reg *consumer.Registry, cr
 		if err != nil {
 			return fmt.Errorf("service %s: %w", s.Name, err)
 		}
+		sets = withServiceSet(s, sets)
 		if err := migrate.Apply(ctx, s.Database, sets, logger.With(slog.String("service", s.Name))); err != nil {
+			return fmt.Errorf("service %s: %w", s.Name, err)
+		}
+		if err := prepareSQLHandlers(ctx, s); err != nil {
 			return fmt.Errorf("service %s: %w", s.Name, err)
 		}
 	}
@@ -148,6 +154,8 @@ func Run(ctx context.Context, cfg *config.Config, reg *consumer.Registry, opts O
 		if err := migrateWithRetry(ctx, cfg, reg, opts.CreateDB, logger); err != nil {
 			return err
 		}
+	} else if err := checkSQLHandlers(ctx, cfg, logger); err != nil {
+		return err
 	}
 	d, err := start(ctx, cfg, reg, logger)
 	if err != nil {

@@ -71,6 +71,10 @@ func Main(args []string, reg *consumer.Registry, stderr io.Writer) int {
 		}
 		return 2
 	}
+	if reg, err = WithSQLHandlers(cfg, reg); err != nil {
+		fmt.Fprintf(stderr, "platformd: %v\n", err)
+		return 2
+	}
 	logger := newLogger(cfg.Log, stderr)
 	switch cmd {
 	case "check":

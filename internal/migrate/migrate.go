@@ -61,6 +61,14 @@ func Sets(reg *consumer.Registry, handlerNames []string) ([]Set, error) {
 	return sets, nil
 }
 
+// ServiceSet returns the set of a service's own migrations
+// (services[].migrations). It is versioned in platform.goose__service_<name>:
+// handler names start with a letter or a digit, so no handler's table can
+// take that name.
+func ServiceSet(service string, fsys fs.FS) Set {
+	return Set{Name: "_service_" + service, FS: fsys}
+}
+
 var nonIdent = regexp.MustCompile(`[^a-z0-9_]`)
 
 // tableName returns the goose version table of a set.

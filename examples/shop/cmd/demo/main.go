@@ -65,6 +65,9 @@ type options struct {
 	keepRunning bool
 	timeout     time.Duration
 	seed        uint64
+	// resultsDir holds the run's log folder (default results/ in the
+	// repository); tests set it.
+	resultsDir string
 }
 
 func main() {
@@ -81,7 +84,7 @@ func mainRC(args []string, stdout, stderr io.Writer) int {
 	fs.IntVar(&o.relayKills, "relay-kills", 1, "times platformd SIGKILLs itself between an outbox confirm and its delete, and is restarted (0 to 5)")
 	fs.Float64Var(&o.replayShare, "replay-share", 0.05, "share of the events replayed with header x-replay after the stream (0 to 1)")
 	fs.IntVar(&o.kills, "kills", 1, "times platformd loses its broker connection mid-stream, is SIGKILLed and restarted (0 to 5)")
-	fs.StringVar(&o.config, "config", "", "platformd config (default examples/shop/platformd.yaml in the repository)")
+	fs.StringVar(&o.config, "config", "", "platformd config (default examples/shop/platformd.yaml in the repository; examples/shop-sql/platformd.yaml runs the same shop with SQL handlers)")
 	fs.BoolVar(&o.keepRunning, "keep-running", false, "leave platformd running at the end and print its addresses")
 	fs.DurationVar(&o.timeout, "timeout", 2*time.Minute, "give up after this long (the build of platformd is not counted)")
 	fs.Uint64Var(&o.seed, "seed", 0, "random seed for the order plan (0: a new one each run)")

@@ -1,6 +1,7 @@
 package main
 
 import (
+	"cmp"
 	"context"
 	"errors"
 	"fmt"
@@ -51,10 +52,18 @@ type target struct {
 	failed  string // the failure queue
 }
 
-func findTarget(cfg *config.Config, handler string) (*target, string, error) {
+// findTarget finds the pool that applies event: the one running the
+// shop's Go handler, or a SQL handler of its service declared for event
+// (examples/shop-sql).
+func findTarget(cfg *config.Config, handler, event string) (*target, string, error) {
 	for _, s := range cfg.Services {
+		applies := func(name string) bool {
+			return name == handler || slices.ContainsFunc(s.SQLHandlers, func(h config.SQLHandlerConfig) bool {
+				return h.Name == name && slices.Contains(h.Events, event)
+			})
+		}
 		for _, p := range s.Pools {
-			if slices.Contains(p.Handlers, handler) {
+			if slices.ContainsFunc(p.Handlers, applies) {
 				t := &target{service: s.Name, pool: p.Name, queue: p.Queue, watched: []string{p.Queue}, failed: workers.FailedQueue(p.Queue)}
 				for _, d := range p.Retry.Delays {
 					t.watched = append(t.watched, workers.RetryQueue(p.Queue, d))
@@ -63,7 +72,7 @@ func findTarget(cfg *config.Config, handler string) (*target, string, error) {
 			}
 		}
 	}
-	return nil, "", fmt.Errorf("no pool of the config runs handler %s: the demo needs the shop's pools", handler)
+	return nil, "", fmt.Errorf("no pool of the config runs handler %s or a SQL handler of %s: the demo needs the shop's pools", handler, event)
 }
 
 // findProducer returns the DSN of the shop's order service: the producer,
@@ -187,16 +196,16 @@ func run(ctx context.Context, o options, out io.Writer) (err error) {
 		return err
 	}
 	var stockDSN, shippingDSN, orderDSN string
-	if dm.stock, stockDSN, err = findTarget(dm.cfg, shop.HandlerStockReserve); err != nil {
+	if dm.stock, stockDSN, err = findTarget(dm.cfg, shop.HandlerStockReserve, shop.EventOrderPlaced); err != nil {
 		return err
 	}
-	if dm.shipping, shippingDSN, err = findTarget(dm.cfg, shop.HandlerShippingTrack); err != nil {
+	if dm.shipping, shippingDSN, err = findTarget(dm.cfg, shop.HandlerShippingTrack, shop.EventOrderStatusChanged); err != nil {
 		return err
 	}
-	if _, _, err := findTarget(dm.cfg, shop.HandlerStockAnnounce); err != nil {
+	if _, _, err := findTarget(dm.cfg, shop.HandlerStockAnnounce, shop.EventOrderPlaced); err != nil {
 		return err
 	}
-	if _, _, err := findTarget(dm.cfg, shop.HandlerShippingParcel); err != nil {
+	if _, _, err := findTarget(dm.cfg, shop.HandlerShippingParcel, shop.EventStockReserved); err != nil {
 		return err
 	}
 	if orderDSN, err = findProducer(dm.cfg); err != nil {
@@ -220,7 +229,7 @@ func run(ctx context.Context, o options, out io.Writer) (err error) {
 	if err := dm.portsFree(); err != nil {
 		return err
 	}
-	results := filepath.Join(root, "results", "demo-"+time.Now().Format("20060102-150405"))
+	results := filepath.Join(cmp.Or(o.resultsDir, filepath.Join(root, "results")), "demo-"+time.Now().Format("20060102-150405"))
 	if err := os.MkdirAll(results, 0o755); err != nil {
 		return err
 	}

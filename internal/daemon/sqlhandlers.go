@@ -1,0 +1,115 @@
+package daemon
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"os"
+
+	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgconn"
+
+	"github.com/platformd/platformd/consumer"
+	"github.com/platformd/platformd/internal/config"
+	"github.com/platformd/platformd/internal/migrate"
+	"github.com/platformd/platformd/internal/sqlhandler"
+)
+
+// WithSQLHandlers returns a registry holding reg's handlers and, after
+// them, a registration for every SQL handler of cfg, so that the pools,
+// the dedup routes and the migrations see both kinds alike. reg is left
+// as it is; without SQL handlers it is returned itself. cfg must have been
+// validated (names are unique, statements parse).
+func WithSQLHandlers(cfg *config.Config, reg *consumer.Registry) (*consumer.Registry, error) {
+	var sqlRegs []consumer.Registration
+	for _, s := range cfg.Services {
+		for _, hc := range s.SQLHandlers {
+			h, err := sqlhandler.New(hc.Name, hc.Statements())
+			if err != nil {
+				return nil, fmt.Errorf("%s: %w", hc.KeyPath(), err)
+			}
+			sqlRegs = append(sqlRegs, consumer.Registration{Name: hc.Name, Events: hc.Events, Handler: h})
+		}
+	}
+	if len(sqlRegs) == 0 {
+		return reg, nil
+	}
+	out := consumer.NewRegistry()
+	for _, name := range reg.Names() {
+		r, err := reg.Lookup(name)
+		if err != nil {
+			return nil, err
+		}
+		if err := out.Register(r); err != nil {
+			return nil, err
+		}
+	}
+	for _, r := range sqlRegs {
+		if err := out.Register(r); err != nil {
+			return nil, fmt.Errorf("sql handlers: %w", err)
+		}
+	}
+	return out, nil
+}
+
+// withServiceSet inserts the service's own migrations (services[].migrations)
+// into sets, right after the platform's: the service's tables exist before
+// any handler's migrations and before its SQL handlers are prepared.
+func withServiceSet(s config.ServiceConfig, sets []migrate.Set) []migrate.Set {
+	if s.Migrations == "" {
+		return sets
+	}
+	set := migrate.ServiceSet(s.Name, os.DirFS(s.Migrations))
+	return append([]migrate.Set{sets[0], set}, sets[1:]...)
+}
+
+// prepareSQLHandlers prepares every statement of the service's SQL
+// handlers against its database, so that a statement naming a missing
+// column stops the daemon at start (with the statement's key path and
+// PostgreSQL's message) instead of failing its first event. The returned
+// error wraps PostgreSQL's when the database answered.
+func prepareSQLHandlers(ctx context.Context, s config.ServiceConfig) error {
+	if len(s.SQLHandlers) == 0 {
+		return nil
+	}
+	conn, err := pgx.Connect(ctx, s.Database)
+	if err != nil {
+		return fmt.Errorf("prepare SQL handlers: %w", err)
+	}
+	defer conn.Close(context.WithoutCancel(ctx))
+	for _, hc := range s.SQLHandlers {
+		h, err := sqlhandler.New(hc.Name, hc.Statements())
+		if err != nil {
+			return fmt.Errorf("%s: %w", hc.KeyPath(), err)
+		}
+		if err := h.Prepare(ctx, conn.PgConn()); err != nil {
+			var perr *sqlhandler.PrepareError
+			if errors.As(err, &perr) {
+				return fmt.Errorf("%s.sql[%d]: %w", hc.KeyPath(), perr.Statement, err)
+			}
+			return fmt.Errorf("%s: %w", hc.KeyPath(), err)
+		}
+	}
+	return nil
+}
+
+// checkSQLHandlers prepares the SQL handlers of every service when `run`
+// skips the migrations (which prepare them otherwise). A statement the
+// database refuses stops the start; a database that cannot be reached
+// does not (its service's pools wait for it).
+func checkSQLHandlers(ctx context.Context, cfg *config.Config, logger *slog.Logger) error {
+	for _, s := range cfg.Services {
+		err := prepareSQLHandlers(ctx, s)
+		var pgErr *pgconn.PgError
+		switch {
+		case err == nil:
+		case errors.As(err, &pgErr):
+			return fmt.Errorf("service %s: %w", s.Name, err)
+		default:
+			logger.WarnContext(ctx, "daemon: SQL handlers not prepared: database unreachable",
+				slog.String("service", s.Name), slog.Any("error", err))
+		}
+	}
+	return nil
+}
