@@ -46,9 +46,19 @@ demo: services ## run the demo shop against local PostgreSQL and RabbitMQ
 .PHONY: test
 test: services verify unit fuzz chaos ## everything CI runs: services, verify, race tests, fuzz, chaos
 
+# Modules of their own inside the repository that CI builds, vets, lints and
+# tests too: examples/billing is a service's own daemon built only from the
+# public packages (consumer, daemon), so the embedding API stays usable from
+# outside. `go list ./...` at the root never includes them.
+NESTED_MODULES := examples/billing
+
 .PHONY: unit
-unit: services ## go test -race on all packages but the chaos suite (run by `make chaos`)
+unit: services ## go test -race on all packages (and the nested modules) but the chaos suite (run by `make chaos`)
 	$(GO) test -race -count=1 -timeout 20m $$($(GO) list ./... | grep -v '/test/chaos')
+	@for d in $(NESTED_MODULES); do \
+		echo "cd $$d && $(GO) test -race -count=1 ./..."; \
+		(cd $$d && $(GO) test -race -count=1 -timeout 10m ./...) || exit 1; \
+	done
 
 .PHONY: fuzz
 fuzz: ## fuzz the envelope decoder (FuzzDecode) for FUZZTIME
@@ -75,12 +85,16 @@ fmt: ## format Go code (gofmt + goimports via golangci-lint fmt)
 	$(GOLANGCI_LINT) fmt ./...
 
 .PHONY: vet
-vet: ## go vet ./...
+vet: ## go vet ./... (and the nested modules)
 	$(GO) vet ./...
+	@for d in $(NESTED_MODULES); do (cd $$d && $(GO) vet ./...) || exit 1; done
 
 .PHONY: lint
-lint: ## golangci-lint run (pinned in tools/lint/go.mod; config .golangci.yaml)
+lint: ## golangci-lint run (pinned in tools/lint/go.mod; config .golangci.yaml), nested modules too
 	$(GOLANGCI_LINT) run ./...
+	@for d in $(NESTED_MODULES); do \
+		(cd $$d && $(GO) tool -modfile=$(CURDIR)/$(LINT_MOD) golangci-lint run --config $(CURDIR)/.golangci.yaml ./...) || exit 1; \
+	done
 
 .PHONY: staticcheck
 staticcheck: ## staticcheck alone (also part of lint)
@@ -93,7 +107,7 @@ proto-verify: ## buf lint + format check, generated code up to date, no breaking
 .PHONY: tidy-check
 tidy-check: ## fail if go mod tidy would change go.mod/go.sum (also the tool modules)
 	$(GO) mod tidy -diff
-	@for d in tools/lint tools/buf tools/buf/plugins; do \
+	@for d in tools/lint tools/buf tools/buf/plugins $(NESTED_MODULES); do \
 		(cd $$d && $(GO) mod tidy -diff) || { echo "tidy-check: run 'go mod tidy' in $$d"; exit 1; }; \
 	done
 

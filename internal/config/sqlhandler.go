@@ -10,8 +10,6 @@ import (
 	"strings"
 
 	"github.com/goccy/go-yaml/ast"
-
-	"github.com/platformd/platformd/internal/sqlhandler"
 )
 
 // SQLStatement is one statement of a SQL handler. Unlike every other
@@ -50,6 +48,18 @@ func (h SQLHandlerConfig) Statements() []string {
 		out[i] = string(s)
 	}
 	return out
+}
+
+// SQLChecker is implemented by a HandlerCatalog that can also check SQL
+// handler statements (the daemon's does, with package sqlhandler's
+// tokeniser: unknown parameters, empty statements, transaction control).
+// Load then reports each statement it refuses at the statement's key path,
+// e.g. "services[0].sql_handlers[1].sql[0]". Without it Load does not look
+// inside statements.
+type SQLChecker interface {
+	// CheckSQL returns why statement cannot be a SQL handler's statement,
+	// or nil.
+	CheckSQL(statement string) error
 }
 
 var sqlStatementType = reflect.TypeFor[SQLStatement]()
@@ -204,9 +214,16 @@ func (v *validator) sqlHandler(i int, h *SQLHandlerConfig, refs map[string]sqlHa
 	if len(h.SQL) == 0 {
 		v.ps.add(hp+".sql", "at least one statement is required")
 	}
+	checker, _ := v.handlers.(SQLChecker)
 	for k, stmt := range h.SQL {
-		if _, err := sqlhandler.Parse(string(stmt)); err != nil {
-			v.ps.add(fmt.Sprintf("%s.sql[%d]", hp, k), "%v", err)
+		sp := fmt.Sprintf("%s.sql[%d]", hp, k)
+		switch {
+		case strings.TrimSpace(string(stmt)) == "":
+			v.ps.add(sp, "empty statement")
+		case checker != nil:
+			if err := checker.CheckSQL(string(stmt)); err != nil {
+				v.ps.add(sp, "%v", err)
+			}
 		}
 	}
 	if nameOK {

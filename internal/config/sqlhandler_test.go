@@ -6,7 +6,18 @@ import (
 	"testing"
 
 	"github.com/stretchr/testify/require"
+
+	"github.com/platformd/platformd/internal/sqlhandler"
 )
+
+// checkingCatalog is the test catalog that also checks statements, as the
+// daemon's does.
+type checkingCatalog struct{ testCatalog }
+
+func (checkingCatalog) CheckSQL(stmt string) error {
+	_, err := sqlhandler.Parse(stmt)
+	return err
+}
 
 // sqlYAML is baseYAML plus a service with SQL handlers only; its
 // migrations folder is created by parseSQL.
@@ -41,7 +52,7 @@ func parseSQL(t *testing.T, data string) (*Config, error) {
 	writeFile(t, filepath.Join(dir, "billing", "migrations"), "001_invoice.sql", "-- +goose Up\nCREATE TABLE invoice (order_id uuid);\n")
 	require.NoError(t, os.MkdirAll(filepath.Join(dir, "empty"), 0o755))
 	path := writeFile(t, dir, "platformd.yaml", data)
-	return load(path, catalog, env{"X": "expanded"}.lookup)
+	return load(path, checkingCatalog{catalog}, env{"X": "expanded"}.lookup)
 }
 
 func TestSQLHandlersValid(t *testing.T) {
@@ -153,8 +164,9 @@ func TestSQLHandlerMistakes(t *testing.T) {
 	}
 }
 
-// Without a Go catalog (tools that only read the config), the SQL
-// handlers are still checked and other names are not.
+// Without a catalog (tools that only read the config), the SQL handlers'
+// names and events are still checked, other handler names are not, and
+// the statements' insides are left to the daemon.
 func TestSQLHandlersWithoutCatalog(t *testing.T) {
 	t.Parallel()
 	dir := t.TempDir()
@@ -165,6 +177,5 @@ func TestSQLHandlersWithoutCatalog(t *testing.T) {
 	require.NoError(t, err)
 	path = writeFile(t, dir, "bad.yaml", edit(t, sqlYAML, "@event_name", "@name"))
 	_, err = load(path, nil, env{}.lookup)
-	ps := requireProblems(t, err)
-	require.Equal(t, []string{"services[2].sql_handlers[1].sql[0]"}, paths(ps))
+	require.NoError(t, err, "statements are checked only by a catalog that can (SQLChecker)")
 }

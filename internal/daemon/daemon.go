@@ -30,7 +30,8 @@ import (
 	"github.com/platformd/platformd/internal/workers"
 )
 
-// Catalog adapts a consumer.Registry to config.HandlerCatalog.
+// Catalog adapts a consumer.Registry to config.HandlerCatalog; it also
+// checks SQL handler statements (config.SQLChecker, in sqlhandlers.go).
 type Catalog struct{ Registry *consumer.Registry }
 
 // HandlerEvents returns the events of a registered handler.

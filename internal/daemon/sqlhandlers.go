@@ -113,3 +113,10 @@ func checkSQLHandlers(ctx context.Context, cfg *config.Config, logger *slog.Logg
 	}
 	return nil
 }
+
+// CheckSQL implements config.SQLChecker: config.Load refuses, at its key
+// path, a statement sqlhandler.Parse refuses.
+func (c Catalog) CheckSQL(statement string) error {
+	_, err := sqlhandler.Parse(statement)
+	return err
+}

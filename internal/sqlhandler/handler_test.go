@@ -3,7 +3,6 @@ package sqlhandler_test
 import (
 	"context"
 	"encoding/json"
-	"errors"
 	"fmt"
 	"io"
 	"log/slog"
@@ -378,6 +377,6 @@ func TestPrepare(t *testing.T) {
 		require.Equal(t, tc.k, perr.Statement)
 		require.Contains(t, err.Error(), tc.want)
 		var pgErr *pgconn.PgError
-		require.True(t, errors.As(err, &pgErr), "the PostgreSQL error is kept")
+		require.ErrorAs(t, err, &pgErr, "the PostgreSQL error is kept")
 	}
 }
