@@ -31,6 +31,7 @@ import (
 type side struct {
 	db *pgxpool.Pool
 	p  *dedup.Processor
+	h  *sqlhandler.Handler // the SQL side's handler
 }
 
 func connect(t *testing.T, dsn string) *pgxpool.Pool {
@@ -55,8 +56,10 @@ func goSide(t *testing.T, reg *consumer.Registry, handler string) side {
 }
 
 // sqlSide runs the service of examples/shop-sql/platformd.yaml: its
-// migrations folder and its SQL handler.
-func sqlSide(t *testing.T, s config.ServiceConfig) side {
+// migrations folder and its SQL handler, prepared as the daemon prepares
+// it (which turns its batch form on when it may) unless pipeline is set,
+// which keeps it to its statements event by event.
+func sqlSide(t *testing.T, s config.ServiceConfig, pipeline bool) side {
 	t.Helper()
 	dsn := testdb.New(t, "sql_"+s.Name)
 	require.NotEmpty(t, s.Migrations)
@@ -68,15 +71,23 @@ func sqlSide(t *testing.T, s config.ServiceConfig) side {
 	hc := s.SQLHandlers[0]
 	h, err := sqlhandler.New(hc.Name, hc.Statements())
 	require.NoError(t, err)
-	conn, err := db.Acquire(context.Background())
+	conn, err := pgx.Connect(context.Background(), dsn)
 	require.NoError(t, err)
-	require.NoError(t, h.Prepare(context.Background(), conn.Conn().PgConn()))
-	conn.Release()
+	defer conn.Close(context.Background())
+	if pipeline {
+		check, err := sqlhandler.New(hc.Name, hc.Statements())
+		require.NoError(t, err)
+		require.NoError(t, check.Prepare(context.Background(), conn.PgConn()))
+	} else {
+		require.NoError(t, h.Prepare(context.Background(), conn.PgConn()))
+	}
+	on, why := h.BatchMode()
+	t.Logf("%s: batch form %v (%s)", hc.Name, on, why)
 	routes := map[string][]dedup.Route{}
 	for _, ev := range hc.Events {
 		routes[ev] = []dedup.Route{{Name: hc.Name, Handler: h}}
 	}
-	return side{db: db, p: dedup.NewProcessor(db, dedup.ProcessorConfig{Routes: routes})}
+	return side{db: db, p: dedup.NewProcessor(db, dedup.ProcessorConfig{Routes: routes}), h: h}
 }
 
 // rows returns the text of every row of q, sorted by q.
@@ -94,9 +105,10 @@ func rows(t *testing.T, db *pgxpool.Pool, q string) []string {
 
 // The same workload, duplicated and shuffled across batches of random
 // sizes, with payloads both kinds refuse, through the Go handlers and
-// through the SQL handlers of examples/shop-sql: identical outcomes per
-// delivery, and identical reservation, order_status and processed_event
-// tables.
+// through the SQL handlers of examples/shop-sql, both with their batch
+// form where they have one and statement by statement: identical outcomes
+// per delivery, and identical reservation, order_status and
+// processed_event tables.
 func TestGoAndSQLHandlersLeaveIdenticalTables(t *testing.T) {
 	t.Parallel()
 	reg := consumer.NewRegistry()
@@ -141,16 +153,20 @@ func TestGoAndSQLHandlersLeaveIdenticalTables(t *testing.T) {
 		evs          []consumer.Event
 		effects      string
 		wantFailures int
+		batchForm    bool // the SQL handler has a batch form
 	}{
 		{"stock", shop.HandlerStockReserve, stockCfg, stockEvs,
-			`SELECT order_id, product_id, quantity::text, substr(id::text, 15, 1) FROM reservation ORDER BY 1, 2, 3`, 3},
+			`SELECT order_id, product_id, quantity::text, substr(id::text, 15, 1) FROM reservation ORDER BY 1, 2, 3`, 3, true},
 		{"shipping", shop.HandlerShippingTrack, shipCfg, shipEvs,
-			`SELECT order_id, status, version FROM order_status ORDER BY 1`, 1},
+			`SELECT order_id, status, version FROM order_status ORDER BY 1`, 1, false},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			t.Parallel()
 			r := rand.New(rand.NewPCG(uint64(len(tc.evs)), 1))
-			goS, sqlS := goSide(t, reg, tc.handler), sqlSide(t, tc.svc)
+			goS := goSide(t, reg, tc.handler)
+			sqlSides := []side{sqlSide(t, tc.svc, false), sqlSide(t, tc.svc, true)}
+			on, _ := sqlSides[0].h.BatchMode()
+			require.Equal(t, tc.batchForm, on)
 			// Every event one to three times, shuffled: duplicates in one
 			// batch and across batches, versions out of order.
 			var deliveries []consumer.Event
@@ -166,23 +182,27 @@ func TestGoAndSQLHandlersLeaveIdenticalTables(t *testing.T) {
 				deliveries = deliveries[len(batch):]
 				goRs, err := goS.p.Process(context.Background(), batch)
 				require.NoError(t, err)
-				sqlRs, err := sqlS.p.Process(context.Background(), batch)
-				require.NoError(t, err)
-				for i := range batch {
-					require.Equal(t, goRs[i].Outcome, sqlRs[i].Outcome, "delivery of %s: go %v, sql %v", batch[i].ID, goRs[i].Err, sqlRs[i].Err)
-					require.Equal(t, goRs[i].Permanent, sqlRs[i].Permanent, "go %v, sql %v", goRs[i].Err, sqlRs[i].Err)
-					if sqlRs[i].Outcome == dedup.OutcomeFailed {
-						failures++
+				for _, sqlS := range sqlSides {
+					sqlRs, err := sqlS.p.Process(context.Background(), batch)
+					require.NoError(t, err)
+					for i := range batch {
+						require.Equal(t, goRs[i].Outcome, sqlRs[i].Outcome, "delivery of %s: go %v, sql %v", batch[i].ID, goRs[i].Err, sqlRs[i].Err)
+						require.Equal(t, goRs[i].Permanent, sqlRs[i].Permanent, "go %v, sql %v", goRs[i].Err, sqlRs[i].Err)
+						if sqlRs[i].Outcome == dedup.OutcomeFailed {
+							failures++
+						}
 					}
 				}
 			}
-			require.GreaterOrEqual(t, failures, tc.wantFailures, "every copy of a bad payload fails")
-			goRows, sqlRows := rows(t, goS.db, tc.effects), rows(t, sqlS.db, tc.effects)
+			require.GreaterOrEqual(t, failures, 2*tc.wantFailures, "every copy of a bad payload fails")
+			goRows := rows(t, goS.db, tc.effects)
 			require.NotEmpty(t, goRows)
-			require.Equal(t, goRows, sqlRows)
 			goIDs := rows(t, goS.db, `SELECT event_id FROM processed_event ORDER BY 1`)
 			require.Len(t, goIDs, len(tc.evs)-tc.wantFailures, "each good event once, no bad one")
-			require.Equal(t, goIDs, rows(t, sqlS.db, `SELECT event_id FROM processed_event ORDER BY 1`))
+			for _, sqlS := range sqlSides {
+				require.Equal(t, goRows, rows(t, sqlS.db, tc.effects))
+				require.Equal(t, goIDs, rows(t, sqlS.db, `SELECT event_id FROM processed_event ORDER BY 1`))
+			}
 		})
 	}
 }

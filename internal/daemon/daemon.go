@@ -71,7 +71,7 @@ func Migrate(ctx context.Context, cfg *config.Config, reg *consumer.Registry, cr
 		if err := migrate.Apply(ctx, s.Database, sets, logger.With(slog.String("service", s.Name))); err != nil {
 			return fmt.Errorf("service %s: %w", s.Name, err)
 		}
-		if err := prepareSQLHandlers(ctx, s); err != nil {
+		if err := prepareSQLHandlers(ctx, s, reg, logger); err != nil {
 			return fmt.Errorf("service %s: %w", s.Name, err)
 		}
 	}
@@ -155,7 +155,7 @@ func Run(ctx context.Context, cfg *config.Config, reg *consumer.Registry, opts O
 		if err := migrateWithRetry(ctx, cfg, reg, opts.CreateDB, logger); err != nil {
 			return err
 		}
-	} else if err := checkSQLHandlers(ctx, cfg, logger); err != nil {
+	} else if err := checkSQLHandlers(ctx, cfg, reg, logger); err != nil {
 		return err
 	}
 	d, err := start(ctx, cfg, reg, logger)

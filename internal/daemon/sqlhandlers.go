@@ -67,9 +67,11 @@ func withServiceSet(s config.ServiceConfig, sets []migrate.Set) []migrate.Set {
 // prepareSQLHandlers prepares every statement of the service's SQL
 // handlers against its database, so that a statement naming a missing
 // column stops the daemon at start (with the statement's key path and
-// PostgreSQL's message) instead of failing its first event. The returned
-// error wraps PostgreSQL's when the database answered.
-func prepareSQLHandlers(ctx context.Context, s config.ServiceConfig) error {
+// PostgreSQL's message) instead of failing its first event. It prepares
+// the handlers of reg, those the pools run, which also decides whether
+// each may run its statement once per batch (logged). The returned error
+// wraps PostgreSQL's when the database answered.
+func prepareSQLHandlers(ctx context.Context, s config.ServiceConfig, reg *consumer.Registry, logger *slog.Logger) error {
 	if len(s.SQLHandlers) == 0 {
 		return nil
 	}
@@ -79,9 +81,13 @@ func prepareSQLHandlers(ctx context.Context, s config.ServiceConfig) error {
 	}
 	defer conn.Close(context.WithoutCancel(ctx))
 	for _, hc := range s.SQLHandlers {
-		h, err := sqlhandler.New(hc.Name, hc.Statements())
+		r, err := reg.Lookup(hc.Name)
 		if err != nil {
 			return fmt.Errorf("%s: %w", hc.KeyPath(), err)
+		}
+		h, ok := r.Handler.(*sqlhandler.Handler)
+		if !ok {
+			return fmt.Errorf("%s: handler %q is not the config's SQL handler", hc.KeyPath(), hc.Name)
 		}
 		if err := h.Prepare(ctx, conn.PgConn()); err != nil {
 			var perr *sqlhandler.PrepareError
@@ -90,6 +96,13 @@ func prepareSQLHandlers(ctx context.Context, s config.ServiceConfig) error {
 			}
 			return fmt.Errorf("%s: %w", hc.KeyPath(), err)
 		}
+		if on, why := h.BatchMode(); on {
+			logger.InfoContext(ctx, "daemon: SQL handler runs its statement once per batch",
+				slog.String("service", s.Name), slog.String("handler", hc.Name))
+		} else {
+			logger.InfoContext(ctx, "daemon: SQL handler runs its statements event by event, in one pipeline per batch",
+				slog.String("service", s.Name), slog.String("handler", hc.Name), slog.String("reason", why))
+		}
 	}
 	return nil
 }
@@ -97,10 +110,11 @@ func prepareSQLHandlers(ctx context.Context, s config.ServiceConfig) error {
 // checkSQLHandlers prepares the SQL handlers of every service when `run`
 // skips the migrations (which prepare them otherwise). A statement the
 // database refuses stops the start; a database that cannot be reached
-// does not (its service's pools wait for it).
-func checkSQLHandlers(ctx context.Context, cfg *config.Config, logger *slog.Logger) error {
+// does not (its service's pools wait for it, its SQL handlers then run
+// event by event).
+func checkSQLHandlers(ctx context.Context, cfg *config.Config, reg *consumer.Registry, logger *slog.Logger) error {
 	for _, s := range cfg.Services {
-		err := prepareSQLHandlers(ctx, s)
+		err := prepareSQLHandlers(ctx, s, reg, logger)
 		var pgErr *pgconn.PgError
 		switch {
 		case err == nil:

@@ -4,6 +4,8 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"sync/atomic"
+	"time"
 
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgconn"
@@ -18,6 +20,15 @@ import (
 type Handler struct {
 	name  string
 	stmts []*Statement
+	// batch is the batch form of a one-statement handler (batch.go), nil
+	// when it has none (noBatch says why); it is used once Prepare found
+	// it may (batchReady), except until batchOffUntil (Unix ns) after its
+	// guard failed.
+	batch         *batchForm
+	noBatch       string
+	batchReady    atomic.Bool
+	batchWhy      atomic.Pointer[string]
+	batchOffUntil atomic.Int64
 }
 
 var _ consumer.BatchHandler = (*Handler)(nil)
@@ -36,7 +47,26 @@ func New(name string, statements []string) (*Handler, error) {
 		}
 		h.stmts = append(h.stmts, s)
 	}
+	if len(h.stmts) == 1 {
+		h.batch, h.noBatch = newBatchForm(h.stmts[0])
+	} else {
+		h.noBatch = "more than one statement"
+	}
+	why := "not prepared"
+	if h.batch == nil {
+		why = h.noBatch
+	}
+	h.batchWhy.Store(&why)
 	return h, nil
+}
+
+// BatchMode reports whether the handler's statement runs once per batch
+// (batch.go) and, when it does not, why.
+func (h *Handler) BatchMode() (bool, string) {
+	if h.batchReady.Load() {
+		return true, ""
+	}
+	return false, *h.batchWhy.Load()
 }
 
 // Name returns the handler's name.
@@ -85,6 +115,9 @@ func (h *Handler) Handle(ctx context.Context, tx pgx.Tx, ev consumer.Event) erro
 // batch event by event through Handle, each in a savepoint), so its
 // effects are exactly those of Handle for each event in turn.
 func (h *Handler) HandleBatch(ctx context.Context, tx pgx.Tx, evs []consumer.Event) error {
+	if h.batchReady.Load() && time.Now().UnixNano() >= h.batchOffUntil.Load() {
+		return h.runBatchForm(ctx, tx, h.batch, evs)
+	}
 	b := &pgx.Batch{QueuedQueries: make([]*pgx.QueuedQuery, 0, len(evs)*len(h.stmts))}
 	var vals values
 	for i := range evs {
@@ -175,8 +208,26 @@ func (e *PrepareError) Unwrap() error { return e.Err }
 // on conn (unnamed, nothing is executed), so that a statement naming a
 // missing table or column, or of the wrong types, is refused at start
 // instead of failing its first event. It returns a *PrepareError for the
-// first statement that does not prepare.
+// first statement that does not prepare. Then, for a handler with a batch
+// form, it checks whether the form may run (batch.go) and turns it on if
+// so (BatchMode tells). conn must not be in a transaction.
 func (h *Handler) Prepare(ctx context.Context, conn *pgconn.PgConn) error {
+	if err := h.prepareStatements(ctx, conn); err != nil {
+		return err
+	}
+	if h.batch == nil {
+		return nil
+	}
+	why, err := checkBatchForm(ctx, conn, h.batch)
+	if err != nil {
+		return fmt.Errorf("check the batch form: %w", err)
+	}
+	h.batchWhy.Store(&why)
+	h.batchReady.Store(why == "")
+	return nil
+}
+
+func (h *Handler) prepareStatements(ctx context.Context, conn *pgconn.PgConn) error {
 	for k, s := range h.stmts {
 		if _, err := conn.Prepare(ctx, "", s.sql, nil); err != nil {
 			perr := &PrepareError{Statement: k, Err: err}

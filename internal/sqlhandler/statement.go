@@ -96,12 +96,30 @@ type Statement struct {
 	// edits are the replacements made, in order, to map a position in sql
 	// back to source.
 	edits []edit
+	// end is where the statement ends in source (a trailing semicolon and
+	// what follows it excluded).
+	end int
+	// top lists the tokens outside parentheses (keywords, identifiers,
+	// dots, opening parentheses), for the shape of batchForm.
+	top []token
+	// names holds every keyword and identifier, lower-cased (quoted ones
+	// as written), for batchForm.
+	names map[string]bool
 }
 
 // edit is one replacement: out[outAt:outAt+outLen] stands for
-// source[srcAt:srcAt+srcLen].
+// source[srcAt:srcAt+srcLen], the parameter p.
 type edit struct {
 	outAt, outLen, srcAt, srcLen int
+	p                            param
+}
+
+// token is one token outside parentheses: a lower-cased keyword or
+// identifier, a quoted identifier (as written), "." or "(".
+type token struct {
+	text     string
+	quoted   bool
+	from, to int // source offsets
 }
 
 // SQL returns the statement as sent to PostgreSQL.
@@ -155,11 +173,15 @@ func lineCol(s string, off int) (int, int) {
 // an empty statement, several statements, an unterminated literal or
 // comment, and the statements in refused.
 func Parse(src string) (*Statement, error) {
-	p := parser{src: src, used: map[param]int{}}
+	p := parser{src: src, used: map[param]int{}, names: map[string]bool{}}
 	if err := p.scan(); err != nil {
 		return nil, err
 	}
-	return &Statement{source: src, sql: p.out.String(), args: p.args, edits: p.edits}, nil
+	end := len(src)
+	if p.end >= 0 {
+		end = p.end
+	}
+	return &Statement{source: src, sql: p.out.String(), args: p.args, edits: p.edits, end: end, top: p.top, names: p.names}, nil
 }
 
 // parser is Parse's state.
@@ -180,6 +202,10 @@ type parser struct {
 	// opRun is set while the previous byte was an operator character:
 	// PostgreSQL reads a run of them as one operator.
 	opRun bool
+	// depth is the parentheses' nesting; top collects the tokens at 0.
+	depth int
+	top   []token
+	names map[string]bool
 }
 
 func (p *parser) fail(off int, format string, args ...any) error {
@@ -228,6 +254,8 @@ func (p *parser) scan() error {
 			if err := p.quoted('"', false); err != nil {
 				return err
 			}
+			p.topToken(s[start:p.i], true, start)
+			p.names[strings.ReplaceAll(s[start+1:p.i-1], `""`, `"`)] = true
 		case c == '$':
 			p.sawToken = true
 			if err := p.dollar(); err != nil {
@@ -256,6 +284,8 @@ func (p *parser) scan() error {
 				p.first = strings.ToLower(word)
 			}
 			p.sawToken = true
+			p.topToken(strings.ToLower(word), false, start)
+			p.names[strings.ToLower(word)] = true
 		case c == ';':
 			p.end = p.i
 			p.i++
@@ -267,6 +297,15 @@ func (p *parser) scan() error {
 		default:
 			p.sawToken = true
 			p.i++
+			switch c {
+			case '(':
+				p.topToken("(", false, start)
+				p.depth++
+			case ')':
+				p.depth--
+			case '.':
+				p.topToken(".", false, start)
+			}
 		}
 		if p.end < 0 {
 			p.out.WriteString(s[start:p.i])
@@ -279,6 +318,13 @@ func (p *parser) scan() error {
 		return p.fail(0, "%s is not allowed in a SQL handler: %s", strings.ToUpper(p.first), why)
 	}
 	return nil
+}
+
+// topToken records a token that ends at p.i if it is outside parentheses.
+func (p *parser) topToken(text string, quoted bool, from int) {
+	if p.depth == 0 {
+		p.top = append(p.top, token{text: text, quoted: quoted, from: from, to: p.i})
+	}
 }
 
 // atComment reports whether a comment starts at p.i.
@@ -407,7 +453,7 @@ func (p *parser) param(afterOp bool) error {
 		p.used[id] = n
 	}
 	repl := "($" + strconv.Itoa(n) + "::" + params[id].Type + ")"
-	p.edits = append(p.edits, edit{outAt: p.out.Len(), outLen: len(repl), srcAt: start, srcLen: j - start})
+	p.edits = append(p.edits, edit{outAt: p.out.Len(), outLen: len(repl), srcAt: start, srcLen: j - start, p: id})
 	p.out.WriteString(repl)
 	p.i = j
 	return nil

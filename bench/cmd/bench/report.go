@@ -130,6 +130,9 @@ func (r *report) computeRatios() {
 	if pd == nil || len(pd.Rounds) == 0 {
 		return
 	}
+	// SQL handlers (issue 13): the shop's stock effect as the SQL handler
+	// of examples/shop-sql against the Go batch handler, same batch size.
+	thr(r.find("platformd-sql"), pd, "platformd-sql / platformd (msgs/s): SQL handler vs Go batch handler", ">= 0.8", atLeast08)
 	thr(pd, peer, "platformd / peer (msgs/s)", ">= 5", func(v float64) bool { return v >= 5 })
 	thr(b1, seed, "platformd-b1 / seed port (msgs/s)", ">= 1", func(v float64) bool { return v >= 1 })
 	if nodedup != nil && len(nodedup.Rounds) > 0 {
