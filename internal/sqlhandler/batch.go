@@ -30,9 +30,9 @@ import (
 //     of their own (query_to_xml and the like, ts_stat) or differ between
 //     statements (statement_timestamp);
 //   - at start (Prepare), its query reads no table, view or sequence and
-//     uses only PostgreSQL's own functions, operators and types, or
-//     enumerations (the dependencies of a temporary view of it, which
-//     PostgreSQL records for every object but its own);
+//     uses only PostgreSQL's own functions, operators and types,
+//     enumerations and platform.uuid_v7() (the dependencies of a temporary
+//     view of it, which PostgreSQL records for every object but its own);
 //   - at every batch, checked by the statement itself before any row: the
 //     target is an ordinary table without triggers (but the internal ones
 //     of its constraints, a foreign key to itself excepted), rules or row
@@ -193,12 +193,15 @@ func (s *Statement) render(from int, repl func(param) string) string {
 // the connection failed.
 func checkBatchForm(ctx context.Context, conn *pgconn.PgConn, f *batchForm) (string, error) {
 	// PostgreSQL records no dependency on its own (pinned) objects: what
-	// the view depends on is the database's own, but enumerations.
+	// the view depends on is the database's own, but enumerations and
+	// platform.uuid_v7() (platformd's migrations: it reads no table).
 	deps := `SELECT coalesce(string_agg(DISTINCT pg_catalog.pg_describe_object(d.refclassid, d.refobjid, 0), ', '), '')
 FROM pg_catalog.pg_depend d JOIN pg_catalog.pg_rewrite r ON d.classid = 'pg_catalog.pg_rewrite'::pg_catalog.regclass AND d.objid = r.oid
 WHERE r.ev_class = '"platformd batch check"'::pg_catalog.regclass AND d.refobjid <> r.ev_class
   AND NOT (d.refclassid = 'pg_catalog.pg_type'::pg_catalog.regclass
-    AND EXISTS (SELECT FROM pg_catalog.pg_type ty WHERE ty.oid = d.refobjid AND ty.typtype = 'e'))`
+    AND EXISTS (SELECT FROM pg_catalog.pg_type ty WHERE ty.oid = d.refobjid AND ty.typtype = 'e'))
+  AND NOT (d.refclassid = 'pg_catalog.pg_proc'::pg_catalog.regclass
+    AND d.refobjid = pg_catalog.to_regprocedure('platform.uuid_v7()'))`
 	defer func() { _, _ = conn.Exec(context.WithoutCancel(ctx), "ROLLBACK").ReadAll() }()
 	for _, step := range []struct{ sql, why string }{
 		{"BEGIN", ""},

@@ -27,7 +27,7 @@ import (
 	"github.com/platformd/platformd/internal/testdb"
 )
 
-// shopSQL returns the stock service's SQL handler of
+// shopSQL returns the stock reservation's SQL handler of
 // examples/shop-sql/platformd.yaml, the benchmark's contender.
 func shopSQL(b *testing.B) config.SQLHandlerConfig {
 	b.Helper()
@@ -35,12 +35,18 @@ func shopSQL(b *testing.B) config.SQLHandlerConfig {
 	if err != nil {
 		b.Fatal(err)
 	}
-	s, ok := cfg.Service("stock")
-	if !ok || len(s.SQLHandlers) != 1 {
-		b.Fatal("examples/shop-sql: no stock SQL handler")
+	s, _ := cfg.Service("stock")
+	for _, h := range s.SQLHandlers {
+		if h.Name == shopReserveSQL {
+			return h
+		}
 	}
-	return s.SQLHandlers[0]
+	b.Fatalf("examples/shop-sql: no SQL handler %s", shopReserveSQL)
+	return config.SQLHandlerConfig{}
 }
+
+// shopReserveSQL is the stock reservation's SQL handler in examples/shop-sql.
+const shopReserveSQL = "stock.reserve_sql"
 
 // procCPU returns the user+system CPU time of process pid so far.
 func procCPU(b *testing.B, pid int) time.Duration {

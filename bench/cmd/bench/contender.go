@@ -12,6 +12,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"slices"
 	"strconv"
 	"strings"
 	"syscall"
@@ -101,9 +102,9 @@ func shopRegistry() (*consumer.Registry, error) {
 	return reg, shop.Register(reg)
 }
 
-// shopSQLHandler returns the name of the stock service's SQL handler in
-// examples/shop-sql/platformd.yaml and its sql_handlers block, to run the
-// very statement the example ships. The bench database already holds its
+// shopSQLHandler returns the name of the stock reservation's SQL handler
+// in examples/shop-sql/platformd.yaml and its sql_handlers block, to run
+// the very statement the example ships. The bench database already holds its
 // tables (the shop's migrations).
 func shopSQLHandler() (name, block string, err error) {
 	root, err := repoRoot()
@@ -114,11 +115,12 @@ func shopSQLHandler() (name, block string, err error) {
 	if err != nil {
 		return "", "", fmt.Errorf("examples/shop-sql: %w", err)
 	}
-	s, ok := cfg.Service("stock")
-	if !ok || len(s.SQLHandlers) != 1 {
-		return "", "", errors.New("examples/shop-sql: no stock SQL handler")
+	s, _ := cfg.Service("stock")
+	i := slices.IndexFunc(s.SQLHandlers, func(h config.SQLHandlerConfig) bool { return h.Name == "stock.reserve_sql" })
+	if i < 0 {
+		return "", "", errors.New("examples/shop-sql: no SQL handler stock.reserve_sql")
 	}
-	h := s.SQLHandlers[0]
+	h := s.SQLHandlers[i]
 	var b strings.Builder
 	fmt.Fprintf(&b, "    sql_handlers:\n      - name: %s\n        events: [%s]\n        sql:\n", h.Name, strings.Join(h.Events, ", "))
 	for _, stmt := range h.Statements() {
