@@ -20,8 +20,10 @@ import (
 )
 
 // The whole demo, for real, on the shop declared with SQL handlers only
-// (examples/shop-sql/platformd.yaml) and run by the stock binary: relay
-// republishes, a broker redelivery after SIGKILL and a replay, and the
+// (examples/shop-sql/platformd.yaml) and run by the stock binary: a relay
+// killed between confirm and delete (its republishes), a broker
+// redelivery after a connection loss and SIGKILL, a replay, the outbox
+// chain through stock's SQL announcement to shipping's parcels, and the
 // same exactly-once report as the Go shop's. It runs in a vhost, databases
 // and ports of its own.
 func TestDemoWithSQLHandlers(t *testing.T) {
@@ -57,7 +59,7 @@ func TestDemoWithSQLHandlers(t *testing.T) {
 		n, _ := strconv.Atoi(m[i+1])
 		require.Positive(t, n, "%s duplicates provoked and skipped", what)
 	}
-	require.Regexp(t, `reservations created:\s+(\d+) \(expected \d+\)`, report)
+	require.Regexp(t, `parcels prepared:\s+300 \(expected 300\)`, report)
 	require.Regexp(t, `processed_event rows:\s+stock 300, shipping \d+`, report)
 }
 
