@@ -151,20 +151,23 @@ func newBatchForm(s *Statement) (*batchForm, string) {
 // row, that the target table is still one the batch form may insert into;
 // else it fails with batchGuardMark in its message.
 func batchGuard(target string) string {
-	return `(SELECT CASE WHEN c.relkind = 'r' AND NOT c.relrowsecurity AND NOT c.relhasrules
-  AND NOT EXISTS (SELECT FROM pg_catalog.pg_trigger t WHERE t.tgrelid = c.oid
-    AND NOT (t.tgisinternal AND NOT EXISTS (SELECT FROM pg_catalog.pg_constraint k
-      WHERE k.oid = t.tgconstraint AND k.contype = 'f' AND k.conrelid = c.oid AND k.confrelid = c.oid)))
-  AND NOT EXISTS (SELECT FROM pg_catalog.pg_attribute a JOIN pg_catalog.pg_type ty ON ty.oid = a.atttypid
-    WHERE a.attrelid = c.oid AND a.attnum > 0 AND NOT a.attisdropped AND ty.oid >= 16384 AND ty.typtype <> 'e')
-  AND NOT EXISTS (SELECT FROM pg_catalog.pg_depend d
-    WHERE (d.refclassid IN ('pg_catalog.pg_proc'::pg_catalog.regclass, 'pg_catalog.pg_operator'::pg_catalog.regclass)
+	// It runs at every batch: each lookup goes through an index, and the
+	// triggers are looked at only when the table has some.
+	ownCode := `d.refobjid >= 16384 AND (d.refclassid IN ('pg_catalog.pg_proc'::pg_catalog.regclass, 'pg_catalog.pg_operator'::pg_catalog.regclass)
         OR (d.refclassid = 'pg_catalog.pg_type'::pg_catalog.regclass
-          AND NOT EXISTS (SELECT FROM pg_catalog.pg_type ty WHERE ty.oid = d.refobjid AND ty.typtype = 'e')))
-      AND d.refobjid >= 16384
-      AND ((d.classid = 'pg_catalog.pg_attrdef'::pg_catalog.regclass AND d.objid IN (SELECT ad.oid FROM pg_catalog.pg_attrdef ad WHERE ad.adrelid = c.oid))
-        OR (d.classid = 'pg_catalog.pg_constraint'::pg_catalog.regclass AND d.objid IN (SELECT k.oid FROM pg_catalog.pg_constraint k WHERE k.conrelid = c.oid))
-        OR (d.classid = 'pg_catalog.pg_class'::pg_catalog.regclass AND d.objid IN (SELECT i.indexrelid FROM pg_catalog.pg_index i WHERE i.indrelid = c.oid))))
+          AND NOT EXISTS (SELECT FROM pg_catalog.pg_type ty WHERE ty.oid = d.refobjid AND ty.typtype = 'e')))`
+	return `(SELECT CASE WHEN c.relkind = 'r' AND NOT c.relrowsecurity AND NOT c.relhasrules
+  AND (NOT c.relhastriggers OR NOT EXISTS (SELECT FROM pg_catalog.pg_trigger t WHERE t.tgrelid = c.oid
+    AND NOT (t.tgisinternal AND NOT EXISTS (SELECT FROM pg_catalog.pg_constraint k
+      WHERE k.oid = t.tgconstraint AND k.contype = 'f' AND k.conrelid = c.oid AND k.confrelid = c.oid))))
+  -- the table's columns: of no type of the database's own but enumerations
+  AND NOT EXISTS (SELECT FROM pg_catalog.pg_depend d
+    WHERE d.classid = 'pg_catalog.pg_class'::pg_catalog.regclass AND d.objid = c.oid AND ` + ownCode + `)
+  -- its defaults, generated columns, constraints and indexes: no code of the database's own
+  AND NOT EXISTS (SELECT FROM pg_catalog.pg_depend o JOIN pg_catalog.pg_depend d ON d.classid = o.classid AND d.objid = o.objid
+    WHERE o.refclassid = 'pg_catalog.pg_class'::pg_catalog.regclass AND o.refobjid = c.oid
+      AND o.classid IN ('pg_catalog.pg_attrdef'::pg_catalog.regclass, 'pg_catalog.pg_constraint'::pg_catalog.regclass, 'pg_catalog.pg_class'::pg_catalog.regclass)
+      AND ` + ownCode + `)
   THEN true ELSE ('` + batchGuardMark + `' || c.relname)::int::bool END
 FROM pg_catalog.pg_class c WHERE c.oid = ` + target + `)`
 }

@@ -146,6 +146,12 @@ func TestBatchFormRefused(t *testing.T) {
 			`INSERT INTO log VALUES (@event_id)`, "its table does not qualify"},
 		{"a default of the database's own", `CREATE FUNCTION f() RETURNS int LANGUAGE sql AS 'SELECT 1'; CREATE TABLE log (event_id uuid, n int DEFAULT f())`,
 			`INSERT INTO log (event_id) VALUES (@event_id)`, "its table does not qualify"},
+		{"an index on a function of the database's own", `CREATE FUNCTION f(uuid) RETURNS uuid IMMUTABLE LANGUAGE sql AS 'SELECT $1';
+			CREATE TABLE log (event_id uuid); CREATE INDEX ON log (f(event_id))`,
+			`INSERT INTO log VALUES (@event_id)`, "its table does not qualify"},
+		{"a check on a function of the database's own", `CREATE FUNCTION ok(uuid) RETURNS bool IMMUTABLE LANGUAGE sql AS 'SELECT true';
+			CREATE TABLE log (event_id uuid CHECK (ok(event_id)))`,
+			`INSERT INTO log VALUES (@event_id)`, "its table does not qualify"},
 		{"a domain", `CREATE DOMAIN pos AS int CHECK (VALUE > 0); CREATE TABLE log (event_id uuid, n pos)`,
 			`INSERT INTO log VALUES (@event_id, @attempt + 1)`, "its table does not qualify"},
 		{"a view", `CREATE TABLE log (event_id uuid); CREATE VIEW v AS SELECT * FROM log`,
