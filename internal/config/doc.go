@@ -15,15 +15,19 @@
 //     default is a Problem. A reference can also fill a number or a
 //     duration ("concurrency: ${POOL_CONCURRENCY:-4}"). Inside a flow
 //     collection ({...} or [...]) quote such a value, since braces are YAML
-//     syntax there: {token: "${ADMIN_TOKEN}"}.
+//     syntax there: {token: "${ADMIN_TOKEN}"}. The statements of SQL
+//     handlers (SQLStatement) are the one exception: SQL is taken as
+//     written, so that $$ stays a dollar quote.
 //  3. Defaults. A key that is absent (or null) gets its default; a key that
 //     is present keeps its value, even a zero one ("wait: 0s",
 //     "delays: []").
 //  4. Validate. Values are checked one by one and across the config (unique
 //     pool names and queues, handlers known to the HandlerCatalog, handler
 //     events routed by the pool's bindings, horizon longer than the retry
-//     span...). Token files are read into TokenConfig.Token.
+//     span, SQL handlers' names, events and, with a catalog that is a
+//     SQLChecker, statements...). Token files are read into
+//     TokenConfig.Token.
 //
-// Relative file paths (token_file, tls.*) are resolved against the directory
+// Relative file paths (token_file, tls.*, services[].migrations) are resolved against the directory
 // of the config file by Load, and against the working directory by Parse.
 package config
