@@ -38,8 +38,10 @@ import (
 //     of its constraints, a foreign key to itself excepted), rules or row
 //     security, and its columns' types, defaults, generated columns,
 //     constraints and indexes involve no function, operator or type of
-//     the database's own. A table changed since start fails that guard;
-//     the batch then runs statement by statement (batchRetry later).
+//     the database's own. A table changed since start fails that guard:
+//     the dedup step replays that batch event by event, and the handler
+//     runs its next batches statement by statement for batchRetry before
+//     it tries the batch form again.
 //
 // Row order is kept: the events' rows come out of a nested loop over the
 // events in order (the subquery is fenced with OFFSET 0, so its own FROM
