@@ -15,8 +15,10 @@ import (
 
 // Handler runs a SQL handler's statements for each event, in order, inside
 // the batch's transaction. It implements consumer.BatchHandler: a batch's
-// statements go to PostgreSQL as one pipeline. It is immutable and safe
-// for concurrent use.
+// statements go to PostgreSQL as one pipeline, or, for a one-INSERT
+// handler that Prepare found may, as one statement for the whole batch
+// (batch.go). Its statements never change and its batch mode changes
+// through atomics only: it is safe for concurrent use.
 type Handler struct {
 	name  string
 	stmts []*Statement
@@ -110,10 +112,11 @@ func (h *Handler) Handle(ctx context.Context, tx pgx.Tx, ev consumer.Event) erro
 }
 
 // HandleBatch runs the statements of every event, event by event in order,
-// as one pipeline: one round trip whatever the number of statements. The
-// first failure aborts the transaction (the dedup step then replays the
-// batch event by event through Handle, each in a savepoint), so its
-// effects are exactly those of Handle for each event in turn.
+// as one pipeline: one round trip whatever the number of statements; or
+// the batch form's one statement when it is on. The first failure aborts
+// the transaction (the dedup step then replays the batch event by event
+// through Handle, each in a savepoint), so its effects are exactly those
+// of Handle for each event in turn.
 func (h *Handler) HandleBatch(ctx context.Context, tx pgx.Tx, evs []consumer.Event) error {
 	if h.batchReady.Load() && time.Now().UnixNano() >= h.batchOffUntil.Load() {
 		return h.runBatchForm(ctx, tx, h.batch, evs)
