@@ -117,6 +117,9 @@ type PoolInfo struct {
 	Processed, Duplicates, Retried, Failed uint64
 	// DuplicatesBySource splits Duplicates by where the copies came from.
 	DuplicatesBySource DuplicateCounts
+	// Error says why the pool is connecting (its service database's last
+	// error); empty otherwise.
+	Error string
 }
 
 // DuplicateCounts counts duplicates by source: a broker redelivery, a

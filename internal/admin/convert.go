@@ -45,6 +45,7 @@ func poolToProto(p PoolInfo) *adminv1.Pool {
 		Duplicates:   p.Duplicates,
 		Retried:      p.Retried,
 		Failed:       p.Failed,
+		Error:        p.Error,
 	}
 }
 

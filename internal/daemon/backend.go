@@ -73,7 +73,7 @@ func poolInfo(i workers.Info) admin.PoolInfo {
 	return admin.PoolInfo{
 		Name: i.Name, Service: i.Service, Queue: i.Queue, State: i.State, PausedReason: i.PausedReason,
 		Concurrency: i.Concurrency, InFlight: i.InFlight,
-		Processed: i.Processed, Duplicates: i.Duplicates, Retried: i.Retried, Failed: i.Failed,
+		Processed: i.Processed, Duplicates: i.Duplicates, Retried: i.Retried, Failed: i.Failed, Error: i.Error,
 		DuplicatesBySource: admin.DuplicateCounts{
 			Redelivery: i.DuplicatesBySource.Redelivery, Replay: i.DuplicatesBySource.Replay, Republish: i.DuplicatesBySource.Republish,
 		},

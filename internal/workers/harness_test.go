@@ -151,8 +151,16 @@ func (w testWriter) Write(p []byte) (int, error) {
 	return len(p), nil
 }
 
-// start builds and starts the pool with the given handlers.
+// start builds and starts the pool with the given handlers, and waits
+// until its workers consume.
 func (b *bundle) start(handlers ...string) *Pool {
+	b.t.Helper()
+	return b.startPool(true, handlers...)
+}
+
+// startPool builds and starts the pool with the given handlers; with wait
+// it waits until the workers consume (or sit paused on a live channel).
+func (b *bundle) startPool(wait bool, handlers ...string) *Pool {
 	b.t.Helper()
 	routes, err := dedup.RoutesFor(b.reg, handlers)
 	require.NoError(b.t, err)
@@ -170,7 +178,11 @@ func (b *bundle) start(handlers ...string) *Pool {
 	b.t.Cleanup(b.stop)
 	// The workers declare the topology: wait until they consume (or sit
 	// paused on a live channel) before publishing.
-	b.waitFor("pool connected", func() bool { return p.connected.Load() == int64(b.cfg.Concurrency) })
+	if wait {
+		b.waitFor("pool connected", func() bool { return p.connected.Load() == int64(b.cfg.Concurrency) })
+	} else if err := p.DeclareTopology(b.ctx); err != nil {
+		b.t.Fatalf("declare topology: %v", err)
+	}
 	return p
 }
 

@@ -101,6 +101,9 @@ type Info struct {
 	DuplicatesBySource DuplicateCounts
 	Retried            uint64
 	Failed             uint64
+	// Error is why the pool is connecting: its service database's last
+	// error; empty otherwise.
+	Error string
 }
 
 // DuplicateCounts counts duplicates by source (metrics.Source…): a
@@ -122,7 +125,8 @@ type Pool struct {
 
 	count     counters
 	inFlight  atomic.Int64
-	connected atomic.Int64 // workers with a live consumer or paused on a live channel
+	dbErr     atomic.Pointer[error] // the service database's last error; nil once it answers
+	connected atomic.Int64          // workers with a live consumer or paused on a live channel
 
 	startstop.Base
 
@@ -190,37 +194,76 @@ func (p *Pool) DeclareTopology(ctx context.Context) error {
 	return nil
 }
 
-// Start reads the stored pause state, then starts the workers and the
-// state watcher in the background. It returns an error only if the state
-// cannot be read.
+// Start starts the pool in the background: it reads the stored pause
+// state, then starts the workers and the state watcher. A database that
+// cannot be reached does not fail the start: the pool reports
+// StateConnecting with the error, and tries again, with backoff, until the
+// database answers or the pool is stopped.
 func (p *Pool) Start(ctx context.Context) error {
 	return p.StartFunc(func() (func(), error) {
-		st, err := state.GetPoolState(ctx, p.deps.DB, p.cfg.Name)
-		if err != nil {
-			return nil, fmt.Errorf("workers: start pool %s: %w", p.cfg.Name, err)
-		}
-		p.apply(st.Paused, st.Reason)
 		// Two contexts, as River's fetch and work contexts: cancelling
 		// fetchCtx stops consuming and lets the work in hand finish and
 		// settle; cancelling workCtx cuts that work off.
 		fetchCtx, cancel := context.WithCancel(context.WithoutCancel(ctx))
 		workCtx, hard := context.WithCancel(context.WithoutCancel(ctx))
 		var wg sync.WaitGroup
-		workers := make([]*worker, p.cfg.Concurrency)
-		for i := range workers {
-			workers[i] = newWorker(p, i)
-		}
-		if p.cfg.PartitionKey != "" {
-			r := newReader(p, workers)
-			wg.Go(func() { r.run(fetchCtx, workCtx) })
-		} else {
-			for _, w := range workers {
-				wg.Go(func() { w.run(fetchCtx, workCtx) })
+		wg.Go(func() {
+			if !p.readState(fetchCtx) {
+				return
 			}
-		}
-		wg.Go(func() { p.pollState(fetchCtx) })
+			workers := make([]*worker, p.cfg.Concurrency)
+			for i := range workers {
+				workers[i] = newWorker(p, i)
+			}
+			if p.cfg.PartitionKey != "" {
+				r := newReader(p, workers)
+				wg.Go(func() { r.run(fetchCtx, workCtx) })
+			} else {
+				for _, w := range workers {
+					wg.Go(func() { w.run(fetchCtx, workCtx) })
+				}
+			}
+			p.pollState(fetchCtx)
+		})
 		return func() { p.stop(&wg, cancel, hard) }, nil
 	})
+}
+
+// readState reads the stored pause state, again and again with backoff
+// while the database cannot be reached; false when ctx ended first.
+func (p *Pool) readState(ctx context.Context) bool {
+	backoff := BackoffMinDefault
+	for {
+		st, err := state.GetPoolState(ctx, p.deps.DB, p.cfg.Name)
+		if err == nil {
+			p.setDatabaseError(nil)
+			p.apply(st.Paused, st.Reason)
+			return true
+		}
+		if ctx.Err() != nil {
+			return false
+		}
+		p.setDatabaseError(err)
+		p.log.WarnContext(ctx, "workers: service database not reachable, pool waiting for it", slog.Any("error", err), slog.Duration("backoff", backoff))
+		select {
+		case <-ctx.Done():
+			return false
+		case <-time.After(jitter(backoff)):
+		}
+		backoff = min(backoff*2, BackoffMaxDefault)
+	}
+}
+
+// setDatabaseError records the service database's last error, or that it
+// answered (nil): while it does not, the pool reports StateConnecting.
+func (p *Pool) setDatabaseError(err error) {
+	if err == nil {
+		if p.dbErr.Load() != nil {
+			p.dbErr.Store(nil)
+		}
+		return
+	}
+	p.dbErr.Store(&err)
 }
 
 // stop stops consuming, lets in-flight batches finish and settle within
@@ -269,8 +312,12 @@ func (p *Pool) Resume(ctx context.Context, actor string) (Info, error) {
 func (p *Pool) Refresh(ctx context.Context) error {
 	st, err := state.GetPoolState(ctx, p.deps.DB, p.cfg.Name)
 	if err != nil {
+		if ctx.Err() == nil {
+			p.setDatabaseError(err)
+		}
 		return err
 	}
+	p.setDatabaseError(nil)
 	p.apply(st.Paused, st.Reason)
 	return nil
 }
@@ -358,7 +405,7 @@ func (p *Pool) Info() Info {
 		st = StateStopped
 	case p.paused:
 		st = StatePaused
-	case p.connected.Load() < int64(p.cfg.Concurrency):
+	case p.connected.Load() < int64(p.cfg.Concurrency) || p.dbErr.Load() != nil:
 		st = StateConnecting
 	}
 	reason := ""
@@ -366,6 +413,10 @@ func (p *Pool) Info() Info {
 		reason = p.reason
 	}
 	p.mu.Unlock()
+	var dbErr string
+	if e := p.dbErr.Load(); e != nil && st == StateConnecting {
+		dbErr = (*e).Error()
+	}
 	return Info{
 		Name: p.cfg.Name, Service: p.cfg.Service, Queue: p.cfg.Queue,
 		State: st, PausedReason: reason, Concurrency: p.cfg.Concurrency,
@@ -375,5 +426,6 @@ func (p *Pool) Info() Info {
 			Redelivery: p.count.dupRedelivery.Load(), Replay: p.count.dupReplay.Load(), Republish: p.count.dupRepublish.Load(),
 		},
 		Retried: p.count.retried.Load(), Failed: p.count.failed.Load(),
+		Error: dbErr,
 	}
 }

@@ -239,6 +239,10 @@ func (w *worker) handle(workCtx, fetchCtx context.Context, st *settler, first am
 	return ok
 }
 
+// batchBackoffMin is how long a worker waits after a batch whose outcome
+// was unknown; each further one in a row doubles it.
+const batchBackoffMin = 500 * time.Millisecond
+
 // idleLinger is how long a worker that is not busy waits for a second
 // delivery: long enough for the library's delivery goroutine to hand over
 // a backlog (its channel is unbuffered, so a receive that does not wait
@@ -339,19 +343,28 @@ func (w *worker) processBatch(workCtx context.Context, st *settler, batch []mess
 	p := w.pool
 	r := w.rules()
 	w.events = r.decode(batch, start, w.events[:0])
-	w.backoff = 0
 	var results []dedup.Result
 	var err error
 	if len(w.events) > 0 {
 		hstart := time.Now()
 		results, err = p.deps.Processor.Process(workCtx, w.events)
-		if err != nil {
+		switch {
+		case err != nil:
 			p.count.m.batchErrors.Inc()
-			w.backoff = 500 * time.Millisecond
+			// The database is likely away: wait longer after each batch
+			// in a row that fails, so as not to spin through requeued
+			// deliveries (at most BackoffMaxDefault), and say so in Info.
+			w.backoff = min(max(2*w.backoff, batchBackoffMin), BackoffMaxDefault)
 			if workCtx.Err() == nil {
-				w.log.WarnContext(workCtx, "workers: batch outcome unknown, requeueing", slog.Int("events", len(w.events)), slog.Any("error", err))
+				p.setDatabaseError(err)
+				w.log.WarnContext(workCtx, "workers: batch outcome unknown, requeueing", slog.Int("events", len(w.events)),
+					slog.Any("error", err), slog.Duration("backoff", w.backoff))
 			}
-		} else {
+		default:
+			if w.backoff > 0 {
+				w.backoff = 0
+				p.setDatabaseError(nil)
+			}
 			p.count.m.handlerDuration.Observe(time.Since(hstart).Seconds() / float64(len(w.events)))
 		}
 	}

@@ -225,7 +225,10 @@ type Pool struct {
 	Retried uint64 `protobuf:"varint,10,opt,name=retried,proto3" json:"retried,omitempty"`
 	// failed counts the messages sent to the failure queue since the daemon
 	// started.
-	Failed        uint64 `protobuf:"varint,11,opt,name=failed,proto3" json:"failed,omitempty"`
+	Failed uint64 `protobuf:"varint,11,opt,name=failed,proto3" json:"failed,omitempty"`
+	// error says why a pool is POOL_STATE_CONNECTING when its service
+	// database cannot be reached (its last error); empty otherwise.
+	Error         string `protobuf:"bytes,13,opt,name=error,proto3" json:"error,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -335,6 +338,13 @@ func (x *Pool) GetFailed() uint64 {
 		return x.Failed
 	}
 	return 0
+}
+
+func (x *Pool) GetError() string {
+	if x != nil {
+		return x.Error
+	}
+	return ""
 }
 
 // LookupResult is what one service knows of an event id.
@@ -2154,7 +2164,7 @@ const file_platform_admin_v1_admin_proto_rawDesc = "" +
 	"last_purge\x18\x04 \x01(\v2\x1a.google.protobuf.TimestampR\tlastPurge\x12%\n" +
 	"\x0ebeyond_horizon\x18\x05 \x01(\tR\rbeyondHorizon\x12%\n" +
 	"\x0eoutbox_pending\x18\x06 \x01(\x03R\routboxPending\x12>\n" +
-	"\routbox_oldest\x18\a \x01(\v2\x19.google.protobuf.DurationR\foutboxOldest\"\xd2\x02\n" +
+	"\routbox_oldest\x18\a \x01(\v2\x19.google.protobuf.DurationR\foutboxOldest\"\xe8\x02\n" +
 	"\x04Pool\x12\x12\n" +
 	"\x04name\x18\x01 \x01(\tR\x04name\x12\x18\n" +
 	"\aservice\x18\x02 \x01(\tR\aservice\x12\x14\n" +
@@ -2169,7 +2179,8 @@ const file_platform_admin_v1_admin_proto_rawDesc = "" +
 	"duplicates\x12\x18\n" +
 	"\aretried\x18\n" +
 	" \x01(\x04R\aretried\x12\x16\n" +
-	"\x06failed\x18\v \x01(\x04R\x06failed\"\xc4\x01\n" +
+	"\x06failed\x18\v \x01(\x04R\x06failed\x12\x14\n" +
+	"\x05error\x18\r \x01(\tR\x05error\"\xc4\x01\n" +
 	"\fLookupResult\x12\x18\n" +
 	"\aservice\x18\x01 \x01(\tR\aservice\x12\x1c\n" +
 	"\tprocessed\x18\x02 \x01(\bR\tprocessed\x12=\n" +
