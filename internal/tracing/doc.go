@@ -1,0 +1,19 @@
+// Package tracing sets up platformd's OpenTelemetry traces (DESIGN.md,
+// "Tracing (OpenTelemetry)"): an SDK tracer provider exporting over OTLP,
+// gRPC or HTTP/protobuf, configured by the standard OTEL_* environment
+// variables and, below them, by the config file's tracing block.
+//
+// Tracing is off unless an OTLP endpoint is named (OTEL_EXPORTER_OTLP_ENDPOINT,
+// OTEL_EXPORTER_OTLP_TRACES_ENDPOINT or tracing.endpoint): then no exporter
+// exists, Provider.Tracer returns nil and the hot path skips every tracing
+// step, so that tracing off costs nothing.
+//
+// The environment wins over the config, as the OpenTelemetry specification
+// says: an endpoint, protocol or sampler set in the environment replaces the
+// config's. Everything else the SDK reads from the environment stands as it
+// reads it (OTEL_BSP_*, OTEL_EXPORTER_OTLP_HEADERS, _TIMEOUT, _INSECURE,
+// _CERTIFICATE, OTEL_RESOURCE_ATTRIBUTES, OTEL_SERVICE_NAME...).
+//
+// What the spans say is the business of the packages that make them
+// (internal/workers, internal/dedup); this package only exports them.
+package tracing

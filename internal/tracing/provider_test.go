@@ -1,0 +1,215 @@
+package tracing
+
+import (
+	"context"
+	"io"
+	"log/slog"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/require"
+	sdktrace "go.opentelemetry.io/otel/sdk/trace"
+	"go.uber.org/goleak"
+
+	"github.com/platformd/platformd/internal/tracing/tracingtest"
+)
+
+func TestMain(m *testing.M) { goleak.VerifyTestMain(m) }
+
+// cleanEnv unsets every variable that could turn tracing on or change it,
+// so that a test sees only what it sets.
+func cleanEnv(t *testing.T) {
+	for _, k := range []string{envSDKDisabled, envTracesExporter, envEndpoint, envTracesEndpoint, envProtocol, envTracesProtocol,
+		envSampler, "OTEL_TRACES_SAMPLER_ARG", "OTEL_SERVICE_NAME", "OTEL_RESOURCE_ATTRIBUTES", "OTEL_BSP_SCHEDULE_DELAY"} {
+		t.Setenv(k, "")
+	}
+}
+
+// countExporters counts the exporters New creates.
+func countExporters(t *testing.T) *atomic.Int32 {
+	var n atomic.Int32
+	orig := newExporter
+	newExporter = func(ctx context.Context, s settings) (sdktrace.SpanExporter, error) {
+		n.Add(1)
+		return orig(ctx, s)
+	}
+	t.Cleanup(func() { newExporter = orig })
+	return &n
+}
+
+func quiet() *slog.Logger { return slog.New(slog.NewTextHandler(io.Discard, nil)) }
+
+func ratio(r float64) *float64 { return &r }
+
+// Without an endpoint nothing is created, whatever else the environment
+// says, and the instrumentation gets a nil tracer (its cue to do nothing).
+func TestOffWithoutEndpoint(t *testing.T) {
+	cleanEnv(t)
+	made := countExporters(t)
+	rcv := tracingtest.New(t)
+	t.Setenv(envProtocol, ProtocolGRPC)
+	t.Setenv("OTEL_SERVICE_NAME", "stock-consumer")
+	t.Setenv("OTEL_BSP_SCHEDULE_DELAY", "10")
+
+	p, err := New(context.Background(), Config{Protocol: ProtocolHTTP, SamplerRatio: ratio(1), Logger: quiet()})
+	require.NoError(t, err)
+	require.False(t, p.Enabled())
+	require.Nil(t, p.Tracer())
+	_, span := p.TracerProvider().Tracer("x").Start(context.Background(), "nothing")
+	require.False(t, span.IsRecording())
+	span.End()
+	require.NoError(t, p.ForceFlush(context.Background()))
+	p.Stop()
+	require.Zero(t, made.Load(), "an exporter was created with no endpoint set")
+	require.Zero(t, rcv.Requests())
+}
+
+// OTEL_SDK_DISABLED and OTEL_TRACES_EXPORTER=none turn tracing off even with
+// an endpoint.
+func TestOffByEnvironment(t *testing.T) {
+	for _, kv := range [][2]string{{envSDKDisabled, "true"}, {envTracesExporter, "none"}} {
+		t.Run(kv[0], func(t *testing.T) {
+			cleanEnv(t)
+			made := countExporters(t)
+			t.Setenv(kv[0], kv[1])
+			t.Setenv(envEndpoint, "http://127.0.0.1:4318")
+			p, err := New(context.Background(), Config{Endpoint: "http://127.0.0.1:4318", Logger: quiet()})
+			require.NoError(t, err)
+			require.False(t, p.Enabled())
+			require.Zero(t, made.Load())
+		})
+	}
+}
+
+// Bad settings stop the start with what is wrong.
+func TestBadSettings(t *testing.T) {
+	for _, tc := range []struct {
+		name string
+		env  map[string]string
+		cfg  Config
+		want string
+	}{
+		{"protocol", nil, Config{Endpoint: "http://127.0.0.1:4318", Protocol: "http/json"}, `OTLP protocol "http/json"`},
+		{"env protocol", map[string]string{envTracesProtocol: "udp"}, Config{Endpoint: "http://127.0.0.1:4318"}, `OTLP protocol "udp"`},
+		{"endpoint", nil, Config{Endpoint: "127.0.0.1:4317"}, "must be an http:// or https:// URL"},
+		{"env endpoint", map[string]string{envEndpoint: "collector:4317"}, Config{}, "OTEL_EXPORTER_OTLP_ENDPOINT=\"collector:4317\""},
+		{"exporter", map[string]string{envTracesExporter: "zipkin"}, Config{Endpoint: "http://127.0.0.1:4318"}, "platformd exports otlp"},
+		{"disabled", map[string]string{envSDKDisabled: "maybe"}, Config{}, "must be true or false"},
+		{"ratio", nil, Config{Endpoint: "http://127.0.0.1:4318", SamplerRatio: ratio(1.5)}, "within 0..1"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			cleanEnv(t)
+			for k, v := range tc.env {
+				t.Setenv(k, v)
+			}
+			tc.cfg.Logger = quiet()
+			_, err := New(context.Background(), tc.cfg)
+			require.ErrorContains(t, err, tc.want)
+		})
+	}
+}
+
+// exportOne starts and ends one root span and shuts p down, which flushes.
+func exportOne(t *testing.T, p *Provider, name string) {
+	t.Helper()
+	require.True(t, p.Enabled())
+	_, span := p.Tracer().Start(context.Background(), name)
+	span.End()
+	p.Stop()
+}
+
+// The config's endpoint works over both protocols; the resource names the
+// service, its version and the host.
+func TestExportsOverBothProtocols(t *testing.T) {
+	for _, proto := range []string{ProtocolHTTP, ProtocolGRPC} {
+		t.Run(proto, func(t *testing.T) {
+			cleanEnv(t)
+			rcv := tracingtest.New(t)
+			endpoint := rcv.HTTPEndpoint
+			if proto == ProtocolGRPC {
+				endpoint = rcv.GRPCEndpoint
+			}
+			p, err := New(context.Background(), Config{Endpoint: endpoint, Protocol: proto, Logger: quiet()})
+			require.NoError(t, err)
+			exportOne(t, p, "hello "+proto)
+			spans := rcv.Spans()
+			require.Len(t, spans, 1)
+			require.Equal(t, "hello "+proto, spans[0].GetName())
+			require.Equal(t, ServiceNameDefault, spans[0].Resource["service.name"])
+			require.Equal(t, Version(), spans[0].Resource["service.version"])
+			require.NotEmpty(t, spans[0].Resource["host.name"])
+			require.Equal(t, ScopeName, spans[0].Scope)
+		})
+	}
+}
+
+// The environment wins over the config: its endpoint, protocol, service
+// name and sampler replace the config's.
+func TestEnvironmentWinsOverConfig(t *testing.T) {
+	cleanEnv(t)
+	rcv := tracingtest.New(t)
+	t.Setenv(envEndpoint, rcv.GRPCEndpoint)
+	t.Setenv(envProtocol, ProtocolGRPC)
+	t.Setenv("OTEL_SERVICE_NAME", "stock-consumer")
+	t.Setenv(envSampler, "always_on")
+	// The config points at a closed port over the other protocol and
+	// samples nothing: were it used, no span would arrive.
+	p, err := New(context.Background(), Config{Endpoint: "http://127.0.0.1:1", Protocol: ProtocolHTTP, SamplerRatio: ratio(0), Logger: quiet()})
+	require.NoError(t, err)
+	exportOne(t, p, "from env")
+	spans := rcv.Spans()
+	require.Len(t, spans, 1)
+	require.Equal(t, "stock-consumer", spans[0].Resource["service.name"])
+}
+
+// The config's sampler ratio applies when the environment names no
+// sampler: ratio 0 samples no root span.
+func TestConfigSamplerRatio(t *testing.T) {
+	cleanEnv(t)
+	rcv := tracingtest.New(t)
+	p, err := New(context.Background(), Config{Endpoint: rcv.HTTPEndpoint, SamplerRatio: ratio(0), Logger: quiet()})
+	require.NoError(t, err)
+	_, span := p.Tracer().Start(context.Background(), "dropped")
+	require.False(t, span.IsRecording())
+	span.End()
+	exportOne(t, p, "also dropped")
+	require.Zero(t, rcv.Count())
+}
+
+// Spans wait for OTEL_BSP_SCHEDULE_DELAY, and Stop flushes them: the last
+// spans of a daemon that stops are not lost.
+func TestStopFlushes(t *testing.T) {
+	cleanEnv(t)
+	rcv := tracingtest.New(t)
+	t.Setenv("OTEL_BSP_SCHEDULE_DELAY", "3600000") // an hour
+	p, err := New(context.Background(), Config{Endpoint: rcv.HTTPEndpoint, Logger: quiet()})
+	require.NoError(t, err)
+	for range 3 {
+		_, span := p.Tracer().Start(context.Background(), "pending")
+		span.End()
+	}
+	require.Zero(t, rcv.Requests(), "exported before the schedule delay")
+	start := time.Now()
+	p.Stop()
+	require.Less(t, time.Since(start), ShutdownTimeoutDefault)
+	require.Equal(t, 3, rcv.Count())
+	p.Stop() // twice is safe
+	require.NoError(t, p.Shutdown(context.Background()))
+}
+
+// A collector that is down costs the stop at most ShutdownTimeoutDefault.
+func TestStopBoundedWhenCollectorDown(t *testing.T) {
+	if testing.Short() {
+		t.Skip("waits for the shutdown timeout")
+	}
+	cleanEnv(t)
+	t.Setenv("OTEL_EXPORTER_OTLP_TIMEOUT", "60000")
+	p, err := New(context.Background(), Config{Endpoint: "http://127.0.0.1:1", Logger: quiet()})
+	require.NoError(t, err)
+	_, span := p.Tracer().Start(context.Background(), "lost")
+	span.End()
+	start := time.Now()
+	p.Stop()
+	require.Less(t, time.Since(start), ShutdownTimeoutDefault+2*time.Second)
+}

@@ -1,0 +1,138 @@
+package tracing
+
+import (
+	"fmt"
+	"net/url"
+	"path"
+	"strconv"
+	"strings"
+)
+
+// OTLP protocols.
+const (
+	// ProtocolGRPC is OTLP over gRPC (collectors listen on 4317).
+	ProtocolGRPC = "grpc"
+	// ProtocolHTTP is OTLP over HTTP with protobuf bodies (collectors listen
+	// on 4318, path /v1/traces).
+	ProtocolHTTP = "http/protobuf"
+	// ProtocolDefault is the protocol when neither the environment nor the
+	// config names one: the specification's default.
+	ProtocolDefault = ProtocolHTTP
+)
+
+// The standard environment variables this package reads itself; the SDK and
+// the exporters read the others.
+const (
+	envSDKDisabled    = "OTEL_SDK_DISABLED"
+	envTracesExporter = "OTEL_TRACES_EXPORTER"
+	envEndpoint       = "OTEL_EXPORTER_OTLP_ENDPOINT"
+	envTracesEndpoint = "OTEL_EXPORTER_OTLP_TRACES_ENDPOINT"
+	envProtocol       = "OTEL_EXPORTER_OTLP_PROTOCOL"
+	envTracesProtocol = "OTEL_EXPORTER_OTLP_TRACES_PROTOCOL"
+	envSampler        = "OTEL_TRACES_SAMPLER"
+)
+
+// tracesPath is the OTLP/HTTP path of traces, appended to a base endpoint.
+const tracesPath = "/v1/traces"
+
+// settings is what New does, resolved from the environment and the config.
+type settings struct {
+	// on is false when no endpoint is named, or the environment turns the
+	// SDK or its trace exporter off.
+	on bool
+	// why says why tracing is off (for the log).
+	why string
+	// protocol is ProtocolGRPC or ProtocolHTTP.
+	protocol string
+	// endpointURL is the config's endpoint as the exporter's full URL; empty
+	// when the environment names the endpoint (the exporter reads it).
+	endpointURL string
+	// endpoint is where spans go, for the log.
+	endpoint string
+	// ratio is the config's sampler ratio, applied unless the environment
+	// names a sampler (useRatio false).
+	ratio    float64
+	useRatio bool
+}
+
+// resolve decides what New does from cfg and the environment (lookup).
+func resolve(cfg Config, lookup func(string) (string, bool)) (settings, error) {
+	get := func(k string) string {
+		v, _ := lookup(k)
+		return strings.TrimSpace(v)
+	}
+	if v := get(envSDKDisabled); v != "" {
+		disabled, err := strconv.ParseBool(v)
+		if err != nil {
+			return settings{}, fmt.Errorf("tracing: %s=%q: must be true or false", envSDKDisabled, v)
+		}
+		if disabled {
+			return settings{why: envSDKDisabled + " is true"}, nil
+		}
+	}
+	if v := get(envTracesExporter); v != "" {
+		switch strings.ToLower(v) {
+		case "otlp":
+		case "none":
+			return settings{why: envTracesExporter + " is none"}, nil
+		default:
+			return settings{}, fmt.Errorf("tracing: %s=%q: platformd exports otlp (or none)", envTracesExporter, v)
+		}
+	}
+	s := settings{on: true, ratio: 1, useRatio: get(envSampler) == ""}
+	if cfg.SamplerRatio != nil {
+		s.ratio = *cfg.SamplerRatio
+	}
+	if s.ratio < 0 || s.ratio > 1 {
+		return settings{}, fmt.Errorf("tracing: sampler ratio %v: must be within 0..1", s.ratio)
+	}
+	s.protocol = ProtocolDefault
+	for _, p := range []string{get(envTracesProtocol), get(envProtocol), cfg.Protocol} {
+		if p != "" {
+			s.protocol = p
+			break
+		}
+	}
+	if s.protocol != ProtocolGRPC && s.protocol != ProtocolHTTP {
+		return settings{}, fmt.Errorf("tracing: OTLP protocol %q: must be %s or %s", s.protocol, ProtocolGRPC, ProtocolHTTP)
+	}
+	for _, k := range []string{envTracesEndpoint, envEndpoint} {
+		if v := get(k); v != "" {
+			if msg := CheckEndpoint(v); msg != "" {
+				return settings{}, fmt.Errorf("tracing: %s=%q: %s", k, v, msg)
+			}
+			s.endpoint = v
+			return s, nil
+		}
+	}
+	if cfg.Endpoint == "" {
+		return settings{why: "no OTLP endpoint is set"}, nil
+	}
+	if msg := CheckEndpoint(cfg.Endpoint); msg != "" {
+		return settings{}, fmt.Errorf("tracing: endpoint %q: %s", cfg.Endpoint, msg)
+	}
+	s.endpoint, s.endpointURL = cfg.Endpoint, cfg.Endpoint
+	if s.protocol == ProtocolHTTP {
+		// A base URL, as OTEL_EXPORTER_OTLP_ENDPOINT is: the signal's path
+		// is appended to it.
+		u, _ := url.Parse(cfg.Endpoint)
+		u.Path = path.Join("/", u.Path, tracesPath)
+		s.endpointURL = u.String()
+		s.endpoint = s.endpointURL
+	}
+	return s, nil
+}
+
+// CheckEndpoint returns what is wrong with an OTLP endpoint, "" when it is
+// an http:// or https:// URL with a host (the form OTEL_EXPORTER_OTLP_ENDPOINT
+// takes; http means no TLS).
+func CheckEndpoint(endpoint string) string {
+	u, err := url.Parse(endpoint)
+	if err != nil || (u.Scheme != "http" && u.Scheme != "https") || u.Host == "" {
+		return "must be an http:// or https:// URL with a host, e.g. http://127.0.0.1:4318"
+	}
+	if u.RawQuery != "" || u.Fragment != "" || u.User != nil {
+		return "must not carry a query, a fragment or user information"
+	}
+	return ""
+}

@@ -1,0 +1,299 @@
+// Package tracingtest is an in-process OTLP trace receiver for tests and
+// the bench: a real gRPC TraceService and a real HTTP /v1/traces endpoint on
+// loopback listeners of their own, decoding what exporters send as OTLP
+// protobuf. It stands where a collector would, so that a test proves what
+// reaches the wire, not what the SDK recorded in memory.
+package tracingtest
+
+import (
+	"compress/gzip"
+	"context"
+	"encoding/hex"
+	"errors"
+	"fmt"
+	"io"
+	"net"
+	"net/http"
+	"strconv"
+	"sync"
+	"time"
+
+	collectortrace "go.opentelemetry.io/proto/otlp/collector/trace/v1"
+	commonpb "go.opentelemetry.io/proto/otlp/common/v1"
+	tracepb "go.opentelemetry.io/proto/otlp/trace/v1"
+	"google.golang.org/grpc"
+	"google.golang.org/protobuf/proto"
+)
+
+// Span is one received span with its resource and scope.
+type Span struct {
+	*tracepb.Span
+	// Resource holds the resource's attributes, as Value renders them.
+	Resource map[string]string
+	// Scope is the instrumentation scope's name.
+	Scope string
+}
+
+// TraceIDHex is the span's trace id in hex.
+func (s Span) TraceIDHex() string { return hex.EncodeToString(s.GetTraceId()) }
+
+// SpanIDHex is the span's id in hex.
+func (s Span) SpanIDHex() string { return hex.EncodeToString(s.GetSpanId()) }
+
+// ParentIDHex is the span's parent id in hex ("" for a root).
+func (s Span) ParentIDHex() string { return hex.EncodeToString(s.GetParentSpanId()) }
+
+// Attr returns the span attribute key as Value renders it.
+func (s Span) Attr(key string) (string, bool) { return attr(s.GetAttributes(), key) }
+
+// Event returns the span's first event called name.
+func (s Span) Event(name string) (*tracepb.Span_Event, bool) {
+	for _, e := range s.GetEvents() {
+		if e.GetName() == name {
+			return e, true
+		}
+	}
+	return nil, false
+}
+
+// EventAttr returns an attribute of an event, as Value renders it.
+func EventAttr(e *tracepb.Span_Event, key string) (string, bool) { return attr(e.GetAttributes(), key) }
+
+func attr(kvs []*commonpb.KeyValue, key string) (string, bool) {
+	for _, kv := range kvs {
+		if kv.GetKey() == key {
+			return Value(kv.GetValue()), true
+		}
+	}
+	return "", false
+}
+
+// Value renders an attribute value: strings as they are, numbers and
+// booleans in Go syntax, anything else through its protobuf text.
+func Value(v *commonpb.AnyValue) string {
+	switch x := v.GetValue().(type) {
+	case *commonpb.AnyValue_StringValue:
+		return x.StringValue
+	case *commonpb.AnyValue_IntValue:
+		return strconv.FormatInt(x.IntValue, 10)
+	case *commonpb.AnyValue_BoolValue:
+		return strconv.FormatBool(x.BoolValue)
+	case *commonpb.AnyValue_DoubleValue:
+		return strconv.FormatFloat(x.DoubleValue, 'g', -1, 64)
+	}
+	return v.String()
+}
+
+// Options tune a Receiver.
+type Options struct {
+	// CountOnly keeps no span, only the counts (a bench receives millions).
+	CountOnly bool
+}
+
+// Receiver receives OTLP traces over gRPC and HTTP. Its methods are safe
+// for concurrent use.
+type Receiver struct {
+	// GRPCEndpoint is the gRPC listener as an endpoint URL (http://host:port).
+	GRPCEndpoint string
+	// HTTPEndpoint is the HTTP listener as a base endpoint URL
+	// (http://host:port); spans are posted to its /v1/traces.
+	HTTPEndpoint string
+
+	opts    Options
+	grpcSrv *grpc.Server
+	httpSrv *http.Server
+	done    sync.WaitGroup
+
+	mu       sync.Mutex
+	spans    []Span
+	count    int
+	requests int
+	changed  chan struct{} // closed and replaced whenever spans arrive
+}
+
+// Start listens on two loopback ports and serves until Close.
+func Start(opts Options) (*Receiver, error) {
+	r := &Receiver{opts: opts, changed: make(chan struct{})}
+	var lc net.ListenConfig
+	gl, err := lc.Listen(context.Background(), "tcp", "127.0.0.1:0")
+	if err != nil {
+		return nil, fmt.Errorf("tracingtest: listen: %w", err)
+	}
+	hl, err := lc.Listen(context.Background(), "tcp", "127.0.0.1:0")
+	if err != nil {
+		gl.Close()
+		return nil, fmt.Errorf("tracingtest: listen: %w", err)
+	}
+	r.GRPCEndpoint = "http://" + gl.Addr().String()
+	r.HTTPEndpoint = "http://" + hl.Addr().String()
+	r.grpcSrv = grpc.NewServer()
+	collectortrace.RegisterTraceServiceServer(r.grpcSrv, grpcService{r: r})
+	mux := http.NewServeMux()
+	mux.HandleFunc("POST /v1/traces", r.serveHTTP)
+	r.httpSrv = &http.Server{Handler: mux, ReadHeaderTimeout: 5 * time.Second}
+	r.done.Add(2)
+	go func() { defer r.done.Done(); _ = r.grpcSrv.Serve(gl) }()
+	go func() { defer r.done.Done(); _ = r.httpSrv.Serve(hl) }()
+	return r, nil
+}
+
+// TB is the part of testing.TB that New needs.
+type TB interface {
+	Helper()
+	Fatal(args ...any)
+	Cleanup(func())
+}
+
+// New starts a Receiver closed when t ends.
+func New(t TB) *Receiver {
+	t.Helper()
+	r, err := Start(Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(r.Close)
+	return r
+}
+
+// Close stops both servers and waits for them.
+func (r *Receiver) Close() {
+	r.grpcSrv.Stop()
+	_ = r.httpSrv.Close()
+	r.done.Wait()
+}
+
+type grpcService struct {
+	collectortrace.UnimplementedTraceServiceServer
+	r *Receiver
+}
+
+// Export receives one OTLP/gRPC export.
+func (g grpcService) Export(_ context.Context, req *collectortrace.ExportTraceServiceRequest) (*collectortrace.ExportTraceServiceResponse, error) {
+	g.r.add(req)
+	return &collectortrace.ExportTraceServiceResponse{}, nil
+}
+
+// serveHTTP receives one OTLP/HTTP protobuf export.
+func (r *Receiver) serveHTTP(w http.ResponseWriter, req *http.Request) {
+	var body io.Reader = req.Body
+	if req.Header.Get("Content-Encoding") == "gzip" {
+		zr, err := gzip.NewReader(req.Body)
+		if err != nil {
+			http.Error(w, err.Error(), http.StatusBadRequest)
+			return
+		}
+		defer zr.Close()
+		body = zr
+	}
+	b, err := io.ReadAll(body)
+	if err != nil {
+		http.Error(w, err.Error(), http.StatusBadRequest)
+		return
+	}
+	var msg collectortrace.ExportTraceServiceRequest
+	if err := proto.Unmarshal(b, &msg); err != nil {
+		http.Error(w, err.Error(), http.StatusBadRequest)
+		return
+	}
+	r.add(&msg)
+	out, _ := proto.Marshal(&collectortrace.ExportTraceServiceResponse{})
+	w.Header().Set("Content-Type", "application/x-protobuf")
+	_, _ = w.Write(out)
+}
+
+func (r *Receiver) add(req *collectortrace.ExportTraceServiceRequest) {
+	var got []Span
+	n := 0
+	for _, rs := range req.GetResourceSpans() {
+		var res map[string]string
+		if !r.opts.CountOnly {
+			res = map[string]string{}
+			for _, kv := range rs.GetResource().GetAttributes() {
+				res[kv.GetKey()] = Value(kv.GetValue())
+			}
+		}
+		for _, ss := range rs.GetScopeSpans() {
+			n += len(ss.GetSpans())
+			if r.opts.CountOnly {
+				continue
+			}
+			for _, sp := range ss.GetSpans() {
+				got = append(got, Span{Span: sp, Resource: res, Scope: ss.GetScope().GetName()})
+			}
+		}
+	}
+	r.mu.Lock()
+	r.requests++
+	r.count += n
+	r.spans = append(r.spans, got...)
+	close(r.changed)
+	r.changed = make(chan struct{})
+	r.mu.Unlock()
+}
+
+// Spans returns the spans received so far, in arrival order.
+func (r *Receiver) Spans() []Span {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	return append([]Span(nil), r.spans...)
+}
+
+// Count returns the number of spans received so far.
+func (r *Receiver) Count() int {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	return r.count
+}
+
+// Requests returns the number of exports received so far.
+func (r *Receiver) Requests() int {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	return r.requests
+}
+
+// ErrTimeout is returned by Wait when its condition did not hold in time.
+var ErrTimeout = errors.New("tracingtest: timed out waiting for spans")
+
+// Wait blocks until cond holds for the spans received so far (checked on
+// every arrival) or timeout passes, and returns those spans.
+func (r *Receiver) Wait(timeout time.Duration, cond func([]Span) bool) ([]Span, error) {
+	deadline := time.NewTimer(timeout)
+	defer deadline.Stop()
+	for {
+		r.mu.Lock()
+		spans := append([]Span(nil), r.spans...)
+		changed := r.changed
+		r.mu.Unlock()
+		if cond(spans) {
+			return spans, nil
+		}
+		select {
+		case <-changed:
+		case <-deadline.C:
+			return spans, ErrTimeout
+		}
+	}
+}
+
+// Named returns the spans of spans called name.
+func Named(spans []Span, name string) []Span {
+	var out []Span
+	for _, s := range spans {
+		if s.GetName() == name {
+			out = append(out, s)
+		}
+	}
+	return out
+}
+
+// WithAttr returns the spans of spans whose attribute key is value.
+func WithAttr(spans []Span, key, value string) []Span {
+	var out []Span
+	for _, s := range spans {
+		if v, ok := s.Attr(key); ok && v == value {
+			out = append(out, s)
+		}
+	}
+	return out
+}
