@@ -18,6 +18,8 @@ type Config struct {
 	Broker BrokerConfig `yaml:"broker"`
 	// Services are the consumer services (at least one).
 	Services []ServiceConfig `yaml:"services"`
+	// Tracing configures OpenTelemetry traces (off by default).
+	Tracing TracingConfig `yaml:"tracing"`
 }
 
 // LogConfig sets the slog level and format.

@@ -160,6 +160,8 @@ func (d *decoder) decode(path string, n ast.Node, v reflect.Value) {
 		d.decodeUint(path, n, tag, v)
 	case t.Kind() == reflect.Bool:
 		d.decodeBool(path, n, tag, v)
+	case t.Kind() == reflect.Float64:
+		d.decodeFloat(path, n, tag, v)
 	default:
 		d.ps.decodeErr(path, "unsupported field type %s", t)
 	}

@@ -76,6 +76,7 @@ func applyDefaults(c *Config, isSet func(path string) bool) {
 	setString("broker.url", &c.Broker.URL, BrokerURLDefault)
 	setString("broker.exchange", &c.Broker.Exchange, ExchangeDefault)
 	setInt("broker.max_body_bytes", &c.Broker.MaxBodyBytes, MaxBodyBytesDefault)
+	applyTracingDefaults(&c.Tracing, isSet)
 
 	for i := range c.Services {
 		s := &c.Services[i]

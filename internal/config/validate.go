@@ -62,6 +62,7 @@ func (v *validator) validate() {
 	v.broker()
 	v.sqlHandlers() // before services: their pools may reference SQL handlers
 	v.services()
+	v.tracing()
 }
 
 func (v *validator) log() {
