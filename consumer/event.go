@@ -5,6 +5,7 @@ import (
 	"time"
 
 	"github.com/google/uuid"
+	"go.opentelemetry.io/otel/trace"
 )
 
 // Event is one decoded delivery as a handler sees it. Events are values;
@@ -23,6 +24,12 @@ type Event struct {
 	Attempt int
 	// Delivery holds the broker facts of this delivery.
 	Delivery Delivery
+	// SpanContext is the context of platformd's span of this delivery
+	// ("process <queue>"): the parent of what a handler traces, and the
+	// trace context of the messages it writes to the outbox (see
+	// EventContext). It is the zero (invalid) SpanContext when tracing is
+	// off.
+	SpanContext trace.SpanContext
 }
 
 // Delivery holds the facts of how an event reached platformd.

@@ -16,6 +16,8 @@ import (
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgconn"
 	"github.com/jackc/pgx/v5/pgxpool"
+	"go.opentelemetry.io/otel/attribute"
+	"go.opentelemetry.io/otel/trace"
 
 	"github.com/platformd/platformd/consumer"
 	"github.com/platformd/platformd/internal/dbutil"
@@ -97,6 +99,12 @@ type ProcessorConfig struct {
 	// its events are replayed one by one (default
 	// ConflictRetriesDefault; -1: never).
 	ConflictRetries int
+	// Tracer, when set, traces every batch (see SpanBatch); nil (default)
+	// traces nothing and costs nothing.
+	Tracer trace.Tracer
+	// TraceAttributes are set on every batch span (the daemon names the
+	// service and the pool).
+	TraceAttributes []attribute.KeyValue
 }
 
 // ConflictRetriesDefault is ProcessorConfig.ConflictRetries' default.
@@ -135,6 +143,7 @@ type Processor struct {
 	order []Route
 	// inflight holds the ids whose batch is running in a Process call.
 	inflight inflight
+	tr       tracer
 }
 
 // task is one event of a Process call and, once known, its result. A
@@ -233,7 +242,8 @@ func (f *inflight) release(own *batchClaim, mine []*task, err error) {
 
 // NewProcessor returns a Processor over db.
 func NewProcessor(db *pgxpool.Pool, cfg ProcessorConfig) *Processor {
-	p := &Processor{db: db, routes: cfg.Routes, obs: cfg.Observer, retries: cmp.Or(cfg.ConflictRetries, ConflictRetriesDefault)}
+	p := &Processor{db: db, routes: cfg.Routes, obs: cfg.Observer, retries: cmp.Or(cfg.ConflictRetries, ConflictRetriesDefault),
+		tr: newTracer(cfg)}
 	if p.obs == nil {
 		p.obs = nopObserver{}
 	}
@@ -282,7 +292,9 @@ func (p *Processor) Handles(eventName string) bool { return len(p.routes[eventNa
 // the connection died, the commit failed or ctx ended): nothing may be
 // acknowledged, every event must be delivered again, and its redelivery
 // meets the processed_event row or not and does the right thing.
-func (p *Processor) Process(ctx context.Context, events []consumer.Event) ([]Result, error) {
+func (p *Processor) Process(ctx context.Context, events []consumer.Event) (results []Result, err error) {
+	ctx, span := p.tr.startBatch(ctx, events)
+	defer func() { endBatch(span, results, err) }()
 	tasks := make([]task, len(events))
 	run := make([]*task, 0, len(events))
 	for i := range events {
@@ -300,7 +312,7 @@ func (p *Processor) Process(ctx context.Context, events []consumer.Event) ([]Res
 	if err := p.process(ctx, run); err != nil {
 		return nil, err
 	}
-	results := make([]Result, len(tasks))
+	results = make([]Result, len(tasks))
 	for i := range tasks {
 		results[i] = tasks[i].result
 	}
@@ -428,7 +440,8 @@ func (p *Processor) tryBatch(ctx context.Context, ts []*task) error {
 	for _, t := range ts {
 		t.result = Result{} // a try again starts from nothing known
 	}
-	return dbutil.WithTx(ctx, p.db, dbutil.ReadCommitted, func(ctx context.Context, tx pgx.Tx) error {
+	var commit trace.Span
+	err := dbutil.WithTx(ctx, p.db, dbutil.ReadCommitted, func(ctx context.Context, tx pgx.Tx) error {
 		fresh, err := p.record(ctx, tx, ts)
 		if err != nil {
 			return err
@@ -439,8 +452,11 @@ func (p *Processor) tryBatch(ctx context.Context, ts []*task) error {
 		for _, t := range fresh {
 			t.result = Result{Outcome: OutcomeProcessed}
 		}
+		commit = p.tr.startCommit(ctx)
 		return nil
 	})
+	endSpan(commit, err)
+	return err
 }
 
 // conflictCode returns the SQLSTATE of err when it is a deadlock or a
@@ -461,6 +477,8 @@ func conflictCode(err error) (string, bool) {
 // and handlers succeed or roll back on their own. A task whose failure the
 // first try already saw is not run again.
 func (p *Processor) runIsolated(ctx context.Context, ts []*task) error {
+	ctx, replay := p.tr.start(ctx, SpanReplay)
+	var commit trace.Span
 	err := dbutil.WithTx(ctx, p.db, dbutil.ReadCommitted, func(ctx context.Context, tx pgx.Tx) error {
 		for _, t := range ts {
 			if t.result.Outcome == OutcomeFailed {
@@ -482,8 +500,11 @@ func (p *Processor) runIsolated(ctx context.Context, ts []*task) error {
 				return err
 			}
 		}
+		commit = p.tr.startCommit(ctx)
 		return nil
 	})
+	endSpan(commit, err)
+	endSpan(replay, err)
 	if err != nil {
 		return fmt.Errorf("dedup: %w", err)
 	}
@@ -503,7 +524,9 @@ func (p *Processor) record(ctx context.Context, tx pgx.Tx, ts []*task) ([]*task,
 	for i, t := range ts {
 		ids[i] = t.ev.ID
 	}
-	inserted, err := RecordIDs(ctx, tx, ids)
+	ictx, span := p.tr.start(ctx, SpanInsert, insertAttrs...)
+	inserted, err := RecordIDs(ictx, tx, ids)
+	endInsert(span, len(inserted), err)
 	if err != nil {
 		return nil, fmt.Errorf("insert processed_event: %w", err)
 	}
@@ -576,8 +599,11 @@ func (p *Processor) runHandlers(ctx context.Context, tx pgx.Tx, fresh []*task) e
 		if len(s.events) == 0 {
 			continue
 		}
+		hctx, span := p.tr.startHandler(ctx, h.Name, len(s.events))
 		if bh, ok := h.Handler.(consumer.BatchHandler); ok && len(s.events) > 1 {
-			if err := call(func() error { return bh.HandleBatch(ctx, tx, s.events) }); err != nil {
+			err := call(func() error { return bh.HandleBatch(hctx, tx, s.events) })
+			endSpan(span, err)
+			if err != nil {
 				return handlerError(ctx, tx, h.Name, err, nil)
 			}
 			continue
@@ -586,10 +612,12 @@ func (p *Processor) runHandlers(ctx context.Context, tx pgx.Tx, fresh []*task) e
 			if !routed(p.routes[t.ev.Name], h.Name) {
 				continue
 			}
-			if err := call(func() error { return h.Handler.Handle(ctx, tx, *t.ev) }); err != nil {
+			if err := call(func() error { return h.Handler.Handle(consumer.EventContext(ctx, *t.ev), tx, *t.ev) }); err != nil {
+				endSpan(span, err)
 				return handlerError(ctx, tx, h.Name, err, t)
 			}
 		}
+		endSpan(span, nil)
 	}
 	return nil
 }
@@ -598,7 +626,10 @@ func (p *Processor) runHandlers(ctx context.Context, tx pgx.Tx, fresh []*task) e
 // failure (see runHandlers for the errors).
 func (p *Processor) runEvent(ctx context.Context, tx pgx.Tx, t *task) error {
 	for _, r := range p.routes[t.ev.Name] {
-		if err := call(func() error { return r.Handler.Handle(ctx, tx, *t.ev) }); err != nil {
+		_, span := p.tr.startHandler(ctx, r.Name, 1)
+		err := call(func() error { return r.Handler.Handle(consumer.EventContext(ctx, *t.ev), tx, *t.ev) })
+		endSpan(span, err)
+		if err != nil {
 			return handlerError(ctx, tx, r.Name, err, t)
 		}
 	}

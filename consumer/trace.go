@@ -1,0 +1,59 @@
+package consumer
+
+import (
+	"context"
+
+	"go.opentelemetry.io/otel/propagation"
+	"go.opentelemetry.io/otel/trace"
+)
+
+// HeaderTraceParent and HeaderTraceState are the W3C Trace Context headers
+// that carry a trace across the broker: platformd's span of a delivery is a
+// child of its traceparent, and the messages a handler writes to the outbox
+// carry the delivery span's.
+const (
+	HeaderTraceParent = "traceparent"
+	HeaderTraceState  = "tracestate"
+)
+
+// EventContext returns ctx carrying the span context of ev's delivery span
+// (ev.SpanContext): spans a handler starts from it are children of that
+// span, and InjectTraceContext (so Publish) stamps messages with it. Handle
+// is already given such a ctx; HandleBatch's ctx carries the batch's span
+// instead, so a BatchHandler that publishes passes EventContext(ctx, ev) for
+// the messages ev causes. ctx is returned as it is when ev has no span
+// context (tracing off).
+func EventContext(ctx context.Context, ev Event) context.Context {
+	if !ev.SpanContext.IsValid() {
+		return ctx
+	}
+	return trace.ContextWithSpanContext(ctx, ev.SpanContext)
+}
+
+// InjectTraceContext adds to headers the W3C trace context of the span in
+// ctx (traceparent, and tracestate when it has one) and returns headers, a
+// new map when headers is nil and there is something to add. A traceparent
+// already in headers is kept: a handler that traced its own publish keeps
+// its own. Without a valid span context in ctx (tracing off) headers is
+// returned untouched. The outbox writer calls it on its copy of a
+// message's headers, so the next consumer's spans join the trace of the
+// event that caused the message. It is safe for concurrent use on distinct
+// maps.
+func InjectTraceContext(ctx context.Context, headers map[string]any) map[string]any {
+	sc := trace.SpanContextFromContext(ctx)
+	if !sc.IsValid() {
+		return headers
+	}
+	if _, ok := headers[HeaderTraceParent]; ok {
+		return headers
+	}
+	carrier := propagation.MapCarrier{}
+	propagation.TraceContext{}.Inject(ctx, carrier)
+	if headers == nil {
+		headers = make(map[string]any, len(carrier))
+	}
+	for k, v := range carrier {
+		headers[k] = v
+	}
+	return headers
+}
