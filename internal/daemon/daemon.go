@@ -27,6 +27,7 @@ import (
 	"github.com/platformd/platformd/internal/scheduler"
 	"github.com/platformd/platformd/internal/startstop"
 	"github.com/platformd/platformd/internal/state"
+	"github.com/platformd/platformd/internal/tracing"
 	"github.com/platformd/platformd/internal/workers"
 )
 
@@ -143,6 +144,7 @@ type Daemon struct {
 	console  *console.Server // nil when off; see console.go
 	httpSrv  *metricsServer
 	amqpURL  string
+	tracing  *tracing.Provider
 	stopOnce sync.Once
 	outbox   *relays
 }
@@ -203,6 +205,9 @@ func start(ctx context.Context, cfg *config.Config, reg *consumer.Registry, logg
 	}()
 	if dedup.SkipsDedupInsert() {
 		logger.Warn("daemon: built with tag platformd_nodedup: the dedup insert is OFF; duplicates WILL be applied. Benchmarks only.")
+	}
+	if err := d.startTracing(ctx); err != nil {
+		return nil, err
 	}
 	d.publish = workers.NewConn(cfg.Broker.URL, "platformd-publish", logger)
 	for _, sc := range cfg.Services {
@@ -296,8 +301,9 @@ func (d *Daemon) addService(ctx context.Context, sc config.ServiceConfig) error 
 		}, workers.Deps{
 			Processor: dedup.NewProcessor(db, dedup.ProcessorConfig{
 				Routes: routes, Observer: workers.NewConflictObserver(d.metrics, sc.Name, pc.Name, d.log),
+				Tracer: d.tracer(), TraceAttributes: batchTraceAttributes(sc.Name, pc.Name),
 			}),
-			DB: db, Consume: consume, Publish: d.publish, Metrics: d.metrics, Logger: d.log,
+			DB: db, Consume: consume, Publish: d.publish, Metrics: d.metrics, Logger: d.log, Tracer: d.tracer(),
 		})
 		if err != nil {
 			return err
@@ -412,7 +418,8 @@ func (d *Daemon) Stop() {
 //  4. the daemon's loops (pause and horizon watchers, refreshers);
 //  5. the metrics endpoint, scrapable until the drain is done;
 //  6. the broker connections and the database pools, which all of the
-//     above used.
+//     above used;
+//  7. the tracer provider, which flushes the spans of everything above.
 func (d *Daemon) stopStages() [][]startstop.Stopper {
 	var pools, loops, resources []startstop.Stopper
 	for _, svc := range d.services {
@@ -437,6 +444,7 @@ func (d *Daemon) stopStages() [][]startstop.Stopper {
 		loops,
 		{d.httpSrv},
 		append(resources, d.outbox.resources()...),
+		{d.tracing},
 	}
 }
 

@@ -18,6 +18,7 @@ import (
 	"github.com/jackc/pgx/v5/pgxpool"
 	amqp "github.com/rabbitmq/amqp091-go"
 	"github.com/stretchr/testify/require"
+	"go.opentelemetry.io/otel/trace"
 	"go.uber.org/goleak"
 
 	"github.com/platformd/platformd/consumer"
@@ -63,6 +64,7 @@ type bundle struct {
 	pool     *Pool
 	pubConn  *amqp.Connection
 	pubCh    *amqp.Channel
+	tracer   trace.Tracer // nil: tracing off
 
 	poolInfoAfterStop Info
 
@@ -168,9 +170,9 @@ func (b *bundle) startPool(wait bool, handlers ...string) *Pool {
 	b.publish = NewConn(b.url, "test-publish", b.logger)
 	p, err := NewPool(b.cfg, Deps{
 		Processor: dedup.NewProcessor(b.db, dedup.ProcessorConfig{
-			Routes: routes, Observer: NewConflictObserver(b.metrics, b.cfg.Service, b.cfg.Name, b.logger),
+			Routes: routes, Observer: NewConflictObserver(b.metrics, b.cfg.Service, b.cfg.Name, b.logger), Tracer: b.tracer,
 		}),
-		DB: b.db, Consume: b.consume, Publish: b.publish, Metrics: b.metrics, Logger: b.logger,
+		DB: b.db, Consume: b.consume, Publish: b.publish, Metrics: b.metrics, Logger: b.logger, Tracer: b.tracer,
 	})
 	require.NoError(b.t, err)
 	require.NoError(b.t, p.Start(b.ctx))

@@ -12,6 +12,7 @@ import (
 
 	"github.com/go-json-experiment/json/jsontext"
 	"github.com/jackc/pgx/v5/pgxpool"
+	"go.opentelemetry.io/otel/trace"
 
 	"github.com/platformd/platformd/internal/config"
 	"github.com/platformd/platformd/internal/dedup"
@@ -86,6 +87,9 @@ type Deps struct {
 	Publish *Conn
 	Metrics *metrics.Metrics
 	Logger  *slog.Logger
+	// Tracer, when set, traces every delivery (a "process <queue>" span);
+	// nil (default) traces nothing and costs nothing.
+	Tracer trace.Tracer
 }
 
 // Info is a snapshot of a pool.

@@ -6,6 +6,7 @@ import (
 
 	"github.com/google/uuid"
 	amqp "github.com/rabbitmq/amqp091-go"
+	"go.opentelemetry.io/otel/trace"
 
 	"github.com/platformd/platformd/consumer"
 	"github.com/platformd/platformd/internal/dedup"
@@ -49,9 +50,10 @@ func (s settlement) eventIDText() string {
 // settlement once decided. A batch is a []message passed from step to step
 // (decode, decide, settle): each step reads and writes the messages.
 type message struct {
-	d  amqp.Delivery
-	ev consumer.Event
-	s  settlement
+	d    amqp.Delivery
+	ev   consumer.Event
+	s    settlement
+	span trace.Span // the delivery's span (nil when tracing is off)
 }
 
 // runs reports whether the message's event goes to the dedup step: it

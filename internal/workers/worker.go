@@ -39,6 +39,7 @@ type worker struct {
 	hasHeld    bool
 	// ackLimit bounds how many settled deliveries an ack may cover.
 	ackLimit int
+	tr       tracer
 }
 
 func newWorker(p *Pool, id int) *worker {
@@ -57,6 +58,7 @@ func newWorker(p *Pool, id int) *worker {
 		// send while acks are held back.
 		ackLimit:   max(prefetch/4, 1),
 		idleLinger: idleLinger,
+		tr:         newTracer(p.cfg, p.deps.Tracer),
 	}
 }
 
@@ -343,6 +345,7 @@ func (w *worker) processBatch(workCtx context.Context, st *settler, batch []mess
 	p := w.pool
 	r := w.rules()
 	w.events = r.decode(batch, start, w.events[:0])
+	w.startSpans(batch, w.events, start)
 	var results []dedup.Result
 	var err error
 	if len(w.events) > 0 {
@@ -369,10 +372,12 @@ func (w *worker) processBatch(workCtx context.Context, st *settler, batch []mess
 		}
 	}
 	r.decide(batch, results, err)
+	w.stampCopies(batch)
 	if p.cfg.testBeforeSettleFunc != nil {
 		p.cfg.testBeforeSettleFunc()
 	}
 	ok := st.settle(workCtx, batch, w.peek)
+	w.endSpans(batch, err, ok)
 	p.count.m.batchSize.Observe(float64(len(batch)))
 	p.count.m.batchDuration.Observe(time.Since(start).Seconds())
 	return ok

@@ -1,0 +1,206 @@
+package workers
+
+import (
+	"context"
+	"errors"
+	"time"
+
+	"github.com/google/uuid"
+	amqp "github.com/rabbitmq/amqp091-go"
+	"go.opentelemetry.io/otel/attribute"
+	"go.opentelemetry.io/otel/codes"
+	"go.opentelemetry.io/otel/propagation"
+	semconv "go.opentelemetry.io/otel/semconv/v1.43.0"
+	"go.opentelemetry.io/otel/trace"
+
+	"github.com/platformd/platformd/consumer"
+)
+
+// Attributes of a delivery span beyond the messaging conventions' (DESIGN.md,
+// "Tracing (OpenTelemetry)").
+const (
+	AttrService = attribute.Key("platformd.service")
+	AttrPool    = attribute.Key("platformd.pool")
+	// AttrOutcome is the metrics' outcome (processed, duplicate, retried,
+	// failed, rejected); absent when the delivery was requeued, which the
+	// metrics do not count either.
+	AttrOutcome = attribute.Key("platformd.outcome")
+	// AttrSettlement is what became of the delivery: ack, retry (a copy on
+	// a delay queue, then ack), failure_queue (a copy on <queue>.failed,
+	// then ack) or requeue (nack: outcome unknown, or a copy not
+	// confirmed).
+	AttrSettlement = attribute.Key("platformd.settlement")
+	// AttrAttempt is the delivery's x-attempt (0 for the first).
+	AttrAttempt = attribute.Key("platformd.attempt")
+	// AttrFailureReason is the x-failure-reason of a failure copy.
+	AttrFailureReason = attribute.Key("platformd.failure_reason")
+)
+
+// Events recorded on a delivery span when it is settled by a copy.
+const (
+	EventRetryCopy   = "retry copy confirmed"
+	EventFailureCopy = "failure copy confirmed"
+	EventRequeued    = "requeued"
+	EventChannelLost = "channel closed before the ack"
+)
+
+// tracer is a pool's tracing of its deliveries; t is nil when tracing is
+// off, and then no step of it runs.
+type tracer struct {
+	t    trace.Tracer
+	name string                // "process <queue>"
+	kind trace.SpanStartOption // CONSUMER
+	// attrs are the pool's attributes, the same on every span.
+	attrs trace.SpanStartOption
+}
+
+func newTracer(cfg PoolConfig, t trace.Tracer) tracer {
+	if t == nil {
+		return tracer{}
+	}
+	return tracer{
+		t: t, name: "process " + cfg.Queue, kind: trace.WithSpanKind(trace.SpanKindConsumer),
+		attrs: trace.WithAttributes(semconv.MessagingSystemRabbitMQ, semconv.MessagingOperationTypeProcess,
+			semconv.MessagingDestinationName(cfg.Queue), AttrService.String(cfg.Service), AttrPool.String(cfg.Name)),
+	}
+}
+
+// tableCarrier reads and writes W3C trace context in AMQP headers; a
+// producer may send a header as a string or as bytes.
+type tableCarrier amqp.Table
+
+// Get returns the header key as a string ("" when absent or not text).
+func (c tableCarrier) Get(key string) string {
+	switch v := c[key].(type) {
+	case string:
+		return v
+	case []byte:
+		return string(v)
+	}
+	return ""
+}
+
+// Set sets the header key to value.
+func (c tableCarrier) Set(key, value string) { c[key] = value }
+
+// Keys lists the headers.
+func (c tableCarrier) Keys() []string {
+	keys := make([]string, 0, len(c))
+	for k := range c {
+		keys = append(keys, k)
+	}
+	return keys
+}
+
+var _ propagation.TextMapCarrier = tableCarrier(nil)
+
+// startSpans starts the span of every delivery of batch (decoded), each a
+// child of its traceparent header when it has one, and gives the events
+// that run (events, in batch order) their span's context.
+func (w *worker) startSpans(batch []message, events []consumer.Event, start time.Time) {
+	tr := &w.tr
+	if tr.t == nil {
+		return
+	}
+	at := trace.WithTimestamp(start)
+	k := 0
+	for i := range batch {
+		m := &batch[i]
+		parent := context.Background()
+		if _, ok := m.d.Headers[consumer.HeaderTraceParent]; ok {
+			parent = propagation.TraceContext{}.Extract(parent, tableCarrier(m.d.Headers))
+		}
+		_, m.span = tr.t.Start(parent, tr.name, tr.kind, tr.attrs, at)
+		if m.span.IsRecording() {
+			m.span.SetAttributes(semconv.MessagingRabbitMQDestinationRoutingKey(originalRoutingKey(&m.d)),
+				semconv.MessagingMessageBodySize(len(m.d.Body)), semconv.MessagingRabbitMQMessageDeliveryTag(int(m.d.DeliveryTag)),
+				AttrAttempt.Int(attemptOf(m.d.Headers)))
+			if m.ev.ID != uuid.Nil {
+				m.span.SetAttributes(semconv.MessagingMessageID(m.ev.ID.String()))
+			}
+		}
+		if m.runs() {
+			events[k].SpanContext = m.span.SpanContext()
+			k++
+		}
+	}
+}
+
+// stampCopies gives the retry and failure copies of batch whose delivery
+// carries no traceparent their delivery span's context: a retry then joins
+// its first attempt's trace, and a replayed failure the trace it failed
+// in. A traceparent the delivery carries stays as it is (the copies keep
+// every header).
+func (w *worker) stampCopies(batch []message) {
+	if w.tr.t == nil {
+		return
+	}
+	for i := range batch {
+		m := &batch[i]
+		if m.s.kind != settleRetry && m.s.kind != settleFail {
+			continue
+		}
+		if _, ok := m.d.Headers[consumer.HeaderTraceParent]; ok {
+			continue
+		}
+		if m.d.Headers == nil {
+			m.d.Headers = amqp.Table{}
+		}
+		propagation.TraceContext{}.Inject(trace.ContextWithSpan(context.Background(), m.span), tableCarrier(m.d.Headers))
+	}
+}
+
+// endSpans records on every delivery span of batch its settlement and
+// outcome, and ends it. batchErr is the dedup step's error (the batch's
+// outcome unknown); alive is false when the channel died during settling
+// (the acks were lost: the broker redelivers).
+func (w *worker) endSpans(batch []message, batchErr error, alive bool) {
+	if w.tr.t == nil {
+		return
+	}
+	for i := range batch {
+		m := &batch[i]
+		if m.span.IsRecording() {
+			w.recordSettlement(m, batchErr, alive)
+		}
+		m.span.End()
+		m.span = nil
+	}
+}
+
+var settlementNames = [...]attribute.KeyValue{
+	settleAck:     AttrSettlement.String("ack"),
+	settleRequeue: AttrSettlement.String("requeue"),
+	settleRetry:   AttrSettlement.String("retry"),
+	settleFail:    AttrSettlement.String("failure_queue"),
+}
+
+func (w *worker) recordSettlement(m *message, batchErr error, alive bool) {
+	s, span := m.s, m.span
+	if int(s.kind) < len(settlementNames) && s.kind != 0 {
+		span.SetAttributes(settlementNames[s.kind])
+	}
+	if s.kind != settleRequeue && s.outcome != "" {
+		span.SetAttributes(AttrOutcome.String(s.outcome))
+	}
+	switch s.kind {
+	case settleRetry:
+		queue := RetryQueue(w.pool.cfg.Queue, w.pool.cfg.RetryDelays[s.attempt-1])
+		span.RecordError(errors.New(s.err))
+		span.AddEvent(EventRetryCopy, trace.WithAttributes(semconv.MessagingDestinationName(queue), AttrAttempt.Int(s.attempt)))
+	case settleFail:
+		span.AddEvent(EventFailureCopy, trace.WithAttributes(semconv.MessagingDestinationName(FailedQueue(w.pool.cfg.Queue)),
+			AttrFailureReason.String(s.reason)))
+		span.SetStatus(codes.Error, s.reason+": "+s.err)
+	case settleRequeue:
+		msg := "retry or failure copy not confirmed"
+		if batchErr != nil {
+			msg = "batch outcome unknown: " + batchErr.Error()
+		}
+		span.AddEvent(EventRequeued)
+		span.SetStatus(codes.Error, msg)
+	}
+	if !alive && s.kind != settleRequeue {
+		span.AddEvent(EventChannelLost)
+	}
+}

@@ -1,0 +1,339 @@
+package workers
+
+import (
+	"context"
+	"crypto/rand"
+	"encoding/hex"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/google/uuid"
+	"github.com/jackc/pgx/v5"
+	amqp "github.com/rabbitmq/amqp091-go"
+	"github.com/stretchr/testify/require"
+	tracepb "go.opentelemetry.io/proto/otlp/trace/v1"
+
+	"github.com/platformd/platformd/consumer"
+	"github.com/platformd/platformd/examples/shop"
+	"github.com/platformd/platformd/internal/dedup"
+	"github.com/platformd/platformd/internal/envelope"
+	"github.com/platformd/platformd/internal/tracing/tracingtest"
+)
+
+// traceRig is a pool tracing to an in-process OTLP receiver through a real
+// exporter, with a handler ("test.trace") that records the trace headers
+// an outbox message written from its ctx would carry.
+type traceRig struct {
+	*bundle
+	rcv *tracingtest.Receiver
+
+	hmu     sync.Mutex
+	headers map[uuid.UUID][]map[string]any
+}
+
+func newTraceRig(t *testing.T) *traceRig {
+	r := &traceRig{bundle: newBundle(t), headers: map[uuid.UUID][]map[string]any{}}
+	r.rcv = tracingtest.New(t)
+	r.tracer = tracingtest.NewProvider(t, r.rcv).Tracer("platformd-test")
+	r.reg.MustRegister(consumer.Registration{Name: "test.trace", Events: []string{shop.EventOrderPlaced},
+		Handler: consumer.HandlerFunc(func(ctx context.Context, _ pgx.Tx, ev consumer.Event) error {
+			h := consumer.InjectTraceContext(ctx, nil)
+			r.hmu.Lock()
+			r.headers[ev.ID] = append(r.headers[ev.ID], h)
+			r.hmu.Unlock()
+			return nil
+		})})
+	return r
+}
+
+// producer is a producer's span: the traceparent it would publish with.
+type producer struct{ traceID, spanID string }
+
+func newProducer(t *testing.T) producer {
+	t.Helper()
+	b := make([]byte, 24)
+	_, err := rand.Read(b)
+	require.NoError(t, err)
+	return producer{traceID: hex.EncodeToString(b[:16]), spanID: hex.EncodeToString(b[16:])}
+}
+
+func (p producer) traceparent() string { return "00-" + p.traceID + "-" + p.spanID + "-01" }
+
+// deliverySpans returns the delivery spans of event id, in start order.
+func (r *traceRig) deliverySpans(spans []tracingtest.Span, id uuid.UUID) []tracingtest.Span {
+	out := tracingtest.WithAttr(tracingtest.Named(spans, "process "+r.queue), "messaging.message.id", id.String())
+	for i := 1; i < len(out); i++ {
+		for j := i; j > 0 && out[j].GetStartTimeUnixNano() < out[j-1].GetStartTimeUnixNano(); j-- {
+			out[j], out[j-1] = out[j-1], out[j]
+		}
+	}
+	return out
+}
+
+// wait waits until every event of ids has n delivery spans.
+func (r *traceRig) wait(n int, ids ...uuid.UUID) []tracingtest.Span {
+	r.t.Helper()
+	spans, err := r.rcv.Wait(30*time.Second, func(s []tracingtest.Span) bool {
+		for _, id := range ids {
+			if len(r.deliverySpans(s, id)) < n {
+				return false
+			}
+		}
+		return true
+	})
+	require.NoError(r.t, err)
+	return spans
+}
+
+func requireAttrs(t *testing.T, s tracingtest.Span, want map[string]string) {
+	t.Helper()
+	for k, v := range want {
+		got, ok := s.Attr(k)
+		require.True(t, ok, "attribute %s missing on %s", k, s.GetName())
+		require.Equal(t, v, got, "attribute %s", k)
+	}
+}
+
+// linkedBatch returns the batch span linked to delivery span d.
+func linkedBatch(t *testing.T, spans []tracingtest.Span, d tracingtest.Span) tracingtest.Span {
+	t.Helper()
+	for _, b := range tracingtest.Named(spans, dedup.SpanBatch) {
+		for _, l := range b.GetLinks() {
+			if hex.EncodeToString(l.GetSpanId()) == d.SpanIDHex() && hex.EncodeToString(l.GetTraceId()) == d.TraceIDHex() {
+				return b
+			}
+		}
+	}
+	t.Fatalf("no batch span links to delivery span %s", d.SpanIDHex())
+	return tracingtest.Span{}
+}
+
+func childrenOf(spans []tracingtest.Span, parent tracingtest.Span) []string {
+	var out []string
+	for _, s := range spans {
+		if s.ParentIDHex() == parent.SpanIDHex() && s.TraceIDHex() == parent.TraceIDHex() {
+			out = append(out, s.GetName())
+		}
+	}
+	return out
+}
+
+// A delivery's span is a CONSUMER span "process <queue>", the child of its
+// producer's traceparent (a string or bytes header), with the contract's
+// attributes; one without a traceparent starts a trace. The batch that
+// committed it links to it, and the handler's ctx carries it: an outbox
+// message written there would carry it as its traceparent.
+func TestTraceDeliveryChildOfProducer(t *testing.T) {
+	t.Parallel()
+	r := newTraceRig(t)
+	r.start(shop.HandlerStockReserve, "test.trace")
+	p1, p2 := newProducer(t), newProducer(t)
+	e1, _ := r.order(1)
+	e2, _ := r.order(1)
+	e3, _ := r.order(1)
+	r.publishEnv(e1, amqp.Table{"traceparent": p1.traceparent()})
+	r.publishEnv(e2, amqp.Table{"traceparent": []byte(p2.traceparent()), "tracestate": "vendor=v"})
+	r.publishEnv(e3, nil)
+	spans := r.wait(1, e1.EventID, e2.EventID, e3.EventID)
+
+	d1 := r.deliverySpans(spans, e1.EventID)[0]
+	require.Equal(t, "process "+r.queue, d1.GetName())
+	require.Equal(t, tracepb.Span_SPAN_KIND_CONSUMER, d1.GetKind())
+	require.Equal(t, p1.traceID, d1.TraceIDHex())
+	require.Equal(t, p1.spanID, d1.ParentIDHex())
+	requireAttrs(t, d1, map[string]string{
+		"messaging.system": "rabbitmq", "messaging.operation.type": "process", "messaging.destination.name": r.queue,
+		"messaging.rabbitmq.destination.routing_key": shop.EventOrderPlaced, "messaging.message.id": e1.EventID.String(),
+		"platformd.service": "stock", "platformd.pool": r.cfg.Name, "platformd.outcome": "processed",
+		"platformd.settlement": "ack", "platformd.attempt": "0",
+	})
+	require.Equal(t, tracepb.Status_STATUS_CODE_UNSET, d1.GetStatus().GetCode())
+
+	d2 := r.deliverySpans(spans, e2.EventID)[0]
+	require.Equal(t, p2.traceID, d2.TraceIDHex())
+	require.Equal(t, p2.spanID, d2.ParentIDHex())
+	require.Equal(t, "vendor=v", d2.GetTraceState())
+
+	d3 := r.deliverySpans(spans, e3.EventID)[0]
+	require.Empty(t, d3.ParentIDHex(), "no traceparent: a trace of its own")
+
+	for _, d := range []tracingtest.Span{d1, d2, d3} {
+		b := linkedBatch(t, spans, d)
+		spans, err := r.rcv.Wait(10*time.Second, func(s []tracingtest.Span) bool {
+			return len(childrenOf(s, b)) >= 4
+		})
+		require.NoError(t, err)
+		require.ElementsMatch(t, []string{dedup.SpanInsert, dedup.SpanHandler + shop.HandlerStockReserve, dedup.SpanHandler + "test.trace", dedup.SpanCommit},
+			childrenOf(spans, b))
+	}
+
+	r.hmu.Lock()
+	defer r.hmu.Unlock()
+	require.Equal(t, "00-"+p1.traceID+"-"+d1.SpanIDHex()+"-01", r.headers[e1.EventID][0]["traceparent"])
+	require.Equal(t, "00-"+p2.traceID+"-"+d2.SpanIDHex()+"-01", r.headers[e2.EventID][0]["traceparent"])
+	require.Equal(t, "vendor=v", r.headers[e2.EventID][0]["tracestate"])
+	require.Equal(t, "00-"+d3.TraceIDHex()+"-"+d3.SpanIDHex()+"-01", r.headers[e3.EventID][0]["traceparent"])
+}
+
+// A duplicate is a delivery span with outcome duplicate in its producer's
+// trace; its batch inserted nothing and ran no handler.
+func TestTraceDuplicate(t *testing.T) {
+	t.Parallel()
+	r := newTraceRig(t)
+	r.start(shop.HandlerStockReserve, "test.trace")
+	p := newProducer(t)
+	e, _ := r.order(1)
+	r.publishEnv(e, amqp.Table{"traceparent": p.traceparent()})
+	r.wait(1, e.EventID)
+	r.publishEnv(e, amqp.Table{"traceparent": p.traceparent()}) // the relay republishes
+	spans := r.wait(2, e.EventID)
+
+	ds := r.deliverySpans(spans, e.EventID)
+	require.Len(t, ds, 2)
+	for i, want := range []string{"processed", "duplicate"} {
+		requireAttrs(t, ds[i], map[string]string{"platformd.outcome": want, "platformd.settlement": "ack"})
+		require.Equal(t, p.traceID, ds[i].TraceIDHex())
+		require.Equal(t, p.spanID, ds[i].ParentIDHex())
+		require.Equal(t, tracepb.Status_STATUS_CODE_UNSET, ds[i].GetStatus().GetCode())
+	}
+	b := linkedBatch(t, spans, ds[1])
+	spans, err := r.rcv.Wait(10*time.Second, func(s []tracingtest.Span) bool { return len(childrenOf(s, b)) >= 2 })
+	require.NoError(t, err)
+	require.ElementsMatch(t, []string{dedup.SpanInsert, dedup.SpanCommit}, childrenOf(spans, b), "a duplicate runs no handler")
+	requireAttrs(t, b, map[string]string{"platformd.batch.duplicates": "1", "platformd.batch.processed": "0"})
+	r.hmu.Lock()
+	require.Len(t, r.headers[e.EventID], 1)
+	r.hmu.Unlock()
+}
+
+// A retried event's attempts are one trace: with a producer's traceparent
+// every attempt is its child (the copy keeps the header); without one, the
+// copy carries the first attempt's span, so the second attempt is its
+// child. The failed attempt records the retry copy and the error.
+func TestTraceRetriedAcrossAttempts(t *testing.T) {
+	t.Parallel()
+	r := newTraceRig(t)
+	p := newProducer(t)
+	withParent, _ := r.order(1)
+	orphan, _ := r.order(1)
+	r.failN[withParent.EventID] = 1
+	r.failN[orphan.EventID] = 1
+	r.start(shop.HandlerStockReserve, "test.probe")
+	r.publishEnv(withParent, amqp.Table{"traceparent": p.traceparent()})
+	r.publishEnv(orphan, nil)
+	spans := r.wait(2, withParent.EventID, orphan.EventID)
+
+	wp := r.deliverySpans(spans, withParent.EventID)
+	require.Len(t, wp, 2)
+	for i, s := range wp {
+		require.Equal(t, p.traceID, s.TraceIDHex())
+		require.Equal(t, p.spanID, s.ParentIDHex())
+		v, _ := s.Attr("platformd.attempt")
+		require.Equal(t, []string{"0", "1"}[i], v)
+	}
+	requireAttrs(t, wp[0], map[string]string{"platformd.outcome": "retried", "platformd.settlement": "retry"})
+	requireAttrs(t, wp[1], map[string]string{"platformd.outcome": "processed", "platformd.settlement": "ack"})
+	ev, ok := wp[0].Event(EventRetryCopy)
+	require.True(t, ok)
+	q, _ := tracingtest.EventAttr(ev, "messaging.destination.name")
+	require.Equal(t, RetryQueue(r.queue, 100*time.Millisecond), q)
+	ex, ok := wp[0].Event("exception")
+	require.True(t, ok)
+	msg, _ := tracingtest.EventAttr(ex, "exception.message")
+	require.Contains(t, msg, "transient failure")
+
+	op := r.deliverySpans(spans, orphan.EventID)
+	require.Len(t, op, 2)
+	require.Empty(t, op[0].ParentIDHex())
+	require.Equal(t, op[0].TraceIDHex(), op[1].TraceIDHex(), "both attempts in one trace")
+	require.Equal(t, op[0].SpanIDHex(), op[1].ParentIDHex())
+}
+
+// A failed event and a rejected message: status error, the failure copy
+// recorded with its reason, and the copy on <queue>.failed keeps the
+// producer's traceparent.
+func TestTraceFailedAndRejected(t *testing.T) {
+	t.Parallel()
+	r := newTraceRig(t)
+	p1, p2 := newProducer(t), newProducer(t)
+	perm, _ := r.order(1)
+	r.failPerm[perm.EventID] = true
+	r.start(shop.HandlerStockReserve, "test.probe")
+	r.publishEnv(perm, amqp.Table{"traceparent": p1.traceparent()})
+	r.publishRaw(shop.EventOrderPlaced, []byte(`{"not": "an envelope"}`), amqp.Table{"traceparent": p2.traceparent()})
+	spans, err := r.rcv.Wait(30*time.Second, func(s []tracingtest.Span) bool {
+		return len(tracingtest.WithAttr(tracingtest.Named(s, "process "+r.queue), "platformd.settlement", "failure_queue")) == 2
+	})
+	require.NoError(t, err)
+
+	f := r.deliverySpans(spans, perm.EventID)
+	require.Len(t, f, 1)
+	require.Equal(t, p1.traceID, f[0].TraceIDHex())
+	requireAttrs(t, f[0], map[string]string{"platformd.outcome": "failed", "platformd.settlement": "failure_queue"})
+	require.Equal(t, tracepb.Status_STATUS_CODE_ERROR, f[0].GetStatus().GetCode())
+	require.Contains(t, f[0].GetStatus().GetMessage(), ReasonPermanent+": ")
+	ev, ok := f[0].Event(EventFailureCopy)
+	require.True(t, ok)
+	reason, _ := tracingtest.EventAttr(ev, "platformd.failure_reason")
+	require.Equal(t, ReasonPermanent, reason)
+
+	var rejected tracingtest.Span
+	for _, s := range tracingtest.Named(spans, "process "+r.queue) {
+		if s.TraceIDHex() == p2.traceID {
+			rejected = s
+		}
+	}
+	require.NotNil(t, rejected.Span, "the rejected message's span is in its producer's trace")
+	requireAttrs(t, rejected, map[string]string{"platformd.outcome": "rejected", "platformd.settlement": "failure_queue"})
+	require.Equal(t, tracepb.Status_STATUS_CODE_ERROR, rejected.GetStatus().GetCode())
+	_, hasID := rejected.Attr("messaging.message.id")
+	require.False(t, hasID, "an undecodable body has no event id")
+
+	var copies int
+	require.Eventually(t, func() bool { return r.queueDepth(FailedQueue(r.queue)) == 2 }, 30*time.Second, 20*time.Millisecond)
+	for _, d := range r.getFailed() {
+		tp := tableCarrier(d.Headers).Get("traceparent")
+		require.Contains(t, []string{p1.traceparent(), p2.traceparent()}, tp)
+		copies++
+	}
+	require.Equal(t, 2, copies)
+}
+
+// Retry and failure copies keep a delivery's trace context headers as they
+// are, string or bytes.
+func TestCopiesKeepTraceContext(t *testing.T) {
+	t.Parallel()
+	d := amqp.Delivery{Headers: amqp.Table{
+		"traceparent": "00-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-01",
+		"tracestate":  []byte("vendor=v"),
+	}, Body: []byte(`{}`)}
+	for _, c := range []amqp.Publishing{retryCopy(&d, 1, "e"), failureCopy(&d, "pool", ReasonPermanent, "e", time.Now())} {
+		require.Equal(t, d.Headers["traceparent"], c.Headers["traceparent"])
+		require.Equal(t, d.Headers["tracestate"], c.Headers["tracestate"])
+	}
+}
+
+// Tracing off: no span, no span context for handlers, no allocation in the
+// tracing steps of a batch.
+func TestTracingOffCostsNothing(t *testing.T) {
+	w := &worker{}
+	batch := make([]message, 50)
+	events := make([]consumer.Event, 50)
+	for i := range batch {
+		env := envelope.Envelope{EventID: uuid.New()}
+		batch[i] = message{d: amqp.Delivery{Headers: amqp.Table{"traceparent": "00-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-01"}}, ev: consumer.Event{ID: env.EventID}}
+		batch[i].s.kind = settleRetry
+	}
+	now := time.Now()
+	allocs := testing.AllocsPerRun(100, func() {
+		w.startSpans(batch, events, now)
+		w.stampCopies(batch)
+		w.endSpans(batch, nil, true)
+	})
+	require.Zero(t, allocs)
+	for i := range batch {
+		require.Nil(t, batch[i].span)
+		require.False(t, events[i].SpanContext.IsValid())
+	}
+}
