@@ -5,7 +5,6 @@ import (
 	"crypto/rand"
 	"encoding/hex"
 	"encoding/json"
-	"strings"
 	"testing"
 	"time"
 
@@ -116,15 +115,14 @@ func TestTracesEnvironmentWins(t *testing.T) {
 	require.NoError(t, d.terminate(t))
 }
 
-// No endpoint anywhere: the daemon creates no exporter (it says so at
-// debug level) and sends nothing, though everything else about OTLP is
+// No endpoint anywhere: the daemon creates no exporter (it says so) and
+// sends nothing, though everything else about OTLP is
 // set.
 func TestTracesOffWithoutEndpoint(t *testing.T) {
 	rcv := tracingtest.New(t)
 	setOTel(t, map[string]string{"OTEL_EXPORTER_OTLP_PROTOCOL": "grpc", "OTEL_SERVICE_NAME": "stock-consumer", "OTEL_BSP_SCHEDULE_DELAY": "10"})
 	e := newEnv(t)
-	cfg := e.config(t, "tracing: {protocol: grpc, sampler_ratio: 1}\n")
-	d := e.start(t, strings.Replace(cfg, "log: {level: info,", "log: {level: debug,", 1))
+	d := e.start(t, e.config(t, "tracing: {protocol: grpc, sampler_ratio: 1}\n"))
 	e.publishTraced(t)
 	e.waitReservations(t, 1)
 	require.NoError(t, d.terminate(t))

@@ -97,7 +97,7 @@ func New(ctx context.Context, cfg Config) (*Provider, error) {
 		return nil, err
 	}
 	if !s.on {
-		log.DebugContext(ctx, "tracing: off", slog.String("reason", s.why))
+		log.InfoContext(ctx, "tracing: off", slog.String("reason", s.why))
 		return &Provider{log: log}, nil
 	}
 	exp, err := newExporter(ctx, s)

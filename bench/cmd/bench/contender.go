@@ -54,8 +54,11 @@ type contender struct {
 	// PerMessage marks the contenders that commit once per message: their
 	// drains are long (they integrate the machine's noise over minutes),
 	// so they run in the first -slow-rounds rounds only.
-	PerMessage bool   `json:"per_message,omitempty"`
-	Desc       string `json:"desc"`
+	PerMessage bool `json:"per_message,omitempty"`
+	// TraceRatio, when positive, runs platformd with traces on at this
+	// sampler ratio (tracing.go).
+	TraceRatio float64 `json:"trace_ratio,omitempty"`
+	Desc       string  `json:"desc"`
 }
 
 // dedup reports whether the contender must apply each event exactly once.
@@ -76,7 +79,7 @@ func (c contender) wait(o *options) time.Duration { return cmp.Or(c.Wait, o.batc
 func (c contender) reportsDone() bool { return c.Kind == kindRaw || c.Kind == kindFloor }
 
 func contenders(o *options) []contender {
-	return []contender{
+	return append([]contender{
 		{Name: "raw", Kind: kindRaw, Desc: fmt.Sprintf("consume+ack, no database (%d channels, prefetch %d, multiple-ack every %d)", o.rawConsumers, o.rawPrefetch, o.rawAckEvery)},
 		{Name: "seed", Kind: kindSeed, PerMessage: true, Desc: fmt.Sprintf("seed port: 1 transaction per message, %d workers", o.workers)},
 		{Name: "peer", Kind: kindPeer, PerMessage: true, Desc: fmt.Sprintf("Watermill router + AMQP subscriber, 1 transaction per message, %d handlers", o.workers)},
@@ -92,7 +95,7 @@ func contenders(o *options) []contender {
 			Desc: fmt.Sprintf("platformd as shipped, batch.size %d, the stock effect as the SQL handler of examples/shop-sql (one pipeline per batch)", o.batch)},
 		{Name: "platformd-alt", Kind: kindPlatformd, Batch: o.batch, Alt: true,
 			Desc: fmt.Sprintf("the platformd binary given with -alt-bin, batch.size %d (A/B of a change)", o.batch)},
-	}
+	}, tracedContenders(o)...)
 }
 
 // shopRegistry is the registry of the shop's handlers, those every
@@ -251,6 +254,7 @@ func (b *bench) start(c contender, queue, tag string, expect int, latencyFile, p
 	default:
 		return nil, fmt.Errorf("unknown contender kind %q", c.Kind)
 	}
+	env = b.otelEnv(c, env)
 	p.logPath = filepath.Join(b.tmp, c.Name+"-"+tag+".log")
 	logFile, err := os.Create(p.logPath)
 	if err != nil {

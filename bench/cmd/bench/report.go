@@ -141,6 +141,7 @@ func (r *report) computeRatios() {
 		r.Ratios = append(r.Ratios, ratio{Name: "dedup overhead (1 - platformd / no-dedup)", Value: v, Min: 1 - p.Max, Max: 1 - p.Min,
 			Target: "<= 10%", Met: v <= 0.10})
 	}
+	r.tracingRatios(pd)
 	// Peak RSS "under that load": the throughput configuration's too.
 	rss, rssName := pd.PeakRSSMiB.Max, "platformd peak RSS (MiB, worst round)"
 	if big := r.find("platformd-big"); big != nil && len(big.Rounds) > 0 {
