@@ -294,7 +294,7 @@ func (p *Processor) Handles(eventName string) bool { return len(p.routes[eventNa
 // meets the processed_event row or not and does the right thing.
 func (p *Processor) Process(ctx context.Context, events []consumer.Event) (results []Result, err error) {
 	ctx, span := p.tr.startBatch(ctx, events)
-	defer func() { endBatch(span, results, err) }()
+	defer func() { p.tr.endBatch(span, len(events), results, err) }()
 	tasks := make([]task, len(events))
 	run := make([]*task, 0, len(events))
 	for i := range events {

@@ -52,39 +52,48 @@ func newTracer(cfg ProcessorConfig) tracer {
 }
 
 // startBatch starts the batch span, linked to the delivery span of every
-// event (consumer.Event.SpanContext), and returns ctx carrying it.
+// event (consumer.Event.SpanContext), and returns ctx carrying it. The
+// links are added once the span is known to be sampled: a batch the
+// sampler drops costs no link.
 func (tr tracer) startBatch(ctx context.Context, events []consumer.Event) (context.Context, trace.Span) {
 	if tr.t == nil {
 		return ctx, nil
 	}
-	links := make([]trace.Link, 0, len(events))
+	ctx, span := tr.t.Start(ctx, SpanBatch)
+	if !span.IsRecording() {
+		return ctx, span
+	}
 	for i := range events {
 		if sc := events[i].SpanContext; sc.IsValid() {
-			links = append(links, trace.Link{SpanContext: sc})
+			span.AddLink(trace.Link{SpanContext: sc})
 		}
 	}
-	return tr.t.Start(ctx, SpanBatch, trace.WithLinks(links...), trace.WithAttributes(tr.attrs...),
-		trace.WithAttributes(attrBatchSize.Int(len(events))))
+	return ctx, span
 }
 
-// endBatch ends the batch span with its events' outcomes; err (the batch's
-// outcome is unknown) is its error.
-func endBatch(span trace.Span, results []Result, err error) {
+// endBatch ends the batch span of size events with their outcomes; err
+// (the batch's outcome is unknown) is its error.
+func (tr tracer) endBatch(span trace.Span, size int, results []Result, err error) {
 	if span == nil {
 		return
 	}
-	var processed, dups, failed int
-	for _, r := range results {
-		switch r.Outcome {
-		case OutcomeProcessed:
-			processed++
-		case OutcomeDuplicate:
-			dups++
-		case OutcomeFailed:
-			failed++
+	if span.IsRecording() {
+		var processed, dups, failed int
+		for _, r := range results {
+			switch r.Outcome {
+			case OutcomeProcessed:
+				processed++
+			case OutcomeDuplicate:
+				dups++
+			case OutcomeFailed:
+				failed++
+			}
 		}
+		attrs := make([]attribute.KeyValue, 0, len(tr.attrs)+4)
+		attrs = append(attrs, tr.attrs...)
+		span.SetAttributes(append(attrs, attrBatchSize.Int(size), attrProcessed.Int(processed),
+			attrDuplicates.Int(dups), attrFailed.Int(failed))...)
 	}
-	span.SetAttributes(attrProcessed.Int(processed), attrDuplicates.Int(dups), attrFailed.Int(failed))
 	endSpan(span, err)
 }
 

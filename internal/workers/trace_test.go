@@ -146,8 +146,10 @@ func TestTraceDeliveryChildOfProducer(t *testing.T) {
 		"messaging.system": "rabbitmq", "messaging.operation.type": "process", "messaging.destination.name": r.queue,
 		"messaging.rabbitmq.destination.routing_key": shop.EventOrderPlaced, "messaging.message.id": e1.EventID.String(),
 		"platformd.service": "stock", "platformd.pool": r.cfg.Name, "platformd.outcome": "processed",
-		"platformd.settlement": "ack", "platformd.attempt": "0",
 	})
+	// Exactly the contract's eight: an acked first delivery needs no
+	// settlement or attempt, and a ninth attribute costs a third more.
+	require.Len(t, d1.GetAttributes(), 8)
 	require.Equal(t, tracepb.Status_STATUS_CODE_UNSET, d1.GetStatus().GetCode())
 
 	d2 := r.deliverySpans(spans, e2.EventID)[0]
@@ -192,7 +194,7 @@ func TestTraceDuplicate(t *testing.T) {
 	ds := r.deliverySpans(spans, e.EventID)
 	require.Len(t, ds, 2)
 	for i, want := range []string{"processed", "duplicate"} {
-		requireAttrs(t, ds[i], map[string]string{"platformd.outcome": want, "platformd.settlement": "ack"})
+		requireAttrs(t, ds[i], map[string]string{"platformd.outcome": want})
 		require.Equal(t, p.traceID, ds[i].TraceIDHex())
 		require.Equal(t, p.spanID, ds[i].ParentIDHex())
 		require.Equal(t, tracepb.Status_STATUS_CODE_UNSET, ds[i].GetStatus().GetCode())
@@ -230,10 +232,10 @@ func TestTraceRetriedAcrossAttempts(t *testing.T) {
 		require.Equal(t, p.traceID, s.TraceIDHex())
 		require.Equal(t, p.spanID, s.ParentIDHex())
 		v, _ := s.Attr("platformd.attempt")
-		require.Equal(t, []string{"0", "1"}[i], v)
+		require.Equal(t, []string{"", "1"}[i], v)
 	}
 	requireAttrs(t, wp[0], map[string]string{"platformd.outcome": "retried", "platformd.settlement": "retry"})
-	requireAttrs(t, wp[1], map[string]string{"platformd.outcome": "processed", "platformd.settlement": "ack"})
+	requireAttrs(t, wp[1], map[string]string{"platformd.outcome": "processed"})
 	ev, ok := wp[0].Event(EventRetryCopy)
 	require.True(t, ok)
 	q, _ := tracingtest.EventAttr(ev, "messaging.destination.name")
