@@ -131,7 +131,7 @@ func (w *worker) startSpans(batch []message, events []consumer.Event, start time
 // its first attempt's trace, and a replayed failure the trace it failed
 // in. A traceparent the delivery carries stays as it is (the copies keep
 // every header).
-func (w *worker) stampCopies(batch []message) {
+func (w *worker) stampCopies(ctx context.Context, batch []message) {
 	if w.tr.t == nil {
 		return
 	}
@@ -146,7 +146,7 @@ func (w *worker) stampCopies(batch []message) {
 		if m.d.Headers == nil {
 			m.d.Headers = amqp.Table{}
 		}
-		propagation.TraceContext{}.Inject(trace.ContextWithSpan(context.Background(), m.span), tableCarrier(m.d.Headers))
+		propagation.TraceContext{}.Inject(trace.ContextWithSpan(ctx, m.span), tableCarrier(m.d.Headers))
 	}
 }
 

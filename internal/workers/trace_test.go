@@ -330,7 +330,7 @@ func TestTracingOffCostsNothing(t *testing.T) {
 	now := time.Now()
 	allocs := testing.AllocsPerRun(100, func() {
 		w.startSpans(batch, events, now)
-		w.stampCopies(batch)
+		w.stampCopies(context.Background(), batch)
 		w.endSpans(batch, nil, true)
 	})
 	require.Zero(t, allocs)

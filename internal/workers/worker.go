@@ -372,7 +372,7 @@ func (w *worker) processBatch(workCtx context.Context, st *settler, batch []mess
 		}
 	}
 	r.decide(batch, results, err)
-	w.stampCopies(batch)
+	w.stampCopies(workCtx, batch)
 	if p.cfg.testBeforeSettleFunc != nil {
 		p.cfg.testBeforeSettleFunc()
 	}

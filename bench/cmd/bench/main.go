@@ -256,7 +256,7 @@ func run(ctx context.Context, o *options) (int, error) {
 	if err := b.build(ctx, selected); err != nil {
 		return 1, err
 	}
-	if err := b.startOTLP(selected); err != nil {
+	if err := b.startOTLP(ctx, selected); err != nil {
 		return 1, err
 	}
 	defer b.stopOTLP()

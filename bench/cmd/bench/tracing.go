@@ -1,6 +1,7 @@
 package main
 
 import (
+	"context"
 	"fmt"
 	"slices"
 	"strconv"
@@ -32,11 +33,11 @@ func tracedContenders(o *options) []contender {
 }
 
 // startOTLP starts the receiver when a traced contender runs.
-func (b *bench) startOTLP(selected []contender) error {
+func (b *bench) startOTLP(ctx context.Context, selected []contender) error {
 	if !slices.ContainsFunc(selected, func(c contender) bool { return c.TraceRatio > 0 }) {
 		return nil
 	}
-	r, err := tracingtest.Start(tracingtest.Options{CountOnly: true})
+	r, err := tracingtest.Start(ctx, tracingtest.Options{CountOnly: true})
 	if err != nil {
 		return err
 	}

@@ -112,15 +112,16 @@ type Receiver struct {
 	changed  chan struct{} // closed and replaced whenever spans arrive
 }
 
-// Start listens on two loopback ports and serves until Close.
-func Start(opts Options) (*Receiver, error) {
+// Start listens on two loopback ports and serves until Close (ctx bounds
+// the listening only).
+func Start(ctx context.Context, opts Options) (*Receiver, error) {
 	r := &Receiver{opts: opts, changed: make(chan struct{})}
 	var lc net.ListenConfig
-	gl, err := lc.Listen(context.Background(), "tcp", "127.0.0.1:0")
+	gl, err := lc.Listen(ctx, "tcp", "127.0.0.1:0")
 	if err != nil {
 		return nil, fmt.Errorf("tracingtest: listen: %w", err)
 	}
-	hl, err := lc.Listen(context.Background(), "tcp", "127.0.0.1:0")
+	hl, err := lc.Listen(ctx, "tcp", "127.0.0.1:0")
 	if err != nil {
 		gl.Close()
 		return nil, fmt.Errorf("tracingtest: listen: %w", err)
@@ -148,7 +149,7 @@ type TB interface {
 // New starts a Receiver closed when t ends.
 func New(t TB) *Receiver {
 	t.Helper()
-	r, err := Start(Options{})
+	r, err := Start(context.Background(), Options{})
 	if err != nil {
 		t.Fatal(err)
 	}
