@@ -47,12 +47,15 @@ const insertOutboxSQL = `INSERT INTO platform.outbox (event_id, event_name, payl
 // back with tx: a handler that platformd runs once (its dedup step sees to
 // it) publishes its messages once, and one whose transaction rolls back
 // publishes none. The relay delivers each committed message at least once;
-// consumers deduplicate by its event id. Publish is safe for concurrent use
-// on distinct transactions.
+// consumers deduplicate by its event id. The message carries the trace
+// context of ctx's span as its traceparent header (a handler's ctx carries
+// its delivery's span), unless m.Headers has one. Publish is safe for
+// concurrent use on distinct transactions.
 func Publish(ctx context.Context, tx pgx.Tx, m Message) (uuid.UUID, error) {
 	if tx == nil {
 		return uuid.Nil, errors.New("consumer.Publish: nil transaction")
 	}
+	m.Headers = withTraceContext(ctx, m.Headers)
 	payload, headers, err := m.encode()
 	if err != nil {
 		return uuid.Nil, Permanent(fmt.Errorf("consumer.Publish %q: %w", m.Name, err))

@@ -2,6 +2,7 @@ package consumer
 
 import (
 	"context"
+	"maps"
 
 	"go.opentelemetry.io/otel/propagation"
 	"go.opentelemetry.io/otel/trace"
@@ -30,15 +31,29 @@ func EventContext(ctx context.Context, ev Event) context.Context {
 	return trace.ContextWithSpanContext(ctx, ev.SpanContext)
 }
 
+// withTraceContext returns headers with ctx's trace context added, in a
+// copy: the caller's map is never written.
+func withTraceContext(ctx context.Context, headers map[string]any) map[string]any {
+	if !trace.SpanContextFromContext(ctx).IsValid() {
+		return headers
+	}
+	if _, ok := headers[HeaderTraceParent]; ok {
+		return headers
+	}
+	h := make(map[string]any, len(headers)+2)
+	maps.Copy(h, headers)
+	return InjectTraceContext(ctx, h)
+}
+
 // InjectTraceContext adds to headers the W3C trace context of the span in
 // ctx (traceparent, and tracestate when it has one) and returns headers, a
 // new map when headers is nil and there is something to add. A traceparent
 // already in headers is kept: a handler that traced its own publish keeps
 // its own. Without a valid span context in ctx (tracing off) headers is
-// returned untouched. The outbox writer calls it on its copy of a
-// message's headers, so the next consumer's spans join the trace of the
-// event that caused the message. It is safe for concurrent use on distinct
-// maps.
+// returned untouched. Publish calls it on its copy of a message's
+// headers, so the next consumer's spans join the trace of the event that
+// caused the message; other outbox writers can do the same. It is safe for
+// concurrent use on distinct maps.
 func InjectTraceContext(ctx context.Context, headers map[string]any) map[string]any {
 	sc := trace.SpanContextFromContext(ctx)
 	if !sc.IsValid() {

@@ -5,6 +5,8 @@ import (
 	"crypto/rand"
 	"encoding/hex"
 	"encoding/json"
+	"os"
+	"strings"
 	"testing"
 	"time"
 
@@ -129,4 +131,40 @@ func TestTracesOffWithoutEndpoint(t *testing.T) {
 	require.Contains(t, d.stderr.String(), "no OTLP endpoint is set")
 	require.NotContains(t, d.stderr.String(), "tracing: exporting")
 	require.Zero(t, rcv.Requests())
+}
+
+// One trace from the producer to the next service: the order's delivery
+// to stock is the producer's child; stock.announce_reserved writes
+// stock.stock.reserved.v1 to the outbox with that delivery's span as its
+// traceparent; the relay publishes it and shipping's delivery of it is the
+// child of stock's.
+func TestTraceAcrossTheOutbox(t *testing.T) {
+	rcv := tracingtest.New(t)
+	setOTel(t, map[string]string{"OTEL_EXPORTER_OTLP_ENDPOINT": rcv.HTTPEndpoint, "OTEL_BSP_SCHEDULE_DELAY": "50"})
+	e := newEnv(t)
+	path := e.config(t, "")
+	b, err := os.ReadFile(path)
+	require.NoError(t, err)
+	cfg := strings.Replace(string(b), "handlers: [stock.reserve]", "handlers: [stock.reserve, stock.announce_reserved]", 1)
+	cfg = strings.Replace(cfg, "bindings: [order.order.status_changed.v1]\n        handlers: [shipping.track_status]",
+		"bindings: [order.order.status_changed.v1, stock.stock.reserved.v1]\n        handlers: [shipping.track_status, shipping.prepare_parcel]", 1)
+	require.NotEqual(t, string(b), cfg)
+	require.NoError(t, os.WriteFile(path, []byte(cfg), 0o600))
+	d := e.start(t, path)
+	traceID, spanID := e.publishTraced(t)
+
+	stockName, shipName := "process e2e.stock."+e.suffix, "process e2e.shipping."+e.suffix
+	spans, err := rcv.Wait(60*time.Second, func(s []tracingtest.Span) bool {
+		return len(tracingtest.Named(s, stockName)) == 1 && len(tracingtest.Named(s, shipName)) == 1
+	})
+	require.NoError(t, err, "stderr: %s", d.stderr)
+	stock, ship := tracingtest.Named(spans, stockName)[0], tracingtest.Named(spans, shipName)[0]
+	require.Equal(t, traceID, stock.TraceIDHex())
+	require.Equal(t, spanID, stock.ParentIDHex())
+	require.Equal(t, traceID, ship.TraceIDHex(), "the outbox message joined the producer's trace")
+	require.Equal(t, stock.SpanIDHex(), ship.ParentIDHex(), "shipping's delivery is the child of stock's")
+	rk, _ := ship.Attr("messaging.rabbitmq.destination.routing_key")
+	require.Equal(t, shop.EventStockReserved, rk)
+	require.Equal(t, 1, count(t, e.shipDSN, `SELECT count(*) FROM parcel`))
+	require.NoError(t, d.terminate(t))
 }

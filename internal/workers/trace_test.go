@@ -178,6 +178,36 @@ func TestTraceDeliveryChildOfProducer(t *testing.T) {
 	require.Equal(t, "00-"+d3.TraceIDHex()+"-"+d3.SpanIDHex()+"-01", r.headers[e3.EventID][0]["traceparent"])
 }
 
+// A message a handler writes to the outbox (consumer.Publish) carries, as
+// its traceparent, the span of the delivery that caused it: the row the
+// relay publishes is in the producer's trace, one hop further.
+func TestTraceOutboxMessageInHandlersTrace(t *testing.T) {
+	t.Parallel()
+	r := newTraceRig(t)
+	r.reg.MustRegister(consumer.Registration{Name: "test.announce", Events: []string{shop.EventOrderPlaced},
+		Handler: consumer.HandlerFunc(func(ctx context.Context, tx pgx.Tx, ev consumer.Event) error {
+			_, err := consumer.Publish(ctx, tx, consumer.Message{Name: "test.announced.v1", Payload: map[string]string{"of": ev.ID.String()},
+				Headers: map[string]any{"x-app": "shop"}})
+			return err
+		})})
+	r.start(shop.HandlerStockReserve, "test.announce")
+	p := newProducer(t)
+	withParent, _ := r.order(1)
+	orphan, _ := r.order(1)
+	r.publishEnv(withParent, amqp.Table{"traceparent": p.traceparent()})
+	r.publishEnv(orphan, nil)
+	spans := r.wait(1, withParent.EventID, orphan.EventID)
+
+	for _, e := range []envelope.Envelope{withParent, orphan} {
+		d := r.deliverySpans(spans, e.EventID)[0]
+		var headers map[string]any
+		require.NoError(t, r.check.QueryRow(r.ctx, `SELECT headers FROM platform.outbox WHERE payload->>'of' = $1`, e.EventID.String()).Scan(&headers))
+		require.Equal(t, "00-"+d.TraceIDHex()+"-"+d.SpanIDHex()+"-01", headers["traceparent"])
+		require.Equal(t, "shop", headers["x-app"])
+	}
+	require.Equal(t, p.traceID, r.deliverySpans(spans, withParent.EventID)[0].TraceIDHex())
+}
+
 // A duplicate is a delivery span with outcome duplicate in its producer's
 // trace; its batch inserted nothing and ran no handler.
 func TestTraceDuplicate(t *testing.T) {
