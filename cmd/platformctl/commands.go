@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"io"
+	"strings"
 	"time"
 
 	"github.com/spf13/cobra"
@@ -276,4 +277,40 @@ the operator knows they were never applied.`,
 	retry.Flags().BoolVar(&override, "override-beyond-horizon", false, "let the copies through the beyond-horizon guard")
 	cmd.AddCommand(list, retry)
 	return cmd
+}
+
+// newReloadCmd returns "platformctl reload".
+func newReloadCmd(a *app) *cobra.Command {
+	return &cobra.Command{
+		Use:   "reload",
+		Short: "Re-read the daemon's config file and apply the difference (admin token)",
+		Long: `Make the daemon read its config file again and apply the difference, as
+SIGHUP does: new services and pools start, removed ones drain and stop,
+changed pools restart alone, unchanged ones are not touched. A config with
+mistakes changes nothing; every mistake is printed with its key path.`,
+		Example: "  platformctl reload\n  platformctl reload -o json",
+		Args:    cobra.NoArgs,
+		RunE: runE(func(cmd *cobra.Command, _ []string) error {
+			return invoke(cmd.Context(), a,
+				func(ctx context.Context, c adminv1.AdminServiceClient) (*adminv1.ReloadConfigResponse, error) {
+					return c.ReloadConfig(ctx, &adminv1.ReloadConfigRequest{})
+				},
+				func(w io.Writer, resp *adminv1.ReloadConfigResponse) {
+					row(w, "CHANGE", "NAMES")
+					for _, r := range []struct {
+						what  string
+						names []string
+					}{
+						{"services added", resp.GetServicesAdded()}, {"services removed", resp.GetServicesRemoved()},
+						{"services restarted", resp.GetServicesRestarted()}, {"pools added", resp.GetPoolsAdded()},
+						{"pools removed", resp.GetPoolsRemoved()}, {"pools restarted", resp.GetPoolsRestarted()},
+						{"pools unchanged", resp.GetPoolsUnchanged()},
+					} {
+						if len(r.names) > 0 {
+							row(w, r.what, strings.Join(r.names, ", "))
+						}
+					}
+				})
+		}),
+	}
 }

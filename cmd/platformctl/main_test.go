@@ -2,6 +2,7 @@ package main
 
 import (
 	"bytes"
+	"context"
 	"crypto/ecdsa"
 	"crypto/elliptic"
 	"crypto/rand"
@@ -9,6 +10,7 @@ import (
 	"crypto/x509/pkix"
 	"encoding/json"
 	"encoding/pem"
+	"fmt"
 	"math/big"
 	"net"
 	"os"
@@ -459,4 +461,37 @@ func newTestPKI(t *testing.T) *testPKI {
 	p.serverCert, p.serverKey = issue(2, "server", x509.ExtKeyUsageServerAuth)
 	p.clientCert, p.clientKey = issue(3, "client", x509.ExtKeyUsageClientAuth)
 	return p
+}
+
+func TestReload(t *testing.T) {
+	t.Parallel()
+	b := setup(t, nil)
+
+	r := b.run(t, asAdmin, "reload")
+	require.Equal(t, 0, r.code, r.stderr)
+	require.Contains(t, r.stdout, "services added")
+	require.Contains(t, r.stdout, "billing")
+	require.Contains(t, r.stdout, "shipping-events, stock-events")
+
+	r = b.run(t, asReader, "reload")
+	require.Equal(t, 5, r.code, "a read token may not reload")
+
+	b.backend.SetHook("ReloadConfig", func(context.Context) error {
+		return &admin.ConfigError{Problems: []admin.ConfigProblem{
+			{Path: "services[2].sql_handlers[0].sql[0]", Message: "unknown parameter @paylod"},
+			{Path: "services[2].pools[0].queue", Message: "must not be empty"},
+		}}
+	})
+	r = b.run(t, asAdmin, "reload")
+	require.Equal(t, 4, r.code)
+	require.Contains(t, r.stderr, "platformctl: InvalidArgument: invalid configuration")
+	require.Contains(t, r.stderr, "services[2].sql_handlers[0].sql[0]: unknown parameter @paylod")
+	require.Contains(t, r.stderr, "services[2].pools[0].queue: must not be empty")
+
+	b.backend.SetHook("ReloadConfig", func(context.Context) error {
+		return fmt.Errorf("admin.listen: %w (127.0.0.1:7070 -> 127.0.0.1:7080)", admin.ErrNeedsRestart)
+	})
+	r = b.run(t, asAdmin, "reload")
+	require.Equal(t, 4, r.code)
+	require.Contains(t, r.stderr, "FailedPrecondition: admin.listen: needs a restart")
 }

@@ -175,6 +175,7 @@ func newRootCmd(a *app) *cobra.Command {
 		newHorizonCmd(a),
 		newPurgeCmd(a),
 		newFailedCmd(a),
+		newReloadCmd(a),
 	)
 	return root
 }

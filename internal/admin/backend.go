@@ -64,6 +64,11 @@ type Backend interface {
 	// service when service is "", newest first. An unknown service is
 	// ErrNotFound.
 	ListAudit(ctx context.Context, service string, limit int) ([]AuditEntry, error)
+	// ReloadConfig reads the config file again and applies the difference
+	// (see the RPC's documentation). A config with mistakes is a
+	// *ConfigError and changes nothing; a change that needs a restart
+	// wraps ErrNeedsRestart.
+	ReloadConfig(ctx context.Context, actor string) (ReloadResult, error)
 }
 
 // Pool states reported in PoolInfo.State.
@@ -93,6 +98,9 @@ type ServiceInfo struct {
 	// OutboxOldest is the age of the oldest pending outbox row; zero when
 	// none is pending.
 	OutboxOldest time.Duration
+	// Error says why the service's database could not be read; the other
+	// figures are then the config's.
+	Error string
 }
 
 // PoolInfo describes one worker pool.
@@ -198,4 +206,11 @@ type FailedMessage struct {
 	// RoutingKey is the x-original-routing-key header: the routing key the
 	// message was published with.
 	RoutingKey string
+}
+
+// ReloadResult says what a reload changed; every list is sorted.
+type ReloadResult struct {
+	ServicesAdded, ServicesRemoved, ServicesRestarted []string
+	PoolsAdded, PoolsRemoved, PoolsRestarted          []string
+	PoolsUnchanged                                    []string
 }

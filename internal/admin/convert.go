@@ -28,6 +28,7 @@ func serviceToProto(s ServiceInfo) *adminv1.Service {
 		BeyondHorizon: s.BeyondHorizon,
 		OutboxPending: s.OutboxPending,
 		OutboxOldest:  durationpb.New(s.OutboxOldest),
+		Error:         s.Error,
 	}
 }
 

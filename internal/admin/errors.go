@@ -4,6 +4,9 @@ import (
 	"context"
 	"errors"
 	"log/slog"
+	"strings"
+
+	"google.golang.org/genproto/googleapis/rpc/errdetails"
 
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
@@ -24,7 +27,49 @@ var (
 	// ErrUnavailable is a dependency (database, broker) that cannot be
 	// reached: codes.Unavailable.
 	ErrUnavailable = errors.New("unavailable")
+	// ErrNeedsRestart is a config change a running daemon cannot apply:
+	// codes.FailedPrecondition.
+	ErrNeedsRestart = errors.New("needs a restart")
 )
+
+// ConfigError is a configuration that does not validate (or whose SQL does
+// not prepare): codes.InvalidArgument, every problem in the message and as
+// a google.rpc.BadRequest field violation (field = key path).
+type ConfigError struct {
+	// Problems are the mistakes, each with its key path.
+	Problems []ConfigProblem
+}
+
+// ConfigProblem is one mistake of a configuration.
+type ConfigProblem struct {
+	// Path is the key's path, e.g. "services[2].sql_handlers[0].sql[1]".
+	Path string
+	// Message says what is wrong.
+	Message string
+}
+
+// Error lists the problems, one per line.
+func (e *ConfigError) Error() string {
+	var b strings.Builder
+	b.WriteString("invalid configuration")
+	for _, p := range e.Problems {
+		b.WriteString("\n  " + p.Path + ": " + p.Message)
+	}
+	return b.String()
+}
+
+// status is e as a gRPC status with its field violations.
+func (e *ConfigError) status() error {
+	st := status.New(codes.InvalidArgument, e.Error())
+	br := &errdetails.BadRequest{}
+	for _, p := range e.Problems {
+		br.FieldViolations = append(br.FieldViolations, &errdetails.BadRequest_FieldViolation{Field: p.Path, Description: p.Message})
+	}
+	if withDetails, err := st.WithDetails(br); err == nil {
+		st = withDetails
+	}
+	return st.Err()
+}
 
 // internalMessage is all a client learns of an unexpected error or a panic.
 const internalMessage = "internal error"
@@ -34,9 +79,14 @@ const internalMessage = "internal error"
 // other error is logged and answered with codes.Internal and a generic
 // message.
 func (s *Server) toStatus(ctx context.Context, method string, err error) error {
+	var cfgErr *ConfigError
 	switch {
 	case err == nil:
 		return nil
+	case errors.As(err, &cfgErr):
+		return cfgErr.status()
+	case errors.Is(err, ErrNeedsRestart):
+		return status.Error(codes.FailedPrecondition, err.Error())
 	case errors.Is(err, ErrNotFound):
 		return status.Error(codes.NotFound, err.Error())
 	case errors.Is(err, ErrInvalidArgument):

@@ -171,3 +171,16 @@ func (s *Server) RetryFailedMessages(ctx context.Context, req *adminv1.RetryFail
 	}
 	return &adminv1.RetryFailedMessagesResponse{Retried: clampInt32(n)}, nil
 }
+
+// ReloadConfig reloads the daemon's configuration (admin role).
+func (s *Server) ReloadConfig(ctx context.Context, _ *adminv1.ReloadConfigRequest) (*adminv1.ReloadConfigResponse, error) {
+	r, err := s.backend.ReloadConfig(ctx, ActorFromContext(ctx))
+	if err != nil {
+		return nil, s.toStatus(ctx, "ReloadConfig", err)
+	}
+	return &adminv1.ReloadConfigResponse{
+		ServicesAdded: r.ServicesAdded, ServicesRemoved: r.ServicesRemoved, ServicesRestarted: r.ServicesRestarted,
+		PoolsAdded: r.PoolsAdded, PoolsRemoved: r.PoolsRemoved, PoolsRestarted: r.PoolsRestarted,
+		PoolsUnchanged: r.PoolsUnchanged,
+	}, nil
+}

@@ -267,6 +267,26 @@ func (s *Server) Addr() net.Addr {
 	return s.addr
 }
 
+// ServiceHealthName is the grpc.health.v1 service name that reports the
+// health of hosted service name.
+func ServiceHealthName(name string) string { return "platform.service." + name }
+
+// SetServiceHealth reports hosted service name SERVING (its database
+// answers and its pools run) or NOT_SERVING through grpc.health.v1, under
+// ServiceHealthName(name); forget (after a reload removed the service)
+// reports SERVICE_UNKNOWN. It has no effect once Stop began. Safe for
+// concurrent use.
+func (s *Server) SetServiceHealth(name string, serving, forget bool) {
+	st := grpc_health_v1.HealthCheckResponse_NOT_SERVING
+	switch {
+	case forget:
+		st = grpc_health_v1.HealthCheckResponse_SERVICE_UNKNOWN
+	case serving:
+		st = grpc_health_v1.HealthCheckResponse_SERVING
+	}
+	s.health.SetServingStatus(ServiceHealthName(name), st)
+}
+
 // setServing sets the health status of the server and of AdminService. It
 // has no effect once Stop began.
 func (s *Server) setServing(st grpc_health_v1.HealthCheckResponse_ServingStatus) {

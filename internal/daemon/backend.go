@@ -22,7 +22,7 @@ type backend struct{ d *Daemon }
 var _ admin.Backend = (*backend)(nil)
 
 func (b *backend) service(name string) (*service, error) {
-	for _, s := range b.d.services {
+	for _, s := range b.d.serviceList() {
 		if s.cfg.Name == name {
 			return s, nil
 		}
@@ -31,11 +31,12 @@ func (b *backend) service(name string) (*service, error) {
 }
 
 func (b *backend) pool(name string) (*workers.Pool, *service, error) {
-	p, ok := b.d.pools[name]
-	if !ok {
-		return nil, nil, fmt.Errorf("%w: pool %q", admin.ErrNotFound, name)
+	for _, s := range b.d.serviceList() {
+		if p, ok := s.pool(name); ok {
+			return p, s, nil
+		}
 	}
-	return p, b.d.poolSvc[name], nil
+	return nil, nil, fmt.Errorf("%w: pool %q", admin.ErrNotFound, name)
 }
 
 // unavailable marks database errors as Unavailable for the client.
@@ -47,26 +48,42 @@ func unavailable(err error) error {
 }
 
 func (b *backend) ListServices(ctx context.Context) ([]admin.ServiceInfo, error) {
-	out := make([]admin.ServiceInfo, 0, len(b.d.services))
-	for _, s := range b.d.services {
-		h, err := state.GetHorizon(ctx, s.db, s.cfg.Name, s.cfg.Horizon, s.cfg.MinHorizon)
+	svcs := b.d.serviceList()
+	out := make([]admin.ServiceInfo, 0, len(svcs))
+	for _, s := range svcs {
+		info, err := serviceInfo(ctx, s)
 		if err != nil {
-			return nil, unavailable(err)
-		}
-		info := admin.ServiceInfo{Name: s.cfg.Name, Horizon: h.Horizon, MinHorizon: s.cfg.MinHorizon, BeyondHorizon: s.cfg.BeyondHorizon}
-		last, ok, err := state.LastPurge(ctx, s.db, s.cfg.Name)
-		if err != nil {
-			return nil, unavailable(err)
-		}
-		if ok {
-			info.LastPurge = last.FinishedAt
-		}
-		if info.OutboxPending, info.OutboxOldest, err = outbox.Stats(ctx, s.db); err != nil {
-			return nil, unavailable(err)
+			if ctx.Err() != nil {
+				return nil, ctx.Err()
+			}
+			// One service's database being away does not hide the others:
+			// it is listed with its config's figures and the error.
+			info = admin.ServiceInfo{Name: s.cfg.Name, Horizon: s.cfg.Horizon, MinHorizon: s.cfg.MinHorizon,
+				BeyondHorizon: s.cfg.BeyondHorizon, Error: err.Error()}
 		}
 		out = append(out, info)
 	}
 	return out, nil
+}
+
+// serviceInfo reads a service's figures from its database.
+func serviceInfo(ctx context.Context, s *service) (admin.ServiceInfo, error) {
+	h, err := state.GetHorizon(ctx, s.db, s.cfg.Name, s.cfg.Horizon, s.cfg.MinHorizon)
+	if err != nil {
+		return admin.ServiceInfo{}, err
+	}
+	info := admin.ServiceInfo{Name: s.cfg.Name, Horizon: h.Horizon, MinHorizon: s.cfg.MinHorizon, BeyondHorizon: s.cfg.BeyondHorizon}
+	last, ok, err := state.LastPurge(ctx, s.db, s.cfg.Name)
+	if err != nil {
+		return admin.ServiceInfo{}, err
+	}
+	if ok {
+		info.LastPurge = last.FinishedAt
+	}
+	if info.OutboxPending, info.OutboxOldest, err = outbox.Stats(ctx, s.db); err != nil {
+		return admin.ServiceInfo{}, err
+	}
+	return info, nil
 }
 
 func poolInfo(i workers.Info) admin.PoolInfo {
@@ -81,20 +98,25 @@ func poolInfo(i workers.Info) admin.PoolInfo {
 }
 
 func (b *backend) ListPools(_ context.Context, serviceName string) ([]admin.PoolInfo, error) {
-	var out []admin.PoolInfo
+	svcs := b.d.serviceList()
 	if serviceName != "" {
 		s, err := b.service(serviceName)
 		if err != nil {
 			return nil, err
 		}
-		for _, p := range s.pools {
-			out = append(out, poolInfo(p.Info()))
-		}
-		return out, nil
+		svcs = []*service{s}
 	}
-	for _, s := range b.d.services {
-		for _, p := range s.pools {
-			out = append(out, poolInfo(p.Info()))
+	var out []admin.PoolInfo
+	for _, s := range svcs {
+		up, why := s.healthy()
+		for _, p := range s.workerPools() {
+			info := poolInfo(p.Info())
+			if !up && !s.up.Load() && why != nil {
+				// Not brought up yet (migrations waiting for the database):
+				// its pools have not started.
+				info.State, info.Error = admin.PoolStateConnecting, why.Error()
+			}
+			out = append(out, info)
 		}
 	}
 	return out, nil
@@ -125,7 +147,7 @@ func (b *backend) ResumePool(ctx context.Context, name, actor string) (admin.Poo
 }
 
 func (b *backend) LookupEvent(ctx context.Context, id uuid.UUID, serviceName string) ([]admin.LookupResult, error) {
-	svcs := b.d.services
+	svcs := b.d.serviceList()
 	if serviceName != "" {
 		s, err := b.service(serviceName)
 		if err != nil {
@@ -199,10 +221,16 @@ func purgeRun(r state.PurgeRun) admin.PurgeRun {
 }
 
 func (b *backend) RunPurge(ctx context.Context, name string, dryRun bool, actor string) (admin.PurgeRun, error) {
-	if _, err := b.service(name); err != nil {
+	s, err := b.service(name)
+	if err != nil {
 		return admin.PurgeRun{}, err
 	}
-	r, err := b.d.sched.RunNow(ctx, name, dryRun, actor)
+	sched := s.scheduler()
+	if sched == nil {
+		_, why := s.healthy()
+		return admin.PurgeRun{}, fmt.Errorf("%w: service %s is not up yet: %w", admin.ErrUnavailable, name, why)
+	}
+	r, err := sched.RunNow(ctx, name, dryRun, actor)
 	b.auditPurge(ctx, name, dryRun, actor, r, err)
 	switch {
 	case errors.Is(err, scheduler.ErrUnknownService):
@@ -236,7 +264,7 @@ func (b *backend) ListFailedMessages(ctx context.Context, name string, limit int
 	if err != nil {
 		return nil, err
 	}
-	msgs, err := workers.ListFailed(ctx, b.d.amqpURL, p.Config().Queue, limit)
+	msgs, err := workers.ListFailed(ctx, b.d.amqpURL(), p.Config().Queue, limit)
 	if err != nil {
 		return nil, unavailable(err)
 	}
@@ -253,7 +281,12 @@ func (b *backend) RetryFailedMessages(ctx context.Context, name string, ids []uu
 	if err != nil {
 		return 0, err
 	}
-	n, err := workers.RetryFailed(ctx, b.d.amqpURL, p.Config().Queue, ids, all, override, actor)
+	n, err := workers.RetryFailed(ctx, b.d.amqpURL(), p.Config().Queue, ids, all, override, actor)
 	b.auditRetry(ctx, svc, name, ids, all, override, actor, n, err)
 	return n, unavailable(err)
+}
+
+// ReloadConfig reloads the daemon's config (see Daemon.Reload).
+func (b *backend) ReloadConfig(ctx context.Context, actor string) (admin.ReloadResult, error) {
+	return b.d.Reload(ctx, actor)
 }

@@ -6,14 +6,16 @@ package daemon
 
 import (
 	"context"
-	"errors"
 	"fmt"
 	"log/slog"
 	"net"
 	"net/http"
+	"os"
+	"slices"
 	"sync"
 	"time"
 
+	"github.com/google/uuid"
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgxpool"
 
@@ -24,7 +26,6 @@ import (
 	"github.com/platformd/platformd/internal/dedup"
 	"github.com/platformd/platformd/internal/metrics"
 	"github.com/platformd/platformd/internal/migrate"
-	"github.com/platformd/platformd/internal/scheduler"
 	"github.com/platformd/platformd/internal/startstop"
 	"github.com/platformd/platformd/internal/state"
 	"github.com/platformd/platformd/internal/tracing"
@@ -59,22 +60,27 @@ func serviceHandlers(s config.ServiceConfig) []string {
 // hold the config's SQL handlers (WithSQLHandlers).
 func Migrate(ctx context.Context, cfg *config.Config, reg *consumer.Registry, createDB bool, logger *slog.Logger) error {
 	for _, s := range cfg.Services {
-		if createDB {
-			if err := CreateDatabase(ctx, s.Database, logger); err != nil {
-				return fmt.Errorf("service %s: %w", s.Name, err)
-			}
+		if err := migrateService(ctx, s, reg, createDB, logger); err != nil {
+			return err
 		}
-		sets, err := migrate.Sets(reg, serviceHandlers(s))
-		if err != nil {
-			return fmt.Errorf("service %s: %w", s.Name, err)
-		}
-		sets = withServiceSet(s, sets)
-		if err := migrate.Apply(ctx, s.Database, sets, logger.With(slog.String("service", s.Name))); err != nil {
-			return fmt.Errorf("service %s: %w", s.Name, err)
-		}
-		if err := prepareSQLHandlers(ctx, s, reg, logger); err != nil {
-			return fmt.Errorf("service %s: %w", s.Name, err)
-		}
+	}
+	return nil
+}
+
+// migrateSets returns the migration sets of a service: the platform's, the
+// service's own, then its handlers'.
+func migrateSets(s config.ServiceConfig, reg *consumer.Registry) ([]migrate.Set, error) {
+	sets, err := migrate.Sets(reg, serviceHandlers(s))
+	if err != nil {
+		return nil, fmt.Errorf("service %s: %w", s.Name, err)
+	}
+	return withServiceSet(s, sets), nil
+}
+
+// applyMigrations applies sets to the service's database.
+func applyMigrations(ctx context.Context, s config.ServiceConfig, sets []migrate.Set, logger *slog.Logger) error {
+	if err := migrate.Apply(ctx, s.Database, sets, logger.With(slog.String("service", s.Name))); err != nil {
+		return fmt.Errorf("service %s: %w", s.Name, err)
 	}
 	return nil
 }
@@ -117,86 +123,90 @@ type Options struct {
 	NoMigrate bool
 	// CreateDB creates missing service databases at start.
 	CreateDB bool
+	// ConfigPath is the config file a reload reads again; "" turns
+	// reloading off.
+	ConfigPath string
+	// Catalog validates a reloaded config (the Go handlers, as at start).
+	Catalog Catalog
+	// Reload, when it delivers, reloads the config (SIGHUP).
+	Reload <-chan os.Signal
 }
 
-// service is one running consumer service.
-type service struct {
-	cfg     config.ServiceConfig
-	db      *pgxpool.Pool
-	pools   []*workers.Pool
-	horizon *horizonCache
-}
-
-// Daemon is a running platformd.
+// Daemon is a running platformd. Its services come and go with reloads;
+// mu guards them, and the config in force.
 type Daemon struct {
+	log        *slog.Logger
+	metrics    *metrics.Metrics
+	opts       Options
+	publish    *workers.Conn // retry and failure copies of every pool
+	outboxConn *workers.Conn // every relay's publishing connection
+	killHook   func([]uuid.UUID)
+	admin      *admin.Server
+	console    *console.Server // nil when off; see console.go
+	httpSrv    *metricsServer
+	stopOnce   sync.Once
+	reloadMu   sync.Mutex // one reload at a time
+	tracing    *tracing.Provider
+
+	mu       sync.RWMutex
 	cfg      *config.Config
-	reg      *consumer.Registry
-	log      *slog.Logger
-	metrics  *metrics.Metrics
-	services []*service
-	pools    map[string]*workers.Pool
-	poolSvc  map[string]*service
-	publish  *workers.Conn
-	consumes []*workers.Conn
-	loops    []*startstop.Loop
-	sched    *scheduler.Scheduler
-	admin    *admin.Server
-	console  *console.Server // nil when off; see console.go
-	httpSrv  *metricsServer
-	amqpURL  string
-	tracing  *tracing.Provider
-	stopOnce sync.Once
-	outbox   *relays
+	reg      *consumer.Registry // the Go handlers and the config's SQL handlers
+	services []*service         // in config order
 }
 
 // Run starts platformd and blocks until ctx ends, then shuts down
-// gracefully: the admin API reports NOT_SERVING and stops, the scheduler
-// stops, pools stop consuming and settle their in-flight batches.
+// gracefully: the admin API reports NOT_SERVING and stops, then every
+// service stops (its scheduler, then its pools drain and settle, then its
+// relay and watchers). Each service's migrations are tried at start: a
+// database that refuses a migration or a SQL statement stops the start (a
+// mistake to fix first); one that cannot be reached does not (its service
+// waits for it in the background while the others run). opts.Reload
+// reloads the config.
 func Run(ctx context.Context, cfg *config.Config, reg *consumer.Registry, opts Options, logger *slog.Logger) error {
-	if !opts.NoMigrate || opts.CreateDB {
-		if err := migrateWithRetry(ctx, cfg, reg, opts.CreateDB, logger); err != nil {
-			return err
+	migrated := make(map[string]bool, len(cfg.Services))
+	for _, s := range cfg.Services {
+		var err error
+		if !opts.NoMigrate || opts.CreateDB {
+			err = migrateService(ctx, s, reg, opts.CreateDB, logger)
+		} else {
+			err = prepareSQLHandlers(ctx, s, reg, logger)
 		}
-	} else if err := checkSQLHandlers(ctx, cfg, reg, logger); err != nil {
-		return err
+		switch {
+		case err == nil:
+			migrated[s.Name] = true
+		case ctx.Err() != nil:
+			return ctx.Err()
+		case !unreachable(err):
+			return err
+		default:
+			logger.WarnContext(ctx, "daemon: service database not reachable at start; the service waits for it",
+				slog.String("service", s.Name), slog.Any("error", err))
+		}
 	}
-	d, err := start(ctx, cfg, reg, logger)
+	d, err := start(ctx, cfg, reg, opts, migrated, logger)
 	if err != nil {
 		return err
 	}
-	<-ctx.Done()
-	logger.Info("daemon: shutting down")
-	d.Stop() //nolint:contextcheck // shutdown starts because ctx is done; it must not use it
-	logger.Info("daemon: stopped")
-	return nil
-}
-
-// migrateWithRetry migrates, retrying while a database is unreachable (a
-// daemon may start before PostgreSQL) until ctx ends.
-func migrateWithRetry(ctx context.Context, cfg *config.Config, reg *consumer.Registry, createDB bool, logger *slog.Logger) error {
-	backoff := 200 * time.Millisecond
 	for {
-		err := Migrate(ctx, cfg, reg, createDB, logger)
-		if err == nil || ctx.Err() != nil {
-			return err
-		}
-		var pgErr interface{ SQLState() string }
-		if errors.As(err, &pgErr) {
-			return err // the server answered: a real migration error
-		}
-		logger.WarnContext(ctx, "daemon: migrate failed, retrying", slog.Any("error", err), slog.Duration("backoff", backoff))
 		select {
 		case <-ctx.Done():
-			return ctx.Err()
-		case <-time.After(backoff):
+			logger.Info("daemon: shutting down")
+			d.Stop() //nolint:contextcheck // shutdown starts because ctx is done; it must not use it
+			logger.Info("daemon: stopped")
+			return nil
+		case <-opts.Reload:
+			if _, err := d.Reload(ctx, "signal:SIGHUP"); err != nil {
+				logger.ErrorContext(ctx, "daemon: reload refused; the config in force is unchanged", slog.Any("error", err))
+			}
 		}
-		backoff = min(backoff*2, 5*time.Second)
 	}
 }
 
-func start(ctx context.Context, cfg *config.Config, reg *consumer.Registry, logger *slog.Logger) (*Daemon, error) {
-	d := &Daemon{cfg: cfg, reg: reg, log: logger, metrics: metrics.New(), pools: map[string]*workers.Pool{},
-		poolSvc: map[string]*service{}, amqpURL: cfg.Broker.URL}
+// start starts the daemon's shared parts and every service; migrated names
+// the services whose migrations already ran (the others run theirs in the
+// background first).
+func start(ctx context.Context, cfg *config.Config, reg *consumer.Registry, opts Options, migrated map[string]bool, logger *slog.Logger) (*Daemon, error) {
+	d := &Daemon{cfg: cfg, reg: reg, log: logger, metrics: metrics.New(), opts: opts}
 	ok := false
 	defer func() { //nolint:contextcheck // cleanup of a failed start must run whatever ctx says
 		if !ok {
@@ -210,125 +220,60 @@ func start(ctx context.Context, cfg *config.Config, reg *consumer.Registry, logg
 		return nil, err
 	}
 	d.publish = workers.NewConn(cfg.Broker.URL, "platformd-publish", logger)
-	for _, sc := range cfg.Services {
-		if err := d.addService(ctx, sc); err != nil {
-			return nil, err
-		}
-	}
+	d.outboxConn = workers.NewConn(cfg.Broker.URL, "platformd-outbox", logger)
+	d.killHook = killAfterConfirm(logger)
 	if err := d.startMetrics(ctx); err != nil {
 		return nil, err
 	}
-	d.declareTopology(ctx)
-	for _, svc := range d.services {
-		for _, p := range svc.pools {
-			if err := p.Start(ctx); err != nil {
-				return nil, err
-			}
-		}
-		d.loops = append(d.loops,
-			startstop.NewLoop(func(ctx context.Context) { d.watch(ctx, svc) }),
-			startstop.NewLoop(func(ctx context.Context) { svc.horizon.refreshEvery(ctx, HorizonRefreshDefault) }))
-	}
-	for _, l := range d.loops {
-		if err := l.Start(ctx); err != nil {
-			return nil, err
-		}
-	}
-	if err := d.startOutbox(ctx); err != nil {
-		return nil, err
-	}
-	var schedSvcs []scheduler.ServiceConfig
-	for _, svc := range d.services {
-		schedSvcs = append(schedSvcs, scheduler.ServiceConfig{
-			Name: svc.cfg.Name, DB: svc.db, DefaultHorizon: svc.cfg.Horizon, MinHorizon: svc.cfg.MinHorizon,
-			Every: svc.cfg.Purge.Every, BatchSize: svc.cfg.Purge.BatchSize,
-		})
-	}
-	sched, err := scheduler.New(scheduler.Config{Services: schedSvcs, Logger: logger, Metrics: d.metrics})
-	if err != nil {
-		return nil, err
-	}
-	d.sched = sched
-	if err := sched.Start(ctx); err != nil {
-		return nil, err
-	}
+	// The admin API first, so that health and listings answer while the
+	// services come up.
 	if err := d.startAdmin(ctx); err != nil {
 		return nil, err
 	}
+	for _, sc := range cfg.Services {
+		s, err := d.newService(ctx, sc, reg, !migrated[sc.Name])
+		if err != nil {
+			return nil, err
+		}
+		d.services = append(d.services, s)
+		if err := s.Start(ctx); err != nil {
+			return nil, err
+		}
+	}
+	var err error
 	if d.console, err = d.startConsole(ctx); err != nil {
 		return nil, err
 	}
 	ok = true
-	logger.Info("daemon: running", slog.Int("services", len(d.services)), slog.Int("pools", len(d.pools)),
+	logger.Info("daemon: running", slog.Int("services", len(d.services)),
 		slog.String("admin", cfg.Admin.Listen), slog.String("metrics", cfg.Metrics.Listen))
 	return d, nil
 }
 
-// addService connects to a service's database and builds its pools (not
-// started).
-func (d *Daemon) addService(ctx context.Context, sc config.ServiceConfig) error {
-	conns := int32(2) // LISTEN watcher, scheduler lock
-	for _, p := range sc.Pools {
-		conns += int32(p.Concurrency)
-	}
-	db, err := dedup.Connect(ctx, sc.Database, dedup.PoolConfig{MaxConns: conns + 4})
-	if err != nil {
-		return fmt.Errorf("service %s: %w", sc.Name, err)
-	}
-	svc := &service{cfg: sc, db: db}
-	svc.horizon = &horizonCache{db: db, service: sc.Name, def: sc.Horizon, min: sc.MinHorizon, log: d.log}
-	svc.horizon.refresh(ctx)
-	d.services = append(d.services, svc)
-	for _, pc := range sc.Pools {
-		routes, err := dedup.RoutesFor(d.reg, pc.Handlers)
-		if err != nil {
-			return fmt.Errorf("pool %s: %w", pc.Name, err)
-		}
-		consume := workers.NewConn(d.cfg.Broker.URL, "platformd-"+pc.Name, d.log)
-		d.consumes = append(d.consumes, consume)
-		pool, err := workers.NewPool(workers.PoolConfig{
-			Name: pc.Name, Service: sc.Name,
-			Topology: workers.Topology{
-				Exchange: d.cfg.Broker.Exchange, Queue: pc.Queue, QueueType: pc.QueueType,
-				Bindings: pc.Bindings, RetryDelays: pc.Retry.Delays,
-			},
-			Concurrency: pc.Concurrency, Prefetch: pc.Prefetch,
-			BatchSize: pc.Batch.Size, BatchWait: pc.Batch.Wait,
-			PartitionKey:  pc.PartitionKey,
-			MaxBodyBytes:  d.cfg.Broker.MaxBodyBytes,
-			BeyondHorizon: sc.BeyondHorizon,
-			HorizonFunc:   svc.horizon.get,
-		}, workers.Deps{
-			Processor: dedup.NewProcessor(db, dedup.ProcessorConfig{
-				Routes: routes, Observer: workers.NewConflictObserver(d.metrics, sc.Name, pc.Name, d.log),
-				Tracer: d.tracer(), TraceAttributes: batchTraceAttributes(sc.Name, pc.Name),
-			}),
-			DB: db, Consume: consume, Publish: d.publish, Metrics: d.metrics, Logger: d.log, Tracer: d.tracer(),
-		})
-		if err != nil {
-			return err
-		}
-		svc.pools = append(svc.pools, pool)
-		d.pools[pc.Name] = pool
-		d.poolSvc[pc.Name] = svc
-	}
-	return nil
+// config returns the config in force and the registry of its handlers.
+func (d *Daemon) config() (*config.Config, *consumer.Registry) {
+	d.mu.RLock()
+	defer d.mu.RUnlock()
+	return d.cfg, d.reg
 }
 
-// declareTopology declares every pool's topology once before the pools
-// start, so that producers may publish as soon as the daemon reports
-// running. A broker that is down is not fatal: the workers declare again
-// whenever they connect.
-func (d *Daemon) declareTopology(ctx context.Context) {
-	cctx, cancel := context.WithTimeout(ctx, 10*time.Second)
-	defer cancel()
-	for _, svc := range d.services {
-		for _, p := range svc.pools {
-			if err := p.DeclareTopology(cctx); err != nil {
-				d.log.WarnContext(ctx, "daemon: declare topology at start failed; workers will retry",
-					slog.String("pool", p.Name()), slog.Any("error", err))
-			}
-		}
+// serviceList returns the services, in config order.
+func (d *Daemon) serviceList() []*service {
+	d.mu.RLock()
+	defer d.mu.RUnlock()
+	return slices.Clone(d.services)
+}
+
+// setServiceHealth reports service name's health through the admin API
+// (grpc.health.v1) and platformd_service_up.
+func (d *Daemon) setServiceHealth(name string, up bool) {
+	v := 0.0
+	if up {
+		v = 1
+	}
+	d.metrics.ServiceUp.WithLabelValues(name).Set(v)
+	if d.admin != nil {
+		d.admin.SetServiceHealth(name, up, false)
 	}
 }
 
@@ -381,26 +326,10 @@ func (d *Daemon) startAdmin(ctx context.Context) error {
 		return err
 	}
 	d.admin = srv
+	for _, s := range d.cfg.Services {
+		srv.SetServiceHealth(s.Name, false, false) // NOT_SERVING until it is up
+	}
 	return srv.Start(ctx)
-}
-
-// watch applies pause and horizon changes announced by any daemon sharing
-// the service database.
-func (d *Daemon) watch(ctx context.Context, svc *service) {
-	state.Watch(ctx, svc.db, []string{state.ChannelPool, state.ChannelHorizon}, func(channel, payload string) {
-		switch channel {
-		case state.ChannelHorizon:
-			svc.horizon.refresh(ctx)
-		case state.ChannelPool:
-			for _, p := range svc.pools {
-				if payload == "" || payload == p.Name() {
-					if err := p.Refresh(ctx); err != nil && ctx.Err() == nil {
-						d.log.WarnContext(ctx, "daemon: refresh pool state", slog.String("pool", p.Name()), slog.Any("error", err))
-					}
-				}
-			}
-		}
-	}, d.log)
 }
 
 // Stop shuts the daemon down in the order of stopStages; it is safe to call
@@ -412,38 +341,31 @@ func (d *Daemon) Stop() {
 // stopStages is the daemon's shutdown order, one stage after the other
 // (the members of a stage stop in parallel):
 //  1. the admin API and the console: health turns NOT_SERVING and calls
-//     end, so no pause, purge or retry starts mid-shutdown;
-//  2. the purge scheduler: no purge runs while the pools drain;
-//  3. the pools: they stop consuming, finish and settle their batches;
-//  4. the daemon's loops (pause and horizon watchers, refreshers);
-//  5. the metrics endpoint, scrapable until the drain is done;
-//  6. the broker connections and the database pools, which all of the
-//     above used;
-//  7. the tracer provider, which flushes the spans of everything above.
+//     end, so no pause, purge, retry or reload starts mid-shutdown;
+//  2. the services, each in its own order (service.Start): its scheduler,
+//     then its pools drain and settle, then its relay and watchers, then
+//     its database pool closes;
+//  3. the metrics endpoint, scrapable until the drain is done;
+//  4. the shared broker connections, which the services used;
+//  5. the tracer provider, which flushes the spans of everything above.
 func (d *Daemon) stopStages() [][]startstop.Stopper {
-	var pools, loops, resources []startstop.Stopper
-	for _, svc := range d.services {
-		for _, p := range svc.pools {
-			pools = append(pools, p)
-		}
-		resources = append(resources, startstop.StopFunc(svc.db.Close))
+	d.reloadMu.Lock() // a reload in progress finishes first
+	defer d.reloadMu.Unlock()
+	var services []startstop.Stopper
+	for _, s := range d.serviceList() {
+		services = append(services, s)
 	}
-	for _, l := range d.loops {
-		loops = append(loops, l)
-	}
-	for _, c := range append(d.consumes, d.publish) {
+	var conns []startstop.Stopper
+	for _, c := range []*workers.Conn{d.publish, d.outboxConn} {
 		if c != nil {
-			resources = append(resources, startstop.StopFunc(c.Close))
+			conns = append(conns, startstop.StopFunc(c.Close))
 		}
 	}
 	return [][]startstop.Stopper{
 		{d.admin, d.console},
-		{d.sched},
-		pools,
-		d.outbox.stoppers(),
-		loops,
+		services,
 		{d.httpSrv},
-		append(resources, d.outbox.resources()...),
+		conns,
 		{d.tracing},
 	}
 }

@@ -20,7 +20,8 @@ const usage = `usage: platformd <command> -config FILE [flags]
 
 commands:
   run       migrate every service database, then consume until SIGINT/SIGTERM
-            (a second signal exits at once: the dedup table makes that safe)
+            (a second signal exits at once: the dedup table makes that safe);
+            SIGHUP reads the config again and applies the difference
   migrate   apply the platform's and the handlers' migrations
   check     validate the configuration and exit
 
@@ -58,7 +59,8 @@ func Main(args []string, reg *consumer.Registry, stderr io.Writer) int {
 		fmt.Fprintf(stderr, "platformd: unknown command %q\n\n%s", cmd, usage)
 		return 2
 	}
-	cfg, err := config.Load(*cfgPath, Catalog{Registry: reg})
+	catalog := Catalog{Registry: reg}
+	cfg, err := config.Load(*cfgPath, catalog)
 	if err != nil {
 		var cerr *config.Error
 		if errors.As(err, &cerr) {
@@ -99,7 +101,11 @@ func Main(args []string, reg *consumer.Registry, stderr io.Writer) int {
 		<-ctx.Done()
 		stop() // restore default handling: a second signal kills at once
 	}()
-	if err := Run(ctx, cfg, reg, Options{NoMigrate: *noMigrate, CreateDB: *createDB}, logger); err != nil && !errors.Is(err, context.Canceled) {
+	hup := make(chan os.Signal, 1)
+	signal.Notify(hup, syscall.SIGHUP)
+	defer signal.Stop(hup)
+	opts := Options{NoMigrate: *noMigrate, CreateDB: *createDB, ConfigPath: *cfgPath, Catalog: catalog, Reload: hup}
+	if err := Run(ctx, cfg, reg, opts, logger); err != nil && !errors.Is(err, context.Canceled) {
 		logger.Error("platformd: run failed", slog.Any("error", err))
 		return 1
 	}

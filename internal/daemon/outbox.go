@@ -11,8 +11,6 @@ import (
 	"github.com/google/uuid"
 
 	"github.com/platformd/platformd/internal/outbox"
-	"github.com/platformd/platformd/internal/startstop"
-	"github.com/platformd/platformd/internal/workers"
 )
 
 // TestOutboxKillAfterConfirmEnv, set to N > 0, makes the daemon SIGKILL
@@ -22,61 +20,28 @@ import (
 // loudly.
 const TestOutboxKillAfterConfirmEnv = "PLATFORMD_TEST_OUTBOX_KILL_AFTER_CONFIRM"
 
-// relays are the daemon's outbox relays and their broker connection.
-type relays struct {
-	conn   *workers.Conn
-	byName map[string]*outbox.Relay
-}
-
-// startOutbox starts a relay for every service whose relay is on (the
-// default), on a publishing connection of their own.
-func (d *Daemon) startOutbox(ctx context.Context) error {
-	d.outbox = &relays{byName: map[string]*outbox.Relay{}}
-	hook := killAfterConfirm(d.log)
-	for _, svc := range d.services {
-		if !svc.cfg.Outbox.Relay {
-			continue
-		}
-		if d.outbox.conn == nil {
-			d.outbox.conn = workers.NewConn(d.cfg.Broker.URL, "platformd-outbox", d.log)
-		}
-		r, err := outbox.New(outbox.Config{
-			Service: svc.cfg.Name, DB: svc.db, Broker: d.outbox.conn, Exchange: d.cfg.Broker.Exchange,
-			BatchSize: svc.cfg.Outbox.BatchSize, Poll: svc.cfg.Outbox.Poll, MaxBodyBytes: d.cfg.Broker.MaxBodyBytes,
-			Metrics: d.metrics, Logger: d.log, TestAfterConfirmFunc: hook,
-		})
-		if err != nil {
-			return err
-		}
-		if err := r.Start(ctx); err != nil {
-			return err
-		}
-		d.outbox.byName[svc.cfg.Name] = r
+// startRelay starts the service's outbox relay when it is on (the
+// default), on the daemon's outbox publishing connection.
+func (s *service) startRelay(ctx context.Context) error {
+	if !s.cfg.Outbox.Relay {
+		return nil
 	}
+	d := s.d
+	r, err := outbox.New(outbox.Config{
+		Service: s.cfg.Name, DB: s.db, Broker: d.outboxConn, Exchange: d.cfg.Broker.Exchange,
+		BatchSize: s.cfg.Outbox.BatchSize, Poll: s.cfg.Outbox.Poll, MaxBodyBytes: d.cfg.Broker.MaxBodyBytes,
+		Metrics: d.metrics, Logger: d.log, TestAfterConfirmFunc: d.killHook,
+	})
+	if err != nil {
+		return err
+	}
+	if err := r.Start(ctx); err != nil {
+		return err
+	}
+	s.mu.Lock()
+	s.relay = r
+	s.mu.Unlock()
 	return nil
-}
-
-// stoppers returns the relays, for the shutdown stage after the pools
-// (each finishes its pass in flight, so the rows the last batches wrote
-// still go out). Safe on nil.
-func (rs *relays) stoppers() []startstop.Stopper {
-	if rs == nil {
-		return nil
-	}
-	out := make([]startstop.Stopper, 0, len(rs.byName))
-	for _, r := range rs.byName {
-		out = append(out, r)
-	}
-	return out
-}
-
-// resources returns the relays' broker connection, closed with the other
-// connections. Safe on nil.
-func (rs *relays) resources() []startstop.Stopper {
-	if rs == nil || rs.conn == nil {
-		return nil
-	}
-	return []startstop.Stopper{startstop.StopFunc(rs.conn.Close)}
 }
 
 // killAfterConfirm returns the TestOutboxKillAfterConfirmEnv hook, or nil

@@ -8,7 +8,6 @@ import (
 	"os"
 
 	"github.com/jackc/pgx/v5"
-	"github.com/jackc/pgx/v5/pgconn"
 
 	"github.com/platformd/platformd/consumer"
 	"github.com/platformd/platformd/internal/config"
@@ -83,18 +82,18 @@ func prepareSQLHandlers(ctx context.Context, s config.ServiceConfig, reg *consum
 	for _, hc := range s.SQLHandlers {
 		r, err := reg.Lookup(hc.Name)
 		if err != nil {
-			return fmt.Errorf("%s: %w", hc.KeyPath(), err)
+			return &keyPathError{path: hc.KeyPath(), err: err}
 		}
 		h, ok := r.Handler.(*sqlhandler.Handler)
 		if !ok {
-			return fmt.Errorf("%s: handler %q is not the config's SQL handler", hc.KeyPath(), hc.Name)
+			return &keyPathError{path: hc.KeyPath(), err: fmt.Errorf("handler %q is not the config's SQL handler", hc.Name)}
 		}
 		if err := h.Prepare(ctx, conn.PgConn()); err != nil {
 			var perr *sqlhandler.PrepareError
 			if errors.As(err, &perr) {
-				return fmt.Errorf("%s.sql[%d]: %w", hc.KeyPath(), perr.Statement, err)
+				return &keyPathError{path: fmt.Sprintf("%s.sql[%d]", hc.KeyPath(), perr.Statement), err: err}
 			}
-			return fmt.Errorf("%s: %w", hc.KeyPath(), err)
+			return &keyPathError{path: hc.KeyPath(), err: err}
 		}
 		if on, why := h.BatchMode(); on {
 			logger.InfoContext(ctx, "daemon: SQL handler runs its statement once per batch",
@@ -107,26 +106,15 @@ func prepareSQLHandlers(ctx context.Context, s config.ServiceConfig, reg *consum
 	return nil
 }
 
-// checkSQLHandlers prepares the SQL handlers of every service when `run`
-// skips the migrations (which prepare them otherwise). A statement the
-// database refuses stops the start; a database that cannot be reached
-// does not (its service's pools wait for it, its SQL handlers then run
-// event by event).
-func checkSQLHandlers(ctx context.Context, cfg *config.Config, reg *consumer.Registry, logger *slog.Logger) error {
-	for _, s := range cfg.Services {
-		err := prepareSQLHandlers(ctx, s, reg, logger)
-		var pgErr *pgconn.PgError
-		switch {
-		case err == nil:
-		case errors.As(err, &pgErr):
-			return fmt.Errorf("service %s: %w", s.Name, err)
-		default:
-			logger.WarnContext(ctx, "daemon: SQL handlers not prepared: database unreachable",
-				slog.String("service", s.Name), slog.Any("error", err))
-		}
-	}
-	return nil
+// keyPathError is an error about the config key at path (a statement that
+// does not prepare): "<path>: <err>".
+type keyPathError struct {
+	path string
+	err  error
 }
+
+func (e *keyPathError) Error() string { return e.path + ": " + e.err.Error() }
+func (e *keyPathError) Unwrap() error { return e.err }
 
 // CheckSQL implements config.SQLChecker: config.Load refuses, at its key
 // path, a statement sqlhandler.Parse refuses.

@@ -21,6 +21,14 @@ const (
 	OutcomeRejected  = "rejected"
 )
 
+// Reload results (label "result" of ConfigReloads).
+const (
+	ReloadApplied = "applied"
+	ReloadInvalid = "invalid"
+	ReloadRefused = "refused"
+	ReloadFailed  = "failed"
+)
+
 // Duplicate sources (label "source" of DuplicatesTotal).
 const (
 	SourceRedelivery = "redelivery"
@@ -60,6 +68,12 @@ type Metrics struct {
 	TxConflicts *prometheus.CounterVec
 	// BatchReplays counts failed batches replayed event by event.
 	BatchReplays *prometheus.CounterVec
+	// ConfigReloads counts config reloads by result (applied, invalid,
+	// refused, failed).
+	ConfigReloads *prometheus.CounterVec
+	// ServiceUp is 1 while a service is up: migrated, running, and its
+	// database answering.
+	ServiceUp *prometheus.GaugeVec
 
 	// PurgeRowsDeleted counts processed_event rows purged.
 	PurgeRowsDeleted *prometheus.CounterVec
@@ -121,6 +135,12 @@ func New() *Metrics {
 		BatchReplays: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Name: "platformd_batch_replays_total", Help: "Failed batches replayed event by event, one savepoint each.",
 		}, sp),
+		ConfigReloads: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "platformd_config_reloads_total", Help: "Config reloads (SIGHUP or ReloadConfig), by result: applied, invalid, refused (needs a restart), failed.",
+		}, []string{"result"}),
+		ServiceUp: prometheus.NewGaugeVec(prometheus.GaugeOpts{
+			Name: "platformd_service_up", Help: "1 while the service is up: migrated, running, and its database answering.",
+		}, []string{"service"}),
 		PurgeRowsDeleted: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Name: "platformd_purge_rows_deleted_total", Help: "processed_event rows deleted by purges.",
 		}, []string{"service"}),
@@ -139,7 +159,7 @@ func New() *Metrics {
 	}
 	m.Outbox = newOutboxMetrics(r)
 	r.MustRegister(m.MessagesTotal, m.DuplicatesTotal, m.FailuresTotal, m.BatchDuration, m.BatchSize,
-		m.HandlerDuration, m.PoolPaused, m.PoolInFlight, m.Reconnects, m.BatchErrors, m.TxConflicts, m.BatchReplays,
+		m.HandlerDuration, m.PoolPaused, m.PoolInFlight, m.Reconnects, m.BatchErrors, m.TxConflicts, m.BatchReplays, m.ConfigReloads, m.ServiceUp,
 		m.PurgeRowsDeleted, m.PurgeDuration, m.PurgeChunkDuration, m.PurgeLastSuccess, m.ProcessedEventRows)
 	return m
 }

@@ -28,6 +28,11 @@ const (
 	// Detail "retried", "all", "event_ids", "override_beyond_horizon" and
 	// "error".
 	AuditFailedRetry = "failed.retry"
+	// AuditConfigReload is a config reload (SIGHUP or the ReloadConfig
+	// RPC), recorded in every service database it left running; Target is
+	// the service, Detail what the reload changed ("services_added",
+	// "pools_restarted"...).
+	AuditConfigReload = "config.reload"
 )
 
 // ListAuditLimitDefault is the number of entries ListAudit returns when

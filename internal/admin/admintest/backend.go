@@ -445,6 +445,23 @@ func (b *Backend) ListAudit(ctx context.Context, service string, limit int) ([]a
 	return out, nil
 }
 
+// ReloadResult is what the Backend's ReloadConfig returns (a hook may
+// make it fail instead).
+var ReloadResult = admin.ReloadResult{
+	PoolsAdded:     []string{"billing-events"},
+	PoolsUnchanged: []string{"shipping-events", "stock-events"},
+	ServicesAdded:  []string{"billing"},
+}
+
+// ReloadConfig implements admin.Backend: it records the call and returns
+// ReloadResult.
+func (b *Backend) ReloadConfig(ctx context.Context, actor string) (admin.ReloadResult, error) {
+	if err := b.begin(ctx, Call{Method: "ReloadConfig", Actor: actor}); err != nil {
+		return admin.ReloadResult{}, err
+	}
+	return ReloadResult, nil
+}
+
 // record appends an audit entry; b.mu must be held.
 func (b *Backend) record(service, actor, action, target string, detail map[string]any) {
 	b.audit = append(b.audit, admin.AuditEntry{

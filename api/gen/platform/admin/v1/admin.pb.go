@@ -112,7 +112,10 @@ type Service struct {
 	OutboxPending int64 `protobuf:"varint,6,opt,name=outbox_pending,json=outboxPending,proto3" json:"outbox_pending,omitempty"`
 	// outbox_oldest is the age of the oldest waiting outbox row; zero when
 	// none waits.
-	OutboxOldest  *durationpb.Duration `protobuf:"bytes,7,opt,name=outbox_oldest,json=outboxOldest,proto3" json:"outbox_oldest,omitempty"`
+	OutboxOldest *durationpb.Duration `protobuf:"bytes,7,opt,name=outbox_oldest,json=outboxOldest,proto3" json:"outbox_oldest,omitempty"`
+	// error says why the service's database could not be read (it is away);
+	// the other figures are then the config's defaults.
+	Error         string `protobuf:"bytes,8,opt,name=error,proto3" json:"error,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -194,6 +197,13 @@ func (x *Service) GetOutboxOldest() *durationpb.Duration {
 		return x.OutboxOldest
 	}
 	return nil
+}
+
+func (x *Service) GetError() string {
+	if x != nil {
+		return x.Error
+	}
+	return ""
 }
 
 // Pool is one worker pool consuming one queue for one service.
@@ -2150,11 +2160,149 @@ func (x *ListAuditResponse) GetEntries() []*AuditEntry {
 	return nil
 }
 
+// ReloadConfigRequest is the request of ReloadConfig.
+type ReloadConfigRequest struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *ReloadConfigRequest) Reset() {
+	*x = ReloadConfigRequest{}
+	mi := &file_platform_admin_v1_admin_proto_msgTypes[33]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *ReloadConfigRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*ReloadConfigRequest) ProtoMessage() {}
+
+func (x *ReloadConfigRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_platform_admin_v1_admin_proto_msgTypes[33]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use ReloadConfigRequest.ProtoReflect.Descriptor instead.
+func (*ReloadConfigRequest) Descriptor() ([]byte, []int) {
+	return file_platform_admin_v1_admin_proto_rawDescGZIP(), []int{33}
+}
+
+// ReloadConfigResponse says what a reload changed. Names are sorted.
+type ReloadConfigResponse struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// services_added are the services started by the reload.
+	ServicesAdded []string `protobuf:"bytes,1,rep,name=services_added,json=servicesAdded,proto3" json:"services_added,omitempty"`
+	// services_removed are the services stopped (their pools drained).
+	ServicesRemoved []string `protobuf:"bytes,2,rep,name=services_removed,json=servicesRemoved,proto3" json:"services_removed,omitempty"`
+	// services_restarted are the services whose own settings changed
+	// (database, horizons, purge, outbox...): all their pools restarted.
+	ServicesRestarted []string `protobuf:"bytes,3,rep,name=services_restarted,json=servicesRestarted,proto3" json:"services_restarted,omitempty"`
+	// pools_added are the pools started in services that already ran.
+	PoolsAdded []string `protobuf:"bytes,4,rep,name=pools_added,json=poolsAdded,proto3" json:"pools_added,omitempty"`
+	// pools_removed are the pools drained and stopped in services that stay.
+	PoolsRemoved []string `protobuf:"bytes,5,rep,name=pools_removed,json=poolsRemoved,proto3" json:"pools_removed,omitempty"`
+	// pools_restarted are the pools whose config or handlers changed.
+	PoolsRestarted []string `protobuf:"bytes,6,rep,name=pools_restarted,json=poolsRestarted,proto3" json:"pools_restarted,omitempty"`
+	// pools_unchanged are the pools the reload did not touch.
+	PoolsUnchanged []string `protobuf:"bytes,7,rep,name=pools_unchanged,json=poolsUnchanged,proto3" json:"pools_unchanged,omitempty"`
+	unknownFields  protoimpl.UnknownFields
+	sizeCache      protoimpl.SizeCache
+}
+
+func (x *ReloadConfigResponse) Reset() {
+	*x = ReloadConfigResponse{}
+	mi := &file_platform_admin_v1_admin_proto_msgTypes[34]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *ReloadConfigResponse) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*ReloadConfigResponse) ProtoMessage() {}
+
+func (x *ReloadConfigResponse) ProtoReflect() protoreflect.Message {
+	mi := &file_platform_admin_v1_admin_proto_msgTypes[34]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use ReloadConfigResponse.ProtoReflect.Descriptor instead.
+func (*ReloadConfigResponse) Descriptor() ([]byte, []int) {
+	return file_platform_admin_v1_admin_proto_rawDescGZIP(), []int{34}
+}
+
+func (x *ReloadConfigResponse) GetServicesAdded() []string {
+	if x != nil {
+		return x.ServicesAdded
+	}
+	return nil
+}
+
+func (x *ReloadConfigResponse) GetServicesRemoved() []string {
+	if x != nil {
+		return x.ServicesRemoved
+	}
+	return nil
+}
+
+func (x *ReloadConfigResponse) GetServicesRestarted() []string {
+	if x != nil {
+		return x.ServicesRestarted
+	}
+	return nil
+}
+
+func (x *ReloadConfigResponse) GetPoolsAdded() []string {
+	if x != nil {
+		return x.PoolsAdded
+	}
+	return nil
+}
+
+func (x *ReloadConfigResponse) GetPoolsRemoved() []string {
+	if x != nil {
+		return x.PoolsRemoved
+	}
+	return nil
+}
+
+func (x *ReloadConfigResponse) GetPoolsRestarted() []string {
+	if x != nil {
+		return x.PoolsRestarted
+	}
+	return nil
+}
+
+func (x *ReloadConfigResponse) GetPoolsUnchanged() []string {
+	if x != nil {
+		return x.PoolsUnchanged
+	}
+	return nil
+}
+
 var File_platform_admin_v1_admin_proto protoreflect.FileDescriptor
 
 const file_platform_admin_v1_admin_proto_rawDesc = "" +
 	"\n" +
-	"\x1dplatform/admin/v1/admin.proto\x12\x11platform.admin.v1\x1a\x1egoogle/protobuf/duration.proto\x1a\x1cgoogle/protobuf/struct.proto\x1a\x1fgoogle/protobuf/timestamp.proto\"\xd7\x02\n" +
+	"\x1dplatform/admin/v1/admin.proto\x12\x11platform.admin.v1\x1a\x1egoogle/protobuf/duration.proto\x1a\x1cgoogle/protobuf/struct.proto\x1a\x1fgoogle/protobuf/timestamp.proto\"\xed\x02\n" +
 	"\aService\x12\x12\n" +
 	"\x04name\x18\x01 \x01(\tR\x04name\x123\n" +
 	"\ahorizon\x18\x02 \x01(\v2\x19.google.protobuf.DurationR\ahorizon\x12:\n" +
@@ -2164,7 +2312,8 @@ const file_platform_admin_v1_admin_proto_rawDesc = "" +
 	"last_purge\x18\x04 \x01(\v2\x1a.google.protobuf.TimestampR\tlastPurge\x12%\n" +
 	"\x0ebeyond_horizon\x18\x05 \x01(\tR\rbeyondHorizon\x12%\n" +
 	"\x0eoutbox_pending\x18\x06 \x01(\x03R\routboxPending\x12>\n" +
-	"\routbox_oldest\x18\a \x01(\v2\x19.google.protobuf.DurationR\foutboxOldest\"\xe8\x02\n" +
+	"\routbox_oldest\x18\a \x01(\v2\x19.google.protobuf.DurationR\foutboxOldest\x12\x14\n" +
+	"\x05error\x18\b \x01(\tR\x05error\"\xe8\x02\n" +
 	"\x04Pool\x12\x12\n" +
 	"\x04name\x18\x01 \x01(\tR\x04name\x12\x18\n" +
 	"\aservice\x18\x02 \x01(\tR\aservice\x12\x14\n" +
@@ -2289,13 +2438,24 @@ const file_platform_admin_v1_admin_proto_rawDesc = "" +
 	"\aservice\x18\x01 \x01(\tR\aservice\x12\x14\n" +
 	"\x05limit\x18\x02 \x01(\x05R\x05limit\"L\n" +
 	"\x11ListAuditResponse\x127\n" +
-	"\aentries\x18\x01 \x03(\v2\x1d.platform.admin.v1.AuditEntryR\aentries*\x89\x01\n" +
+	"\aentries\x18\x01 \x03(\v2\x1d.platform.admin.v1.AuditEntryR\aentries\"\x15\n" +
+	"\x13ReloadConfigRequest\"\xaf\x02\n" +
+	"\x14ReloadConfigResponse\x12%\n" +
+	"\x0eservices_added\x18\x01 \x03(\tR\rservicesAdded\x12)\n" +
+	"\x10services_removed\x18\x02 \x03(\tR\x0fservicesRemoved\x12-\n" +
+	"\x12services_restarted\x18\x03 \x03(\tR\x11servicesRestarted\x12\x1f\n" +
+	"\vpools_added\x18\x04 \x03(\tR\n" +
+	"poolsAdded\x12#\n" +
+	"\rpools_removed\x18\x05 \x03(\tR\fpoolsRemoved\x12'\n" +
+	"\x0fpools_restarted\x18\x06 \x03(\tR\x0epoolsRestarted\x12'\n" +
+	"\x0fpools_unchanged\x18\a \x03(\tR\x0epoolsUnchanged*\x89\x01\n" +
 	"\tPoolState\x12\x1a\n" +
 	"\x16POOL_STATE_UNSPECIFIED\x10\x00\x12\x16\n" +
 	"\x12POOL_STATE_RUNNING\x10\x01\x12\x15\n" +
 	"\x11POOL_STATE_PAUSED\x10\x02\x12\x19\n" +
 	"\x15POOL_STATE_CONNECTING\x10\x03\x12\x16\n" +
-	"\x12POOL_STATE_STOPPED\x10\x042\xf2\t\n" +
+	"\x12POOL_STATE_STOPPED\x10\x042\xd3\n" +
+	"\n" +
 	"\fAdminService\x12_\n" +
 	"\fListServices\x12&.platform.admin.v1.ListServicesRequest\x1a'.platform.admin.v1.ListServicesResponse\x12V\n" +
 	"\tListPools\x12#.platform.admin.v1.ListPoolsRequest\x1a$.platform.admin.v1.ListPoolsResponse\x12V\n" +
@@ -2312,7 +2472,8 @@ const file_platform_admin_v1_admin_proto_rawDesc = "" +
 	"\x12ListFailedMessages\x12,.platform.admin.v1.ListFailedMessagesRequest\x1a-.platform.admin.v1.ListFailedMessagesResponse\x12t\n" +
 	"\x13RetryFailedMessages\x12-.platform.admin.v1.RetryFailedMessagesRequest\x1a..platform.admin.v1.RetryFailedMessagesResponse\x12h\n" +
 	"\x0fDescribeService\x12).platform.admin.v1.DescribeServiceRequest\x1a*.platform.admin.v1.DescribeServiceResponse\x12V\n" +
-	"\tListAudit\x12#.platform.admin.v1.ListAuditRequest\x1a$.platform.admin.v1.ListAuditResponseB\xcb\x01\n" +
+	"\tListAudit\x12#.platform.admin.v1.ListAuditRequest\x1a$.platform.admin.v1.ListAuditResponse\x12_\n" +
+	"\fReloadConfig\x12&.platform.admin.v1.ReloadConfigRequest\x1a'.platform.admin.v1.ReloadConfigResponseB\xcb\x01\n" +
 	"\x15com.platform.admin.v1B\n" +
 	"AdminProtoP\x01Z@github.com/platformd/platformd/api/gen/platform/admin/v1;adminv1\xa2\x02\x03PAX\xaa\x02\x11Platform.Admin.V1\xca\x02\x11Platform\\Admin\\V1\xe2\x02\x1dPlatform\\Admin\\V1\\GPBMetadata\xea\x02\x13Platform::Admin::V1b\x06proto3"
 
@@ -2329,7 +2490,7 @@ func file_platform_admin_v1_admin_proto_rawDescGZIP() []byte {
 }
 
 var file_platform_admin_v1_admin_proto_enumTypes = make([]protoimpl.EnumInfo, 1)
-var file_platform_admin_v1_admin_proto_msgTypes = make([]protoimpl.MessageInfo, 33)
+var file_platform_admin_v1_admin_proto_msgTypes = make([]protoimpl.MessageInfo, 35)
 var file_platform_admin_v1_admin_proto_goTypes = []any{
 	(PoolState)(0),                      // 0: platform.admin.v1.PoolState
 	(*Service)(nil),                     // 1: platform.admin.v1.Service
@@ -2365,40 +2526,42 @@ var file_platform_admin_v1_admin_proto_goTypes = []any{
 	(*AuditEntry)(nil),                  // 31: platform.admin.v1.AuditEntry
 	(*ListAuditRequest)(nil),            // 32: platform.admin.v1.ListAuditRequest
 	(*ListAuditResponse)(nil),           // 33: platform.admin.v1.ListAuditResponse
-	(*durationpb.Duration)(nil),         // 34: google.protobuf.Duration
-	(*timestamppb.Timestamp)(nil),       // 35: google.protobuf.Timestamp
-	(*structpb.Struct)(nil),             // 36: google.protobuf.Struct
+	(*ReloadConfigRequest)(nil),         // 34: platform.admin.v1.ReloadConfigRequest
+	(*ReloadConfigResponse)(nil),        // 35: platform.admin.v1.ReloadConfigResponse
+	(*durationpb.Duration)(nil),         // 36: google.protobuf.Duration
+	(*timestamppb.Timestamp)(nil),       // 37: google.protobuf.Timestamp
+	(*structpb.Struct)(nil),             // 38: google.protobuf.Struct
 }
 var file_platform_admin_v1_admin_proto_depIdxs = []int32{
-	34, // 0: platform.admin.v1.Service.horizon:type_name -> google.protobuf.Duration
-	34, // 1: platform.admin.v1.Service.min_horizon:type_name -> google.protobuf.Duration
-	35, // 2: platform.admin.v1.Service.last_purge:type_name -> google.protobuf.Timestamp
-	34, // 3: platform.admin.v1.Service.outbox_oldest:type_name -> google.protobuf.Duration
+	36, // 0: platform.admin.v1.Service.horizon:type_name -> google.protobuf.Duration
+	36, // 1: platform.admin.v1.Service.min_horizon:type_name -> google.protobuf.Duration
+	37, // 2: platform.admin.v1.Service.last_purge:type_name -> google.protobuf.Timestamp
+	36, // 3: platform.admin.v1.Service.outbox_oldest:type_name -> google.protobuf.Duration
 	0,  // 4: platform.admin.v1.Pool.state:type_name -> platform.admin.v1.PoolState
-	35, // 5: platform.admin.v1.LookupResult.processed_at:type_name -> google.protobuf.Timestamp
-	35, // 6: platform.admin.v1.LookupResult.purgeable_at:type_name -> google.protobuf.Timestamp
-	34, // 7: platform.admin.v1.Horizon.horizon:type_name -> google.protobuf.Duration
-	34, // 8: platform.admin.v1.Horizon.min_horizon:type_name -> google.protobuf.Duration
-	35, // 9: platform.admin.v1.Horizon.updated_at:type_name -> google.protobuf.Timestamp
-	35, // 10: platform.admin.v1.PurgeRun.cutoff:type_name -> google.protobuf.Timestamp
-	35, // 11: platform.admin.v1.PurgeRun.started_at:type_name -> google.protobuf.Timestamp
-	35, // 12: platform.admin.v1.PurgeRun.finished_at:type_name -> google.protobuf.Timestamp
-	35, // 13: platform.admin.v1.FailedMessage.failed_at:type_name -> google.protobuf.Timestamp
+	37, // 5: platform.admin.v1.LookupResult.processed_at:type_name -> google.protobuf.Timestamp
+	37, // 6: platform.admin.v1.LookupResult.purgeable_at:type_name -> google.protobuf.Timestamp
+	36, // 7: platform.admin.v1.Horizon.horizon:type_name -> google.protobuf.Duration
+	36, // 8: platform.admin.v1.Horizon.min_horizon:type_name -> google.protobuf.Duration
+	37, // 9: platform.admin.v1.Horizon.updated_at:type_name -> google.protobuf.Timestamp
+	37, // 10: platform.admin.v1.PurgeRun.cutoff:type_name -> google.protobuf.Timestamp
+	37, // 11: platform.admin.v1.PurgeRun.started_at:type_name -> google.protobuf.Timestamp
+	37, // 12: platform.admin.v1.PurgeRun.finished_at:type_name -> google.protobuf.Timestamp
+	37, // 13: platform.admin.v1.FailedMessage.failed_at:type_name -> google.protobuf.Timestamp
 	1,  // 14: platform.admin.v1.ListServicesResponse.services:type_name -> platform.admin.v1.Service
 	2,  // 15: platform.admin.v1.ListPoolsResponse.pools:type_name -> platform.admin.v1.Pool
 	2,  // 16: platform.admin.v1.PausePoolResponse.pool:type_name -> platform.admin.v1.Pool
 	2,  // 17: platform.admin.v1.ResumePoolResponse.pool:type_name -> platform.admin.v1.Pool
 	3,  // 18: platform.admin.v1.LookupEventResponse.results:type_name -> platform.admin.v1.LookupResult
 	4,  // 19: platform.admin.v1.GetHorizonResponse.horizon:type_name -> platform.admin.v1.Horizon
-	34, // 20: platform.admin.v1.SetHorizonRequest.horizon:type_name -> google.protobuf.Duration
+	36, // 20: platform.admin.v1.SetHorizonRequest.horizon:type_name -> google.protobuf.Duration
 	4,  // 21: platform.admin.v1.SetHorizonResponse.horizon:type_name -> platform.admin.v1.Horizon
 	5,  // 22: platform.admin.v1.RunPurgeResponse.run:type_name -> platform.admin.v1.PurgeRun
 	5,  // 23: platform.admin.v1.ListPurgeRunsResponse.runs:type_name -> platform.admin.v1.PurgeRun
 	6,  // 24: platform.admin.v1.ListFailedMessagesResponse.messages:type_name -> platform.admin.v1.FailedMessage
-	34, // 25: platform.admin.v1.DescribeServiceResponse.retry_span:type_name -> google.protobuf.Duration
+	36, // 25: platform.admin.v1.DescribeServiceResponse.retry_span:type_name -> google.protobuf.Duration
 	5,  // 26: platform.admin.v1.DescribeServiceResponse.last_run:type_name -> platform.admin.v1.PurgeRun
-	35, // 27: platform.admin.v1.AuditEntry.at:type_name -> google.protobuf.Timestamp
-	36, // 28: platform.admin.v1.AuditEntry.detail:type_name -> google.protobuf.Struct
+	37, // 27: platform.admin.v1.AuditEntry.at:type_name -> google.protobuf.Timestamp
+	38, // 28: platform.admin.v1.AuditEntry.detail:type_name -> google.protobuf.Struct
 	31, // 29: platform.admin.v1.ListAuditResponse.entries:type_name -> platform.admin.v1.AuditEntry
 	7,  // 30: platform.admin.v1.AdminService.ListServices:input_type -> platform.admin.v1.ListServicesRequest
 	9,  // 31: platform.admin.v1.AdminService.ListPools:input_type -> platform.admin.v1.ListPoolsRequest
@@ -2413,21 +2576,23 @@ var file_platform_admin_v1_admin_proto_depIdxs = []int32{
 	27, // 40: platform.admin.v1.AdminService.RetryFailedMessages:input_type -> platform.admin.v1.RetryFailedMessagesRequest
 	29, // 41: platform.admin.v1.AdminService.DescribeService:input_type -> platform.admin.v1.DescribeServiceRequest
 	32, // 42: platform.admin.v1.AdminService.ListAudit:input_type -> platform.admin.v1.ListAuditRequest
-	8,  // 43: platform.admin.v1.AdminService.ListServices:output_type -> platform.admin.v1.ListServicesResponse
-	10, // 44: platform.admin.v1.AdminService.ListPools:output_type -> platform.admin.v1.ListPoolsResponse
-	12, // 45: platform.admin.v1.AdminService.PausePool:output_type -> platform.admin.v1.PausePoolResponse
-	14, // 46: platform.admin.v1.AdminService.ResumePool:output_type -> platform.admin.v1.ResumePoolResponse
-	16, // 47: platform.admin.v1.AdminService.LookupEvent:output_type -> platform.admin.v1.LookupEventResponse
-	18, // 48: platform.admin.v1.AdminService.GetHorizon:output_type -> platform.admin.v1.GetHorizonResponse
-	20, // 49: platform.admin.v1.AdminService.SetHorizon:output_type -> platform.admin.v1.SetHorizonResponse
-	22, // 50: platform.admin.v1.AdminService.RunPurge:output_type -> platform.admin.v1.RunPurgeResponse
-	24, // 51: platform.admin.v1.AdminService.ListPurgeRuns:output_type -> platform.admin.v1.ListPurgeRunsResponse
-	26, // 52: platform.admin.v1.AdminService.ListFailedMessages:output_type -> platform.admin.v1.ListFailedMessagesResponse
-	28, // 53: platform.admin.v1.AdminService.RetryFailedMessages:output_type -> platform.admin.v1.RetryFailedMessagesResponse
-	30, // 54: platform.admin.v1.AdminService.DescribeService:output_type -> platform.admin.v1.DescribeServiceResponse
-	33, // 55: platform.admin.v1.AdminService.ListAudit:output_type -> platform.admin.v1.ListAuditResponse
-	43, // [43:56] is the sub-list for method output_type
-	30, // [30:43] is the sub-list for method input_type
+	34, // 43: platform.admin.v1.AdminService.ReloadConfig:input_type -> platform.admin.v1.ReloadConfigRequest
+	8,  // 44: platform.admin.v1.AdminService.ListServices:output_type -> platform.admin.v1.ListServicesResponse
+	10, // 45: platform.admin.v1.AdminService.ListPools:output_type -> platform.admin.v1.ListPoolsResponse
+	12, // 46: platform.admin.v1.AdminService.PausePool:output_type -> platform.admin.v1.PausePoolResponse
+	14, // 47: platform.admin.v1.AdminService.ResumePool:output_type -> platform.admin.v1.ResumePoolResponse
+	16, // 48: platform.admin.v1.AdminService.LookupEvent:output_type -> platform.admin.v1.LookupEventResponse
+	18, // 49: platform.admin.v1.AdminService.GetHorizon:output_type -> platform.admin.v1.GetHorizonResponse
+	20, // 50: platform.admin.v1.AdminService.SetHorizon:output_type -> platform.admin.v1.SetHorizonResponse
+	22, // 51: platform.admin.v1.AdminService.RunPurge:output_type -> platform.admin.v1.RunPurgeResponse
+	24, // 52: platform.admin.v1.AdminService.ListPurgeRuns:output_type -> platform.admin.v1.ListPurgeRunsResponse
+	26, // 53: platform.admin.v1.AdminService.ListFailedMessages:output_type -> platform.admin.v1.ListFailedMessagesResponse
+	28, // 54: platform.admin.v1.AdminService.RetryFailedMessages:output_type -> platform.admin.v1.RetryFailedMessagesResponse
+	30, // 55: platform.admin.v1.AdminService.DescribeService:output_type -> platform.admin.v1.DescribeServiceResponse
+	33, // 56: platform.admin.v1.AdminService.ListAudit:output_type -> platform.admin.v1.ListAuditResponse
+	35, // 57: platform.admin.v1.AdminService.ReloadConfig:output_type -> platform.admin.v1.ReloadConfigResponse
+	44, // [44:58] is the sub-list for method output_type
+	30, // [30:44] is the sub-list for method input_type
 	30, // [30:30] is the sub-list for extension type_name
 	30, // [30:30] is the sub-list for extension extendee
 	0,  // [0:30] is the sub-list for field type_name
@@ -2444,7 +2609,7 @@ func file_platform_admin_v1_admin_proto_init() {
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_platform_admin_v1_admin_proto_rawDesc), len(file_platform_admin_v1_admin_proto_rawDesc)),
 			NumEnums:      1,
-			NumMessages:   33,
+			NumMessages:   35,
 			NumExtensions: 0,
 			NumServices:   1,
 		},

@@ -36,6 +36,7 @@ const (
 	AdminService_RetryFailedMessages_FullMethodName = "/platform.admin.v1.AdminService/RetryFailedMessages"
 	AdminService_DescribeService_FullMethodName     = "/platform.admin.v1.AdminService/DescribeService"
 	AdminService_ListAudit_FullMethodName           = "/platform.admin.v1.AdminService/ListAudit"
+	AdminService_ReloadConfig_FullMethodName        = "/platform.admin.v1.AdminService/ReloadConfig"
 )
 
 // AdminServiceClient is the client API for AdminService service.
@@ -101,6 +102,18 @@ type AdminServiceClient interface {
 	// purged (dry or not) and retried failed messages, newest first.
 	// Role: read.
 	ListAudit(ctx context.Context, in *ListAuditRequest, opts ...grpc.CallOption) (*ListAuditResponse, error)
+	// ReloadConfig reads the daemon's config file again, validates it as
+	// `platformd check` does, prepares new SQL handler statements, and
+	// applies the difference: new services and pools start (migrations
+	// first), removed ones drain and stop, changed pools restart alone,
+	// unchanged ones are not touched. SIGHUP does the same. A config that
+	// does not validate, or a statement that does not prepare, changes
+	// nothing: the call fails with INVALID_ARGUMENT, every problem and its
+	// key path in the message and as google.rpc.BadRequest field violations;
+	// a change that cannot be applied without a restart (admin.listen, say)
+	// fails with FAILED_PRECONDITION naming it. Audited in every service's
+	// database. Role: admin.
+	ReloadConfig(ctx context.Context, in *ReloadConfigRequest, opts ...grpc.CallOption) (*ReloadConfigResponse, error)
 }
 
 type adminServiceClient struct {
@@ -241,6 +254,16 @@ func (c *adminServiceClient) ListAudit(ctx context.Context, in *ListAuditRequest
 	return out, nil
 }
 
+func (c *adminServiceClient) ReloadConfig(ctx context.Context, in *ReloadConfigRequest, opts ...grpc.CallOption) (*ReloadConfigResponse, error) {
+	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
+	out := new(ReloadConfigResponse)
+	err := c.cc.Invoke(ctx, AdminService_ReloadConfig_FullMethodName, in, out, cOpts...)
+	if err != nil {
+		return nil, err
+	}
+	return out, nil
+}
+
 // AdminServiceServer is the server API for AdminService service.
 // All implementations must embed UnimplementedAdminServiceServer
 // for forward compatibility.
@@ -304,6 +327,18 @@ type AdminServiceServer interface {
 	// purged (dry or not) and retried failed messages, newest first.
 	// Role: read.
 	ListAudit(context.Context, *ListAuditRequest) (*ListAuditResponse, error)
+	// ReloadConfig reads the daemon's config file again, validates it as
+	// `platformd check` does, prepares new SQL handler statements, and
+	// applies the difference: new services and pools start (migrations
+	// first), removed ones drain and stop, changed pools restart alone,
+	// unchanged ones are not touched. SIGHUP does the same. A config that
+	// does not validate, or a statement that does not prepare, changes
+	// nothing: the call fails with INVALID_ARGUMENT, every problem and its
+	// key path in the message and as google.rpc.BadRequest field violations;
+	// a change that cannot be applied without a restart (admin.listen, say)
+	// fails with FAILED_PRECONDITION naming it. Audited in every service's
+	// database. Role: admin.
+	ReloadConfig(context.Context, *ReloadConfigRequest) (*ReloadConfigResponse, error)
 	mustEmbedUnimplementedAdminServiceServer()
 }
 
@@ -352,6 +387,9 @@ func (UnimplementedAdminServiceServer) DescribeService(context.Context, *Describ
 }
 func (UnimplementedAdminServiceServer) ListAudit(context.Context, *ListAuditRequest) (*ListAuditResponse, error) {
 	return nil, status.Error(codes.Unimplemented, "method ListAudit not implemented")
+}
+func (UnimplementedAdminServiceServer) ReloadConfig(context.Context, *ReloadConfigRequest) (*ReloadConfigResponse, error) {
+	return nil, status.Error(codes.Unimplemented, "method ReloadConfig not implemented")
 }
 func (UnimplementedAdminServiceServer) mustEmbedUnimplementedAdminServiceServer() {}
 func (UnimplementedAdminServiceServer) testEmbeddedByValue()                      {}
@@ -608,6 +646,24 @@ func _AdminService_ListAudit_Handler(srv interface{}, ctx context.Context, dec f
 	return interceptor(ctx, in, info, handler)
 }
 
+func _AdminService_ReloadConfig_Handler(srv interface{}, ctx context.Context, dec func(interface{}) error, interceptor grpc.UnaryServerInterceptor) (interface{}, error) {
+	in := new(ReloadConfigRequest)
+	if err := dec(in); err != nil {
+		return nil, err
+	}
+	if interceptor == nil {
+		return srv.(AdminServiceServer).ReloadConfig(ctx, in)
+	}
+	info := &grpc.UnaryServerInfo{
+		Server:     srv,
+		FullMethod: AdminService_ReloadConfig_FullMethodName,
+	}
+	handler := func(ctx context.Context, req interface{}) (interface{}, error) {
+		return srv.(AdminServiceServer).ReloadConfig(ctx, req.(*ReloadConfigRequest))
+	}
+	return interceptor(ctx, in, info, handler)
+}
+
 // AdminService_ServiceDesc is the grpc.ServiceDesc for AdminService service.
 // It's only intended for direct use with grpc.RegisterService,
 // and not to be introspected or modified (even as a copy)
@@ -666,6 +722,10 @@ var AdminService_ServiceDesc = grpc.ServiceDesc{
 		{
 			MethodName: "ListAudit",
 			Handler:    _AdminService_ListAudit_Handler,
+		},
+		{
+			MethodName: "ReloadConfig",
+			Handler:    _AdminService_ReloadConfig_Handler,
 		},
 	},
 	Streams:  []grpc.StreamDesc{},

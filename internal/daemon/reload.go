@@ -1,0 +1,420 @@
+package daemon
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"reflect"
+	"slices"
+	"strings"
+	"time"
+
+	"github.com/platformd/platformd/consumer"
+	"github.com/platformd/platformd/internal/admin"
+	"github.com/platformd/platformd/internal/config"
+	"github.com/platformd/platformd/internal/metrics"
+	"github.com/platformd/platformd/internal/startstop"
+	"github.com/platformd/platformd/internal/state"
+)
+
+// Reload reads the config file again, validates it exactly as `platformd
+// check` does, and applies the difference (one reload at a time):
+//
+//   - a config that does not validate, or a SQL statement that does not
+//     prepare against its service's database (after that service's new
+//     migrations), changes nothing: *admin.ConfigError, every problem with
+//     its key path;
+//   - a change that a running daemon cannot apply (the admin or metrics
+//     listener, tokens, TLS files, the broker, the console, tracing, the
+//     log settings) changes nothing either: admin.ErrNeedsRestart, naming
+//     the keys;
+//   - otherwise new services start (their migrations first), removed ones
+//     drain and stop, services whose own settings changed (database,
+//     horizons, purge, outbox, migrations) restart, and within the others
+//     new pools start, removed ones drain and stop and changed ones (their
+//     settings, or the SQL of a handler they run) restart alone; unchanged
+//     pools are not touched: no reconnect, no lost or repeated work.
+//
+// The reload is logged, counted (platformd_config_reloads_total{result})
+// and audited in the database of every service it leaves running. actor
+// names who asked (a token's name, or "signal:SIGHUP").
+func (d *Daemon) Reload(ctx context.Context, actor string) (admin.ReloadResult, error) {
+	d.reloadMu.Lock()
+	defer d.reloadMu.Unlock()
+	start := time.Now()
+	res, err := d.reload(ctx)
+	result := metrics.ReloadApplied
+	var cfgErr *admin.ConfigError
+	switch {
+	case errors.As(err, &cfgErr):
+		result = metrics.ReloadInvalid
+	case errors.Is(err, admin.ErrNeedsRestart):
+		result = metrics.ReloadRefused
+	case err != nil:
+		result = metrics.ReloadFailed
+	}
+	d.metrics.ConfigReloads.WithLabelValues(result).Inc()
+	if err != nil {
+		d.log.WarnContext(ctx, "daemon: config reload refused; nothing changed", slog.String("actor", actor),
+			slog.String("result", result), slog.Any("error", err))
+		return admin.ReloadResult{}, err
+	}
+	d.log.InfoContext(ctx, "daemon: config reloaded", slog.String("actor", actor), slog.Duration("took", time.Since(start)),
+		slog.Any("services_added", res.ServicesAdded), slog.Any("services_removed", res.ServicesRemoved),
+		slog.Any("services_restarted", res.ServicesRestarted), slog.Any("pools_added", res.PoolsAdded),
+		slog.Any("pools_removed", res.PoolsRemoved), slog.Any("pools_restarted", res.PoolsRestarted),
+		slog.Int("pools_unchanged", len(res.PoolsUnchanged)))
+	d.auditReload(ctx, actor, res)
+	return res, nil
+}
+
+// reload validates, prepares and applies a reload (see Reload).
+func (d *Daemon) reload(ctx context.Context) (admin.ReloadResult, error) {
+	if d.opts.ConfigPath == "" {
+		return admin.ReloadResult{}, fmt.Errorf("%w: the daemon was started without a config file to read again", admin.ErrNeedsRestart)
+	}
+	cfg, err := config.Load(d.opts.ConfigPath, d.opts.Catalog)
+	if err != nil {
+		var cerr *config.Error
+		if errors.As(err, &cerr) {
+			return admin.ReloadResult{}, configError(cerr.Problems)
+		}
+		return admin.ReloadResult{}, fmt.Errorf("%w: %w", admin.ErrInvalidArgument, err)
+	}
+	old, _ := d.config()
+	if keys := needsRestart(old, cfg); len(keys) > 0 {
+		return admin.ReloadResult{}, fmt.Errorf("%w: %s cannot change while the daemon runs (restart it to apply)",
+			admin.ErrNeedsRestart, strings.Join(keys, ", "))
+	}
+	reg, err := WithSQLHandlers(cfg, d.opts.Catalog.Registry)
+	if err != nil {
+		return admin.ReloadResult{}, fmt.Errorf("%w: %w", admin.ErrInvalidArgument, err)
+	}
+	plan := d.planReload(cfg)
+	migrated, err := d.prepareReload(ctx, cfg, reg, plan)
+	if err != nil {
+		return admin.ReloadResult{}, err
+	}
+	return d.applyReload(ctx, cfg, reg, plan, migrated), nil
+}
+
+// configError turns a config's problems into the admin API's error.
+func configError(problems []config.Problem) *admin.ConfigError {
+	e := &admin.ConfigError{}
+	for _, p := range problems {
+		e.Problems = append(e.Problems, admin.ConfigProblem{Path: p.Path, Message: p.Message})
+	}
+	return e
+}
+
+// needsRestart returns the keys whose change a running daemon cannot apply.
+// Values are never returned: tokens are secrets.
+func needsRestart(old, cfg *config.Config) []string {
+	var keys []string
+	for _, k := range []struct {
+		key      string
+		old, new any
+	}{
+		{"log", old.Log, cfg.Log},
+		{"admin.listen", old.Admin.Listen, cfg.Admin.Listen},
+		{"admin.tokens", old.Admin.Tokens, cfg.Admin.Tokens},
+		{"admin.tls", old.Admin.TLS, cfg.Admin.TLS},
+		{"metrics", old.Metrics, cfg.Metrics},
+		{"broker", old.Broker, cfg.Broker},
+		{"console", old.Console, cfg.Console},
+		{"tracing", old.Tracing, cfg.Tracing},
+	} {
+		if !reflect.DeepEqual(k.old, k.new) {
+			keys = append(keys, k.key)
+		}
+	}
+	return keys
+}
+
+// reloadPlan is what a reload changes.
+type reloadPlan struct {
+	add     []config.ServiceConfig // services to start
+	remove  []*service             // services to stop
+	restart []*service             // services to stop and start again
+	// pools of the services that stay, by service name.
+	pools map[string]*poolPlan
+}
+
+// poolPlan is what a reload changes in the pools of a service that stays.
+type poolPlan struct {
+	add       []config.PoolConfig
+	remove    []string
+	restart   []config.PoolConfig
+	unchanged []string
+}
+
+// changed reports whether the plan changes any pool.
+func (p *poolPlan) changed() bool { return len(p.add)+len(p.remove)+len(p.restart) > 0 }
+
+// planReload compares the running services with cfg's.
+func (d *Daemon) planReload(cfg *config.Config) *reloadPlan {
+	old, _ := d.config()
+	plan := &reloadPlan{pools: map[string]*poolPlan{}}
+	running := map[string]*service{}
+	for _, s := range d.serviceList() {
+		running[s.cfg.Name] = s
+		if _, ok := cfg.Service(s.cfg.Name); !ok {
+			plan.remove = append(plan.remove, s)
+		}
+	}
+	for _, sc := range cfg.Services {
+		s, ok := running[sc.Name]
+		switch {
+		case !ok:
+			plan.add = append(plan.add, sc)
+		case !reflect.DeepEqual(serviceSettings(s.cfg), serviceSettings(sc)):
+			plan.restart = append(plan.restart, s)
+		default:
+			plan.pools[sc.Name] = planPools(old, s.cfg, cfg, sc)
+		}
+	}
+	return plan
+}
+
+// serviceSettings is a service's config without its pools and SQL
+// handlers: what, changed, restarts the whole service.
+func serviceSettings(sc config.ServiceConfig) config.ServiceConfig {
+	sc.Pools, sc.SQLHandlers = nil, nil
+	return sc
+}
+
+// planPools compares a service's pools in the config in force and in cfg.
+// A pool changes when its settings do or when a SQL handler it runs does.
+func planPools(old *config.Config, was config.ServiceConfig, cfg *config.Config, sc config.ServiceConfig) *poolPlan {
+	p := &poolPlan{}
+	for _, pc := range was.Pools {
+		if !slices.ContainsFunc(sc.Pools, func(n config.PoolConfig) bool { return n.Name == pc.Name }) {
+			p.remove = append(p.remove, pc.Name)
+		}
+	}
+	for _, pc := range sc.Pools {
+		i := slices.IndexFunc(was.Pools, func(o config.PoolConfig) bool { return o.Name == pc.Name })
+		switch {
+		case i < 0:
+			p.add = append(p.add, pc)
+		case !reflect.DeepEqual(was.Pools[i], pc) || !reflect.DeepEqual(sqlHandlersOf(old, was.Pools[i]), sqlHandlersOf(cfg, pc)):
+			p.restart = append(p.restart, pc)
+		default:
+			p.unchanged = append(p.unchanged, pc.Name)
+		}
+	}
+	return p
+}
+
+// sqlHandlersOf returns the SQL handlers of cfg that pool pc runs, key
+// paths left out (they move when the config is edited around them).
+func sqlHandlersOf(cfg *config.Config, pc config.PoolConfig) []sqlHandlerDef {
+	var out []sqlHandlerDef
+	for _, s := range cfg.Services {
+		for _, h := range s.SQLHandlers {
+			if slices.Contains(pc.Handlers, h.Name) {
+				out = append(out, sqlHandlerDef{Name: h.Name, Events: h.Events, SQL: h.Statements()})
+			}
+		}
+	}
+	return out
+}
+
+// sqlHandlerDef is what makes a SQL handler itself.
+type sqlHandlerDef struct {
+	Name   string
+	Events []string
+	SQL    []string
+}
+
+// prepareReload migrates, before anything changes, every service the plan
+// starts or changes, and prepares its SQL handlers: a statement that does
+// not prepare refuses the reload, with its key path. A database that
+// cannot be reached is not a refusal: its service waits for it, as at
+// start. It returns the services migrated.
+func (d *Daemon) prepareReload(ctx context.Context, cfg *config.Config, reg *consumer.Registry, plan *reloadPlan) (map[string]bool, error) {
+	var todo []config.ServiceConfig
+	todo = append(todo, plan.add...)
+	for _, s := range plan.restart {
+		sc, _ := cfg.Service(s.cfg.Name)
+		todo = append(todo, sc)
+	}
+	for name, p := range plan.pools {
+		if p.changed() {
+			sc, _ := cfg.Service(name)
+			todo = append(todo, sc)
+		}
+	}
+	migrated := map[string]bool{}
+	var problems []admin.ConfigProblem
+	for _, sc := range todo {
+		err := migrateService(ctx, sc, reg, false, d.log)
+		var kp *keyPathError
+		switch {
+		case err == nil:
+			migrated[sc.Name] = true
+		case errors.As(err, &kp):
+			problems = append(problems, admin.ConfigProblem{Path: kp.path, Message: kp.err.Error()})
+		case ctx.Err() != nil:
+			return nil, ctx.Err()
+		case unreachable(err):
+			d.log.WarnContext(ctx, "daemon: reload: service database not reachable; the service waits for it",
+				slog.String("service", sc.Name), slog.Any("error", err))
+		default:
+			return nil, fmt.Errorf("reload: %w", err)
+		}
+	}
+	if len(problems) > 0 {
+		return nil, &admin.ConfigError{Problems: problems}
+	}
+	return migrated, nil
+}
+
+// applyReload applies plan: stops first (in parallel), then starts, then
+// the config in force becomes cfg.
+func (d *Daemon) applyReload(ctx context.Context, cfg *config.Config, reg *consumer.Registry, plan *reloadPlan, migrated map[string]bool) admin.ReloadResult {
+	var res admin.ReloadResult
+	var stopping []startstop.Stopper
+	for _, s := range plan.remove {
+		stopping = append(stopping, s)
+		res.ServicesRemoved = append(res.ServicesRemoved, s.cfg.Name)
+	}
+	for _, s := range plan.restart {
+		stopping = append(stopping, s)
+		res.ServicesRestarted = append(res.ServicesRestarted, s.cfg.Name)
+	}
+	startstop.StopAllParallel(stopping...)
+	for _, s := range plan.remove {
+		d.admin.SetServiceHealth(s.cfg.Name, false, true)
+		d.metrics.ServiceUp.DeleteLabelValues(s.cfg.Name)
+	}
+
+	running := map[string]*service{}
+	for _, s := range d.serviceList() {
+		running[s.cfg.Name] = s
+	}
+	var services []*service
+	for _, sc := range cfg.Services {
+		s, kept := running[sc.Name]
+		if kept && !slices.Contains(plan.restart, s) {
+			p := plan.pools[sc.Name]
+			s.reconfigure(ctx, sc, reg, p)
+			for _, pc := range p.add {
+				res.PoolsAdded = append(res.PoolsAdded, pc.Name)
+			}
+			for _, pc := range p.restart {
+				res.PoolsRestarted = append(res.PoolsRestarted, pc.Name)
+			}
+			res.PoolsRemoved = append(res.PoolsRemoved, p.remove...)
+			res.PoolsUnchanged = append(res.PoolsUnchanged, p.unchanged...)
+			services = append(services, s)
+			continue
+		}
+		ns, err := d.newService(ctx, sc, reg, !migrated[sc.Name])
+		if err != nil {
+			// Validated already: only a DSN pgx cannot parse gets here.
+			d.log.ErrorContext(ctx, "daemon: reload: service not started", slog.String("service", sc.Name), slog.Any("error", err))
+			continue
+		}
+		if err := ns.Start(ctx); err != nil {
+			d.log.ErrorContext(ctx, "daemon: reload: service not started", slog.String("service", sc.Name), slog.Any("error", err))
+			continue
+		}
+		if !kept {
+			res.ServicesAdded = append(res.ServicesAdded, sc.Name)
+			for _, pc := range sc.Pools {
+				res.PoolsAdded = append(res.PoolsAdded, pc.Name)
+			}
+		}
+		services = append(services, ns)
+	}
+	d.mu.Lock()
+	d.cfg, d.reg, d.services = cfg, reg, services
+	d.mu.Unlock()
+	for _, l := range [][]string{res.ServicesAdded, res.ServicesRemoved, res.ServicesRestarted,
+		res.PoolsAdded, res.PoolsRemoved, res.PoolsRestarted, res.PoolsUnchanged} {
+		slices.Sort(l)
+	}
+	return res
+}
+
+// reconfigure applies a reload's pool plan to a service that stays: the
+// pools removed and changed drain and stop first, then the new and changed
+// ones start (once the service is up; before, its bring-up starts them).
+// The others are not touched.
+func (s *service) reconfigure(ctx context.Context, sc config.ServiceConfig, reg *consumer.Registry, p *poolPlan) {
+	s.mu.Lock()
+	var stopping []*servicePool
+	keep := s.pools[:0:0]
+	for _, sp := range s.pools {
+		if slices.Contains(p.remove, sp.cfg.Name) || slices.ContainsFunc(p.restart, func(pc config.PoolConfig) bool { return pc.Name == sp.cfg.Name }) {
+			stopping = append(stopping, sp)
+			continue
+		}
+		keep = append(keep, sp)
+	}
+	s.pools = keep
+	s.mu.Unlock()
+	var stoppers []startstop.Stopper
+	for _, sp := range stopping {
+		stoppers = append(stoppers, sp.pool)
+	}
+	startstop.StopAllParallel(stoppers...)
+	for _, sp := range stopping {
+		sp.consume.Close()
+	}
+
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	s.cfg, s.reg = sc, reg
+	var started []*servicePool
+	for _, pc := range append(slices.Clone(p.add), p.restart...) {
+		sp, err := s.newPool(pc)
+		if err != nil {
+			s.d.log.ErrorContext(ctx, "daemon: reload: pool not started", slog.String("pool", pc.Name), slog.Any("error", err))
+			continue
+		}
+		started = append(started, sp)
+	}
+	// Keep the config's order.
+	all := append(s.pools, started...)
+	order := make(map[string]int, len(sc.Pools))
+	for i, pc := range sc.Pools {
+		order[pc.Name] = i
+	}
+	slices.SortFunc(all, func(a, b *servicePool) int { return order[a.cfg.Name] - order[b.cfg.Name] })
+	s.pools = all
+	if !s.up.Load() {
+		return // the bring-up starts every pool of s.pools
+	}
+	for _, sp := range started {
+		if err := sp.pool.DeclareTopology(ctx); err != nil {
+			s.d.log.WarnContext(ctx, "daemon: declare topology failed; workers will retry", slog.String("pool", sp.cfg.Name), slog.Any("error", err))
+		}
+		_ = sp.pool.Start(ctx)
+	}
+}
+
+// auditReload records an applied reload in every service's database.
+func (d *Daemon) auditReload(ctx context.Context, actor string, res admin.ReloadResult) {
+	detail := map[string]any{
+		"services_added": res.ServicesAdded, "services_removed": res.ServicesRemoved,
+		"services_restarted": res.ServicesRestarted, "pools_added": res.PoolsAdded,
+		"pools_removed": res.PoolsRemoved, "pools_restarted": res.PoolsRestarted,
+	}
+	for _, s := range d.serviceList() {
+		actx, cancel := context.WithTimeout(context.WithoutCancel(ctx), auditTimeout)
+		err := state.AppendAudit(actx, s.db, actor, state.AuditConfigReload, s.cfg.Name, detail)
+		cancel()
+		if err != nil {
+			d.log.WarnContext(ctx, "daemon: reload not audited in the service's database", slog.String("service", s.cfg.Name), slog.Any("error", err))
+		}
+	}
+}
+
+// amqpURL is the broker URL in force (the failed-queue tools dial it).
+func (d *Daemon) amqpURL() string {
+	cfg, _ := d.config()
+	return cfg.Broker.URL
+}
