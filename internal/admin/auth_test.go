@@ -112,6 +112,10 @@ func TestAuthRoles(t *testing.T) {
 			_, err := b.client.ListAudit(ctx, &adminv1.ListAuditRequest{})
 			return err
 		},
+		"ReloadConfig": func(ctx context.Context) error {
+			_, err := b.client.ReloadConfig(ctx, &adminv1.ReloadConfigRequest{})
+			return err
+		},
 	}
 	readAllowed := map[string]bool{
 		"ListServices": true, "ListPools": true, "LookupEvent": true,

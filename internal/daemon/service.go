@@ -145,11 +145,14 @@ func (s *service) Start(ctx context.Context) error {
 		done := make(chan struct{})
 		go func() {
 			defer close(done)
+			// The queues first, whatever the database: events published
+			// while the service waits for it are kept for it, not dropped
+			// as unroutable.
+			s.declareTopology(runCtx)
 			if !s.bringUp(runCtx) {
 				return
 			}
 			s.horizon.refresh(runCtx)
-			s.declareTopology(runCtx)
 			// Under the lock, so that a reload adding pools meanwhile
 			// either finds the service up and starts them, or leaves them
 			// here to be started.
