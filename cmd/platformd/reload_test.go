@@ -153,7 +153,7 @@ func (e *env) publishLoad(ctx context.Context, t *testing.T) <-chan int {
 	go func() {
 		n := 0
 		for ctx.Err() == nil {
-			k, err := e.publish(20, 0)
+			k, err := e.publish(20, 0) //nolint:contextcheck // each publish is confirmed whatever ctx says; ctx only ends the loop
 			n += k
 			if err != nil {
 				t.Errorf("publish: %v", err)
@@ -224,7 +224,9 @@ func TestReloadAddsAndRemovesAServiceUnderLoad(t *testing.T) {
 	stopLoad()
 	sent := <-load
 	invoices := func() int { return count(t, billDSN, `SELECT count(*) FROM invoice`) }
-	require.Eventually(t, func() bool { return queueDepth(t, billQ) == 0 && invoices() == count(t, billDSN, `SELECT count(*) FROM processed_event`) },
+	require.Eventually(t, func() bool {
+		return queueDepth(t, billQ) == 0 && invoices() == count(t, billDSN, `SELECT count(*) FROM processed_event`)
+	},
 		30*time.Second, 50*time.Millisecond)
 	before := invoices()
 	const burst = 300
@@ -287,7 +289,7 @@ func TestReloadRefusesInvalidEdits(t *testing.T) {
 	// Mistakes the validation finds.
 	bad := strings.Replace(string(good), "concurrency: 2", "concurrency: 0\n        colour: blue", 1) +
 		e.billingService(t, testdb.New(t, "e2e_bill_bad"))
-	bad = strings.Replace(bad, "@occurred_at)", "@occured_at)", 1)
+	bad = strings.Replace(bad, "@occurred_at)", "@opened_at)", 1) // not a parameter
 	require.NoError(t, os.WriteFile(path, []byte(bad), 0o600))
 	_, err = cli.ReloadConfig(actx, &adminv1.ReloadConfigRequest{})
 	st := status.Convert(err)
@@ -393,7 +395,12 @@ func TestServiceDatabaseAwayDoesNotStopTheOthers(t *testing.T) {
 	d.cmd.Stderr = d.stderr
 	require.NoError(t, d.cmd.Start())
 	go func() { d.done <- d.cmd.Wait() }()
-	t.Cleanup(func() { _ = d.cmd.Process.Kill(); <-d.done })
+	t.Cleanup(func() {
+		_ = d.cmd.Process.Kill()
+		if err := <-d.done; err != nil {
+			t.Logf("daemon: %v", err)
+		}
+	})
 	require.Eventually(t, func() bool {
 		c, err := net.Dial("tcp", e.adminAddr)
 		if err == nil {
