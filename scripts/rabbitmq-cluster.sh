@@ -19,7 +19,8 @@
 #   rabbitmq-cluster.sh stop            stop every node, heal, remove the data (idempotent)
 #   rabbitmq-cluster.sh status          each node's state and the cluster's running members
 #   rabbitmq-cluster.sh urls            the AMQP URLs, comma-separated
-#   rabbitmq-cluster.sh node-stop N     stop node N's VM (its data stays)
+#   rabbitmq-cluster.sh node-stop N     stop node N gracefully (its data stays)
+#   rabbitmq-cluster.sh node-kill N     SIGKILL node N's VM, a crash (its data stays)
 #   rabbitmq-cluster.sh node-start N    start node N again; it rejoins the cluster
 #   rabbitmq-cluster.sh partition N     cut node N from the other two (see below)
 #   rabbitmq-cluster.sh heal            end every partition
@@ -285,6 +286,16 @@ cmd_node_stop() {
 	say "$(node_name "$1"): stopped"
 }
 
+cmd_node_kill() {
+	check_node "$1"
+	local pid
+	if pid="$(node_pid "$1" 2>/dev/null)" && [ -n "$pid" ] && kill -0 "$pid" 2>/dev/null; then
+		kill -KILL "$pid"
+		while kill -0 "$pid" 2>/dev/null; do sleep 0.1; done
+	fi
+	say "$(node_name "$1"): killed"
+}
+
 cmd_node_start() {
 	check_node "$1"
 	start_node "$1"
@@ -346,6 +357,7 @@ status) cmd_status ;;
 urls) cmd_urls ;;
 node-stop) cmd_node_stop "${2:-}" ;;
 node-start) cmd_node_start "${2:-}" ;;
+node-kill) cmd_node_kill "${2:-}" ;;
 partition) cmd_partition "${2:-}" ;;
 heal) cmd_heal ;;
 partition-method) cmd_partition_method ;;
