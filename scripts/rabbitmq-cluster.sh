@@ -199,7 +199,21 @@ running_members() {
 		grep '@' || true
 }
 
+# ensure_iptables installs iptables when it is missing and this runs as
+# root on Debian, for real partitions; without it partitions fall back to
+# the cookie method.
+ensure_iptables() {
+	have_iptables && return 0
+	if [ "$(id -u)" -eq 0 ] && command -v apt-get >/dev/null 2>&1; then
+		say "installing iptables (for real partitions)"
+		{ DEBIAN_FRONTEND=noninteractive apt-get update -qq &&
+			DEBIAN_FRONTEND=noninteractive apt-get install -y -qq iptables; } </dev/null >/dev/null 2>&1 || true
+	fi
+	have_iptables || say "iptables unavailable: partitions change the Erlang cookie instead"
+}
+
 cmd_start() {
+	ensure_iptables
 	prepare
 	local n
 	for n in "${NODES[@]}"; do start_node "$n"; done

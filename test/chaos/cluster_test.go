@@ -188,7 +188,7 @@ func TestChaosBrokerCluster(t *testing.T) {
 	c := &clusterChaos{
 		chaos: &chaos{t: t, ctx: ctx, e: e, a: a, b: b, stats: stats, rng: rng, t0: time.Now(),
 			sc: scale{gapMin: time.Second, gapMax: 2 * time.Second}},
-		rc:    rc, faultsBy: map[string]int{},
+		rc: rc, faultsBy: map[string]int{},
 	}
 	dbT0 := e.dbNow()
 	c.prod = newProducer(e, pl, rng, dur, stats)
@@ -273,11 +273,19 @@ func TestChaosBrokerCluster(t *testing.T) {
 		t.Errorf("no pool was on a lost node: no failover measured")
 	}
 	var took []time.Duration
+	byKind := map[string][]time.Duration{}
 	for _, s := range c.failovers {
 		took = append(took, s.took)
+		byKind[s.fault] = append(byKind[s.fault], s.took)
 		t.Logf("failover: %s of %s: %s on %s, first commit through %s after %s", s.fault, s.from, s.pool, s.daemon, s.to, s.took.Round(time.Millisecond))
 	}
 	slices.Sort(took)
+	var perKind []string
+	for _, k := range []string{"stop", "kill", "partition"} {
+		d := byKind[k]
+		slices.Sort(d)
+		perKind = append(perKind, fmt.Sprintf("%s %d pools, median %s, max %s", k, len(d), median(d).Round(time.Millisecond), maxOf(d).Round(time.Millisecond)))
+	}
 	kinds := make([]string, 0, len(c.faultsBy))
 	for _, k := range []string{"broker nodes stopped", "broker nodes killed", "partitions", "daemon SIGKILLs", "forced connection closes"} {
 		kinds = append(kinds, fmt.Sprintf("%s: %d", k, c.faultsBy[k]))
@@ -287,6 +295,7 @@ func TestChaosBrokerCluster(t *testing.T) {
 		c.faults, strings.Join(kinds, ", "), r.events, r.applied+int(m.duplicate), int(m.duplicate), r.twice, r.lost, r.badQuarantined, r.badTotal,
 		len(took), median(took).Round(time.Millisecond), maxOf(took).Round(time.Millisecond))
 	t.Log("chaos: cluster: " + summary)
+	t.Log("chaos: cluster: failover by kind of loss: " + strings.Join(perKind, "; "))
 	t.Logf("chaos: cluster: copies sent: %d originals, %d relay republishes, %d replays, %d resent after broker failures; duplicates by source (metrics): %v; retried (metrics): %d; failure-queue copies %d",
 		stats.originals.Load(), stats.republished.Load(), stats.replayed.Load(), stats.resent.Load(), m.dupBySource, int(m.retried), r.failureCopies)
 }
@@ -402,8 +411,15 @@ func (c *clusterChaos) loseNode(kind string, n int, inject func() error) {
 	// start-up counts as part of the loss) and the pools are watched
 	// while it runs.
 	t0 := time.Now()
-	injected := make(chan error, 1)
-	go func() { injected <- inject() }()
+	type injectResult struct {
+		err  error
+		took time.Duration
+	}
+	injected := make(chan injectResult, 1)
+	go func() {
+		err := inject()
+		injected <- injectResult{err, time.Since(t0)}
+	}()
 	c.logf("node %d (%s) being lost (%s); %d pools are on it", n, addr, kind, len(ws))
 	deadline := t0.Add(90 * time.Second)
 	for left := len(ws); left > 0 && time.Now().Before(deadline); {
@@ -438,8 +454,9 @@ func (c *clusterChaos) loseNode(kind string, n int, inject func() error) {
 		}
 		time.Sleep(50 * time.Millisecond)
 	}
-	if err := <-injected; err != nil {
-		t.Fatal(err)
+	res := <-injected
+	if res.err != nil {
+		t.Fatal(res.err)
 	}
 	c.faults++
 	switch kind {
@@ -450,7 +467,7 @@ func (c *clusterChaos) loseNode(kind string, n int, inject func() error) {
 	case "partition":
 		c.faultsBy["partitions"]++
 	}
-	c.logf("node %d lost (%s; the command took %.1fs)", n, kind, time.Since(t0).Seconds())
+	c.logf("node %d lost (%s; the command took %.1fs)", n, kind, res.took.Seconds())
 	for _, w := range ws {
 		if !w.done {
 			t.Errorf("%s of node %d: pool %s on %s did not commit through another node within 90s (moved: %v)", kind, n, w.pool, w.d.name, w.moved)
