@@ -51,6 +51,9 @@ type Conn struct {
 
 	connected *prometheus.GaugeVec // nil: no metrics
 	node      atomic.Pointer[string]
+	// nodeMu orders the node and gauge updates of a connection coming up
+	// with those of an older one going down.
+	nodeMu sync.Mutex
 
 	mu     sync.Mutex
 	conn   *amqp.Connection
@@ -130,13 +133,13 @@ func (c *Conn) Get(ctx context.Context) (*amqp.Connection, error) {
 }
 
 // dialOnce tries every node once, without backoff, and returns the first
-// connection made, which is then the Conn's own (closed by Close), or the
-// last error. It is for short-lived tools such as the admin's
+// connection made, which is then the Conn's own (closed by Close), or
+// every node's error. It is for short-lived tools such as the admin's
 // failure-queue reads, which report an error rather than wait.
 func (c *Conn) dialOnce(ctx context.Context) (*amqp.Connection, error) {
 	c.mu.Lock()
 	defer c.mu.Unlock()
-	var last error
+	var errs []error
 	for range c.nodes {
 		if ctx.Err() != nil {
 			return nil, ctx.Err()
@@ -149,12 +152,12 @@ func (c *Conn) dialOnce(ctx context.Context) (*amqp.Connection, error) {
 			c.watch(conn, n.addr)
 			return conn, nil
 		}
-		last = fmt.Errorf("node %s: %w", n.addr, err)
+		errs = append(errs, fmt.Errorf("node %s: %w", n.addr, err))
 	}
-	if last == nil {
-		last = errors.New("no broker node configured")
+	if len(errs) == 0 {
+		errs = append(errs, errors.New("no broker node configured"))
 	}
-	return nil, fmt.Errorf("amqp %s: %w", c.name, last)
+	return nil, fmt.Errorf("amqp %s: %w", c.name, errors.Join(errs...))
 }
 
 // dialRoundLocked tries every node once, starting at c.next, and keeps
@@ -213,22 +216,28 @@ func (c *Conn) dial(n brokerNode) (*amqp.Connection, error) {
 // every close, Close included.
 func (c *Conn) watch(conn *amqp.Connection, addr string) {
 	// A pointer of this connection's own: a late close of an older
-	// connection to the same node must not clear a newer one's.
+	// connection must not clear a newer one's node, nor zero its gauge
+	// when both are on the same node.
 	mine := &addr
+	c.nodeMu.Lock()
 	c.node.Store(mine)
 	if c.connected != nil {
 		c.connected.WithLabelValues(c.name, addr).Set(1)
 	}
+	c.nodeMu.Unlock()
 	closed := conn.NotifyClose(make(chan *amqp.Error, 1))
 	go func() {
 		e, ok := <-closed
 		for ok {
 			_, ok = <-closed
 		}
+		c.nodeMu.Lock()
 		empty := ""
-		if c.node.CompareAndSwap(mine, &empty) && c.connected != nil {
+		c.node.CompareAndSwap(mine, &empty)
+		if c.connected != nil && c.Node() != addr {
 			c.connected.WithLabelValues(c.name, addr).Set(0)
 		}
+		c.nodeMu.Unlock()
 		if e != nil {
 			c.logger.Warn("workers: broker connection lost", slog.String("connection", c.name),
 				slog.String("node", addr), slog.Any("error", e))
@@ -257,11 +266,11 @@ const readBufferSize = 64 << 10
 
 // dialBuffered dials as the library does by default, but gives up on a
 // TCP connect after DialConnectTimeoutDefault (the library waits 30 s,
-// which a failover to the next node should not), and reads through a readBufferSize buffer. amqp091-go reads
-// frames through a 4 KiB bufio.Reader: under load a read system call every
-// few deliveries, 9% of the daemon's CPU in the bench profile. A buffered
-// read returns what has arrived without waiting for more, so it adds no
-// latency.
+// which a failover to the next node should not), and reads through a
+// readBufferSize buffer. amqp091-go reads frames through a 4 KiB
+// bufio.Reader: under load a read system call every few deliveries, 9% of
+// the daemon's CPU in the bench profile. A buffered read returns what has
+// arrived without waiting for more, so it adds no latency.
 func dialBuffered(network, addr string) (net.Conn, error) {
 	conn, err := net.DialTimeout(network, addr, DialConnectTimeoutDefault)
 	if err != nil {

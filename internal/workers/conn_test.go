@@ -266,6 +266,7 @@ func TestConnDialOnce(t *testing.T) {
 	_, err = conn.dialOnce(ctx)
 	require.Error(t, err)
 	require.Less(t, time.Since(start), 5*time.Second)
+	require.ErrorContains(t, err, "node "+a.addr)
 	require.ErrorContains(t, err, "node "+b.addr)
 	require.NotContains(t, err.Error(), "guest:guest", "no credentials in errors")
 }
