@@ -42,6 +42,7 @@
 #   RABBITMQ_CLUSTER_DIR        data, logs and cookie (default /tmp/platformd-rabbitmq-cluster)
 #   RABBITMQ_CLUSTER_PORT_BASE  AMQP ports are base+1..3, distribution ports base+20001..3 (default 5700)
 #   RABBITMQ_CLUSTER_TIMEOUT    seconds to wait for a node to boot (default 120)
+#   RABBITMQ_CLUSTER_PARTITION  iptables or cookie: the partition method (default iptables when it works)
 set -euo pipefail
 
 export PATH="$PATH:/usr/local/sbin:/usr/sbin:/sbin"
@@ -203,7 +204,8 @@ running_members() {
 # root on Debian, for real partitions; without it partitions fall back to
 # the cookie method.
 ensure_iptables() {
-	have_iptables && return 0
+	[ "${RABBITMQ_CLUSTER_PARTITION:-}" != cookie ] || return 0
+	iptables_works && return 0
 	if [ "$(id -u)" -eq 0 ] && command -v apt-get >/dev/null 2>&1; then
 		say "installing iptables (for real partitions)"
 		{ DEBIAN_FRONTEND=noninteractive apt-get update -qq &&
@@ -240,7 +242,7 @@ cmd_start() {
 
 cmd_stop() {
 	cmd_heal >/dev/null 2>&1 || true
-	if have_iptables; then
+	if iptables_works; then
 		iptables -D OUTPUT -o lo -j "$CHAIN" 2>/dev/null || true
 		iptables -X "$CHAIN" 2>/dev/null || true
 	fi
@@ -317,8 +319,14 @@ cmd_node_start() {
 	say "$(node_name "$1"): running"
 }
 
-have_iptables() {
+# iptables_works: iptables is installed and usable here.
+iptables_works() {
 	command -v iptables >/dev/null 2>&1 && iptables -w 5 -L OUTPUT -n >/dev/null 2>&1
+}
+
+# have_iptables: partitions use iptables (unless told to use the cookie).
+have_iptables() {
+	[ "${RABBITMQ_CLUSTER_PARTITION:-}" != cookie ] && iptables_works
 }
 
 cmd_partition_method() {
@@ -349,7 +357,7 @@ cmd_partition() {
 }
 
 cmd_heal() {
-	if have_iptables && iptables -w 5 -L "$CHAIN" -n >/dev/null 2>&1; then
+	if iptables_works && iptables -w 5 -L "$CHAIN" -n >/dev/null 2>&1; then
 		iptables -w 5 -F "$CHAIN"
 	fi
 	if [ -s "$BASE/partitioned" ]; then
