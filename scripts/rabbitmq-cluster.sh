@@ -25,6 +25,7 @@
 #   rabbitmq-cluster.sh partition N     cut node N from the other two (see below)
 #   rabbitmq-cluster.sh heal            end every partition
 #   rabbitmq-cluster.sh partition-method   print iptables or cookie
+#   rabbitmq-cluster.sh logs            the last lines of each node's log
 #   rabbitmq-cluster.sh ctl N ARGS...   rabbitmqctl ARGS against node N
 #   rabbitmq-cluster.sh queues N ARGS...   rabbitmq-queues ARGS against node N
 #
@@ -35,8 +36,9 @@
 # to changing node N's Erlang cookie and disconnecting it: the nodes can no
 # longer reach each other, though the sockets are closed rather than
 # black-holed. The nodes run with cluster_partition_handling = pause_minority
-# and net_ticktime = 10 s (RabbitMQ's default is 60 s), so a cut node pauses
-# and closes its client connections within about 10 s.
+# and net_ticktime = 15 s (RabbitMQ's default is 60 s; much lower gives false
+# partitions on a loaded 2-core machine), so a cut node pauses and closes its
+# client connections within about 15 s.
 #
 # Environment:
 #   RABBITMQ_CLUSTER_DIR        data, logs and cookie (default /tmp/platformd-rabbitmq-cluster)
@@ -100,7 +102,7 @@ node_env() {
 		"RABBITMQ_DIST_PORT=$(dist_port "$n")" \
 		"RABBITMQ_NODE_PORT=$(amqp_port "$n")" \
 		"RABBITMQ_NODE_IP_ADDRESS=127.0.0.1" \
-		"RABBITMQ_SERVER_ADDITIONAL_ERL_ARGS=+S 1:1 +A 4 -kernel inet_dist_use_interface {127,0,0,1} -kernel inet_dist_connect_options [{ip,{$(node_ip "$n" | tr . ,)}}] -kernel net_ticktime 10"
+		"RABBITMQ_SERVER_ADDITIONAL_ERL_ARGS=+S 1:1 +A 4 -kernel inet_dist_use_interface {127,0,0,1} -kernel inet_dist_connect_options [{ip,{$(node_ip "$n" | tr . ,)}}] -kernel net_ticktime 15"
 }
 
 # in_node_env N CMD... runs CMD with node N's environment only.
@@ -383,6 +385,12 @@ node-kill) cmd_node_kill "${2:-}" ;;
 partition) cmd_partition "${2:-}" ;;
 heal) cmd_heal ;;
 partition-method) cmd_partition_method ;;
+logs)
+	for n in "${NODES[@]}"; do
+		f="$(node_dir "$n")/log/$(node_name "$n").log"
+		[ -f "$f" ] && { echo "==> $f"; tail -n 60 "$f"; }
+	done
+	;;
 ctl)
 	check_node "${2:-}"
 	n=$2

@@ -41,16 +41,26 @@ func (c *rmqCluster) script(args ...string) (string, error) {
 	return string(out), nil
 }
 
-// ctl runs rabbitmqctl on the first node that is neither stopped nor cut
-// off.
+// ctl runs rabbitmqctl on the first node, not stopped or cut off on
+// purpose, that runs it (a node can also pause by itself, when it counts
+// itself in a minority).
 func (c *rmqCluster) ctl(args ...string) (string, error) {
 	c.mu.Lock()
-	n := 1
-	for c.off[n] && n < len(c.nodes) {
-		n++
+	var try []int
+	for n := 1; n <= len(c.nodes); n++ {
+		if !c.off[n] {
+			try = append(try, n)
+		}
 	}
 	c.mu.Unlock()
-	return c.script(append([]string{"ctl", strconv.Itoa(n)}, args...)...)
+	var out string
+	var err error
+	for _, n := range try {
+		if out, err = c.script(append([]string{"ctl", strconv.Itoa(n)}, args...)...); err == nil {
+			return out, nil
+		}
+	}
+	return out, err
 }
 
 func (c *rmqCluster) setOff(n int, off bool) {
@@ -166,6 +176,14 @@ func TestChaosBrokerCluster(t *testing.T) {
 	if testing.Short() {
 		n, dur = 4500, 70*time.Second
 	}
+	// Registered first, so run last: what the nodes logged, should the
+	// test fail (make chaos-cluster removes the nodes afterwards).
+	t.Cleanup(func() {
+		if t.Failed() {
+			out, _ := rc.script("logs")
+			t.Logf("RabbitMQ nodes' logs:\n%s", out)
+		}
+	})
 	e := newEnvOn(t, broker{urls: rc.nodes, ctl: rc.ctl})
 	// Whatever happens, leave every node running and nothing cut.
 	t.Cleanup(func() {
@@ -489,7 +507,15 @@ func (c *clusterChaos) restoreNode(n int, how string) {
 	if _, err := c.rc.script(args...); err != nil {
 		t.Fatal(err)
 	}
-	if !waitUntil(90*time.Second, func() bool { return c.rc.running() == 3 }) {
+	// Back means running on node n itself too, and still so a moment later.
+	back := func() bool {
+		if c.rc.running() != 3 {
+			return false
+		}
+		_, err := c.rc.script("ctl", strconv.Itoa(n), "-q", "await_startup", "--timeout", "5")
+		return err == nil
+	}
+	if !waitUntil(90*time.Second, func() bool { return back() && sleepCtx(c.ctx, 2*time.Second) == nil && back() }) {
 		t.Fatalf("node %d not back in the cluster 90s after %s", n, how)
 	}
 	c.rc.setOff(n, false)
