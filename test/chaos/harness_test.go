@@ -360,6 +360,8 @@ type daemon struct {
 	starts    int
 	kills     int
 	tail      []string // last log lines, for failure reports
+	dump      []string // every line after a SIGQUIT: the goroutine dump
+	dumping   bool
 	lines     int
 
 	clientMu sync.Mutex
@@ -609,6 +611,11 @@ func (d *daemon) checkLine(line string) {
 	}
 	d.mu.Lock()
 	d.lines++
+	if d.dumping {
+		d.dump = append(d.dump, line)
+		d.mu.Unlock()
+		return
+	}
 	d.tail = append(d.tail, line)
 	if len(d.tail) > 40 {
 		d.tail = d.tail[len(d.tail)-40:]
@@ -695,8 +702,22 @@ func (d *daemon) stop() {
 	select {
 	case <-exited:
 	case <-time.After(time.Minute):
+		// The goroutine dump says where the shutdown hangs.
+		d.mu.Lock()
+		d.dumping = true
+		if d.cmd != nil {
+			_ = d.cmd.Process.Signal(syscall.SIGQUIT)
+		}
+		d.mu.Unlock()
+		select {
+		case <-exited:
+		case <-time.After(10 * time.Second):
+		}
 		d.kill()
-		t.Errorf("daemon %s: no exit within 1m of SIGTERM", d.name)
+		d.mu.Lock()
+		tail, dump := strings.Join(d.tail, "\n"), strings.Join(d.dump, "\n")
+		d.mu.Unlock()
+		t.Errorf("daemon %s: no exit within 1m of SIGTERM; last log lines:\n%s\ngoroutines (SIGQUIT):\n%s", d.name, tail, dump)
 		return
 	}
 	if st := cmd.ProcessState; st == nil || st.ExitCode() != 0 {
