@@ -12,7 +12,7 @@
 # directories under $RABBITMQ_CLUSTER_DIR, and no plugins; the three share an
 # Erlang cookie of their own (not the main broker's, so that nothing here can
 # reach or join the main node). Memory is bounded for a 2-core machine: one
-# Erlang scheduler per node (+S 1:1), a 384 MiB high watermark.
+# Erlang scheduler per node (+S 1:1), a 512 MiB high watermark.
 #
 # Usage:
 #   rabbitmq-cluster.sh start           start the nodes that are down, cluster them (idempotent)
@@ -145,7 +145,7 @@ prepare() {
 # Written by scripts/rabbitmq-cluster.sh for node $(node_name "$n").
 listeners.tcp.1 = 127.0.0.1:$(amqp_port "$n")
 loopback_users = none
-vm_memory_high_watermark.absolute = 384MiB
+vm_memory_high_watermark.absolute = 512MiB
 disk_free_limit.absolute = 64MiB
 cluster_partition_handling = pause_minority
 log.file.level = info
@@ -388,7 +388,8 @@ partition-method) cmd_partition_method ;;
 logs)
 	for n in "${NODES[@]}"; do
 		f="$(node_dir "$n")/log/$(node_name "$n").log"
-		[ -f "$f" ] && { echo "==> $f"; tail -n 60 "$f"; }
+		# Without the clients' comings and goings.
+		[ -f "$f" ] && { echo "==> $f"; grep -v 'AMQP connection\|client-provided name\|authenticated and granted' "$f" | tail -n 80; }
 	done
 	;;
 ctl)

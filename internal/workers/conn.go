@@ -146,7 +146,7 @@ func (c *Conn) dialOnce(ctx context.Context) (*amqp.Connection, error) {
 		}
 		n := c.nodes[c.next]
 		c.next = (c.next + 1) % len(c.nodes)
-		conn, err := c.dial(n)
+		conn, err := c.dial(ctx, n)
 		if err == nil {
 			c.conn, c.addr, c.dialed = conn, n.addr, true
 			c.watch(conn, n.addr)
@@ -172,7 +172,7 @@ func (c *Conn) dialRoundLocked(ctx context.Context) (*amqp.Connection, error) {
 		}
 		n := c.nodes[c.next]
 		c.next = (c.next + 1) % len(c.nodes)
-		conn, err := c.dial(n)
+		conn, err := c.dial(ctx, n)
 		if err != nil {
 			last = fmt.Errorf("node %s: %w", n.addr, err)
 			if len(c.nodes) > 1 {
@@ -202,12 +202,35 @@ func (c *Conn) dialRoundLocked(ctx context.Context) (*amqp.Connection, error) {
 	return nil, last
 }
 
-func (c *Conn) dial(n brokerNode) (*amqp.Connection, error) {
-	return amqp.DialConfig(n.url, amqp.Config{
+// dial connects to node n. The dial gives up when ctx ends, even in the
+// middle of the AMQP handshake (a node that accepts connections but does
+// not answer would otherwise hold a stopping pool for the whole handshake
+// timeout).
+func (c *Conn) dial(ctx context.Context, n brokerNode) (*amqp.Connection, error) {
+	var stop func() bool
+	conn, err := amqp.DialConfig(n.url, amqp.Config{
 		Heartbeat:  10 * time.Second,
 		Properties: amqp.Table{"connection_name": c.name},
-		Dial:       dialBuffered,
+		Dial: func(network, addr string) (net.Conn, error) {
+			nc, err := dialBuffered(ctx, network, addr)
+			if err == nil {
+				// A deadline in the past fails the handshake's reads and
+				// writes at once.
+				stop = context.AfterFunc(ctx, func() { _ = nc.SetDeadline(time.Unix(1, 0)) })
+			}
+			return nc, err
+		},
 	})
+	if stop != nil && !stop() && err == nil {
+		// ctx ended as the handshake completed: the deadline may have hit
+		// the new connection.
+		_ = conn.Close()
+		return nil, ctx.Err()
+	}
+	if err != nil && ctx.Err() != nil {
+		return nil, ctx.Err()
+	}
+	return conn, err
 }
 
 // watch follows conn until it closes, so that Node and the gauge say at
@@ -271,8 +294,9 @@ const readBufferSize = 64 << 10
 // bufio.Reader: under load a read system call every few deliveries, 9% of
 // the daemon's CPU in the bench profile. A buffered read returns what has
 // arrived without waiting for more, so it adds no latency.
-func dialBuffered(network, addr string) (net.Conn, error) {
-	conn, err := net.DialTimeout(network, addr, DialConnectTimeoutDefault)
+func dialBuffered(ctx context.Context, network, addr string) (net.Conn, error) {
+	d := net.Dialer{Timeout: DialConnectTimeoutDefault}
+	conn, err := d.DialContext(ctx, network, addr)
 	if err != nil {
 		return nil, err
 	}

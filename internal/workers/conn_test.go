@@ -31,7 +31,7 @@ func TestDialBufferedReadsWhatHasArrived(t *testing.T) {
 			accepted <- c
 		}
 	}()
-	conn, err := dialBuffered("tcp", ln.Addr().String())
+	conn, err := dialBuffered(context.Background(), "tcp", ln.Addr().String())
 	require.NoError(t, err)
 	defer func() { _ = conn.Close() }()
 	require.IsType(t, &bufferedConn{}, conn)
@@ -269,4 +269,48 @@ func TestConnDialOnce(t *testing.T) {
 	require.ErrorContains(t, err, "node "+a.addr)
 	require.ErrorContains(t, err, "node "+b.addr)
 	require.NotContains(t, err.Error(), "guest:guest", "no credentials in errors")
+}
+
+// A node that accepts connections and never answers (a VM frozen, a
+// process stuck) does not hold a caller past its context: a stopping pool
+// must not wait for the handshake timeout.
+func TestConnDialHonoursContextMidHandshake(t *testing.T) {
+	t.Parallel()
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	require.NoError(t, err)
+	var held sync.WaitGroup
+	var mu sync.Mutex
+	var accepted []net.Conn
+	held.Go(func() {
+		for {
+			c, err := ln.Accept()
+			if err != nil {
+				return
+			}
+			mu.Lock()
+			accepted = append(accepted, c) // read nothing, answer nothing
+			mu.Unlock()
+		}
+	})
+	defer func() {
+		_ = ln.Close()
+		held.Wait()
+		mu.Lock()
+		for _, c := range accepted {
+			_ = c.Close()
+		}
+		mu.Unlock()
+	}()
+	conn := NewConn([]string{"amqp://guest:guest@" + ln.Addr().String() + "/"}, "test-silent", nil, slog.New(slog.DiscardHandler))
+	defer conn.Close()
+	ctx, cancel := context.WithTimeout(context.Background(), 300*time.Millisecond)
+	defer cancel()
+	start := time.Now()
+	_, err = conn.Get(ctx)
+	require.ErrorIs(t, err, context.DeadlineExceeded)
+	require.Less(t, time.Since(start), 3*time.Second, "the dial waited for the handshake timeout")
+	mu.Lock()
+	n := len(accepted)
+	mu.Unlock()
+	require.Positive(t, n, "the node was reached")
 }

@@ -423,6 +423,15 @@ func (c *clusterChaos) loseNode(kind string, n int, inject func() error) {
 			}
 		}
 	}
+	// As in a rolling upgrade: never lose a node that holds the last
+	// in-sync copy a quorum needs (a node just back may still be catching
+	// up).
+	if !waitUntil(60*time.Second, func() bool {
+		_, err := c.rc.script("queues", strconv.Itoa(n), "-q", "check_if_node_is_quorum_critical")
+		return err == nil
+	}) {
+		t.Fatalf("node %d still quorum critical after 60s", n)
+	}
 	before := c.progress()
 	c.rc.setOff(n, true)
 	// The clock starts as the command starts (for a stop, the CLI's own

@@ -365,14 +365,16 @@ func (p *publisher) send(ctx context.Context, msgs []outMsg) error {
 			dcs = append(dcs, dc)
 			sent = append(sent, m)
 		}
+		// One deadline for the window: confirms that stall (a node cut
+		// off) must not each wait their own.
+		wctx, cancel := context.WithTimeout(ctx, 15*time.Second)
 		for i, dc := range dcs {
-			wctx, cancel := context.WithTimeout(ctx, 15*time.Second)
 			ok, err := dc.WaitContext(wctx)
-			cancel()
 			if err != nil || !ok {
 				failed = append(failed, sent[i])
 			}
 		}
+		cancel()
 		if len(failed) > 0 {
 			p.close()
 		}
