@@ -95,6 +95,7 @@ func poolInfo(i workers.Info) admin.PoolInfo {
 		DuplicatesBySource: admin.DuplicateCounts{
 			Redelivery: i.DuplicatesBySource.Redelivery, Replay: i.DuplicatesBySource.Replay, Republish: i.DuplicatesBySource.Republish,
 		},
+		BrokerNode: i.Node,
 	}
 }
 
