@@ -95,7 +95,6 @@ func poolInfo(i workers.Info) admin.PoolInfo {
 		DuplicatesBySource: admin.DuplicateCounts{
 			Redelivery: i.DuplicatesBySource.Redelivery, Replay: i.DuplicatesBySource.Replay, Republish: i.DuplicatesBySource.Republish,
 		},
-		BrokerNode: i.Node,
 	}
 }
 
