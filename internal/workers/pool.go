@@ -434,6 +434,6 @@ func (p *Pool) Info() Info {
 		},
 		Retried: p.count.retried.Load(), Failed: p.count.failed.Load(),
 		Error: dbErr,
-		Node: p.deps.Consume.Node(),
+		Node:  p.deps.Consume.Node(),
 	}
 }
