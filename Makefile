@@ -44,7 +44,7 @@ demo: services ## run the demo shop against local PostgreSQL and RabbitMQ
 	$(GO) run ./examples/shop/cmd/demo
 
 .PHONY: test
-test: services verify unit fuzz chaos ## everything CI runs: services, verify, race tests, fuzz, chaos
+test: services verify unit fuzz chaos chaos-cluster ## everything CI runs: services, verify, race tests, fuzz, chaos, chaos-cluster
 
 # Modules of their own inside the repository that CI builds, vets, lints and
 # tests too: examples/billing is a service's own daemon built only from the
@@ -72,6 +72,13 @@ chaos: services ## chaos suite (test/chaos, ~3-5 min; restarts PostgreSQL once),
 	else \
 		echo 'chaos: no suite yet'; \
 	fi
+
+.PHONY: chaos-cluster
+chaos-cluster: services ## chaos cluster phase: 3 extra RabbitMQ nodes (scripts/rabbitmq-cluster.sh) lost under load (~3 min)
+	@bash scripts/rabbitmq-cluster.sh start
+	@echo 'CHAOS_CLUSTER=1 $(GO) test -race -count=1 -v -run TestChaosBrokerCluster -timeout 10m ./test/chaos/'
+	@rc=0; CHAOS_CLUSTER=1 $(GO) test -race -count=1 -v -run TestChaosBrokerCluster -timeout 10m ./test/chaos/ || rc=$$?; \
+		bash scripts/rabbitmq-cluster.sh stop; exit $$rc
 
 .PHONY: verify
 verify: fmt-check vet lint proto-verify tidy-check ## static checks: gofmt, vet, lint, proto, go mod tidy

@@ -142,8 +142,8 @@ func TestPools(t *testing.T) {
 	r := b.run(t, asReader, "pools", "--service", "stock")
 	require.Equal(t, 0, r.code, r.stderr)
 	require.Equal(t, [][]string{
-		{"NAME", "SERVICE", "QUEUE", "STATE", "CONCURRENCY", "IN_FLIGHT", "PROCESSED", "DUPLICATES", "RETRIED", "FAILED", "PAUSED_REASON"},
-		{"stock-events", "stock", "stock.events", "running", "4", "3", "1200", "12", "5", "1", "-"},
+		{"NAME", "SERVICE", "QUEUE", "STATE", "NODE", "CONCURRENCY", "IN_FLIGHT", "PROCESSED", "DUPLICATES", "RETRIED", "FAILED", "PAUSED_REASON"},
+		{"stock-events", "stock", "stock.events", "running", "10.0.0.2:5672", "4", "3", "1200", "12", "5", "1", "-"},
 	}, tableRows(r.stdout))
 
 	r = b.run(t, asReader, "pools", "-o", "json")
@@ -153,6 +153,7 @@ func TestPools(t *testing.T) {
 	require.Len(t, resp.GetPools(), 2)
 	require.Contains(t, r.stdout, `"POOL_STATE_PAUSED"`)
 	require.Contains(t, r.stdout, `"pausedReason"`)
+	require.Contains(t, r.stdout, `"brokerNode": "10.0.0.2:5672"`)
 }
 
 func TestPoolPauseResume(t *testing.T) {

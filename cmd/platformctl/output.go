@@ -70,9 +70,9 @@ func servicesTable(w io.Writer, services []*adminv1.Service) {
 
 // poolsTable prints pools.
 func poolsTable(w io.Writer, pools []*adminv1.Pool) {
-	row(w, "NAME", "SERVICE", "QUEUE", "STATE", "CONCURRENCY", "IN_FLIGHT", "PROCESSED", "DUPLICATES", "RETRIED", "FAILED", "PAUSED_REASON")
+	row(w, "NAME", "SERVICE", "QUEUE", "STATE", "NODE", "CONCURRENCY", "IN_FLIGHT", "PROCESSED", "DUPLICATES", "RETRIED", "FAILED", "PAUSED_REASON")
 	for _, p := range pools {
-		row(w, p.GetName(), p.GetService(), p.GetQueue(), formatState(p.GetState()),
+		row(w, p.GetName(), p.GetService(), p.GetQueue(), formatState(p.GetState()), orDash(p.GetBrokerNode()),
 			strconv.Itoa(int(p.GetConcurrency())), strconv.Itoa(int(p.GetInFlight())),
 			strconv.FormatUint(p.GetProcessed(), 10), strconv.FormatUint(p.GetDuplicates(), 10),
 			strconv.FormatUint(p.GetRetried(), 10), strconv.FormatUint(p.GetFailed(), 10),

@@ -12,6 +12,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"strconv"
 	"strings"
 	"sync"
 	"syscall"
@@ -185,18 +186,27 @@ func (e *env) start(t *testing.T, cfgPath string) *daemon {
 	// The pools declare the topology when they connect: wait for every one
 	// to consume (or sit paused) before producers publish.
 	cli, ctx := adminClient(t, e.adminAddr, adminToken)
+	broker, err := amqp.ParseURI(amqpURL())
+	require.NoError(t, err)
+	node := net.JoinHostPort(broker.Host, strconv.Itoa(broker.Port))
+	var last []*adminv1.Pool
 	require.Eventually(t, func() bool {
 		r, err := cli.ListPools(ctx, &adminv1.ListPoolsRequest{})
 		if err != nil {
 			return false
 		}
+		last = r.GetPools()
 		for _, p := range r.GetPools() {
 			if s := p.GetState(); s != adminv1.PoolState_POOL_STATE_RUNNING && s != adminv1.PoolState_POOL_STATE_PAUSED {
 				return false
 			}
+			// A connected pool says which broker node it is on.
+			if p.GetBrokerNode() != node {
+				return false
+			}
 		}
 		return len(r.GetPools()) == 2
-	}, 60*time.Second, 50*time.Millisecond, "pools did not connect: %s", d.stderr)
+	}, 60*time.Second, 50*time.Millisecond, "pools did not connect to %s: %v; %s", node, last, d.stderr)
 	return d
 }
 

@@ -128,6 +128,9 @@ type PoolInfo struct {
 	// Error says why the pool is connecting (its service database's last
 	// error); empty otherwise.
 	Error string
+	// BrokerNode is the broker node (host:port) the pool consumes from;
+	// empty while it is not connected.
+	BrokerNode string
 }
 
 // DuplicateCounts counts duplicates by source: a broker redelivery, a

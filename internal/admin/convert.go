@@ -47,6 +47,7 @@ func poolToProto(p PoolInfo) *adminv1.Pool {
 		Retried:      p.Retried,
 		Failed:       p.Failed,
 		Error:        p.Error,
+		BrokerNode:   p.BrokerNode,
 	}
 }
 

@@ -88,13 +88,26 @@ type MetricsConfig struct {
 
 // BrokerConfig configures the RabbitMQ connection.
 type BrokerConfig struct {
-	// URL is the AMQP URL (default amqp://guest:guest@127.0.0.1:5672/).
+	// URL is the AMQP URL of a single node (default
+	// amqp://guest:guest@127.0.0.1:5672/ when URLs is empty too).
 	URL string `yaml:"url"`
+	// URLs are the AMQP URLs of a cluster's nodes, instead of URL: each
+	// connection starts at one chosen at random and moves to the next on
+	// loss.
+	URLs []string `yaml:"urls"`
 	// Exchange is the durable topic exchange (default "events").
 	Exchange string `yaml:"exchange"`
 	// MaxBodyBytes is the largest body accepted (default 1 MiB, at most
 	// 512 MiB).
 	MaxBodyBytes int `yaml:"max_body_bytes"`
+}
+
+// Addresses returns the broker's node URLs: URLs, or URL alone.
+func (b BrokerConfig) Addresses() []string {
+	if len(b.URLs) > 0 {
+		return b.URLs
+	}
+	return []string{b.URL}
 }
 
 // Beyond-horizon policies.

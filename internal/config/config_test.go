@@ -190,6 +190,18 @@ func TestDefaults(t *testing.T) {
 		require.Equal(t, 5, p.Retry.Attempts())
 	})
 
+	t.Run("BrokerAddresses", func(t *testing.T) {
+		t.Parallel()
+		c, err := parseWith(t, minimal, nil)
+		require.NoError(t, err)
+		require.Equal(t, []string{BrokerURLDefault}, c.Broker.Addresses())
+		urls := []string{"amqp://guest:guest@10.0.0.1:5672/", "amqp://guest:guest@10.0.0.2:5672/"}
+		c, err = parseWith(t, "broker: {urls: [\""+urls[0]+"\", \""+urls[1]+"\"]}\n"+minimal, nil)
+		require.NoError(t, err)
+		require.Empty(t, c.Broker.URL, "broker.urls set: no default broker.url beside it")
+		require.Equal(t, urls, c.Broker.Addresses())
+	})
+
 	t.Run("PrefetchFollowsConcurrencyAndBatch", func(t *testing.T) {
 		t.Parallel()
 		c, err := parseWith(t, minimal+"        concurrency: 2\n        batch: {size: 10}\n", nil)

@@ -73,7 +73,9 @@ func applyDefaults(c *Config, isSet func(path string) bool) {
 	setString("log.format", &c.Log.Format, LogFormatDefault)
 	setString("admin.listen", &c.Admin.Listen, AdminListenDefault)
 	setString("metrics.listen", &c.Metrics.Listen, MetricsListenDefault)
-	setString("broker.url", &c.Broker.URL, BrokerURLDefault)
+	if !isSet("broker.urls") {
+		setString("broker.url", &c.Broker.URL, BrokerURLDefault)
+	}
 	setString("broker.exchange", &c.Broker.Exchange, ExchangeDefault)
 	setInt("broker.max_body_bytes", &c.Broker.MaxBodyBytes, MaxBodyBytesDefault)
 	applyTracingDefaults(&c.Tracing, isSet)

@@ -254,9 +254,7 @@ func checkListen(addr string) string {
 
 func (v *validator) broker() {
 	b := v.c.Broker
-	if _, err := amqp.ParseURI(b.URL); err != nil {
-		v.ps.add("broker.url", "invalid AMQP URL %q: %s", RedactURL(b.URL), urlErrorText(err))
-	}
+	v.brokerURLs()
 	switch {
 	case b.Exchange == "":
 		v.ps.add("broker.exchange", "must not be empty")
@@ -265,6 +263,45 @@ func (v *validator) broker() {
 	}
 	if b.MaxBodyBytes < 1 || b.MaxBodyBytes > maxBodyBytesMax {
 		v.ps.add("broker.max_body_bytes", "must be between 1 and %d (got %d)", maxBodyBytesMax, b.MaxBodyBytes)
+	}
+}
+
+// brokerURLs checks broker.url or broker.urls, whichever is set.
+func (v *validator) brokerURLs() {
+	b := v.c.Broker
+	if !v.isSet("broker.urls") {
+		if _, err := amqp.ParseURI(b.URL); err != nil {
+			v.ps.add("broker.url", "invalid AMQP URL %q: %s", RedactURL(b.URL), urlErrorText(err))
+		}
+		return
+	}
+	if v.isSet("broker.url") {
+		v.ps.add("broker.urls", "set broker.url (one node) or broker.urls (a cluster), not both")
+	}
+	if len(b.URLs) == 0 {
+		v.ps.add("broker.urls", "must list at least one AMQP URL")
+	}
+	seen := map[string]int{}
+	vhost0 := ""
+	for i, u := range b.URLs {
+		p := fmt.Sprintf("broker.urls[%d]", i)
+		uri, err := amqp.ParseURI(u)
+		if err != nil {
+			v.ps.add(p, "invalid AMQP URL %q: %s", RedactURL(u), urlErrorText(err))
+			continue
+		}
+		node := fmt.Sprintf("%s:%d", uri.Host, uri.Port)
+		if j, dup := seen[node]; dup {
+			v.ps.add(p, "same node %s as broker.urls[%d]", node, j)
+		}
+		seen[node] = i
+		// One cluster, one vhost: nodes reached through different vhosts
+		// would each hold their own copy of the topology.
+		if i == 0 {
+			vhost0 = uri.Vhost
+		} else if uri.Vhost != vhost0 {
+			v.ps.add(p, "vhost %q differs from broker.urls[0]'s %q: the nodes of one cluster share one vhost", uri.Vhost, vhost0)
+		}
 	}
 }
 

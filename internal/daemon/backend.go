@@ -91,6 +91,7 @@ func poolInfo(i workers.Info) admin.PoolInfo {
 		Name: i.Name, Service: i.Service, Queue: i.Queue, State: i.State, PausedReason: i.PausedReason,
 		Concurrency: i.Concurrency, InFlight: i.InFlight,
 		Processed: i.Processed, Duplicates: i.Duplicates, Retried: i.Retried, Failed: i.Failed, Error: i.Error,
+		BrokerNode: i.Node,
 		DuplicatesBySource: admin.DuplicateCounts{
 			Redelivery: i.DuplicatesBySource.Redelivery, Replay: i.DuplicatesBySource.Replay, Republish: i.DuplicatesBySource.Republish,
 		},
@@ -264,7 +265,7 @@ func (b *backend) ListFailedMessages(ctx context.Context, name string, limit int
 	if err != nil {
 		return nil, err
 	}
-	msgs, err := workers.ListFailed(ctx, b.d.amqpURL(), p.Config().Queue, limit)
+	msgs, err := workers.ListFailed(ctx, b.d.amqpURLs(), p.Config().Queue, limit)
 	if err != nil {
 		return nil, unavailable(err)
 	}
@@ -281,7 +282,7 @@ func (b *backend) RetryFailedMessages(ctx context.Context, name string, ids []uu
 	if err != nil {
 		return 0, err
 	}
-	n, err := workers.RetryFailed(ctx, b.d.amqpURL(), p.Config().Queue, ids, all, override, actor)
+	n, err := workers.RetryFailed(ctx, b.d.amqpURLs(), p.Config().Queue, ids, all, override, actor)
 	b.auditRetry(ctx, svc, name, ids, all, override, actor, n, err)
 	return n, unavailable(err)
 }

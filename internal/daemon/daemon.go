@@ -219,8 +219,8 @@ func start(ctx context.Context, cfg *config.Config, reg *consumer.Registry, opts
 	if err := d.startTracing(ctx); err != nil {
 		return nil, err
 	}
-	d.publish = workers.NewConn(cfg.Broker.URL, "platformd-publish", logger)
-	d.outboxConn = workers.NewConn(cfg.Broker.URL, "platformd-outbox", logger)
+	d.publish = workers.NewConn(cfg.Broker.Addresses(), "platformd-publish", d.metrics, logger)
+	d.outboxConn = workers.NewConn(cfg.Broker.Addresses(), "platformd-outbox", d.metrics, logger)
 	d.killHook = killAfterConfirm(logger)
 	if err := d.startMetrics(ctx); err != nil {
 		return nil, err

@@ -413,8 +413,9 @@ func (d *Daemon) auditReload(ctx context.Context, actor string, res admin.Reload
 	}
 }
 
-// amqpURL is the broker URL in force (the failed-queue tools dial it).
-func (d *Daemon) amqpURL() string {
+// amqpURLs are the broker node URLs in force (the failed-queue tools dial
+// them).
+func (d *Daemon) amqpURLs() []string {
 	cfg, _ := d.config()
-	return cfg.Broker.URL
+	return cfg.Broker.Addresses()
 }

@@ -108,7 +108,7 @@ func (s *service) newPool(pc config.PoolConfig) (*servicePool, error) {
 	if err != nil {
 		return nil, fmt.Errorf("pool %s: %w", pc.Name, err)
 	}
-	consume := workers.NewConn(d.cfg.Broker.URL, "platformd-"+pc.Name, d.log)
+	consume := workers.NewConn(d.cfg.Broker.Addresses(), "platformd-"+pc.Name, d.metrics, d.log)
 	pool, err := workers.NewPool(workers.PoolConfig{
 		Name: pc.Name, Service: s.cfg.Name,
 		Topology: workers.Topology{

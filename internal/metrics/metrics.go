@@ -74,6 +74,10 @@ type Metrics struct {
 	// ServiceUp is 1 while a service is up: migrated, running, and its
 	// database answering.
 	ServiceUp *prometheus.GaugeVec
+	// BrokerConnected is 1 for the broker node each connection (label
+	// connection: platformd-publish, platformd-<pool>) is on, 0 for a node
+	// it was on and lost.
+	BrokerConnected *prometheus.GaugeVec
 
 	// PurgeRowsDeleted counts processed_event rows purged.
 	PurgeRowsDeleted *prometheus.CounterVec
@@ -141,6 +145,9 @@ func New() *Metrics {
 		ServiceUp: prometheus.NewGaugeVec(prometheus.GaugeOpts{
 			Name: "platformd_service_up", Help: "1 while the service is up: migrated, running, and its database answering.",
 		}, []string{"service"}),
+		BrokerConnected: prometheus.NewGaugeVec(prometheus.GaugeOpts{
+			Name: "platformd_broker_connected", Help: "1 for the broker node a connection is on, 0 for a node it lost.",
+		}, []string{"connection", "node"}),
 		PurgeRowsDeleted: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Name: "platformd_purge_rows_deleted_total", Help: "processed_event rows deleted by purges.",
 		}, []string{"service"}),
@@ -159,7 +166,7 @@ func New() *Metrics {
 	}
 	m.Outbox = newOutboxMetrics(r)
 	r.MustRegister(m.MessagesTotal, m.DuplicatesTotal, m.FailuresTotal, m.BatchDuration, m.BatchSize,
-		m.HandlerDuration, m.PoolPaused, m.PoolInFlight, m.Reconnects, m.BatchErrors, m.TxConflicts, m.BatchReplays, m.ConfigReloads, m.ServiceUp,
+		m.HandlerDuration, m.PoolPaused, m.PoolInFlight, m.Reconnects, m.BatchErrors, m.TxConflicts, m.BatchReplays, m.ConfigReloads, m.ServiceUp, m.BrokerConnected,
 		m.PurgeRowsDeleted, m.PurgeDuration, m.PurgeChunkDuration, m.PurgeLastSuccess, m.ProcessedEventRows)
 	return m
 }

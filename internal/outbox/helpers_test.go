@@ -134,7 +134,7 @@ func setup(t testing.TB, opts ...setupOpt) *bundle {
 		}
 	})
 	b.bind("test.#")
-	b.broker = workers.NewConn(b.url, "outbox-test-"+id, b.logger)
+	b.broker = workers.NewConn([]string{b.url}, "outbox-test-"+id, nil, b.logger)
 	t.Cleanup(b.broker.Close)
 	return b
 }

@@ -3,14 +3,20 @@ package workers
 import (
 	"bufio"
 	"context"
+	"errors"
 	"fmt"
 	"log/slog"
 	"math/rand/v2"
 	"net"
+	"strconv"
 	"sync"
+	"sync/atomic"
 	"time"
 
+	"github.com/prometheus/client_golang/prometheus"
 	amqp "github.com/rabbitmq/amqp091-go"
+
+	"github.com/platformd/platformd/internal/metrics"
 )
 
 // Reconnect backoff bounds.
@@ -19,28 +25,84 @@ const (
 	BackoffMaxDefault = 5 * time.Second
 )
 
-// Conn hands out a live AMQP connection, dialling a fresh one with backoff
-// and jitter whenever the previous one is closed. It is safe for concurrent
-// use: callers that find the connection dead wait for one redial.
+// Dial timeouts: a node that does not answer must not hold a failover to
+// the next one for long, while a loaded broker gets the library's usual
+// time to complete the AMQP handshake.
+const (
+	DialConnectTimeoutDefault   = 5 * time.Second
+	DialHandshakeTimeoutDefault = 30 * time.Second
+)
+
+// Conn hands out a live AMQP connection to one node of a broker cluster,
+// dialling a fresh one whenever the previous one is closed. The first dial
+// starts at a node chosen at random (so that connections and daemons
+// spread over the cluster); after a loss the next node is tried first;
+// each dial tries every node once in turn, and a round in which none
+// answers is followed by a wait with exponential backoff and jitter. It is
+// safe for concurrent use: callers that find the connection dead wait for
+// one redial.
 type Conn struct {
-	url    string
+	nodes  []brokerNode
 	name   string
 	logger *slog.Logger
 	// OnReconnectFunc, when set, is called after each successful redial
 	// (not the first dial).
 	OnReconnectFunc func()
 
+	connected *prometheus.GaugeVec // nil: no metrics
+	node      atomic.Pointer[string]
+	// nodeMu orders the node and gauge updates of a connection coming up
+	// with those of an older one going down.
+	nodeMu sync.Mutex
+
 	mu     sync.Mutex
 	conn   *amqp.Connection
+	addr   string // node of conn
+	next   int    // index into nodes of the next node to dial
 	dialed bool
 	closed bool
 }
 
-// NewConn returns a Conn for url; name is shown in the broker's
-// management UI (connection_name).
-func NewConn(url, name string, logger *slog.Logger) *Conn {
-	return &Conn{url: url, name: name, logger: logger}
+// brokerNode is one node's URL and the name logs and metrics give it:
+// host:port, without credentials.
+type brokerNode struct {
+	url, addr string
 }
+
+// NewConn returns a Conn over the nodes at urls (one URL for a single
+// broker); name is shown in the broker's management UI (connection_name),
+// in logs and in the metrics' connection label. With m set, the gauge
+// platformd_broker_connected{connection,node} is 1 for the node the
+// connection is on and 0 for a node it left. An unparsable URL is kept and
+// fails at dial time (config validation rejects them first).
+func NewConn(urls []string, name string, m *metrics.Metrics, logger *slog.Logger) *Conn {
+	c := &Conn{name: name, logger: logger}
+	for _, u := range urls {
+		c.nodes = append(c.nodes, brokerNode{url: u, addr: nodeAddr(u)})
+	}
+	if len(c.nodes) > 1 {
+		c.next = rand.IntN(len(c.nodes))
+	}
+	if m != nil {
+		c.connected = m.BrokerConnected
+	}
+	empty := ""
+	c.node.Store(&empty)
+	return c
+}
+
+// nodeAddr names a node by its URL's host:port.
+func nodeAddr(u string) string {
+	uri, err := amqp.ParseURI(u)
+	if err != nil {
+		return "invalid-url"
+	}
+	return net.JoinHostPort(uri.Host, strconv.Itoa(uri.Port))
+}
+
+// Node returns the host:port of the node the connection is on, or "" while
+// it is not connected. It never waits for a dial in progress.
+func (c *Conn) Node() string { return *c.node.Load() }
 
 // Get returns the current connection, or dials a new one, retrying with
 // backoff until ctx ends.
@@ -55,24 +117,12 @@ func (c *Conn) Get(ctx context.Context) (*amqp.Connection, error) {
 	}
 	backoff := BackoffMinDefault
 	for {
-		conn, err := amqp.DialConfig(c.url, amqp.Config{
-			Heartbeat:  10 * time.Second,
-			Properties: amqp.Table{"connection_name": c.name},
-			Dial:       dialBuffered,
-		})
+		conn, err := c.dialRoundLocked(ctx)
 		if err == nil {
-			if c.dialed && c.OnReconnectFunc != nil {
-				c.OnReconnectFunc()
-			}
-			if c.dialed {
-				c.logger.InfoContext(ctx, "workers: broker reconnected", slog.String("connection", c.name))
-			}
-			c.dialed = true
-			c.conn = conn
 			return conn, nil
 		}
-		c.logger.WarnContext(ctx, "workers: broker dial failed", slog.String("connection", c.name),
-			slog.Any("error", err), slog.Duration("backoff", backoff))
+		c.logger.WarnContext(ctx, "workers: broker dial failed on every node", slog.String("connection", c.name),
+			slog.Int("nodes", len(c.nodes)), slog.Any("error", err), slog.Duration("backoff", backoff))
 		select {
 		case <-ctx.Done():
 			return nil, ctx.Err()
@@ -80,6 +130,142 @@ func (c *Conn) Get(ctx context.Context) (*amqp.Connection, error) {
 		}
 		backoff = min(backoff*2, BackoffMaxDefault)
 	}
+}
+
+// dialOnce tries every node once, without backoff, and returns the first
+// connection made, which is then the Conn's own (closed by Close), or
+// every node's error. It is for short-lived tools such as the admin's
+// failure-queue reads, which report an error rather than wait.
+func (c *Conn) dialOnce(ctx context.Context) (*amqp.Connection, error) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	var errs []error
+	for range c.nodes {
+		if ctx.Err() != nil {
+			return nil, ctx.Err()
+		}
+		n := c.nodes[c.next]
+		c.next = (c.next + 1) % len(c.nodes)
+		conn, err := c.dial(ctx, n)
+		if err == nil {
+			c.conn, c.addr, c.dialed = conn, n.addr, true
+			c.watch(conn, n.addr)
+			return conn, nil
+		}
+		errs = append(errs, fmt.Errorf("node %s: %w", n.addr, err))
+	}
+	if len(errs) == 0 {
+		errs = append(errs, errors.New("no broker node configured"))
+	}
+	return nil, fmt.Errorf("amqp %s: %w", c.name, errors.Join(errs...))
+}
+
+// dialRoundLocked tries every node once, starting at c.next, and keeps
+// the first connection made. After a success c.next points past the node
+// connected to, so that the next dial (after this connection's loss)
+// starts at another node.
+func (c *Conn) dialRoundLocked(ctx context.Context) (*amqp.Connection, error) {
+	var last error
+	for range c.nodes {
+		if ctx.Err() != nil {
+			return nil, ctx.Err()
+		}
+		n := c.nodes[c.next]
+		c.next = (c.next + 1) % len(c.nodes)
+		conn, err := c.dial(ctx, n)
+		if err != nil {
+			last = fmt.Errorf("node %s: %w", n.addr, err)
+			if len(c.nodes) > 1 {
+				c.logger.WarnContext(ctx, "workers: broker node unreachable, trying the next", slog.String("connection", c.name),
+					slog.String("node", n.addr), slog.Any("error", err))
+			}
+			continue
+		}
+		prev := c.addr
+		c.conn, c.addr = conn, n.addr
+		c.watch(conn, n.addr)
+		if c.dialed {
+			if c.OnReconnectFunc != nil {
+				c.OnReconnectFunc()
+			}
+			c.logger.InfoContext(ctx, "workers: broker reconnected", slog.String("connection", c.name),
+				slog.String("node", n.addr), slog.String("previous_node", prev))
+		} else {
+			c.logger.InfoContext(ctx, "workers: broker connected", slog.String("connection", c.name), slog.String("node", n.addr))
+		}
+		c.dialed = true
+		return conn, nil
+	}
+	if last == nil {
+		last = errors.New("no broker node configured")
+	}
+	return nil, last
+}
+
+// dial connects to node n. The dial gives up when ctx ends, even in the
+// middle of the AMQP handshake (a node that accepts connections but does
+// not answer would otherwise hold a stopping pool for the whole handshake
+// timeout).
+func (c *Conn) dial(ctx context.Context, n brokerNode) (*amqp.Connection, error) {
+	var stop func() bool
+	conn, err := amqp.DialConfig(n.url, amqp.Config{
+		Heartbeat:  10 * time.Second,
+		Properties: amqp.Table{"connection_name": c.name},
+		Dial: func(network, addr string) (net.Conn, error) {
+			nc, err := dialBuffered(ctx, network, addr)
+			if err == nil {
+				// A deadline in the past fails the handshake's reads and
+				// writes at once.
+				stop = context.AfterFunc(ctx, func() { _ = nc.SetDeadline(time.Unix(1, 0)) })
+			}
+			return nc, err
+		},
+	})
+	if stop != nil && !stop() && err == nil {
+		// ctx ended as the handshake completed: the deadline may have hit
+		// the new connection.
+		_ = conn.Close()
+		return nil, ctx.Err()
+	}
+	if err != nil && ctx.Err() != nil {
+		return nil, ctx.Err()
+	}
+	return conn, err
+}
+
+// watch follows conn until it closes, so that Node and the gauge say at
+// once that the connection is gone (not only at the next Get). The
+// goroutine ends when the library closes the channel, which it does for
+// every close, Close included.
+func (c *Conn) watch(conn *amqp.Connection, addr string) {
+	// A pointer of this connection's own: a late close of an older
+	// connection must not clear a newer one's node, nor zero its gauge
+	// when both are on the same node.
+	mine := &addr
+	c.nodeMu.Lock()
+	c.node.Store(mine)
+	if c.connected != nil {
+		c.connected.WithLabelValues(c.name, addr).Set(1)
+	}
+	c.nodeMu.Unlock()
+	closed := conn.NotifyClose(make(chan *amqp.Error, 1))
+	go func() {
+		e, ok := <-closed
+		for ok {
+			_, ok = <-closed
+		}
+		c.nodeMu.Lock()
+		empty := ""
+		c.node.CompareAndSwap(mine, &empty)
+		if c.connected != nil && c.Node() != addr {
+			c.connected.WithLabelValues(c.name, addr).Set(0)
+		}
+		c.nodeMu.Unlock()
+		if e != nil {
+			c.logger.Warn("workers: broker connection lost", slog.String("connection", c.name),
+				slog.String("node", addr), slog.Any("error", e))
+		}
+	}()
 }
 
 // Close closes the current connection; later Gets fail.
@@ -101,15 +287,22 @@ func jitter(d time.Duration) time.Duration {
 // readBufferSize is the read buffer under the library's own 4 KiB one.
 const readBufferSize = 64 << 10
 
-// dialBuffered dials as the library does by default (30 s handshake
-// deadline) and reads through a readBufferSize buffer. amqp091-go reads
-// frames through a 4 KiB bufio.Reader: under load a read system call every
-// few deliveries, 9% of the daemon's CPU in the bench profile. A buffered
-// read returns what has arrived without waiting for more, so it adds no
-// latency.
-func dialBuffered(network, addr string) (net.Conn, error) {
-	conn, err := amqp.DefaultDial(30*time.Second)(network, addr)
+// dialBuffered dials as the library does by default, but gives up on a
+// TCP connect after DialConnectTimeoutDefault (the library waits 30 s,
+// which a failover to the next node should not), and reads through a
+// readBufferSize buffer. amqp091-go reads frames through a 4 KiB
+// bufio.Reader: under load a read system call every few deliveries, 9% of
+// the daemon's CPU in the bench profile. A buffered read returns what has
+// arrived without waiting for more, so it adds no latency.
+func dialBuffered(ctx context.Context, network, addr string) (net.Conn, error) {
+	d := net.Dialer{Timeout: DialConnectTimeoutDefault}
+	conn, err := d.DialContext(ctx, network, addr)
 	if err != nil {
+		return nil, err
+	}
+	// The library clears the deadline once the handshake is done.
+	if err := conn.SetDeadline(time.Now().Add(DialHandshakeTimeoutDefault)); err != nil {
+		_ = conn.Close()
 		return nil, err
 	}
 	return &bufferedConn{Conn: conn, r: bufio.NewReaderSize(conn, readBufferSize)}, nil

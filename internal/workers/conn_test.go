@@ -1,12 +1,19 @@
 package workers
 
 import (
+	"context"
 	"io"
+	"log/slog"
 	"net"
+	"net/url"
+	"sync"
 	"testing"
 	"time"
 
+	dto "github.com/prometheus/client_model/go"
 	"github.com/stretchr/testify/require"
+
+	"github.com/platformd/platformd/internal/metrics"
 )
 
 // The read buffer under the library's returns what has arrived at once:
@@ -24,7 +31,7 @@ func TestDialBufferedReadsWhatHasArrived(t *testing.T) {
 			accepted <- c
 		}
 	}()
-	conn, err := dialBuffered("tcp", ln.Addr().String())
+	conn, err := dialBuffered(context.Background(), "tcp", ln.Addr().String())
 	require.NoError(t, err)
 	defer func() { _ = conn.Close() }()
 	require.IsType(t, &bufferedConn{}, conn)
@@ -54,4 +61,256 @@ func TestDialBufferedReadsWhatHasArrived(t *testing.T) {
 	_, err = io.ReadFull(server, got)
 	require.NoError(t, err)
 	require.Equal(t, "ack", string(got))
+}
+
+// stubNode stands in for one node of a cluster: a loopback listener that
+// forwards to the real broker, so that a node can be lost (its
+// connections cut, new ones refused) and brought back without touching
+// the broker.
+type stubNode struct {
+	t      *testing.T
+	addr   string
+	target string
+
+	mu    sync.Mutex
+	ln    net.Listener
+	conns []net.Conn
+	wg    sync.WaitGroup
+}
+
+func newStubNode(t *testing.T, target string) *stubNode {
+	t.Helper()
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	require.NoError(t, err)
+	n := &stubNode{t: t, addr: ln.Addr().String(), target: target}
+	n.serve(ln)
+	// Cleanups run last first: cut everything, then wait for the copies.
+	t.Cleanup(n.wg.Wait)
+	t.Cleanup(n.down)
+	return n
+}
+
+// url is the broker's URL with the host and port of this node.
+func (n *stubNode) url() string {
+	u, err := url.Parse(amqpURL())
+	require.NoError(n.t, err)
+	u.Host = n.addr
+	return u.String()
+}
+
+func (n *stubNode) serve(ln net.Listener) {
+	n.mu.Lock()
+	n.ln = ln
+	n.mu.Unlock()
+	n.wg.Go(func() {
+		for {
+			c, err := ln.Accept()
+			if err != nil {
+				return
+			}
+			up, err := net.Dial("tcp", n.target)
+			if err != nil {
+				_ = c.Close()
+				continue
+			}
+			n.mu.Lock()
+			n.conns = append(n.conns, c, up)
+			n.mu.Unlock()
+			n.wg.Go(func() { _, _ = io.Copy(up, c); _ = up.Close() })
+			n.wg.Go(func() { _, _ = io.Copy(c, up); _ = c.Close() })
+		}
+	})
+}
+
+// down loses the node: its connections are cut and new ones refused.
+func (n *stubNode) down() {
+	n.mu.Lock()
+	defer n.mu.Unlock()
+	if n.ln != nil {
+		_ = n.ln.Close()
+		n.ln = nil
+	}
+	for _, c := range n.conns {
+		_ = c.Close()
+	}
+	n.conns = nil
+}
+
+// up brings the node back on the same address.
+func (n *stubNode) up() {
+	ln, err := net.Listen("tcp", n.addr)
+	require.NoError(n.t, err)
+	n.serve(ln)
+}
+
+func brokerTarget(t *testing.T) string {
+	u, err := url.Parse(amqpURL())
+	require.NoError(t, err)
+	return u.Host
+}
+
+func connectedGauge(t *testing.T, m *metrics.Metrics, conn, node string) float64 {
+	t.Helper()
+	g, err := m.BrokerConnected.GetMetricWithLabelValues(conn, node)
+	require.NoError(t, err)
+	var out dto.Metric
+	require.NoError(t, g.Write(&out))
+	return out.GetGauge().GetValue()
+}
+
+// Connections start at a node chosen at random, so that the connections
+// of several daemons spread over a cluster.
+func TestConnStartsAtRandomNode(t *testing.T) {
+	t.Parallel()
+	urls := []string{"amqp://guest:guest@10.0.0.1:5672/", "amqp://guest:guest@10.0.0.2:5672/", "amqp://guest:guest@10.0.0.3:5672/"}
+	seen := map[int]int{}
+	for range 90 {
+		seen[NewConn(urls, "t", nil, slog.New(slog.DiscardHandler)).next]++
+	}
+	require.Len(t, seen, 3, "start nodes over 90 connections: %v", seen)
+	for i, n := range seen {
+		require.Greater(t, n, 5, "node %d chosen %d times of 90", i, n)
+	}
+	c := NewConn(urls[:1], "t", nil, slog.New(slog.DiscardHandler))
+	require.Equal(t, 0, c.next)
+	require.Equal(t, "10.0.0.1:5672", c.nodes[0].addr)
+	require.Empty(t, c.Node(), "not connected yet")
+}
+
+// A node that refuses is skipped; a lost connection moves to the next
+// node, not back to the same one; Node and the gauge follow; when every
+// node is down Get waits with backoff and connects to the first that
+// comes back.
+func TestConnFailsOverToTheNextNode(t *testing.T) {
+	t.Parallel()
+	target := brokerTarget(t)
+	a, b, c := newStubNode(t, target), newStubNode(t, target), newStubNode(t, target)
+	a.down()
+	m := metrics.New()
+	conn := NewConn([]string{a.url(), b.url(), c.url()}, "test-failover", m, slog.New(slog.DiscardHandler))
+	defer conn.Close()
+	conn.next = 0 // deterministic: a first
+	reconnects := 0
+	conn.OnReconnectFunc = func() { reconnects++ }
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+
+	c1, err := conn.Get(ctx)
+	require.NoError(t, err)
+	require.Equal(t, b.addr, conn.Node(), "a refuses: b")
+	require.InDelta(t, 1.0, connectedGauge(t, m, "test-failover", b.addr), 0)
+	again, err := conn.Get(ctx)
+	require.NoError(t, err)
+	require.Same(t, c1, again, "a live connection is handed out again")
+	require.Zero(t, reconnects)
+
+	b.down()
+	require.Eventually(t, func() bool { return conn.Node() == "" }, 10*time.Second, 10*time.Millisecond,
+		"Node must say at once that the connection is gone")
+	require.InDelta(t, 0.0, connectedGauge(t, m, "test-failover", b.addr), 0)
+	b.up() // back already: the next node is still c
+	c2, err := conn.Get(ctx)
+	require.NoError(t, err)
+	require.NotSame(t, c1, c2)
+	require.Equal(t, c.addr, conn.Node(), "after b's loss: the next node, c")
+	require.InDelta(t, 1.0, connectedGauge(t, m, "test-failover", c.addr), 0)
+	require.Equal(t, 1, reconnects)
+	ch, err := c2.Channel()
+	require.NoError(t, err, "a real broker behind the new node")
+	require.NoError(t, ch.Close())
+
+	// Every node down: Get waits (backoff) until one is back.
+	c.down()
+	b.down()
+	require.Eventually(t, func() bool { return conn.Node() == "" }, 10*time.Second, 10*time.Millisecond)
+	go func() {
+		time.Sleep(500 * time.Millisecond)
+		a.up()
+	}()
+	start := time.Now()
+	c3, err := conn.Get(ctx)
+	require.NoError(t, err)
+	require.GreaterOrEqual(t, time.Since(start), 400*time.Millisecond)
+	require.Equal(t, a.addr, conn.Node())
+	require.Equal(t, 2, reconnects)
+	require.NoError(t, c3.Close())
+	require.Eventually(t, func() bool { return conn.Node() == "" }, 10*time.Second, 10*time.Millisecond)
+
+	// Closed: Get fails and no longer dials.
+	conn.Close()
+	_, err = conn.Get(ctx)
+	require.ErrorContains(t, err, "closed")
+}
+
+// dialOnce (the admin's failure-queue tools) tries every node once and
+// reports every failure instead of waiting.
+func TestConnDialOnce(t *testing.T) {
+	t.Parallel()
+	target := brokerTarget(t)
+	a, b := newStubNode(t, target), newStubNode(t, target)
+	a.down()
+	conn := NewConn([]string{a.url(), b.url()}, "test-once", nil, slog.New(slog.DiscardHandler))
+	conn.next = 0
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	got, err := conn.dialOnce(ctx)
+	require.NoError(t, err)
+	require.Equal(t, b.addr, conn.Node())
+	conn.Close()
+	require.True(t, got.IsClosed(), "the connection is the Conn's: Close closes it")
+
+	b.down()
+	conn = NewConn([]string{a.url(), b.url()}, "test-once", nil, slog.New(slog.DiscardHandler))
+	defer conn.Close()
+	start := time.Now()
+	_, err = conn.dialOnce(ctx)
+	require.Error(t, err)
+	require.Less(t, time.Since(start), 5*time.Second)
+	require.ErrorContains(t, err, "node "+a.addr)
+	require.ErrorContains(t, err, "node "+b.addr)
+	require.NotContains(t, err.Error(), "guest:guest", "no credentials in errors")
+}
+
+// A node that accepts connections and never answers (a VM frozen, a
+// process stuck) does not hold a caller past its context: a stopping pool
+// must not wait for the handshake timeout.
+func TestConnDialHonoursContextMidHandshake(t *testing.T) {
+	t.Parallel()
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	require.NoError(t, err)
+	var held sync.WaitGroup
+	var mu sync.Mutex
+	var accepted []net.Conn
+	held.Go(func() {
+		for {
+			c, err := ln.Accept()
+			if err != nil {
+				return
+			}
+			mu.Lock()
+			accepted = append(accepted, c) // read nothing, answer nothing
+			mu.Unlock()
+		}
+	})
+	defer func() {
+		_ = ln.Close()
+		held.Wait()
+		mu.Lock()
+		for _, c := range accepted {
+			_ = c.Close()
+		}
+		mu.Unlock()
+	}()
+	conn := NewConn([]string{"amqp://guest:guest@" + ln.Addr().String() + "/"}, "test-silent", nil, slog.New(slog.DiscardHandler))
+	defer conn.Close()
+	ctx, cancel := context.WithTimeout(context.Background(), 300*time.Millisecond)
+	defer cancel()
+	start := time.Now()
+	_, err = conn.Get(ctx)
+	require.ErrorIs(t, err, context.DeadlineExceeded)
+	require.Less(t, time.Since(start), 3*time.Second, "the dial waited for the handshake timeout")
+	mu.Lock()
+	n := len(accepted)
+	mu.Unlock()
+	require.Positive(t, n, "the node was reached")
 }

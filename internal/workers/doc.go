@@ -24,7 +24,9 @@
 // amqp091-go does not reconnect safely by itself (its opt-in recovery can
 // ack a stale tag on a new channel), so the package runs its own loop with
 // backoff and jitter, with fresh connection and channel objects each time,
-// and declares the topology again on each new channel. Deliveries of a dead
+// and declares the topology again on each new channel. A Conn spans the
+// nodes of a cluster (broker.urls): it starts at one chosen at random and
+// moves to the next when its connection is lost. Deliveries of a dead
 // channel are never acked on another.
 //
 // Pause and resume cancel and restart consumption without dropping the work

@@ -4,6 +4,7 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
+	"log/slog"
 	"strings"
 	"time"
 
@@ -56,18 +57,20 @@ func failedOf(d *amqp.Delivery) FailedMessage {
 	return m
 }
 
-// eachFailed opens a connection and a channel of its own and calls fn for
-// each of the first limit messages of queue's failure queue, in queue
-// order (at most as many as the queue held when it started, so that a
-// message fn sends back is not met again), with the connection fn may
-// publish on. Closing the channel afterwards returns every message fn did
-// not ack to the queue, in its place.
-func eachFailed(ctx context.Context, url, queue string, limit int, fn func(conn *amqp.Connection, d *amqp.Delivery) error) error {
-	conn, err := amqp.DialConfig(url, amqp.Config{Properties: amqp.Table{"connection_name": "platformd-admin"}})
+// eachFailed opens a connection (to the first of the broker's nodes at
+// urls, tried in turn from a random one, that answers) and a channel of
+// its own and calls fn for each of the first limit messages of queue's
+// failure queue, in queue order (at most as many as the queue held when it
+// started, so that a message fn sends back is not met again), with the
+// Conn fn may publish on. Closing the channel afterwards returns every
+// message fn did not ack to the queue, in its place.
+func eachFailed(ctx context.Context, urls []string, queue string, limit int, fn func(nodes *Conn, d *amqp.Delivery) error) error {
+	nodes := NewConn(urls, "platformd-admin", nil, slog.New(slog.DiscardHandler))
+	conn, err := nodes.dialOnce(ctx)
 	if err != nil {
 		return fmt.Errorf("failed queue of %s: %w", queue, err)
 	}
-	defer conn.Close()
+	defer nodes.Close()
 	ch, err := conn.Channel()
 	if err != nil {
 		return fmt.Errorf("failed queue of %s: %w", queue, err)
@@ -88,7 +91,7 @@ func eachFailed(ctx context.Context, url, queue string, limit int, fn func(conn 
 		if !ok {
 			break
 		}
-		if err := fn(conn, &d); err != nil {
+		if err := fn(nodes, &d); err != nil {
 			return err
 		}
 	}
@@ -98,9 +101,9 @@ func eachFailed(ctx context.Context, url, queue string, limit int, fn func(conn 
 // ListFailed returns up to limit messages of queue's failure queue, in
 // queue order, and leaves every message there: they are fetched without
 // ack and returned to the queue when the channel closes.
-func ListFailed(ctx context.Context, url, queue string, limit int) ([]FailedMessage, error) {
+func ListFailed(ctx context.Context, urls []string, queue string, limit int) ([]FailedMessage, error) {
 	var out []FailedMessage
-	err := eachFailed(ctx, url, queue, limit, func(_ *amqp.Connection, d *amqp.Delivery) error {
+	err := eachFailed(ctx, urls, queue, limit, func(_ *Conn, d *amqp.Delivery) error {
 		out = append(out, failedOf(d))
 		return nil
 	})
@@ -113,7 +116,7 @@ func ListFailed(ctx context.Context, url, queue string, limit int) ([]FailedMess
 // header that lets them through the beyond-horizon guard). Each copy is
 // confirmed by the broker before its original is acked; the others stay
 // where they were.
-func RetryFailed(ctx context.Context, url, queue string, ids []uuid.UUID, all, overrideBeyondHorizon bool, actor string) (int, error) {
+func RetryFailed(ctx context.Context, urls []string, queue string, ids []uuid.UUID, all, overrideBeyondHorizon bool, actor string) (int, error) {
 	want := make(map[string]bool, len(ids))
 	for _, id := range ids {
 		want[strings.ToLower(id.String())] = true
@@ -125,13 +128,15 @@ func RetryFailed(ctx context.Context, url, queue string, ids []uuid.UUID, all, o
 			pub.Close()
 		}
 	}()
-	err := eachFailed(ctx, url, queue, failedListMax, func(conn *amqp.Connection, d *amqp.Delivery) error {
+	err := eachFailed(ctx, urls, queue, failedListMax, func(nodes *Conn, d *amqp.Delivery) error {
 		id, _ := peekIDs(d.Body)
 		if !all && !want[strings.ToLower(id)] {
 			return nil
 		}
 		if pub == nil {
-			pub = NewPublisher(&Conn{url: url, name: "platformd-admin-publish", conn: conn, dialed: true}, 1)
+			// Copies go out on the same connection (a redial, should it
+			// die, goes on to another node; the originals' acks then fail).
+			pub = NewPublisher(nodes, 1)
 		}
 		msg := copyOf(d)
 		for _, h := range headersResetOnRetry {

@@ -166,8 +166,8 @@ func (b *bundle) startPool(wait bool, handlers ...string) *Pool {
 	b.t.Helper()
 	routes, err := dedup.RoutesFor(b.reg, handlers)
 	require.NoError(b.t, err)
-	b.consume = NewConn(b.url, "test-consume", b.logger)
-	b.publish = NewConn(b.url, "test-publish", b.logger)
+	b.consume = NewConn([]string{b.url}, "test-consume", b.metrics, b.logger)
+	b.publish = NewConn([]string{b.url}, "test-publish", b.metrics, b.logger)
 	p, err := NewPool(b.cfg, Deps{
 		Processor: dedup.NewProcessor(b.db, dedup.ProcessorConfig{
 			Routes: routes, Observer: NewConflictObserver(b.metrics, b.cfg.Service, b.cfg.Name, b.logger), Tracer: b.tracer,

@@ -108,6 +108,9 @@ type Info struct {
 	// Error is why the pool is connecting: its service database's last
 	// error; empty otherwise.
 	Error string
+	// Node is the broker node (host:port) the pool's consuming connection
+	// is on, "" while it is not connected.
+	Node string
 }
 
 // DuplicateCounts counts duplicates by source (metrics.Source…): a
@@ -431,5 +434,6 @@ func (p *Pool) Info() Info {
 		},
 		Retried: p.count.retried.Load(), Failed: p.count.failed.Load(),
 		Error: dbErr,
+		Node:  p.deps.Consume.Node(),
 	}
 }

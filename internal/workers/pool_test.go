@@ -339,7 +339,7 @@ func TestFailedListAndRetry(t *testing.T) {
 	b.waitFor("two failed", func() bool { return b.pool.Info().Failed == 2 })
 
 	for range 2 {
-		list, err := ListFailed(b.ctx, b.url, b.queue, 10)
+		list, err := ListFailed(b.ctx, []string{b.url}, b.queue, 10)
 		require.NoError(t, err)
 		require.Len(t, list, 2)
 		require.Equal(t, old.EventID.String(), list[0].EventID)
@@ -350,7 +350,7 @@ func TestFailedListAndRetry(t *testing.T) {
 	}
 	require.Equal(t, 2, b.queueDepth(FailedQueue(b.queue)))
 
-	n, err := RetryFailed(b.ctx, b.url, b.queue, []uuid.UUID{flaky.EventID}, false, false, "ops")
+	n, err := RetryFailed(b.ctx, []string{b.url}, b.queue, []uuid.UUID{flaky.EventID}, false, false, "ops")
 	require.NoError(t, err)
 	require.Equal(t, 1, n)
 	b.waitFor("flaky processed", func() bool { return b.pool.Info().Processed == 1 })
@@ -361,11 +361,11 @@ func TestFailedListAndRetry(t *testing.T) {
 
 	// Without the override the old event is quarantined again; with it,
 	// it is applied.
-	n, err = RetryFailed(b.ctx, b.url, b.queue, nil, true, false, "ops")
+	n, err = RetryFailed(b.ctx, []string{b.url}, b.queue, nil, true, false, "ops")
 	require.NoError(t, err)
 	require.Equal(t, 1, n)
 	b.waitFor("quarantined again", func() bool { return b.pool.Info().Failed == 3 && b.queueDepth(FailedQueue(b.queue)) == 1 })
-	n, err = RetryFailed(b.ctx, b.url, b.queue, []uuid.UUID{old.EventID}, false, true, "ops")
+	n, err = RetryFailed(b.ctx, []string{b.url}, b.queue, []uuid.UUID{old.EventID}, false, true, "ops")
 	require.NoError(t, err)
 	require.Equal(t, 1, n)
 	b.waitFor("old applied", func() bool { return b.pool.Info().Processed == 2 })

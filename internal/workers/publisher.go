@@ -116,11 +116,16 @@ func (p *Publisher) Publish(ctx context.Context, out []Outgoing) []error {
 	}
 	// A basic.return reaches the returns channel before the confirm of the
 	// same message is resolved (one reader goroutine handles both in
-	// order), so every return of this batch is already buffered.
+	// order), so every return of this batch is already buffered. The
+	// library closes the channel when the AMQP channel dies (its node
+	// lost, an oversized message): then there is nothing more to read.
 drain:
 	for {
 		select {
-		case r := <-p.returns:
+		case r, open := <-p.returns:
+			if !open {
+				break drain
+			}
 			id, ok := r.Headers[headerPublishID].(string)
 			if byMessageID != nil {
 				id, ok = r.MessageId, true

@@ -50,7 +50,7 @@ func (b *bundle) startDaemon(handlers ...string) *daemon {
 	logger := slog.New(slog.NewTextHandler(d, &slog.HandlerOptions{Level: slog.LevelWarn}))
 	routes, err := dedup.RoutesFor(b.reg, handlers)
 	require.NoError(b.t, err)
-	consume, publish := NewConn(b.url, "test-consume-2", logger), NewConn(b.url, "test-publish-2", logger)
+	consume, publish := NewConn([]string{b.url}, "test-consume-2", d.metrics, logger), NewConn([]string{b.url}, "test-publish-2", d.metrics, logger)
 	p, err := NewPool(b.cfg, Deps{
 		Processor: dedup.NewProcessor(b.db, dedup.ProcessorConfig{
 			Routes: routes, Observer: NewConflictObserver(d.metrics, b.cfg.Service, b.cfg.Name, logger),

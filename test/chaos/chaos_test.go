@@ -91,7 +91,7 @@ func TestChaosExactlyOnce(t *testing.T) {
 	ctx, cancel := context.WithCancel(context.Background())
 	defer cancel()
 	c := &chaos{t: t, ctx: ctx, e: e, a: a, b: b, px: px, stats: stats, rng: rng, sc: sc, t0: time.Now(),
-		side: &publisher{url: e.amqpURL, exchange: e.exchange, stats: stats}, purged: map[string]int64{}}
+		side: &publisher{urls: e.amqpURLs, exchange: e.exchange, stats: stats}, purged: map[string]int64{}}
 	defer c.side.close()
 	dbT0 := e.dbNow()
 	c.prod = newProducer(e, pl, rng, sc.duration, stats)

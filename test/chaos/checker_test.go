@@ -138,7 +138,7 @@ type failedMessage struct {
 // readFailed drains the failure queues (at the very end: nothing consumes
 // them any more).
 func (e *env) readFailed() ([]failedMessage, error) {
-	conn, err := amqp.Dial(e.amqpURL)
+	conn, err := e.dialAMQP()
 	if err != nil {
 		return nil, err
 	}
@@ -165,7 +165,7 @@ func (e *env) readFailed() ([]failedMessage, error) {
 
 // queueDepth returns a queue's ready messages.
 func (e *env) queueDepth(name string) (int, error) {
-	conn, err := amqp.Dial(e.amqpURL)
+	conn, err := e.dialAMQP()
 	if err != nil {
 		return 0, err
 	}
@@ -184,7 +184,7 @@ func (e *env) queueDepth(name string) (int, error) {
 // leftovers lists every queue of the vhost but the failure queues that
 // still holds a message (ready or unacknowledged).
 func (e *env) leftovers() (map[string]int, error) {
-	out, err := rabbitmqctl("list_queues", "-p", e.vhost, "--quiet", "--no-table-headers", "name", "messages")
+	out, err := e.ctl("list_queues", "-p", e.vhost, "--quiet", "--no-table-headers", "name", "messages")
 	if err != nil {
 		return nil, err
 	}

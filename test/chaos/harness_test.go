@@ -27,6 +27,7 @@ import (
 
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgxpool"
+	amqp "github.com/rabbitmq/amqp091-go"
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/credentials"
 	"google.golang.org/grpc/credentials/insecure"
@@ -138,13 +139,26 @@ func rabbitmqctl(args ...string) (string, error) {
 	return string(out), nil
 }
 
+// broker is the RabbitMQ a test runs on: the main node, or a cluster.
+type broker struct {
+	// urls are the nodes' base URLs (vhost "/").
+	urls []string
+	// ctl runs rabbitmqctl against a running node.
+	ctl func(args ...string) (string, error)
+}
+
+// mainBroker is the shared node at TEST_AMQP_URL.
+func mainBroker() broker { return broker{urls: []string{amqpBaseURL()}, ctl: rabbitmqctl} }
+
 // env is one test's isolated world: a RabbitMQ vhost and exchange, two
 // service databases, tokens, and the daemons started on them.
 type env struct {
 	t        *testing.T
 	id       string
 	vhost    string
-	amqpURL  string
+	amqpURL  string   // the first node's URL with the vhost
+	amqpURLs []string // every node's URL with the vhost
+	ctl      func(args ...string) (string, error)
 	exchange string
 	stockQ   string
 	shipQ    string
@@ -174,6 +188,12 @@ const (
 
 func newEnv(t *testing.T) *env {
 	t.Helper()
+	return newEnvOn(t, mainBroker())
+}
+
+// newEnvOn is newEnv on the given broker.
+func newEnvOn(t *testing.T, br broker) *env {
+	t.Helper()
 	id := randomHex(4)
 	e := &env{
 		t: t, id: id,
@@ -188,20 +208,24 @@ func newEnv(t *testing.T) *env {
 		readToken:  "rd-" + randomHex(16),
 		dbPassword: "pw-" + randomHex(12),
 		dbs:        map[string]*pgxpool.Pool{},
+		ctl:        br.ctl,
 	}
 	e.secrets = []string{e.adminToken, e.readToken, e.dbPassword}
-	if _, err := rabbitmqctl("add_vhost", e.vhost); err != nil {
+	if _, err := e.ctl("add_vhost", e.vhost); err != nil {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() {
-		if _, err := rabbitmqctl("delete_vhost", e.vhost); err != nil {
+		if _, err := e.ctl("delete_vhost", e.vhost); err != nil {
 			t.Logf("cleanup: %v", err)
 		}
 	})
-	if _, err := rabbitmqctl("set_permissions", "-p", e.vhost, "guest", ".*", ".*", ".*"); err != nil {
+	if _, err := e.ctl("set_permissions", "-p", e.vhost, "guest", ".*", ".*", ".*"); err != nil {
 		t.Fatal(err)
 	}
-	e.amqpURL = strings.TrimSuffix(amqpBaseURL(), "/") + "/" + e.vhost
+	for _, u := range br.urls {
+		e.amqpURLs = append(e.amqpURLs, strings.TrimSuffix(u, "/")+"/"+e.vhost)
+	}
+	e.amqpURL = e.amqpURLs[0]
 	t.Cleanup(func() {
 		testdb.Drop(e.stockDB)
 		testdb.Drop(e.shipDB)
@@ -336,6 +360,8 @@ type daemon struct {
 	starts    int
 	kills     int
 	tail      []string // last log lines, for failure reports
+	dump      []string // every line after a SIGQUIT: the goroutine dump
+	dumping   bool
 	lines     int
 
 	clientMu sync.Mutex
@@ -353,7 +379,7 @@ admin:
     - {name: ops, role: admin, token: "${CHAOS_ADMIN_TOKEN}"}
     - {name: dashboards, role: read, token_file: read.token}
 {{TLS}}metrics: {listen: {{METRICS}}}
-broker: {url: "{{AMQP}}", exchange: {{EXCHANGE}}, max_body_bytes: {{MAXBODY}}}
+broker: {{{BROKER}}, exchange: {{EXCHANGE}}, max_body_bytes: {{MAXBODY}}}
 services:
 {{SERVICES}}`
 
@@ -428,9 +454,17 @@ func (e *env) newDaemon(o daemonOpts) *daemon {
 	if o.tls != nil {
 		tlsBlock = fmt.Sprintf("  tls: {cert_file: %q, key_file: %q, client_ca_file: %q}\n", o.tls.cert, o.tls.key, o.tls.clientCA)
 	}
+	brokerKey := fmt.Sprintf("url: %q", e.amqpURL)
+	if len(e.amqpURLs) > 1 {
+		quoted := make([]string, len(e.amqpURLs))
+		for i, u := range e.amqpURLs {
+			quoted[i] = strconv.Quote(u)
+		}
+		brokerKey = "urls: [" + strings.Join(quoted, ", ") + "]"
+	}
 	cfg := strings.NewReplacer(
 		"{{ADMIN}}", d.adminAddr, "{{METRICS}}", d.metricsAddr, "{{TLS}}", tlsBlock,
-		"{{AMQP}}", e.amqpURL, "{{EXCHANGE}}", e.exchange, "{{MAXBODY}}", strconv.Itoa(maxBody),
+		"{{BROKER}}", brokerKey, "{{EXCHANGE}}", e.exchange, "{{MAXBODY}}", strconv.Itoa(maxBody),
 		"{{SERVICES}}", svcs.String(),
 	).Replace(configTemplate)
 	d.cfgPath = filepath.Join(dir, "platformd.yaml")
@@ -577,6 +611,11 @@ func (d *daemon) checkLine(line string) {
 	}
 	d.mu.Lock()
 	d.lines++
+	if d.dumping {
+		d.dump = append(d.dump, line)
+		d.mu.Unlock()
+		return
+	}
 	d.tail = append(d.tail, line)
 	if len(d.tail) > 40 {
 		d.tail = d.tail[len(d.tail)-40:]
@@ -663,8 +702,22 @@ func (d *daemon) stop() {
 	select {
 	case <-exited:
 	case <-time.After(time.Minute):
+		// The goroutine dump says where the shutdown hangs.
+		d.mu.Lock()
+		d.dumping = true
+		if d.cmd != nil {
+			_ = d.cmd.Process.Signal(syscall.SIGQUIT)
+		}
+		d.mu.Unlock()
+		select {
+		case <-exited:
+		case <-time.After(10 * time.Second):
+		}
 		d.kill()
-		t.Errorf("daemon %s: no exit within 1m of SIGTERM", d.name)
+		d.mu.Lock()
+		tail, dump := strings.Join(d.tail, "\n"), strings.Join(d.dump, "\n")
+		d.mu.Unlock()
+		t.Errorf("daemon %s: no exit within 1m of SIGTERM; last log lines:\n%s\ngoroutines (SIGQUIT):\n%s", d.name, tail, dump)
 		return
 	}
 	if st := cmd.ProcessState; st == nil || st.ExitCode() != 0 {
@@ -864,8 +917,21 @@ func (e *env) terminateBackends() (int, error) {
 
 // closeAllConnections force-closes every connection of the test's vhost.
 func (e *env) closeAllConnections() error {
-	_, err := rabbitmqctl("close_all_connections", "-p", e.vhost, "chaos: forced close")
+	_, err := e.ctl("close_all_connections", "-p", e.vhost, "chaos: forced close")
 	return err
+}
+
+// dialAMQP connects the harness to the first node that answers.
+func (e *env) dialAMQP() (*amqp.Connection, error) {
+	var last error
+	for _, u := range e.amqpURLs {
+		conn, err := amqp.DialConfig(u, amqp.Config{Dial: amqp.DefaultDial(5 * time.Second), Properties: amqp.Table{"connection_name": "chaos-checker"}})
+		if err == nil {
+			return conn, nil
+		}
+		last = err
+	}
+	return nil, last
 }
 
 // waitUntil polls cond every 100ms until it holds or timeout passes.

@@ -286,17 +286,21 @@ type pubStats struct {
 // relay: what is not confirmed is sent again on a fresh connection, which
 // is itself a source of duplicates.
 type publisher struct {
-	url, exchange string
-	stats         *pubStats
-	conn          *amqp.Connection
-	ch            *amqp.Channel
+	urls     []string // a cluster's nodes: tried in turn
+	exchange string
+	stats    *pubStats
+	conn     *amqp.Connection
+	ch       *amqp.Channel
+	next     int
 }
 
 func (p *publisher) connect(ctx context.Context) error {
 	p.close()
 	backoff := 50 * time.Millisecond
 	for {
-		conn, err := amqp.DialConfig(p.url, amqp.Config{Properties: amqp.Table{"connection_name": "chaos-producer"}})
+		u := p.urls[p.next%len(p.urls)]
+		p.next++
+		conn, err := amqp.DialConfig(u, amqp.Config{Dial: amqp.DefaultDial(5 * time.Second), Properties: amqp.Table{"connection_name": "chaos-producer"}})
 		if err == nil {
 			ch, cerr := conn.Channel()
 			if cerr == nil {
@@ -361,14 +365,16 @@ func (p *publisher) send(ctx context.Context, msgs []outMsg) error {
 			dcs = append(dcs, dc)
 			sent = append(sent, m)
 		}
+		// One deadline for the window: confirms that stall (a node cut
+		// off) must not each wait their own.
+		wctx, cancel := context.WithTimeout(ctx, 15*time.Second)
 		for i, dc := range dcs {
-			wctx, cancel := context.WithTimeout(ctx, 15*time.Second)
 			ok, err := dc.WaitContext(wctx)
-			cancel()
 			if err != nil || !ok {
 				failed = append(failed, sent[i])
 			}
 		}
+		cancel()
 		if len(failed) > 0 {
 			p.close()
 		}
@@ -400,7 +406,7 @@ const (
 
 func newProducer(e *env, pl *plan, rng *mrand.Rand, duration time.Duration, stats *pubStats) *producer {
 	return &producer{pl: pl, rng: mrand.New(mrand.NewPCG(rng.Uint64(), rng.Uint64())), duration: duration,
-		pub:  &publisher{url: e.amqpURL, exchange: e.exchange, stats: stats},
+		pub:  &publisher{urls: e.amqpURLs, exchange: e.exchange, stats: stats},
 		done: make(chan struct{})}
 }
 

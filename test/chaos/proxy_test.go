@@ -24,6 +24,10 @@ type proxy struct {
 	armDB string        // counting only sessions on this database
 	conns map[net.Conn]struct{}
 	ports map[int]bool // local ports of live upstream connections
+
+	cutN    int         // COMMITs still to cut, set by cutAfterCommit
+	cutDB   string      // counting only sessions on this database
+	cutTags chan string // the server's answer to each cut COMMIT
 }
 
 func newProxy(t *testing.T, target string) *proxy {
@@ -66,6 +70,52 @@ func (p *proxy) blackholeOnTraffic(n int, db string) <-chan struct{} {
 	defer p.mu.Unlock()
 	p.armed, p.armN, p.armDB = make(chan struct{}), n, db
 	return p.armed
+}
+
+// cutAfterCommit cuts the next n sessions of database db that send a
+// COMMIT, right after forwarding it: the client's side is closed at once,
+// so the client never learns the outcome, while the server's side stays
+// open until the server has answered, so that the commit runs to its end
+// (COMMIT, or ROLLBACK for an aborted transaction). The returned channel
+// receives that answer for each cut.
+func (p *proxy) cutAfterCommit(n int, db string) <-chan string {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	p.cutN, p.cutDB, p.cutTags = n, db, make(chan string, n)
+	return p.cutTags
+}
+
+// takeCut reports whether a COMMIT of a session on db is to be cut.
+func (p *proxy) takeCut(db string) (chan string, bool) {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	if p.cutN == 0 || db != p.cutDB {
+		return nil, false
+	}
+	p.cutN--
+	return p.cutTags, true
+}
+
+// isCommit reports whether a client chunk is a simple-protocol COMMIT (how
+// pgx sends it).
+func isCommit(chunk []byte) bool {
+	return len(chunk) > 5 && chunk[0] == 'Q' && bytes.HasPrefix(bytes.ToLower(bytes.TrimSpace(chunk[5:])), []byte("commit"))
+}
+
+// commandTag returns the tag of the first CommandComplete message of a
+// server chunk ("COMMIT", "ROLLBACK"), or "".
+func commandTag(chunk []byte) string {
+	for len(chunk) >= 5 {
+		size := int(chunk[1])<<24 | int(chunk[2])<<16 | int(chunk[3])<<8 | int(chunk[4])
+		if size < 4 || 1+size > len(chunk) {
+			return ""
+		}
+		if chunk[0] == 'C' {
+			return string(bytes.TrimRight(chunk[5:1+size], "\x00"))
+		}
+		chunk = chunk[1+size:]
+	}
+	return ""
 }
 
 // startupDatabase returns the database named in a PostgreSQL startup
@@ -183,34 +233,66 @@ func (p *proxy) accept() {
 			delete(p.ports, port)
 			p.mu.Unlock()
 		}()
+		// A cut COMMIT: its answer is reported on cutTags, and the
+		// client-to-server side leaves the server's connection open for
+		// the server-to-client side to close once the answer came.
+		var cutMu sync.Mutex
+		var cutTags chan string
+		cutPending := func() chan string {
+			cutMu.Lock()
+			defer cutMu.Unlock()
+			return cutTags
+		}
 		p.wg.Add(2)
 		go func() {
 			defer p.wg.Done()
 			defer pair.Done()
 			db, first, afterBegin := "", true, false
-			p.pipe(up, c, func(chunk []byte) {
+			p.pipe(up, c, pipeHooks{after: func(chunk []byte) {
 				switch {
 				case first:
 					first, db = false, startupDatabase(chunk)
 				case isBegin(chunk):
 					afterBegin = true
+				case isCommit(chunk):
+					if tags, ok := p.takeCut(db); ok {
+						cutMu.Lock()
+						cutTags = tags
+						cutMu.Unlock()
+						_ = c.Close()
+					}
 				case afterBegin:
 					afterBegin = false
 					p.trip(db)
 				}
-			})
+			}, keepDst: func() bool { return cutPending() != nil }})
 		}()
 		go func() {
 			defer p.wg.Done()
 			defer pair.Done()
-			p.pipe(c, up, nil)
+			p.pipe(c, up, pipeHooks{peek: func(chunk []byte) {
+				if tags := cutPending(); tags != nil {
+					cutMu.Lock()
+					cutTags = nil
+					cutMu.Unlock()
+					tags <- commandTag(chunk)
+					_ = up.Close() // the answer came: the commit ran to its end
+				}
+			}})
 		}()
 	}
 }
 
+// pipeHooks are what pipe calls besides copying (each may be nil).
+type pipeHooks struct {
+	peek    func([]byte) // each chunk read, before it is forwarded
+	after   func([]byte) // each chunk forwarded
+	keepDst func() bool  // at the end: true leaves dst open
+}
+
 // pipe copies src to dst, holding every chunk (and the end of the stream)
 // while the proxy is black-holed.
-func (p *proxy) pipe(dst, src net.Conn, afterChunk func([]byte)) {
+func (p *proxy) pipe(dst, src net.Conn, h pipeHooks) {
 	buf := make([]byte, 32<<10)
 	for {
 		if !p.gate() {
@@ -218,14 +300,17 @@ func (p *proxy) pipe(dst, src net.Conn, afterChunk func([]byte)) {
 		}
 		n, err := src.Read(buf)
 		if n > 0 {
+			if h.peek != nil {
+				h.peek(buf[:n])
+			}
 			if !p.gate() {
 				break
 			}
 			if _, werr := dst.Write(buf[:n]); werr != nil {
 				break
 			}
-			if afterChunk != nil {
-				afterChunk(buf[:n])
+			if h.after != nil {
+				h.after(buf[:n])
 			}
 		}
 		if err != nil { // EOF, reset or closed: end both directions
@@ -233,7 +318,9 @@ func (p *proxy) pipe(dst, src net.Conn, afterChunk func([]byte)) {
 		}
 	}
 	p.gate()
-	_ = dst.Close()
+	if h.keepDst == nil || !h.keepDst() {
+		_ = dst.Close()
+	}
 	_ = src.Close()
 }
 

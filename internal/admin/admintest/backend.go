@@ -82,6 +82,7 @@ func New() *Backend {
 			{
 				Name: "stock-events", Service: "stock", Queue: "stock.events", State: admin.PoolStateRunning,
 				Concurrency: 4, InFlight: 3, Processed: 1200, Duplicates: 12, Retried: 5, Failed: 1,
+				BrokerNode: "10.0.0.2:5672",
 			},
 		},
 		processed: map[string]map[uuid.UUID]time.Time{

@@ -238,7 +238,10 @@ type Pool struct {
 	Failed uint64 `protobuf:"varint,11,opt,name=failed,proto3" json:"failed,omitempty"`
 	// error says why a pool is POOL_STATE_CONNECTING when its service
 	// database cannot be reached (its last error); empty otherwise.
-	Error         string `protobuf:"bytes,13,opt,name=error,proto3" json:"error,omitempty"`
+	Error string `protobuf:"bytes,13,opt,name=error,proto3" json:"error,omitempty"`
+	// broker_node is the RabbitMQ node (host:port of its URL in broker.url or
+	// broker.urls) the pool consumes from; empty while it is not connected.
+	BrokerNode    string `protobuf:"bytes,12,opt,name=broker_node,json=brokerNode,proto3" json:"broker_node,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -353,6 +356,13 @@ func (x *Pool) GetFailed() uint64 {
 func (x *Pool) GetError() string {
 	if x != nil {
 		return x.Error
+	}
+	return ""
+}
+
+func (x *Pool) GetBrokerNode() string {
+	if x != nil {
+		return x.BrokerNode
 	}
 	return ""
 }
@@ -2313,7 +2323,7 @@ const file_platform_admin_v1_admin_proto_rawDesc = "" +
 	"\x0ebeyond_horizon\x18\x05 \x01(\tR\rbeyondHorizon\x12%\n" +
 	"\x0eoutbox_pending\x18\x06 \x01(\x03R\routboxPending\x12>\n" +
 	"\routbox_oldest\x18\a \x01(\v2\x19.google.protobuf.DurationR\foutboxOldest\x12\x14\n" +
-	"\x05error\x18\b \x01(\tR\x05error\"\xe8\x02\n" +
+	"\x05error\x18\b \x01(\tR\x05error\"\x89\x03\n" +
 	"\x04Pool\x12\x12\n" +
 	"\x04name\x18\x01 \x01(\tR\x04name\x12\x18\n" +
 	"\aservice\x18\x02 \x01(\tR\aservice\x12\x14\n" +
@@ -2329,7 +2339,9 @@ const file_platform_admin_v1_admin_proto_rawDesc = "" +
 	"\aretried\x18\n" +
 	" \x01(\x04R\aretried\x12\x16\n" +
 	"\x06failed\x18\v \x01(\x04R\x06failed\x12\x14\n" +
-	"\x05error\x18\r \x01(\tR\x05error\"\xc4\x01\n" +
+	"\x05error\x18\r \x01(\tR\x05error\x12\x1f\n" +
+	"\vbroker_node\x18\f \x01(\tR\n" +
+	"brokerNode\"\xc4\x01\n" +
 	"\fLookupResult\x12\x18\n" +
 	"\aservice\x18\x01 \x01(\tR\aservice\x12\x1c\n" +
 	"\tprocessed\x18\x02 \x01(\bR\tprocessed\x12=\n" +
