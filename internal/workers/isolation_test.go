@@ -7,6 +7,7 @@ import (
 	"github.com/jackc/pgx/v5"
 	"github.com/stretchr/testify/require"
 
+	"github.com/platformd/platformd/consumer"
 	"github.com/platformd/platformd/examples/shop"
 	"github.com/platformd/platformd/internal/testdb"
 )
@@ -85,4 +86,29 @@ func TestPoolStallsWhileItsDatabaseIsAwayAndRecovers(t *testing.T) {
 	b.stop()
 	require.Equal(t, first+second, b.reservations(), "applied exactly once")
 	require.Equal(t, first+second, b.count(`SELECT count(*) FROM processed_event`))
+}
+
+// A handler that hangs (its statement runs into the service's
+// statement_timeout) holds up only its own pool: another pool of the same
+// process keeps consuming, and the hung events are retried, not lost.
+func TestHangingHandlerHoldsUpOnlyItsPool(t *testing.T) {
+	t.Parallel()
+	hung := newBundle(t)
+	hung.reg.MustRegister(consumer.Registration{Name: "test.hang", Events: []string{shop.EventOrderPlaced},
+		Handler: consumer.HandlerFunc(func(ctx context.Context, tx pgx.Tx, _ consumer.Event) error {
+			_, err := tx.Exec(ctx, `SET LOCAL statement_timeout = '300ms'; SELECT pg_sleep(30)`)
+			return err
+		})})
+	hung.cfg.Concurrency = 1
+	hp := hung.start("test.hang")
+	other := newBundle(t)
+	op := other.start(shop.HandlerStockReserve)
+
+	hung.publishMany(20, 0)
+	sent := other.publishMany(300, 0)
+	other.waitFor("the other pool drains", func() bool { return other.reservations() == sent })
+	require.Equal(t, uint64(sent), op.Info().Processed)
+	hung.waitFor("the hung events are retried", func() bool { return hp.Info().Retried > 0 })
+	require.Zero(t, hp.Info().Processed)
+	require.Zero(t, hung.count(`SELECT count(*) FROM processed_event`), "a timed-out event leaves no row")
 }
