@@ -163,6 +163,28 @@ func TestPagesRender(t *testing.T) {
 	}
 }
 
+// A service whose database is away shows it: its error on the service and
+// its pools connecting with the error, the other service as usual.
+func TestPagesShowADatabaseAway(t *testing.T) {
+	t.Parallel()
+	b := setup(t)
+	b.backend.SetDatabaseError("stock", "FATAL: database \"stock\" is not currently accepting connections")
+	c := b.client(t)
+	c.signIn(adminToken)
+	for path, want := range map[string][]string{
+		"/":                   {"Database not reachable: FATAL", "Waiting for its database: FATAL", `data-state>connecting`},
+		"/pools/stock-events": {"Waiting for its database: FATAL"},
+	} {
+		resp, body := c.do(http.MethodGet, path, nil)
+		require.Equal(t, http.StatusOK, resp.StatusCode, "%s: %s", path, body)
+		for _, w := range want {
+			require.Contains(t, body, w, path)
+		}
+	}
+	_, body := c.do(http.MethodGet, "/pools/shipping-events", nil)
+	require.NotContains(t, body, "Waiting for its database")
+}
+
 // The vendored htmx is the pinned release, served from the binary.
 func TestStaticAssetsEmbedded(t *testing.T) {
 	t.Parallel()

@@ -446,6 +446,23 @@ func (b *Backend) ListAudit(ctx context.Context, service string, limit int) ([]a
 	return out, nil
 }
 
+// SetDatabaseError makes service's database look away: ListServices
+// reports err for it and its pools report connecting with err.
+func (b *Backend) SetDatabaseError(service, err string) {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	for i := range b.services {
+		if b.services[i].Name == service {
+			b.services[i].Error = err
+		}
+	}
+	for i := range b.pools {
+		if b.pools[i].Service == service {
+			b.pools[i].State, b.pools[i].Error = admin.PoolStateConnecting, err
+		}
+	}
+}
+
 // ReloadResult is what the Backend's ReloadConfig returns (a hook may
 // make it fail instead).
 var ReloadResult = admin.ReloadResult{
