@@ -145,6 +145,9 @@ type ServiceConfig struct {
 	// SQLHandlers are handlers declared as SQL statements (see
 	// SQLHandlerConfig); the service's pools reference them by name.
 	SQLHandlers []SQLHandlerConfig `yaml:"sql_handlers"`
+	// ProcessedEvent shapes the service's processed_event table (default:
+	// the contract's plain table); see processedevent.go.
+	ProcessedEvent ProcessedEventConfig `yaml:"processed_event"`
 }
 
 // PurgeConfig schedules the processed_event purge.

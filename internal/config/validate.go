@@ -352,6 +352,7 @@ func (v *validator) services() {
 		v.horizonSafety(i, s)
 		v.routingOverlap(i, s)
 		v.outbox(i, s)
+		v.processedEvent(i, s)
 	}
 }
 
