@@ -62,6 +62,12 @@ type Result struct {
 	Permanent bool
 	// Handler names the handler that failed.
 	Handler string
+	// BeyondHorizon is true when the database refused the event's id
+	// because it is older than every partition of a partitioned
+	// processed_event: its row may have been purged, so it cannot be
+	// proven new (the beyond-horizon guard's case, decided by the
+	// database). Permanent is then true too.
+	BeyondHorizon bool
 }
 
 // durable reports whether the event's processed_event row is committed
@@ -378,6 +384,51 @@ type handlerFailure struct{ cause error }
 func (e *handlerFailure) Error() string { return "dedup: handler failed: " + e.cause.Error() }
 func (e *handlerFailure) Unwrap() error { return e.cause }
 
+// refusal rolls a transaction back because the database refused an id
+// (a partitioned processed_event's CHECK or partition bounds, SQLSTATE
+// 23514): the event's fault, settled by its result, never a reason to
+// requeue the batch.
+type refusal struct{ cause error }
+
+func (e *refusal) Error() string { return "dedup: processed_event refused an id: " + e.cause.Error() }
+func (e *refusal) Unwrap() error { return e.cause }
+
+// ErrRefused is the error of an event whose id a partitioned
+// processed_event refused (Result.Err wraps it).
+var ErrRefused = errors.New("processed_event refused the event id")
+
+// refusedByTable reports whether the dedup insert failed because the table
+// refused a row: no partition for it, or the v7 CHECK.
+func refusedByTable(err error) bool {
+	var pgErr *pgconn.PgError
+	return errors.As(err, &pgErr) && pgErr.Code == "23514"
+}
+
+// refusedResult is the result of an event whose id the table refused: not
+// a v7 id (permanent), older than every partition (beyond the horizon,
+// permanent), or in a partition not created yet (retried: the scheduler
+// creates partitions ahead).
+func (p *Processor) refusedResult(ctx context.Context, id uuid.UUID, cause error) Result {
+	if !IsV7(id) {
+		err := consumer.Permanent(fmt.Errorf("%w: event id %s is a UUID version %d; this service's processed_event is partitioned by the ids' time and accepts UUID v7 ids only (%v)",
+			ErrRefused, id, id.Version(), cause))
+		return Result{Outcome: OutcomeFailed, Err: err, Permanent: true}
+	}
+	at := V7Time(id).UTC()
+	from, to, ok, err := PartitionSpan(ctx, p.db)
+	if err == nil && ok && at.Before(from) {
+		err := consumer.Permanent(fmt.Errorf("%w: event id %s from %s is older than the oldest partition of processed_event (from %s): its row may have been purged with its partition",
+			ErrRefused, id, at.Format(time.RFC3339), from.Format(time.RFC3339)))
+		return Result{Outcome: OutcomeFailed, Err: err, Permanent: true, BeyondHorizon: true}
+	}
+	span := "no partition"
+	if ok {
+		span = fmt.Sprintf("partitions from %s to %s", from.Format(time.RFC3339), to.Format(time.RFC3339))
+	}
+	return Result{Outcome: OutcomeFailed, Err: fmt.Errorf("%w: event id %s from %s has no partition of processed_event yet (%s; they are created ahead by the purge)",
+		ErrRefused, id, at.Format(time.RFC3339), span)}
+}
+
 // run applies ts (distinct ids) in one transaction. A transaction aborted
 // by a deadlock or a serialization failure is tried again at once, up to
 // the configured retries; when a handler fails (or the conflicts go on),
@@ -396,9 +447,14 @@ func (p *Processor) run(ctx context.Context, ts []*task) error {
 			}
 		}
 		var hf *handlerFailure
+		var rf *refusal
 		switch {
 		case err == nil:
 			return nil
+		case errors.As(err, &rf):
+			// Find the refused ids one by one; the others commit.
+			p.obs.Replay()
+			return p.runIsolated(ctx, ts)
 		case conflict:
 			// Not an event's fault: every event runs again on its own.
 			for _, t := range ts {
@@ -486,6 +542,10 @@ func (p *Processor) runIsolated(ctx context.Context, ts []*task) error {
 			}
 			err := dbutil.WithSavepoint(ctx, tx, func(ctx context.Context, sp pgx.Tx) error {
 				fresh, err := p.record(ctx, sp, []*task{t})
+				var rf *refusal
+				if errors.As(err, &rf) {
+					t.result = p.refusedResult(ctx, t.ev.ID, rf.cause)
+				}
 				if err != nil || len(fresh) == 0 {
 					return err
 				}
@@ -496,7 +556,8 @@ func (p *Processor) runIsolated(ctx context.Context, ts []*task) error {
 				return nil
 			})
 			var hf *handlerFailure
-			if err != nil && !errors.As(err, &hf) {
+			var rf *refusal
+			if err != nil && !errors.As(err, &hf) && !errors.As(err, &rf) {
 				return err
 			}
 		}
@@ -528,6 +589,9 @@ func (p *Processor) record(ctx context.Context, tx pgx.Tx, ts []*task) ([]*task,
 	inserted, err := RecordIDs(ictx, tx, ids)
 	endInsert(span, len(inserted), err)
 	if err != nil {
+		if refusedByTable(err) {
+			return nil, &refusal{cause: err}
+		}
 		return nil, fmt.Errorf("insert processed_event: %w", err)
 	}
 	fresh := make([]*task, 0, len(ts))

@@ -58,8 +58,12 @@ type PurgeParams struct {
 	// DryRun counts the rows that would go and deletes nothing.
 	DryRun bool
 	// OnChunkFunc, when set, is called after each chunk with its row count and
-	// duration (metrics, tests).
+	// duration (metrics, tests); for a partitioned table a chunk is a
+	// partition dropped.
 	OnChunkFunc func(deleted int64, took time.Duration)
+	// Ahead is, for a partitioned table, the days of partitions each run
+	// keeps created after today's (default config.PartitionsAheadDefault).
+	Ahead int
 }
 
 // PurgeResult reports a purge.
@@ -72,6 +76,9 @@ type PurgeResult struct {
 	Chunks int
 	// LongestChunk is the longest chunk's duration.
 	LongestChunk time.Duration
+	// HorizonInForce is the horizon applied: Horizon, rounded up to whole
+	// partitions for a partitioned table (see HorizonInForce).
+	HorizonInForce time.Duration
 }
 
 // purgeChunkSQL deletes up to $2 rows older than $1, oldest first through
@@ -91,11 +98,20 @@ DELETE FROM processed_event p USING doomed d WHERE p.event_id = d.event_id`
 // BatchSize rows, each chunk its own short transaction, until a chunk comes
 // back short. The cutoff is computed once, by the database clock, so that
 // no daemon's clock can shorten a horizon. Safe to run concurrently with
-// itself and with consumers.
+// itself and with consumers. A partitioned processed_event (read from the
+// catalog at every run) is purged by dropping its expired partitions
+// instead (see purgePartitions).
 func Purge(ctx context.Context, db *pgxpool.Pool, p PurgeParams) (PurgeResult, error) {
-	var res PurgeResult
+	res := PurgeResult{HorizonInForce: p.Horizon}
 	if p.Horizon <= 0 {
 		return res, fmt.Errorf("dedup: purge: horizon must be positive, got %s", p.Horizon)
+	}
+	layout, err := DetectLayout(ctx, db)
+	if err != nil {
+		return res, fmt.Errorf("dedup: purge: %w", err)
+	}
+	if layout == LayoutPartitioned {
+		return purgePartitions(ctx, db, p)
 	}
 	batch := cmp.Or(p.BatchSize, config.PurgeBatchSizeDefault)
 	chunkTimeout := cmp.Or(p.ChunkTimeout, PurgeChunkTimeoutDefault)

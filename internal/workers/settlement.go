@@ -143,6 +143,8 @@ func (r rules) settlementOf(d *amqp.Delivery, ev consumer.Event, res dedup.Resul
 			s.err = res.Handler + ": " + s.err
 		}
 		switch {
+		case res.BeyondHorizon: // refused by a partitioned processed_event
+			s.kind, s.reason, s.outcome = settleFail, ReasonBeyondHorizon, metrics.OutcomeRejected
 		case res.Permanent:
 			s.kind, s.reason, s.outcome = settleFail, ReasonPermanent, metrics.OutcomeFailed
 		case ev.Attempt < len(r.delays):
