@@ -166,6 +166,13 @@ type HorizonInfo struct {
 	// UpdatedBy is the actor that last set it; empty if the configured
 	// default is in force.
 	UpdatedBy string
+	// InForce is the horizon the purge and the guard apply: Horizon, or,
+	// for a partitioned processed_event, Horizon rounded up to whole
+	// partitions; zero means Horizon.
+	InForce time.Duration
+	// PartitionWidth is the span of one partition of a partitioned
+	// processed_event; zero for the plain table.
+	PartitionWidth time.Duration
 }
 
 // PurgeRun is one purge of a service's processed_event table.

@@ -1,6 +1,7 @@
 package admin
 
 import (
+	"cmp"
 	"math"
 	"time"
 
@@ -69,7 +70,17 @@ func horizonToProto(h HorizonInfo) *adminv1.Horizon {
 		MinHorizon: durationpb.New(h.MinHorizon),
 		UpdatedAt:  timestampOrNil(h.UpdatedAt),
 		UpdatedBy:  h.UpdatedBy,
+		HorizonInForce: durationpb.New(cmp.Or(h.InForce, h.Horizon)),
+		PartitionWidth: durationOrNil(h.PartitionWidth),
 	}
+}
+
+// durationOrNil converts d, nil for zero.
+func durationOrNil(d time.Duration) *durationpb.Duration {
+	if d == 0 {
+		return nil
+	}
+	return durationpb.New(d)
 }
 
 // purgeRunToProto converts a PurgeRun.

@@ -29,7 +29,7 @@ type ProcessedEventConfig struct {
 	Partitions string `yaml:"partitions"`
 	// Ahead is how many days of partitions are kept created after today's
 	// (default 3, 1 to 60), by migrate and by every purge run. Only with
-	// partitions.
+	// partitions (0 without).
 	Ahead int `yaml:"ahead"`
 }
 
@@ -45,6 +45,7 @@ func (v *validator) processedEvent(i int, s *ServiceConfig) {
 	switch {
 	case !pe.Partitioned() && v.isSet(sp+".ahead"):
 		v.ps.add(sp+".ahead", "only with partitions (set partitions: daily, or remove ahead)")
+	case !pe.Partitioned():
 	case !v.isSet(sp + ".ahead"):
 		pe.Ahead = PartitionsAheadDefault
 	case pe.Ahead < 1 || pe.Ahead > partitionsAheadMax:

@@ -11,7 +11,7 @@ func TestProcessedEventDefaults(t *testing.T) {
 	c, err := parseWith(t, baseYAML, nil)
 	require.NoError(t, err)
 	s, _ := c.Service("stock")
-	require.Equal(t, ProcessedEventConfig{Ahead: PartitionsAheadDefault}, s.ProcessedEvent)
+	require.Equal(t, ProcessedEventConfig{}, s.ProcessedEvent)
 	require.False(t, s.ProcessedEvent.Partitioned())
 
 	c, err = parseWith(t, baseYAML+producerService+"    outbox: {}\n    processed_event: {partitions: daily}\n", nil)

@@ -169,7 +169,7 @@ func (b *backend) LookupEvent(ctx context.Context, id uuid.UUID, serviceName str
 			if err != nil {
 				return nil, unavailable(err)
 			}
-			r.Processed, r.ProcessedAt, r.PurgeableAt = true, at, at.Add(h.Horizon)
+			r.Processed, r.ProcessedAt, r.PurgeableAt = true, at, purgeableAt(ctx, s.db, id, at, h.Horizon)
 		}
 		out = append(out, r)
 	}
@@ -186,7 +186,7 @@ func (b *backend) GetHorizon(ctx context.Context, name string) (admin.HorizonInf
 		return admin.HorizonInfo{}, err
 	}
 	h, err := state.GetHorizon(ctx, s.db, s.cfg.Name, s.cfg.Horizon, s.cfg.MinHorizon)
-	return horizonInfo(h), unavailable(err)
+	return processedEventHorizon(ctx, s.db, horizonInfo(h)), unavailable(err)
 }
 
 func (b *backend) SetHorizon(ctx context.Context, name string, horizon time.Duration, force bool, actor string) (admin.HorizonInfo, error) {

@@ -396,7 +396,7 @@ func (c *horizonCache) refresh(ctx context.Context) {
 		c.log.WarnContext(ctx, "daemon: read horizon", slog.String("service", c.service), slog.Any("error", err))
 		return
 	}
-	c.h = h.Horizon
+	c.h = horizonInForce(ctx, c.db, h.Horizon) // rounded up to whole partitions when partitioned
 }
 
 func (c *horizonCache) get() time.Duration {

@@ -22,7 +22,9 @@ commands:
   run       migrate every service database, then consume until SIGINT/SIGTERM
             (a second signal exits at once: the dedup table makes that safe);
             SIGHUP reads the config again and applies the difference
-  migrate   apply the platform's and the handlers' migrations
+  migrate   apply the platform's and the handlers' migrations; with
+            -processed-event plain|partitioned -service S, convert service S's
+            processed_event table instead (online: one transaction, see docs)
   check     validate the configuration and exit
 
 exit codes: 0 ok, 1 runtime error, 2 usage or invalid configuration
@@ -46,11 +48,21 @@ func Main(args []string, reg *consumer.Registry, stderr io.Writer) int {
 	cfgPath := fs.String("config", "", "path of the YAML configuration (required)")
 	noMigrate := fs.Bool("no-migrate", false, "run: do not apply migrations at start")
 	createDB := fs.Bool("create-db", false, "run, migrate: create missing service databases first")
+	peLayout := fs.String("processed-event", "", "migrate: convert -service's processed_event table to plain or partitioned")
+	peService := fs.String("service", "", "migrate -processed-event: the service whose table to convert")
 	if err := fs.Parse(args[1:]); err != nil {
 		return 2
 	}
 	if *cfgPath == "" {
 		fmt.Fprintf(stderr, "platformd %s: -config is required\n\n%s", cmd, usage)
+		return 2
+	}
+	if (*peLayout != "" || *peService != "") && (cmd != "migrate" || *peLayout == "" || *peService == "") {
+		fmt.Fprintf(stderr, "platformd %s: -processed-event and -service go together, with migrate only\n\n%s", cmd, usage)
+		return 2
+	}
+	if *peLayout != "" && *peLayout != "plain" && *peLayout != "partitioned" {
+		fmt.Fprintf(stderr, "platformd migrate: -processed-event is plain or partitioned, not %q\n", *peLayout)
 		return 2
 	}
 	switch cmd {
@@ -85,6 +97,13 @@ func Main(args []string, reg *consumer.Registry, stderr io.Writer) int {
 	case "migrate":
 		ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
 		defer stop()
+		if *peLayout != "" {
+			if err := ConvertProcessedEvent(ctx, cfg, reg, *peService, *peLayout, logger); err != nil {
+				logger.Error("platformd: processed_event conversion failed", slog.Any("error", err))
+				return 1
+			}
+			return 0
+		}
 		if err := Migrate(ctx, cfg, reg, *createDB, logger); err != nil {
 			logger.Error("platformd: migrate failed", slog.Any("error", err))
 			return 1

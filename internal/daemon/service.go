@@ -253,7 +253,7 @@ func (s *service) startScheduler(ctx context.Context) error {
 	sched, err := scheduler.New(scheduler.Config{
 		Services: []scheduler.ServiceConfig{{
 			Name: s.cfg.Name, DB: s.db, DefaultHorizon: s.cfg.Horizon, MinHorizon: s.cfg.MinHorizon,
-			Every: s.cfg.Purge.Every, BatchSize: s.cfg.Purge.BatchSize,
+			Every: s.cfg.Purge.Every, BatchSize: s.cfg.Purge.BatchSize, Ahead: s.cfg.ProcessedEvent.Ahead,
 		}},
 		Logger: s.d.log, Metrics: s.d.metrics,
 	})
@@ -364,6 +364,9 @@ func migrateService(ctx context.Context, s config.ServiceConfig, reg *consumer.R
 	}
 	if err := applyMigrations(ctx, s, sets, logger); err != nil {
 		return err
+	}
+	if err := ensureProcessedEvent(ctx, s); err != nil { // processedevent.go
+		return fmt.Errorf("service %s: %w", s.Name, err)
 	}
 	if err := prepareSQLHandlers(ctx, s, reg, logger); err != nil {
 		return fmt.Errorf("service %s: %w", s.Name, err)

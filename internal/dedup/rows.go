@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 
+	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgxpool"
 )
 
@@ -18,19 +19,43 @@ import (
 // before an ANALYZE (measured: 12,345 rows read as 24,690). The smaller of
 // the two is taken; n_live_tup alone when the table was never analyzed,
 // the planner's alone when n_live_tup is zero (statistics reset).
+//
+// For a partitioned processed_event the estimate is the sum of its
+// partitions' estimates.
 func EstimateRows(ctx context.Context, db *pgxpool.Pool) (int64, error) {
+	rows, err := db.Query(ctx, `SELECT c.reltuples, c.relpages,
+			pg_relation_size(c.oid) / current_setting('block_size')::bigint, s.n_live_tup
+		FROM pg_class c LEFT JOIN pg_stat_user_tables s ON s.relid = c.oid
+		WHERE c.oid = to_regclass('processed_event') AND c.relkind = 'r'
+		   OR c.oid IN (SELECT inhrelid FROM pg_inherits WHERE inhparent = to_regclass('processed_event'))`)
+	if err != nil {
+		return 0, fmt.Errorf("dedup: estimate processed_event rows: %w", err)
+	}
 	var (
 		reltuples       float64
 		relpages, pages int64
 		live            *int64
+		total           int64
+		known           bool
 	)
-	err := db.QueryRow(ctx, `SELECT c.reltuples, c.relpages,
-			pg_relation_size(c.oid) / current_setting('block_size')::bigint, s.n_live_tup
-		FROM pg_class c LEFT JOIN pg_stat_user_tables s ON s.relid = c.oid
-		WHERE c.oid = 'processed_event'::regclass`).Scan(&reltuples, &relpages, &pages, &live)
+	_, err = pgx.ForEachRow(rows, []any{&reltuples, &relpages, &pages, &live}, func() error {
+		if n := estimate(reltuples, relpages, pages, live); n >= 0 {
+			total += n
+			known = true
+		}
+		return nil
+	})
 	if err != nil {
 		return 0, fmt.Errorf("dedup: estimate processed_event rows: %w", err)
 	}
+	if !known {
+		return -1, nil
+	}
+	return total, nil
+}
+
+// estimate is one table's estimate (see EstimateRows), -1 when unknown.
+func estimate(reltuples float64, relpages, pages int64, live *int64) int64 {
 	planner := int64(-1)
 	switch {
 	case reltuples >= 0 && relpages > 0:
@@ -41,12 +66,12 @@ func EstimateRows(ctx context.Context, db *pgxpool.Pool) (int64, error) {
 	switch {
 	case live == nil || *live == 0:
 		if planner < 0 && live != nil {
-			return 0, nil
+			return 0
 		}
-		return planner, nil
+		return planner
 	case planner < 0:
-		return *live, nil
+		return *live
 	default:
-		return min(planner, *live), nil
+		return min(planner, *live)
 	}
 }

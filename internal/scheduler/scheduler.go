@@ -77,6 +77,10 @@ type ServiceConfig struct {
 	// Pause is the sleep between chunks, jittered by up to 50% (default
 	// dedup.PurgePauseDefault; -1 for none).
 	Pause time.Duration
+	// Ahead is, for a partitioned processed_event, the days of partitions
+	// each run keeps created after today's (default
+	// config.PartitionsAheadDefault).
+	Ahead int
 }
 
 // Config configures a Scheduler.
@@ -431,13 +435,14 @@ func (s *Scheduler) purgeRows(ctx context.Context, svc *ServiceConfig, dryRun bo
 		ChunkTimeout: svc.ChunkTimeout,
 		Pause:        svc.Pause,
 		DryRun:       dryRun,
+		Ahead:        svc.Ahead,
 	}
 	if s.metrics != nil && !dryRun {
 		chunks := s.metrics.PurgeChunkDuration.WithLabelValues(svc.Name)
 		p.OnChunkFunc = func(_ int64, took time.Duration) { chunks.Observe(took.Seconds()) }
 	}
 	res, err := dedup.Purge(ctx, svc.DB, p)
-	return horizon, res, err
+	return max(horizon, res.HorizonInForce), res, err
 }
 
 // observe updates the purge metrics of a run that deleted (dry runs count
@@ -460,8 +465,7 @@ func (s *Scheduler) estimateRows(ctx context.Context, svc *ServiceConfig) {
 		return
 	}
 	defer s.runs.Done()
-	var n float64
-	err := svc.DB.QueryRow(ctx, `SELECT reltuples FROM pg_class WHERE oid = 'processed_event'::regclass`).Scan(&n)
+	n, err := dedup.EstimateRows(ctx, svc.DB) // partitioned: the sum of the partitions'
 	if err != nil {
 		if ctx.Err() == nil {
 			s.logger.WarnContext(ctx, "scheduler: processed_event row estimate",
@@ -469,6 +473,6 @@ func (s *Scheduler) estimateRows(ctx context.Context, svc *ServiceConfig) {
 		}
 		return
 	}
-	// reltuples is -1 until the table is first vacuumed or analyzed.
-	s.metrics.ProcessedEventRows.WithLabelValues(svc.Name).Set(max(n, 0))
+	// -1 until the table is first vacuumed or analyzed.
+	s.metrics.ProcessedEventRows.WithLabelValues(svc.Name).Set(float64(max(n, 0)))
 }

@@ -455,9 +455,18 @@ type Horizon struct {
 	UpdatedAt *timestamppb.Timestamp `protobuf:"bytes,4,opt,name=updated_at,json=updatedAt,proto3" json:"updated_at,omitempty"`
 	// updated_by is the name of the token that last set the horizon; empty if
 	// the configured default is in force.
-	UpdatedBy     string `protobuf:"bytes,5,opt,name=updated_by,json=updatedBy,proto3" json:"updated_by,omitempty"`
-	unknownFields protoimpl.UnknownFields
-	sizeCache     protoimpl.SizeCache
+	UpdatedBy string `protobuf:"bytes,5,opt,name=updated_by,json=updatedBy,proto3" json:"updated_by,omitempty"`
+	// horizon_in_force is the horizon the purge and the beyond-horizon guard
+	// apply: `horizon` itself for the plain processed_event table; for a
+	// partitioned one, `horizon` rounded up to a whole number of partitions
+	// (partitions are dropped whole, so a row is kept from horizon_in_force
+	// to horizon_in_force plus partition_width after its id's time).
+	HorizonInForce *durationpb.Duration `protobuf:"bytes,6,opt,name=horizon_in_force,json=horizonInForce,proto3" json:"horizon_in_force,omitempty"`
+	// partition_width is the span of one partition of a partitioned
+	// processed_event (24h for daily partitions); unset for the plain table.
+	PartitionWidth *durationpb.Duration `protobuf:"bytes,7,opt,name=partition_width,json=partitionWidth,proto3" json:"partition_width,omitempty"`
+	unknownFields  protoimpl.UnknownFields
+	sizeCache      protoimpl.SizeCache
 }
 
 func (x *Horizon) Reset() {
@@ -523,6 +532,20 @@ func (x *Horizon) GetUpdatedBy() string {
 		return x.UpdatedBy
 	}
 	return ""
+}
+
+func (x *Horizon) GetHorizonInForce() *durationpb.Duration {
+	if x != nil {
+		return x.HorizonInForce
+	}
+	return nil
+}
+
+func (x *Horizon) GetPartitionWidth() *durationpb.Duration {
+	if x != nil {
+		return x.PartitionWidth
+	}
+	return nil
 }
 
 // PurgeRun is one purge of a service's processed_event table.
@@ -2346,7 +2369,7 @@ const file_platform_admin_v1_admin_proto_rawDesc = "" +
 	"\aservice\x18\x01 \x01(\tR\aservice\x12\x1c\n" +
 	"\tprocessed\x18\x02 \x01(\bR\tprocessed\x12=\n" +
 	"\fprocessed_at\x18\x03 \x01(\v2\x1a.google.protobuf.TimestampR\vprocessedAt\x12=\n" +
-	"\fpurgeable_at\x18\x04 \x01(\v2\x1a.google.protobuf.TimestampR\vpurgeableAt\"\xee\x01\n" +
+	"\fpurgeable_at\x18\x04 \x01(\v2\x1a.google.protobuf.TimestampR\vpurgeableAt\"\xf7\x02\n" +
 	"\aHorizon\x12\x18\n" +
 	"\aservice\x18\x01 \x01(\tR\aservice\x123\n" +
 	"\ahorizon\x18\x02 \x01(\v2\x19.google.protobuf.DurationR\ahorizon\x12:\n" +
@@ -2355,7 +2378,9 @@ const file_platform_admin_v1_admin_proto_rawDesc = "" +
 	"\n" +
 	"updated_at\x18\x04 \x01(\v2\x1a.google.protobuf.TimestampR\tupdatedAt\x12\x1d\n" +
 	"\n" +
-	"updated_by\x18\x05 \x01(\tR\tupdatedBy\"\xb3\x02\n" +
+	"updated_by\x18\x05 \x01(\tR\tupdatedBy\x12C\n" +
+	"\x10horizon_in_force\x18\x06 \x01(\v2\x19.google.protobuf.DurationR\x0ehorizonInForce\x12B\n" +
+	"\x0fpartition_width\x18\a \x01(\v2\x19.google.protobuf.DurationR\x0epartitionWidth\"\xb3\x02\n" +
 	"\bPurgeRun\x12\x18\n" +
 	"\aservice\x18\x01 \x01(\tR\aservice\x122\n" +
 	"\x06cutoff\x18\x02 \x01(\v2\x1a.google.protobuf.TimestampR\x06cutoff\x12\x18\n" +
@@ -2555,59 +2580,61 @@ var file_platform_admin_v1_admin_proto_depIdxs = []int32{
 	36, // 7: platform.admin.v1.Horizon.horizon:type_name -> google.protobuf.Duration
 	36, // 8: platform.admin.v1.Horizon.min_horizon:type_name -> google.protobuf.Duration
 	37, // 9: platform.admin.v1.Horizon.updated_at:type_name -> google.protobuf.Timestamp
-	37, // 10: platform.admin.v1.PurgeRun.cutoff:type_name -> google.protobuf.Timestamp
-	37, // 11: platform.admin.v1.PurgeRun.started_at:type_name -> google.protobuf.Timestamp
-	37, // 12: platform.admin.v1.PurgeRun.finished_at:type_name -> google.protobuf.Timestamp
-	37, // 13: platform.admin.v1.FailedMessage.failed_at:type_name -> google.protobuf.Timestamp
-	1,  // 14: platform.admin.v1.ListServicesResponse.services:type_name -> platform.admin.v1.Service
-	2,  // 15: platform.admin.v1.ListPoolsResponse.pools:type_name -> platform.admin.v1.Pool
-	2,  // 16: platform.admin.v1.PausePoolResponse.pool:type_name -> platform.admin.v1.Pool
-	2,  // 17: platform.admin.v1.ResumePoolResponse.pool:type_name -> platform.admin.v1.Pool
-	3,  // 18: platform.admin.v1.LookupEventResponse.results:type_name -> platform.admin.v1.LookupResult
-	4,  // 19: platform.admin.v1.GetHorizonResponse.horizon:type_name -> platform.admin.v1.Horizon
-	36, // 20: platform.admin.v1.SetHorizonRequest.horizon:type_name -> google.protobuf.Duration
-	4,  // 21: platform.admin.v1.SetHorizonResponse.horizon:type_name -> platform.admin.v1.Horizon
-	5,  // 22: platform.admin.v1.RunPurgeResponse.run:type_name -> platform.admin.v1.PurgeRun
-	5,  // 23: platform.admin.v1.ListPurgeRunsResponse.runs:type_name -> platform.admin.v1.PurgeRun
-	6,  // 24: platform.admin.v1.ListFailedMessagesResponse.messages:type_name -> platform.admin.v1.FailedMessage
-	36, // 25: platform.admin.v1.DescribeServiceResponse.retry_span:type_name -> google.protobuf.Duration
-	5,  // 26: platform.admin.v1.DescribeServiceResponse.last_run:type_name -> platform.admin.v1.PurgeRun
-	37, // 27: platform.admin.v1.AuditEntry.at:type_name -> google.protobuf.Timestamp
-	38, // 28: platform.admin.v1.AuditEntry.detail:type_name -> google.protobuf.Struct
-	31, // 29: platform.admin.v1.ListAuditResponse.entries:type_name -> platform.admin.v1.AuditEntry
-	7,  // 30: platform.admin.v1.AdminService.ListServices:input_type -> platform.admin.v1.ListServicesRequest
-	9,  // 31: platform.admin.v1.AdminService.ListPools:input_type -> platform.admin.v1.ListPoolsRequest
-	11, // 32: platform.admin.v1.AdminService.PausePool:input_type -> platform.admin.v1.PausePoolRequest
-	13, // 33: platform.admin.v1.AdminService.ResumePool:input_type -> platform.admin.v1.ResumePoolRequest
-	15, // 34: platform.admin.v1.AdminService.LookupEvent:input_type -> platform.admin.v1.LookupEventRequest
-	17, // 35: platform.admin.v1.AdminService.GetHorizon:input_type -> platform.admin.v1.GetHorizonRequest
-	19, // 36: platform.admin.v1.AdminService.SetHorizon:input_type -> platform.admin.v1.SetHorizonRequest
-	21, // 37: platform.admin.v1.AdminService.RunPurge:input_type -> platform.admin.v1.RunPurgeRequest
-	23, // 38: platform.admin.v1.AdminService.ListPurgeRuns:input_type -> platform.admin.v1.ListPurgeRunsRequest
-	25, // 39: platform.admin.v1.AdminService.ListFailedMessages:input_type -> platform.admin.v1.ListFailedMessagesRequest
-	27, // 40: platform.admin.v1.AdminService.RetryFailedMessages:input_type -> platform.admin.v1.RetryFailedMessagesRequest
-	29, // 41: platform.admin.v1.AdminService.DescribeService:input_type -> platform.admin.v1.DescribeServiceRequest
-	32, // 42: platform.admin.v1.AdminService.ListAudit:input_type -> platform.admin.v1.ListAuditRequest
-	34, // 43: platform.admin.v1.AdminService.ReloadConfig:input_type -> platform.admin.v1.ReloadConfigRequest
-	8,  // 44: platform.admin.v1.AdminService.ListServices:output_type -> platform.admin.v1.ListServicesResponse
-	10, // 45: platform.admin.v1.AdminService.ListPools:output_type -> platform.admin.v1.ListPoolsResponse
-	12, // 46: platform.admin.v1.AdminService.PausePool:output_type -> platform.admin.v1.PausePoolResponse
-	14, // 47: platform.admin.v1.AdminService.ResumePool:output_type -> platform.admin.v1.ResumePoolResponse
-	16, // 48: platform.admin.v1.AdminService.LookupEvent:output_type -> platform.admin.v1.LookupEventResponse
-	18, // 49: platform.admin.v1.AdminService.GetHorizon:output_type -> platform.admin.v1.GetHorizonResponse
-	20, // 50: platform.admin.v1.AdminService.SetHorizon:output_type -> platform.admin.v1.SetHorizonResponse
-	22, // 51: platform.admin.v1.AdminService.RunPurge:output_type -> platform.admin.v1.RunPurgeResponse
-	24, // 52: platform.admin.v1.AdminService.ListPurgeRuns:output_type -> platform.admin.v1.ListPurgeRunsResponse
-	26, // 53: platform.admin.v1.AdminService.ListFailedMessages:output_type -> platform.admin.v1.ListFailedMessagesResponse
-	28, // 54: platform.admin.v1.AdminService.RetryFailedMessages:output_type -> platform.admin.v1.RetryFailedMessagesResponse
-	30, // 55: platform.admin.v1.AdminService.DescribeService:output_type -> platform.admin.v1.DescribeServiceResponse
-	33, // 56: platform.admin.v1.AdminService.ListAudit:output_type -> platform.admin.v1.ListAuditResponse
-	35, // 57: platform.admin.v1.AdminService.ReloadConfig:output_type -> platform.admin.v1.ReloadConfigResponse
-	44, // [44:58] is the sub-list for method output_type
-	30, // [30:44] is the sub-list for method input_type
-	30, // [30:30] is the sub-list for extension type_name
-	30, // [30:30] is the sub-list for extension extendee
-	0,  // [0:30] is the sub-list for field type_name
+	36, // 10: platform.admin.v1.Horizon.horizon_in_force:type_name -> google.protobuf.Duration
+	36, // 11: platform.admin.v1.Horizon.partition_width:type_name -> google.protobuf.Duration
+	37, // 12: platform.admin.v1.PurgeRun.cutoff:type_name -> google.protobuf.Timestamp
+	37, // 13: platform.admin.v1.PurgeRun.started_at:type_name -> google.protobuf.Timestamp
+	37, // 14: platform.admin.v1.PurgeRun.finished_at:type_name -> google.protobuf.Timestamp
+	37, // 15: platform.admin.v1.FailedMessage.failed_at:type_name -> google.protobuf.Timestamp
+	1,  // 16: platform.admin.v1.ListServicesResponse.services:type_name -> platform.admin.v1.Service
+	2,  // 17: platform.admin.v1.ListPoolsResponse.pools:type_name -> platform.admin.v1.Pool
+	2,  // 18: platform.admin.v1.PausePoolResponse.pool:type_name -> platform.admin.v1.Pool
+	2,  // 19: platform.admin.v1.ResumePoolResponse.pool:type_name -> platform.admin.v1.Pool
+	3,  // 20: platform.admin.v1.LookupEventResponse.results:type_name -> platform.admin.v1.LookupResult
+	4,  // 21: platform.admin.v1.GetHorizonResponse.horizon:type_name -> platform.admin.v1.Horizon
+	36, // 22: platform.admin.v1.SetHorizonRequest.horizon:type_name -> google.protobuf.Duration
+	4,  // 23: platform.admin.v1.SetHorizonResponse.horizon:type_name -> platform.admin.v1.Horizon
+	5,  // 24: platform.admin.v1.RunPurgeResponse.run:type_name -> platform.admin.v1.PurgeRun
+	5,  // 25: platform.admin.v1.ListPurgeRunsResponse.runs:type_name -> platform.admin.v1.PurgeRun
+	6,  // 26: platform.admin.v1.ListFailedMessagesResponse.messages:type_name -> platform.admin.v1.FailedMessage
+	36, // 27: platform.admin.v1.DescribeServiceResponse.retry_span:type_name -> google.protobuf.Duration
+	5,  // 28: platform.admin.v1.DescribeServiceResponse.last_run:type_name -> platform.admin.v1.PurgeRun
+	37, // 29: platform.admin.v1.AuditEntry.at:type_name -> google.protobuf.Timestamp
+	38, // 30: platform.admin.v1.AuditEntry.detail:type_name -> google.protobuf.Struct
+	31, // 31: platform.admin.v1.ListAuditResponse.entries:type_name -> platform.admin.v1.AuditEntry
+	7,  // 32: platform.admin.v1.AdminService.ListServices:input_type -> platform.admin.v1.ListServicesRequest
+	9,  // 33: platform.admin.v1.AdminService.ListPools:input_type -> platform.admin.v1.ListPoolsRequest
+	11, // 34: platform.admin.v1.AdminService.PausePool:input_type -> platform.admin.v1.PausePoolRequest
+	13, // 35: platform.admin.v1.AdminService.ResumePool:input_type -> platform.admin.v1.ResumePoolRequest
+	15, // 36: platform.admin.v1.AdminService.LookupEvent:input_type -> platform.admin.v1.LookupEventRequest
+	17, // 37: platform.admin.v1.AdminService.GetHorizon:input_type -> platform.admin.v1.GetHorizonRequest
+	19, // 38: platform.admin.v1.AdminService.SetHorizon:input_type -> platform.admin.v1.SetHorizonRequest
+	21, // 39: platform.admin.v1.AdminService.RunPurge:input_type -> platform.admin.v1.RunPurgeRequest
+	23, // 40: platform.admin.v1.AdminService.ListPurgeRuns:input_type -> platform.admin.v1.ListPurgeRunsRequest
+	25, // 41: platform.admin.v1.AdminService.ListFailedMessages:input_type -> platform.admin.v1.ListFailedMessagesRequest
+	27, // 42: platform.admin.v1.AdminService.RetryFailedMessages:input_type -> platform.admin.v1.RetryFailedMessagesRequest
+	29, // 43: platform.admin.v1.AdminService.DescribeService:input_type -> platform.admin.v1.DescribeServiceRequest
+	32, // 44: platform.admin.v1.AdminService.ListAudit:input_type -> platform.admin.v1.ListAuditRequest
+	34, // 45: platform.admin.v1.AdminService.ReloadConfig:input_type -> platform.admin.v1.ReloadConfigRequest
+	8,  // 46: platform.admin.v1.AdminService.ListServices:output_type -> platform.admin.v1.ListServicesResponse
+	10, // 47: platform.admin.v1.AdminService.ListPools:output_type -> platform.admin.v1.ListPoolsResponse
+	12, // 48: platform.admin.v1.AdminService.PausePool:output_type -> platform.admin.v1.PausePoolResponse
+	14, // 49: platform.admin.v1.AdminService.ResumePool:output_type -> platform.admin.v1.ResumePoolResponse
+	16, // 50: platform.admin.v1.AdminService.LookupEvent:output_type -> platform.admin.v1.LookupEventResponse
+	18, // 51: platform.admin.v1.AdminService.GetHorizon:output_type -> platform.admin.v1.GetHorizonResponse
+	20, // 52: platform.admin.v1.AdminService.SetHorizon:output_type -> platform.admin.v1.SetHorizonResponse
+	22, // 53: platform.admin.v1.AdminService.RunPurge:output_type -> platform.admin.v1.RunPurgeResponse
+	24, // 54: platform.admin.v1.AdminService.ListPurgeRuns:output_type -> platform.admin.v1.ListPurgeRunsResponse
+	26, // 55: platform.admin.v1.AdminService.ListFailedMessages:output_type -> platform.admin.v1.ListFailedMessagesResponse
+	28, // 56: platform.admin.v1.AdminService.RetryFailedMessages:output_type -> platform.admin.v1.RetryFailedMessagesResponse
+	30, // 57: platform.admin.v1.AdminService.DescribeService:output_type -> platform.admin.v1.DescribeServiceResponse
+	33, // 58: platform.admin.v1.AdminService.ListAudit:output_type -> platform.admin.v1.ListAuditResponse
+	35, // 59: platform.admin.v1.AdminService.ReloadConfig:output_type -> platform.admin.v1.ReloadConfigResponse
+	46, // [46:60] is the sub-list for method output_type
+	32, // [32:46] is the sub-list for method input_type
+	32, // [32:32] is the sub-list for extension type_name
+	32, // [32:32] is the sub-list for extension extendee
+	0,  // [0:32] is the sub-list for field type_name
 }
 
 func init() { file_platform_admin_v1_admin_proto_init() }
