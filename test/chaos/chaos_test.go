@@ -77,9 +77,16 @@ func (c *chaos) gap() {
 // shop events with duplicates and bad input; then checks that every good
 // event was applied exactly once and every bad one quarantined.
 func TestChaosExactlyOnce(t *testing.T) {
+	runChaosExactlyOnce(t, false)
+}
+
+// runChaosExactlyOnce is TestChaosExactlyOnce, with both services on a
+// partitioned processed_event when partitioned is set.
+func runChaosExactlyOnce(t *testing.T, partitioned bool) {
 	rng := seedRNG(t)
 	sc := chaosScale()
 	e := newEnv(t)
+	e.partitioned = partitioned
 	px := newProxy(t, pgAddr(t))
 	params := fmt.Sprintf("idle_in_transaction_session_timeout=%d", idleInTxTimeout.Milliseconds())
 	a := e.newDaemon(daemonOpts{name: "a", dbAddr: px.addr(), dsnParams: params})
@@ -745,6 +752,10 @@ func (c *chaos) listFailed() int {
 		for _, m := range resp.GetMessages() {
 			switch m.GetFailureReason() {
 			case reasonDecode, reasonNoHandler, reasonPermanent:
+			case reasonBeyondHorizon:
+				if !c.e.partitioned {
+					t.Errorf("ListFailedMessages %s: event %s with reason %q (%s)", pool, m.GetEventId(), m.GetFailureReason(), m.GetError())
+				}
 			default:
 				t.Errorf("ListFailedMessages %s: event %s with reason %q (%s)", pool, m.GetEventId(), m.GetFailureReason(), m.GetError())
 			}

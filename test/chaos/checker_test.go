@@ -41,6 +41,9 @@ func (e *env) seedProcessed(nOld, nInside int) *seeds {
 			for i := range ids {
 				ids[i] = uuid.New()
 			}
+			if e.partitioned {
+				ids = e.seedIDsPartitioned(ctx, db, tier.n, tier.age)
+			}
 			if _, err := e.db(db).Exec(ctx, `INSERT INTO processed_event (event_id, processed_at)
 				SELECT unnest($1::uuid[]), now() - $2::interval`, ids, tier.age); err != nil {
 				e.t.Fatalf("seed %s: %v", db, err)

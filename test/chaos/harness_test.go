@@ -172,6 +172,10 @@ type env struct {
 
 	dbs map[string]*pgxpool.Pool // the test's own connections to the service databases
 
+	// partitioned gives both services a partitioned processed_event
+	// (processed_event: {partitions: daily}); set before newDaemon.
+	partitioned bool
+
 	mu       sync.Mutex
 	secrets  []string
 	daemons  []*daemon
@@ -449,6 +453,9 @@ func (e *env) newDaemon(o daemonOpts) *daemon {
 		default:
 			e.t.Fatalf("unknown service %q", s)
 		}
+	}
+	if e.partitioned {
+		svcs = *partitionedServices(&svcs)
 	}
 	tlsBlock := ""
 	if o.tls != nil {

@@ -25,6 +25,8 @@ const (
 	reasonDecode    = "decode"
 	reasonNoHandler = "no_handler"
 	reasonPermanent = "permanent"
+	// reasonBeyondHorizon: only the partitioned variant sends such input.
+	reasonBeyondHorizon = "beyond_horizon"
 )
 
 // goodEvent is one valid event the producer sends (perhaps several times).
@@ -50,6 +52,7 @@ type badInput struct {
 	queue   string    // failure queue's pool queue
 	eventID uuid.UUID // set when the body carries a valid id: it must never be recorded
 	orderID uuid.UUID // set for a stock order that must never be reserved
+	headers amqp.Table
 }
 
 // plan is the whole stream: good events in publishing order and the bad
@@ -261,6 +264,9 @@ func badInputs(e *env) []*badInput {
 	sb = ship("shipping: wrong payload type: version a string", reasonPermanent, "")
 	sb.eventID = newV7()
 	sb.body = []byte(env(q(sb.eventID.String()), evStatusChanged, fmt.Sprintf(`{"order_id":%q,"status":"paid","version":"3"}`, uuid.NewString())))
+	if e.partitioned {
+		partitionedBadInputs(stock, func(id uuid.UUID) []byte { return []byte(env(q(id.String()), evPlaced, validOrder())) })
+	}
 	return out
 }
 
@@ -439,7 +445,7 @@ func (pr *producer) run(ctx context.Context) {
 	}
 	for i, g := range pr.pl.goods {
 		for _, b := range pr.pl.badAt[i] {
-			batch = append(batch, outMsg{rk: b.rk, body: b.body})
+			batch = append(batch, outMsg{rk: b.rk, body: b.body, headers: b.headers})
 			pr.pub.stats.bad.Add(1)
 		}
 		batch = append(batch, later[i]...)
