@@ -51,6 +51,9 @@ type contender struct {
 	// SQL runs the stock effect through the SQL handler of
 	// examples/shop-sql instead of the shop's Go batch handler.
 	SQL bool `json:"sql,omitempty"`
+	// Partitioned runs platformd on a partitioned processed_event
+	// (processed_event: {partitions: daily}), in a database of its own.
+	Partitioned bool `json:"partitioned,omitempty"`
 	// PerMessage marks the contenders that commit once per message: their
 	// drains are long (they integrate the machine's noise over minutes),
 	// so they run in the first -slow-rounds rounds only.
@@ -93,6 +96,8 @@ func contenders(o *options) []contender {
 		{Name: "floor-nodedup", Kind: kindFloor, Batch: o.batch, SkipDedup: true, Desc: "floor without the dedup insert: every delivery reserves"},
 		{Name: "platformd-sql", Kind: kindPlatformd, Batch: o.batch, SQL: true,
 			Desc: fmt.Sprintf("platformd as shipped, batch.size %d, the stock effect as the SQL handler of examples/shop-sql (one pipeline per batch)", o.batch)},
+		{Name: "platformd-part", Kind: kindPlatformd, Batch: o.batch, Partitioned: true,
+			Desc: fmt.Sprintf("platformd, batch.size %d, processed_event partitioned daily (no processed_at index; own database)", o.batch)},
 		{Name: "platformd-alt", Kind: kindPlatformd, Batch: o.batch, Alt: true,
 			Desc: fmt.Sprintf("the platformd binary given with -alt-bin, batch.size %d (A/B of a change)", o.batch)},
 	}, tracedContenders(o)...)
@@ -193,8 +198,11 @@ services:
         concurrency: %d
         prefetch: %d
         batch: {size: %d, wait: %s}
-`, c.Name, adminPort, metricsAddr, b.o.amqpURL, b.exchange, b.db.url, sqlHandlers, queue, b.o.queueType,
+`, c.Name, adminPort, metricsAddr, b.o.amqpURL, b.exchange, b.dbFor(c).url, sqlHandlers, queue, b.o.queueType,
 		shop.EventOrderPlaced, handler, b.o.workers, c.prefetch(b.o), c.Batch, c.wait(b.o))
+	if c.Partitioned {
+		cfg += "    processed_event: {partitions: daily}\n"
+	}
 	path = filepath.Join(b.tmp, name+".yaml")
 	return path, metricsAddr, os.WriteFile(path, []byte(cfg), 0o600)
 }
@@ -234,14 +242,14 @@ func (b *bench) start(c contender, queue, tag string, expect int, latencyFile, p
 			"-consumers", strconv.Itoa(b.o.rawConsumers), "-prefetch", strconv.Itoa(b.o.rawPrefetch),
 			"-ack-every", strconv.Itoa(b.o.rawAckEvery), "-expect", strconv.Itoa(expect), "-latency-file", latencyFile}
 	case kindFloor:
-		argv = []string{b.self, roleArg, "floor", "-amqp", b.o.amqpURL, "-db", b.db.url, "-queue", queue,
+		argv = []string{b.self, roleArg, "floor", "-amqp", b.o.amqpURL, "-db", b.dbFor(c).url, "-queue", queue,
 			"-consumers", strconv.Itoa(b.o.workers), "-prefetch", strconv.Itoa(c.perWorkerPrefetch(b.o)),
 			"-batch", strconv.Itoa(c.Batch), "-wait", c.wait(b.o).String(), "-dedup=" + strconv.FormatBool(!c.SkipDedup), "-expect", strconv.Itoa(expect)}
 	case kindSeed:
-		argv = []string{b.self, roleArg, "seed", "-amqp", b.o.amqpURL, "-db", b.db.url, "-queue", queue,
+		argv = []string{b.self, roleArg, "seed", "-amqp", b.o.amqpURL, "-db", b.dbFor(c).url, "-queue", queue,
 			"-workers", strconv.Itoa(b.o.workers), "-prefetch", strconv.Itoa(c.perWorkerPrefetch(b.o))}
 	case kindPeer:
-		argv = []string{b.bins["peer"], "-amqp", b.o.amqpURL, "-db", b.db.url, "-queue", queue,
+		argv = []string{b.bins["peer"], "-amqp", b.o.amqpURL, "-db", b.dbFor(c).url, "-queue", queue,
 			"-queue-type", b.o.queueType, "-handlers", strconv.Itoa(b.o.workers), "-prefetch", strconv.Itoa(c.perWorkerPrefetch(b.o))}
 	case kindPlatformd:
 		cfgPath, metricsAddr, err := b.platformdConfig(c, queue, c.Name+"-"+tag)

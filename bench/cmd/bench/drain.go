@@ -53,7 +53,7 @@ func (b *bench) drain(ctx context.Context, c contender, round int) (drainResult,
 	if err := b.brk.declare(queue); err != nil {
 		return res, err
 	}
-	if err := b.db.reset(ctx, b.o.checkpoint); err != nil {
+	if err := b.dbFor(c).reset(ctx, b.o.checkpoint); err != nil {
 		return res, err
 	}
 	total := b.wl.total()
@@ -107,7 +107,7 @@ poll:
 			return res, err
 		}
 		if time.Now().After(deadline) {
-			n, _ := b.db.reservations(ctx)
+			n, _ := b.dbFor(c).reservations(ctx)
 			return res, fmt.Errorf("%s: not drained after %s (reservations %d of %d); see %s", c.Name, b.o.drainTimeout, n, want, p.logPath)
 		}
 		ready, consumers, err := b.brk.depth(queue)
@@ -217,7 +217,7 @@ func (b *bench) finished(ctx context.Context, c contender, p *proc, want int) (d
 		n := int(dm.outcomes.settled())
 		return n >= b.wl.total(), n, b.wl.total(), nil
 	}
-	n, err := b.db.reservations(ctx)
+	n, err := b.dbFor(c).reservations(ctx)
 	if err != nil {
 		return false, 0, 0, err
 	}
@@ -281,7 +281,7 @@ func (b *bench) check(ctx context.Context, c contender, queue string, res *drain
 	if c.Kind == kindRaw {
 		return nil
 	}
-	e, err := b.db.effects(ctx)
+	e, err := b.dbFor(c).effects(ctx)
 	if err != nil {
 		return err
 	}

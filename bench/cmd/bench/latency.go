@@ -57,7 +57,7 @@ func (b *bench) latency(ctx context.Context, c contender) (latencyResult, error)
 	if err := b.brk.declare(queue); err != nil {
 		return res, err
 	}
-	if err := b.db.reset(ctx, b.o.checkpoint); err != nil {
+	if err := b.dbFor(c).reset(ctx, b.o.checkpoint); err != nil {
 		return res, err
 	}
 
@@ -71,11 +71,11 @@ func (b *bench) latency(ctx context.Context, c contender) (latencyResult, error)
 		mu.Unlock()
 	}
 	if c.Kind != kindRaw {
-		if err := b.db.installProbe(ctx, b.o.probe); err != nil {
+		if err := b.dbFor(c).installProbe(ctx, b.o.probe); err != nil {
 			return res, err
 		}
-		defer func() { _ = b.db.removeProbe(context.WithoutCancel(ctx)) }()
-		conn, err := pgx.Connect(ctx, b.db.url)
+		defer func() { _ = b.dbFor(c).removeProbe(context.WithoutCancel(ctx)) }()
+		conn, err := pgx.Connect(ctx, b.dbFor(c).url)
 		if err != nil {
 			return res, err
 		}

@@ -99,7 +99,7 @@ func parseFlags(args []string) (*options, error) {
 	fs.IntVar(&o.lines, "lines", 1, "lines per order (one reservation row each)")
 	fs.IntVar(&o.rounds, "rounds", 3, "rounds; each contender drains once per round, in turns")
 	fs.IntVar(&o.slowRounds, "slow-rounds", 2, "rounds of the one-commit-per-message contenders (seed, peer, platformd-b1): the first min(rounds, slow-rounds); their drains take minutes and vary little")
-	fs.StringVar(&o.contenders, "contenders", "raw,seed,peer,platformd-b1,platformd,platformd-nodedup,platformd-big,floor,floor-nodedup", "comma-separated subset of contenders (also platformd-alt, platformd-otel, platformd-otel10)")
+	fs.StringVar(&o.contenders, "contenders", "raw,seed,peer,platformd-b1,platformd,platformd-nodedup,platformd-big,floor,floor-nodedup", "comma-separated subset of contenders (also platformd-alt, platformd-otel, platformd-otel10, platformd-part)")
 	fs.StringVar(&o.queueType, "queue-type", "quorum", "type of every bench queue: quorum (platformd's default) or classic")
 	fs.StringVar(&o.amqpURL, "amqp-url", envOr("TEST_AMQP_URL", "amqp://guest:guest@127.0.0.1:5672/"), "RabbitMQ URL (default $TEST_AMQP_URL)")
 	fs.StringVar(&o.databaseURL, "database-url", envOr("TEST_DATABASE_URL", "postgres://postgres@127.0.0.1:5432/postgres"),
@@ -209,8 +209,19 @@ type bench struct {
 	bins     map[string]string
 	brk      *broker
 	db       *benchDB
+	partDB   *benchDB // the partitioned contenders' database (nil without one)
 	wl       *workload
 	otlp     *tracingtest.Receiver // platformd-otel's collector
+}
+
+// dbFor is the database contender c works on: the partitioned
+// processed_event contenders have their own (platformd converts its empty
+// table at start).
+func (b *bench) dbFor(c contender) *benchDB {
+	if c.Partitioned {
+		return b.partDB
+	}
+	return b.db
 }
 
 func (b *bench) queueOf(c contender) string { return "bench_" + b.runID + "_" + c.Name }
@@ -271,6 +282,12 @@ func run(ctx context.Context, o *options) (int, error) {
 		return 1, err
 	}
 	rep.Machine.PostgreSQL, rep.Machine.PGSettings = b.pgInfo(ctx)
+	if slices.ContainsFunc(selected, func(c contender) bool { return c.Partitioned }) {
+		b.partDB, err = createBenchDB(ctx, o.databaseURL, "bench_"+b.runID+"_part")
+		if err != nil {
+			return 1, err
+		}
+	}
 
 	if b.wl, err = newWorkload(o.events, o.dupShare, o.lines, o.seed, o.order); err != nil {
 		return 2, err
@@ -464,9 +481,11 @@ func (b *bench) cleanup(ctx context.Context, selected []contender) {
 		}
 		_ = b.brk.deleteExchange(b.exchange)
 	}
-	if b.db != nil {
-		if err := b.db.drop(ctx); err != nil {
-			fmt.Fprintln(os.Stderr, "bench: cleanup: drop database:", err)
+	for _, db := range []*benchDB{b.db, b.partDB} {
+		if db != nil {
+			if err := db.drop(ctx); err != nil {
+				fmt.Fprintln(os.Stderr, "bench: cleanup: drop database:", err)
+			}
 		}
 	}
 	_ = os.RemoveAll(filepath.Join(b.tmp, "peer"))
