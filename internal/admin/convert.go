@@ -65,11 +65,11 @@ func lookupResultToProto(r LookupResult) *adminv1.LookupResult {
 // horizonToProto converts a HorizonInfo.
 func horizonToProto(h HorizonInfo) *adminv1.Horizon {
 	return &adminv1.Horizon{
-		Service:    h.Service,
-		Horizon:    durationpb.New(h.Horizon),
-		MinHorizon: durationpb.New(h.MinHorizon),
-		UpdatedAt:  timestampOrNil(h.UpdatedAt),
-		UpdatedBy:  h.UpdatedBy,
+		Service:        h.Service,
+		Horizon:        durationpb.New(h.Horizon),
+		MinHorizon:     durationpb.New(h.MinHorizon),
+		UpdatedAt:      timestampOrNil(h.UpdatedAt),
+		UpdatedBy:      h.UpdatedBy,
 		HorizonInForce: durationpb.New(cmp.Or(h.InForce, h.Horizon)),
 		PartitionWidth: durationOrNil(h.PartitionWidth),
 	}
