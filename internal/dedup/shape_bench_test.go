@@ -41,6 +41,11 @@ SELECT unnest($1::uuid[]), now() ON CONFLICT (event_id) DO NOTHING RETURNING eve
 const stmtNoConflict = `INSERT INTO processed_event (event_id, processed_at)
 SELECT DISTINCT id, now() FROM unnest($1::uuid[]) id WHERE NOT EXISTS (SELECT 1 FROM processed_event p WHERE p.event_id = id) RETURNING event_id`
 
+// stmtCopy marks the COPY case: the ids are copied into a temporary table
+// (ON COMMIT DELETE ROWS), then merged with ON CONFLICT DO NOTHING.
+const stmtCopy = `INSERT INTO processed_event (event_id, processed_at)
+SELECT id, now() FROM dedup_ids ON CONFLICT (event_id) DO NOTHING RETURNING event_id`
+
 // partDDL is a daily-partitioned table, 14 days back and 7 ahead.
 func partDDL() string {
 	var sb strings.Builder
@@ -84,6 +89,8 @@ CREATE INDEX ON processed_event (processed_at) WHERE (get_byte(uuid_send(event_i
 		{"plain-noconflict", `CREATE TABLE processed_event (event_id uuid PRIMARY KEY, processed_at timestamptz NOT NULL);
 CREATE INDEX ON processed_event (processed_at);`, stmtNoConflict},
 		{"pkonly-noconflict", `CREATE TABLE processed_event (event_id uuid PRIMARY KEY, processed_at timestamptz NOT NULL);`, stmtNoConflict},
+		{"plain-copy", `CREATE TABLE processed_event (event_id uuid PRIMARY KEY, processed_at timestamptz NOT NULL);
+CREATE INDEX ON processed_event (processed_at);`, stmtCopy},
 	}
 }
 
@@ -125,6 +132,10 @@ func BenchmarkDedupRowShapes(b *testing.B) {
 		require.NoError(b, err)
 		b.Cleanup(conn.Release)
 		s := &shapeDB{c: sc, db: db, conn: conn}
+		if sc.stmt == stmtCopy {
+			_, err := conn.Exec(ctx, `CREATE TEMP TABLE dedup_ids (id uuid) ON COMMIT DELETE ROWS`)
+			require.NoError(b, err)
+		}
 		require.NoError(b, conn.QueryRow(ctx, `SELECT pg_backend_pid()`).Scan(&s.pid))
 		dbs = append(dbs, s)
 	}
@@ -186,7 +197,7 @@ func benchStmt(b *testing.B, s *shapeDB) {
 		}
 		slices.SortFunc(ids, func(a, b [16]byte) int { return bytes.Compare(a[:], b[:]) })
 		err := pgx.BeginFunc(ctx, s.conn, func(tx pgx.Tx) error {
-			if n%20 == 0 {
+			if n%20 == 0 && s.c.stmt != stmtCopy {
 				var plan []map[string]any
 				if err := tx.QueryRow(ctx, "EXPLAIN (ANALYZE, WAL, FORMAT JSON) "+s.c.stmt, ids).Scan(&plan); err != nil {
 					return err
@@ -199,7 +210,18 @@ func benchStmt(b *testing.B, s *shapeDB) {
 				explained++
 				return nil
 			}
-			r, err := tx.Query(ctx, s.c.stmt, ids)
+			var r pgx.Rows
+			var err error
+			if s.c.stmt == stmtCopy {
+				if _, err := tx.CopyFrom(ctx, pgx.Identifier{"dedup_ids"}, []string{"id"}, pgx.CopyFromSlice(len(ids), func(i int) ([]any, error) {
+					return []any{ids[i]}, nil
+				})); err != nil {
+					return err
+				}
+				r, err = tx.Query(ctx, s.c.stmt)
+			} else {
+				r, err = tx.Query(ctx, s.c.stmt, ids)
+			}
 			if err != nil {
 				return err
 			}
