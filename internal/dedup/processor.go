@@ -410,7 +410,7 @@ func refusedByTable(err error) bool {
 // creates partitions ahead).
 func (p *Processor) refusedResult(ctx context.Context, id uuid.UUID, cause error) Result {
 	if !IsV7(id) {
-		err := consumer.Permanent(fmt.Errorf("%w: event id %s is a UUID version %d; this service's processed_event is partitioned by the ids' time and accepts UUID v7 ids only (%v)",
+		err := consumer.Permanent(fmt.Errorf("%w: event id %s is a UUID version %d; this service's processed_event is partitioned by the ids' time and accepts UUID v7 ids only (%w)",
 			ErrRefused, id, id.Version(), cause))
 		return Result{Outcome: OutcomeFailed, Err: err, Permanent: true}
 	}

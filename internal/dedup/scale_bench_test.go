@@ -192,7 +192,7 @@ func runPurgeScale(tb testing.TB, rows int, partitioned bool, window time.Durati
 	res.walRateBase = float64(lsn()-w0) / time.Since(t0).Seconds()
 	res.baseline, res.stallBase = float64(n)/time.Since(t0).Seconds(), stall
 
-	w0, t0 = lsn(), time.Now()
+	t0 = time.Now()
 	pr, err := dedup.Purge(ctx, db, dedup.PurgeParams{Horizon: 48 * time.Hour})
 	require.NoError(tb, err)
 	res.purge = time.Since(t0)

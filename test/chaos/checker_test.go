@@ -42,7 +42,7 @@ func (e *env) seedProcessed(nOld, nInside int) *seeds {
 				ids[i] = uuid.New()
 			}
 			if e.partitioned {
-				ids = e.seedIDsPartitioned(ctx, db, tier.n, tier.age)
+				ids = e.seedIDsPartitioned(db, tier.n, tier.age)
 			}
 			if _, err := e.db(db).Exec(ctx, `INSERT INTO processed_event (event_id, processed_at)
 				SELECT unnest($1::uuid[]), now() - $2::interval`, ids, tier.age); err != nil {

@@ -47,8 +47,10 @@ func v7At(t time.Time) uuid.UUID {
 // PostgreSQL interval) and attaches a partition for their day when the
 // migrations did not create one (they create partitions from the horizon
 // on): black-box DDL, as an operator restoring old rows would.
-func (e *env) seedIDsPartitioned(ctx context.Context, db string, n int, age string) []uuid.UUID {
+func (e *env) seedIDsPartitioned(db string, n int, age string) []uuid.UUID {
 	e.t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
 	var at time.Time
 	if err := e.db(db).QueryRow(ctx, `SELECT now() - $1::interval`, age).Scan(&at); err != nil {
 		e.t.Fatalf("seed %s: %v", db, err)
