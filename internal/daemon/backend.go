@@ -109,12 +109,14 @@ func (b *backend) ListPools(_ context.Context, serviceName string) ([]admin.Pool
 	}
 	var out []admin.PoolInfo
 	for _, s := range svcs {
-		up, why := s.healthy()
+		// A service not brought up yet (its migrations wait for its
+		// database) has not started its pools: they are connecting, with
+		// the service's error.
+		_, why := s.healthy()
+		waiting := !s.up.Load() && why != nil
 		for _, p := range s.workerPools() {
 			info := poolInfo(p.Info())
-			if !up && !s.up.Load() && why != nil {
-				// Not brought up yet (migrations waiting for the database):
-				// its pools have not started.
+			if waiting {
 				info.State, info.Error = admin.PoolStateConnecting, why.Error()
 			}
 			out = append(out, info)
