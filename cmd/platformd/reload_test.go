@@ -321,9 +321,14 @@ func TestReloadRefusesInvalidEdits(t *testing.T) {
 	require.Equal(t, codes.InvalidArgument, st.Code(), "%v", err)
 	require.Contains(t, st.Message(), "services[2].sql_handlers[0].sql[0]: does not prepare: 42703")
 
-	// SIGHUP with the same file: logged, nothing changes.
+	// SIGHUP with the same file: logged, nothing changes. The RPC refusals
+	// above logged the same message, so wait for the signal's own count
+	// before the file changes again.
 	require.NoError(t, d.cmd.Process.Signal(syscall.SIGHUP))
-	require.Eventually(t, func() bool { return strings.Contains(d.stderr.String(), "config reload refused") }, 10*time.Second, 20*time.Millisecond)
+	require.Eventually(t, func() bool {
+		return metric(t, e.metrics, `platformd_config_reloads_total{result="invalid"}`) == 3
+	}, 10*time.Second, 20*time.Millisecond)
+	require.Contains(t, d.stderr.String(), `"msg":"daemon: config reload refused; nothing changed","actor":"signal:SIGHUP"`)
 
 	// A change that needs a restart.
 	moved := strings.Replace(string(good), "  listen: "+e.adminAddr, "  listen: 127.0.0.1:1", 1)
