@@ -34,10 +34,7 @@ func EventContext(ctx context.Context, ev Event) context.Context {
 // withTraceContext returns headers with ctx's trace context added, in a
 // copy: the caller's map is never written.
 func withTraceContext(ctx context.Context, headers map[string]any) map[string]any {
-	if !trace.SpanContextFromContext(ctx).IsValid() {
-		return headers
-	}
-	if _, ok := headers[HeaderTraceParent]; ok {
+	if !addsTraceContext(ctx, headers) {
 		return headers
 	}
 	h := make(map[string]any, len(headers)+2)
@@ -55,11 +52,7 @@ func withTraceContext(ctx context.Context, headers map[string]any) map[string]an
 // caused the message; other outbox writers can do the same. It is safe for
 // concurrent use on distinct maps.
 func InjectTraceContext(ctx context.Context, headers map[string]any) map[string]any {
-	sc := trace.SpanContextFromContext(ctx)
-	if !sc.IsValid() {
-		return headers
-	}
-	if _, ok := headers[HeaderTraceParent]; ok {
+	if !addsTraceContext(ctx, headers) {
 		return headers
 	}
 	carrier := propagation.MapCarrier{}
@@ -71,4 +64,14 @@ func InjectTraceContext(ctx context.Context, headers map[string]any) map[string]
 		headers[k] = v
 	}
 	return headers
+}
+
+// addsTraceContext reports whether InjectTraceContext would add to headers:
+// ctx has a valid span context and headers no traceparent of their own.
+func addsTraceContext(ctx context.Context, headers map[string]any) bool {
+	if !trace.SpanContextFromContext(ctx).IsValid() {
+		return false
+	}
+	_, own := headers[HeaderTraceParent]
+	return !own
 }

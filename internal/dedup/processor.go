@@ -451,18 +451,16 @@ func (p *Processor) run(ctx context.Context, ts []*task) error {
 		switch {
 		case err == nil:
 			return nil
-		case errors.As(err, &rf):
-			// Find the refused ids one by one; the others commit.
-			p.obs.Replay()
-			return p.runIsolated(ctx, ts)
-		case conflict:
-			// Not an event's fault: every event runs again on its own.
-			for _, t := range ts {
-				t.result = Result{}
+		case conflict, errors.As(err, &rf), errors.As(err, &hf):
+			// Each event runs again on its own: a refused id or a failing
+			// handler is found that way and the others commit; a conflict
+			// left after the retries is not an event's fault, so no
+			// event keeps the outcome the failed try gave it.
+			if conflict {
+				for _, t := range ts {
+					t.result = Result{}
+				}
 			}
-			p.obs.Replay()
-			return p.runIsolated(ctx, ts)
-		case errors.As(err, &hf):
 			p.obs.Replay()
 			return p.runIsolated(ctx, ts)
 		default:
