@@ -181,6 +181,43 @@ func TestChartAndTable(t *testing.T) {
 	require.InDelta(t, 20000.0, niceStep(12000), 1e-9)
 }
 
+// The tracing cost is also read from the work's CPU per drain, paired by
+// round; the ceiling contender is judged on raw and on the sample's p99.
+func TestTracingCPUAndCeilingRatios(t *testing.T) {
+	rounds := func(rates ...float64) []drainResult {
+		var d []drainResult
+		for i, r := range rates {
+			d = append(d, drainResult{Round: i, MsgsPerSec: r, CPUBroker: 1, CPUDB: 1, CPUConsumer: r / 100, CPUOther: 9})
+		}
+		return d
+	}
+	r := &report{Contenders: []*contenderReport{
+		{contender: contender{Name: "raw", Kind: kindRaw}, Rounds: rounds(100, 100)},
+		{contender: contender{Name: "platformd", Kind: kindPlatformd}, Rounds: rounds(50, 60), Latency: &latencyResult{P99ms: 10, Rate: 1000}},
+		{contender: contender{Name: "platformd-ceiling", Kind: kindPlatformd}, Rounds: rounds(85, 80), Latency: &latencyResult{P99ms: 12, Rate: 1000}},
+		{contender: contender{Name: otelContender, Kind: kindPlatformd}, Rounds: rounds(100, 120)},
+	}}
+	for _, c := range r.Contenders {
+		c.summarize()
+	}
+	r.computeRatios()
+	byName := map[string]ratio{}
+	for _, q := range r.Ratios {
+		byName[q.Name] = q
+	}
+	ceil := byName["platformd-ceiling / raw (msgs/s): the sample with batch.size 1000 as its ceiling"]
+	require.InDelta(t, 82.5/100, ceil.Value, 1e-9)
+	require.True(t, ceil.Met)
+	p99 := byName["platformd-ceiling p99 / platformd p99 at low load"]
+	require.InDelta(t, 1.2, p99.Value, 1e-9)
+	require.False(t, p99.Met)
+	// The work's CPU per round: 3.0 and 3.2 traced, 2.5 and 2.6 not.
+	cpu := byName["tracing CPU overhead ("+otelContender+" / platformd CPU per drain - 1, paired)"]
+	require.InDelta(t, (3.0/2.5+3.2/2.6)/2-1, cpu.Value, 1e-9)
+	require.InDelta(t, 3.0/2.5-1, cpu.Min, 1e-9)
+	require.False(t, cpu.Met)
+}
+
 func TestWithDatabaseDisablesTLSUnlessAsked(t *testing.T) {
 	for in, want := range map[string]string{
 		"postgres://postgres@127.0.0.1:5432/postgres":                 "postgres://postgres@127.0.0.1:5432/b1?sslmode=disable",

@@ -92,6 +92,8 @@ func contenders(o *options) []contender {
 			Desc: fmt.Sprintf("platformd, batch.size %d, dedup insert OFF (bench-only switch)", o.batch)},
 		{Name: "platformd-big", Kind: kindPlatformd, Batch: o.bigBatch, Prefetch: 8 * o.bigBatch, Wait: o.bigWait,
 			Desc: fmt.Sprintf("platformd tuned for throughput: batch.size %d, batch.wait %s, prefetch %d", o.bigBatch, o.bigWait, 8*o.bigBatch)},
+		{Name: "platformd-ceiling", Kind: kindPlatformd, Batch: o.bigBatch, Prefetch: 2 * o.workers * o.bigBatch,
+			Desc: fmt.Sprintf("the sample's batch.wait %s with batch.size %d as the ceiling (batches as big as the backlog below it) and prefetch as an unset one defaults (%d: two batches per worker)", o.batchWait, o.bigBatch, 2*o.workers*o.bigBatch)},
 		{Name: "floor", Kind: kindFloor, Batch: o.batch, Desc: fmt.Sprintf("the least a consumer with platformd's effects does: raw's loop, per up to %d deliveries (or what came within batch.wait) decode, one transaction (dedup insert, shop's batch handler), multiple-ack; %d channels", o.batch, o.workers)},
 		{Name: "floor-nodedup", Kind: kindFloor, Batch: o.batch, SkipDedup: true, Desc: "floor without the dedup insert: every delivery reserves"},
 		{Name: "platformd-sql", Kind: kindPlatformd, Batch: o.batch, SQL: true,

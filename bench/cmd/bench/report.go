@@ -59,6 +59,21 @@ func (r *contenderReport) summarize() {
 	r.PeakRSSMiB = pick(func(d drainResult) float64 { return float64(d.PeakRSS) / (1 << 20) })
 }
 
+// cpu is the CPU seconds that do the drain's work: broker, database and
+// consumer (not the bench's own, nor the machine's other load).
+func (d drainResult) cpu() float64 { return d.CPUBroker + d.CPUDB + d.CPUConsumer }
+
+// pairedCPU is a's CPU over b's, round by round.
+func pairedCPU(a, b *contenderReport) spread {
+	var v []float64
+	for i := range min(len(a.Rounds), len(b.Rounds)) {
+		if c := b.Rounds[i].cpu(); c > 0 {
+			v = append(v, a.Rounds[i].cpu()/c)
+		}
+	}
+	return summarize(v)
+}
+
 // ratio is one target of the issue, or a reference figure (Target empty).
 type ratio struct {
 	Name   string  `json:"name"`
@@ -129,6 +144,15 @@ func (r *report) computeRatios() {
 	}
 	if pd == nil || len(pd.Rounds) == 0 {
 		return
+	}
+	// Issue 18: the sample's settings with batch.size as a ceiling, not a
+	// size: the drain against raw, and the latency at low load against
+	// the sample's (the batches stay small there: no worse).
+	ceiling := r.find("platformd-ceiling")
+	thr(ceiling, raw, "platformd-ceiling / raw (msgs/s): the sample with batch.size 1000 as its ceiling", ">= 0.8", atLeast08)
+	if ceiling != nil && ceiling.Latency != nil && pd.Latency != nil {
+		r.Ratios = append(r.Ratios, ratio{Name: "platformd-ceiling p99 / platformd p99 at low load", Value: ceiling.Latency.P99ms / pd.Latency.P99ms,
+			Target: "<= 1.1", Met: ceiling.Latency.P99ms <= 1.1*pd.Latency.P99ms})
 	}
 	// SQL handlers (issue 13): the shop's stock effect as the SQL handler
 	// of examples/shop-sql against the Go batch handler, same batch size.
