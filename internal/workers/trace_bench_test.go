@@ -2,13 +2,11 @@ package workers
 
 import (
 	"context"
-	"syscall"
 	"testing"
 	"time"
 
 	"github.com/google/uuid"
 	amqp "github.com/rabbitmq/amqp091-go"
-	"go.opentelemetry.io/otel/exporters/otlp/otlptrace/otlptracehttp"
 	sdktrace "go.opentelemetry.io/otel/sdk/trace"
 	"go.opentelemetry.io/otel/trace"
 
@@ -16,12 +14,6 @@ import (
 	"github.com/platformd/platformd/internal/metrics"
 	"github.com/platformd/platformd/internal/tracing/tracingtest"
 )
-
-func cpuTime() time.Duration {
-	var ru syscall.Rusage
-	_ = syscall.Getrusage(syscall.RUSAGE_SELF, &ru)
-	return time.Duration(ru.Utime.Nano() + ru.Stime.Nano())
-}
 
 // BenchmarkTraceSpans measures what tracing adds per delivery to a batch
 // of 100, without broker or database: the delivery spans' start, settle
@@ -46,12 +38,7 @@ func BenchmarkTraceSpans(b *testing.B) {
 			var tp *sdktrace.TracerProvider
 			var tr trace.Tracer
 			if tc.on {
-				exp, err := otlptracehttp.New(context.Background(), otlptracehttp.WithEndpointURL(rcv.HTTPEndpoint+"/v1/traces"))
-				if err != nil {
-					b.Fatal(err)
-				}
-				tp = sdktrace.NewTracerProvider(sdktrace.WithBatcher(exp),
-					sdktrace.WithSampler(sdktrace.ParentBased(sdktrace.TraceIDRatioBased(tc.ratio))))
+				tp = tracingtest.NewBenchProvider(b, rcv, tc.ratio)
 				tr = tp.Tracer("bench")
 			}
 			p := &Pool{cfg: PoolConfig{Name: "stock-events", Service: "stock", Topology: Topology{Queue: "stock.events",
@@ -64,7 +51,7 @@ func BenchmarkTraceSpans(b *testing.B) {
 			for i := range ids {
 				ids[i] = uuid.Must(uuid.NewV7())
 			}
-			start := cpuTime()
+			start := tracingtest.CPUTime()
 			b.ResetTimer()
 			for b.Loop() {
 				for i := range batch {
@@ -81,7 +68,7 @@ func BenchmarkTraceSpans(b *testing.B) {
 			if tp != nil {
 				_ = tp.Shutdown(context.Background())
 			}
-			b.ReportMetric(float64(cpuTime()-start)/float64(b.N*size), "cpu-ns/msg")
+			b.ReportMetric(float64(tracingtest.CPUTime()-start)/float64(b.N*size), "cpu-ns/msg")
 		})
 	}
 }
