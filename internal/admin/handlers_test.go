@@ -111,6 +111,10 @@ func TestPausePool(t *testing.T) {
 		require.NoError(t, err)
 		_, err = b.client.PausePool(asAdmin(t), &adminv1.PausePoolRequest{Pool: "stock-events", Reason: strings.Repeat("r", admin.MaxReasonBytes+1)})
 		requireCode(t, err, codes.InvalidArgument)
+		// PostgreSQL's text takes no NUL: a bad request, not the
+		// database's error as Unavailable.
+		_, err = b.client.PausePool(asAdmin(t), &adminv1.PausePoolRequest{Pool: "stock-events", Reason: "a\x00b"})
+		requireCode(t, err, codes.InvalidArgument)
 		require.Len(t, b.backend.Calls(), 1)
 	})
 

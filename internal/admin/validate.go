@@ -3,7 +3,9 @@ package admin
 import (
 	"fmt"
 	"math"
+	"strings"
 	"time"
+	"unicode/utf8"
 
 	"github.com/google/uuid"
 	"google.golang.org/grpc/codes"
@@ -85,10 +87,27 @@ func positiveDuration(field string, d *durationpb.Duration) (time.Duration, erro
 	return v, nil
 }
 
-// checkReason checks a pause reason's length.
+// ReasonProblem says what is wrong with a pause reason, "" when nothing:
+// longer than MaxReasonBytes, not UTF-8, or holding a NUL byte (PostgreSQL
+// text refuses the last two, which would otherwise surface as the
+// database's error instead of a bad request). The console checks its
+// form with it too.
+func ReasonProblem(reason string) string {
+	switch {
+	case len(reason) > MaxReasonBytes:
+		return fmt.Sprintf("reason is %d bytes, at most %d allowed", len(reason), MaxReasonBytes)
+	case !utf8.ValidString(reason):
+		return "reason is not valid UTF-8"
+	case strings.IndexByte(reason, 0) >= 0:
+		return "reason holds a NUL byte"
+	}
+	return ""
+}
+
+// checkReason checks a pause reason (ReasonProblem).
 func checkReason(reason string) error {
-	if len(reason) > MaxReasonBytes {
-		return invalid("reason is %d bytes, at most %d allowed", len(reason), MaxReasonBytes)
+	if p := ReasonProblem(reason); p != "" {
+		return invalid("%s", p)
 	}
 	return nil
 }

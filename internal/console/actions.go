@@ -30,8 +30,8 @@ func servicePath(name string) string { return "/services/" + url.PathEscape(name
 func (h *Handler) pause(w http.ResponseWriter, r *http.Request, s session) {
 	name := r.PathValue("pool")
 	reason := strings.TrimSpace(r.PostForm.Get("reason"))
-	if len(reason) > admin.MaxReasonBytes {
-		h.renderPool(w, r, s, http.StatusBadRequest, fmt.Sprintf("The reason is %d bytes long; at most %d are allowed.", len(reason), admin.MaxReasonBytes))
+	if p := admin.ReasonProblem(reason); p != "" {
+		h.renderPool(w, r, s, http.StatusBadRequest, "Pause refused: the "+p+".")
 		return
 	}
 	p, err := h.backend.PausePool(r.Context(), name, reason, s.name)

@@ -1,14 +1,18 @@
 package console_test
 
 import (
+	"context"
+	"io"
 	"net/http"
 	"net/url"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 
 	"github.com/stretchr/testify/require"
 
+	adminpkg "github.com/platformd/platformd/internal/admin"
 	"github.com/platformd/platformd/internal/admin/admintest"
 )
 
@@ -35,8 +39,15 @@ func TestNoSession(t *testing.T) {
 		require.Equal(t, http.StatusUnauthorized, hx.StatusCode, path)
 		require.Equal(t, "/login", hx.Header.Get("HX-Redirect"), path)
 	}
+	// A form posted after the session ended: the browser signs in again.
 	resp, _ := c.do(http.MethodPost, "/pools/stock-events/pause", url.Values{"reason": {"x"}})
-	require.Equal(t, http.StatusUnauthorized, resp.StatusCode)
+	require.Equal(t, http.StatusSeeOther, resp.StatusCode)
+	require.Equal(t, "/login", resp.Header.Get("Location"))
+	plain, err := http.Post(b.srv.URL+"/pools/stock-events/pause", "application/x-www-form-urlencoded", //nolint:noctx // test
+		strings.NewReader("reason=x"))
+	require.NoError(t, err)
+	plain.Body.Close()
+	require.Equal(t, http.StatusUnauthorized, plain.StatusCode, "a non-browser's POST gets 401")
 	resp, body := c.do(http.MethodGet, "/login", nil)
 	require.Equal(t, http.StatusOK, resp.StatusCode)
 	require.Equal(t, 1, strings.Count(body, `type="password"`))
@@ -107,9 +118,67 @@ func TestWrongTokenIsThrottled(t *testing.T) {
 	require.Equal(t, "2", resp.Header.Get("Retry-After"), "doubled")
 	b.clock.add(2 * time.Second)
 	c.signIn(adminToken)
-	// A success forgets the failures.
+	// A success forgets the failures: the next failure is the first again,
+	// its wait 1 s (4 s had the count gone on).
 	resp, _ = b.client(t).do(http.MethodPost, "/login", url.Values{"token": {""}})
 	require.Equal(t, http.StatusUnauthorized, resp.StatusCode)
+	resp, _ = b.client(t).do(http.MethodPost, "/login", url.Values{"token": {adminToken}})
+	require.Equal(t, http.StatusTooManyRequests, resp.StatusCode)
+	require.Equal(t, "1", resp.Header.Get("Retry-After"))
+}
+
+// Attempts sent together are checked one at a time: with every request's
+// body held back until all are sent (so that none can fail first), one
+// guess is checked and the others are told to wait.
+func TestSignInAttemptsTogetherAreCheckedOneByOne(t *testing.T) {
+	t.Parallel()
+	b := setup(t)
+	const n = 20
+	type answer struct {
+		code  int
+		retry string
+	}
+	answers := make(chan answer, n)
+	release := make(chan struct{})
+	var started sync.WaitGroup
+	for range n {
+		started.Add(1)
+		go func() {
+			pr, pw := io.Pipe()
+			go func() {
+				started.Done()
+				<-release
+				_, _ = pw.Write([]byte("token=guess-0123456789"))
+				_ = pw.Close()
+			}()
+			req, err := http.NewRequestWithContext(context.Background(), http.MethodPost, b.srv.URL+"/login", pr)
+			if err != nil {
+				answers <- answer{}
+				return
+			}
+			req.Header.Set("Content-Type", "application/x-www-form-urlencoded")
+			req.Header.Set("Accept", "text/html")
+			resp, err := http.DefaultClient.Do(req)
+			if err != nil {
+				answers <- answer{}
+				return
+			}
+			resp.Body.Close()
+			answers <- answer{resp.StatusCode, resp.Header.Get("Retry-After")}
+		}()
+	}
+	started.Wait()
+	close(release)
+	codes := map[int]int{}
+	for range n {
+		a := <-answers
+		codes[a.code]++
+		if a.code == http.StatusTooManyRequests {
+			require.NotEmpty(t, a.retry)
+		}
+	}
+	require.Equal(t, 1, codes[http.StatusUnauthorized], "one guess checked: %v", codes)
+	require.Equal(t, n-1, codes[http.StatusTooManyRequests], "%v", codes)
 }
 
 func TestActionsNeedAdminAndCSRF(t *testing.T) {
@@ -139,6 +208,14 @@ func TestActionsNeedAdminAndCSRF(t *testing.T) {
 	require.NoError(t, err)
 	resp.Body.Close()
 	require.Equal(t, http.StatusForbidden, resp.StatusCode, "cross-origin, even with the token")
+	require.Empty(t, b.backend.CallsTo("PausePool"))
+
+	// A reason PostgreSQL's text would refuse is a bad request here.
+	for _, bad := range []string{"a\x00b", "bad \xff utf8", strings.Repeat("r", adminpkg.MaxReasonBytes+1)} {
+		resp, body = admin.post("/pools/stock-events/pause", url.Values{"reason": {bad}})
+		require.Equal(t, http.StatusBadRequest, resp.StatusCode, "%q", bad)
+		require.Contains(t, body, "Pause refused")
+	}
 	require.Empty(t, b.backend.CallsTo("PausePool"))
 
 	resp, _ = admin.post("/pools/stock-events/pause", url.Values{"reason": {"incident 42"}})

@@ -248,7 +248,9 @@ func (h *Handler) unauthenticated(w http.ResponseWriter, r *http.Request) {
 	case r.Header.Get("HX-Request") == "true":
 		w.Header().Set("HX-Redirect", "/login")
 		http.Error(w, "sign in at /login", http.StatusUnauthorized)
-	case wantsHTML(r) && r.Method == http.MethodGet:
+	case wantsHTML(r):
+		// A form posted after the session ended too: the browser is sent
+		// to sign in, not shown a bare 401 (the action is not done).
 		http.Redirect(w, r, "/login", http.StatusSeeOther)
 	default:
 		http.Error(w, "sign in at /login", http.StatusUnauthorized)
@@ -262,7 +264,8 @@ func wantsHTML(r *http.Request) bool {
 
 // action runs fn for a state-changing request: a session, a same-origin
 // request carrying the session's CSRF token and, if needsAdmin, an admin
-// session. Refusals are 401 (no session) and 403 (the rest).
+// session. Refusals are 401 (no session; a browser is sent to /login) and
+// 403 (the rest).
 func (h *Handler) action(fn handlerFunc, needsAdmin bool) http.HandlerFunc {
 	return h.authed(func(w http.ResponseWriter, r *http.Request, s session) {
 		r.Body = http.MaxBytesReader(w, r.Body, maxFormBytes)

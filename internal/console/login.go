@@ -38,17 +38,19 @@ func (h *Handler) login(w http.ResponseWriter, r *http.Request) {
 		h.renderLogin(w, r, http.StatusForbidden, "Refused: the sign-in came from another site.")
 		return
 	}
-	if wait := h.throttle.wait(client); wait > 0 {
+	// The form first: an attempt whose body is slow to come must not hold
+	// its place while others pass the throttle.
+	r.Body = http.MaxBytesReader(w, r.Body, maxTokenBytes+1024)
+	if err := r.ParseForm(); err != nil {
+		h.renderLogin(w, r, http.StatusBadRequest, "The form could not be read.")
+		return
+	}
+	if wait := h.throttle.begin(client); wait > 0 {
 		secs := int(math.Ceil(wait.Seconds()))
 		w.Header().Set("Retry-After", strconv.Itoa(secs))
 		h.log.WarnContext(r.Context(), "console: sign-in refused, client must wait after failed attempts",
 			slog.String("client", client), slog.Duration("wait", wait))
 		h.renderLogin(w, r, http.StatusTooManyRequests, "Too many failed sign-ins: wait "+strconv.Itoa(secs)+" s and try again.")
-		return
-	}
-	r.Body = http.MaxBytesReader(w, r.Body, maxTokenBytes+1024)
-	if err := r.ParseForm(); err != nil {
-		h.renderLogin(w, r, http.StatusBadRequest, "The form could not be read.")
 		return
 	}
 	name, role, err := h.tokens.check(r.PostForm.Get("token"))

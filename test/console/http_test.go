@@ -29,6 +29,9 @@ func TestConsoleAuthHTTP(t *testing.T) {
 		require.Equal(t, http.StatusUnauthorized, resp.StatusCode, "non-browser %s", path)
 	}
 	resp, _ := anon.do(http.MethodPost, pool+"/pause", url.Values{"reason": {"anonymous"}}, nil)
+	require.Equal(t, http.StatusSeeOther, resp.StatusCode, "a browser's form without a session: sign in first")
+	require.Equal(t, "/login", resp.Header.Get("Location"))
+	resp, _ = anon.do(http.MethodPost, pool+"/pause", url.Values{"reason": {"anonymous"}}, http.Header{"Accept": {"*/*"}})
 	require.Equal(t, http.StatusUnauthorized, resp.StatusCode)
 
 	ops := e.operator().signIn(adminToken)
