@@ -14,9 +14,15 @@ import (
 // maxErrorHeader bounds the x-error header.
 const maxErrorHeader = 2048
 
-// attemptOf reads x-attempt (0 when absent or unreadable).
-func attemptOf(h amqp.Table) int {
-	switch v := h[HeaderAttempt].(type) {
+// attemptOf reads x-attempt: 0 when absent, unreadable or negative (a
+// producer's or a republisher's header; a negative one would index the
+// retry delays below zero).
+func attemptOf(h amqp.Table) int { return max(0, headerInt(h[HeaderAttempt])) }
+
+// headerInt reads an integer header value of any AMQP integer type or as
+// decimal text; 0 otherwise.
+func headerInt(h any) int {
+	switch v := h.(type) {
 	case int:
 		return v
 	case int8:

@@ -146,6 +146,26 @@ func TestDecideTurnsResultsIntoSettlements(t *testing.T) {
 	}
 }
 
+// A negative x-attempt (a producer's or republisher's header) reads as a
+// first delivery: its failure goes to the first delay queue, where it once
+// indexed the delays at -1 and crashed the daemon on every redelivery.
+func TestNegativeAttemptIsAFirstDelivery(t *testing.T) {
+	t.Parallel()
+	now := time.Now()
+	for _, h := range []any{int32(-1), int64(-7), "-3"} {
+		r := testRules()
+		batch := []message{{d: amqp.Delivery{Body: body(t, uuid.Must(uuid.NewV7()), "order.order.placed.v1", now),
+			Headers: amqp.Table{HeaderAttempt: h}}}}
+		events := r.decode(batch, now, nil)
+		require.Len(t, events, 1)
+		require.Zero(t, events[0].Attempt, "%T %v", h, h)
+		r.decide(batch, []dedup.Result{{Outcome: dedup.OutcomeFailed, Err: errors.New("boom")}}, nil)
+		require.Equal(t, settleRetry, batch[0].s.kind)
+		require.Equal(t, 1, batch[0].s.attempt)
+		require.Equal(t, time.Second, r.delays[batch[0].s.attempt-1])
+	}
+}
+
 func TestDecideMatchesResultsToTheMessagesThatRan(t *testing.T) {
 	t.Parallel()
 	rejected := settlement{kind: settleFail, reason: ReasonDecode, outcome: metrics.OutcomeRejected}
