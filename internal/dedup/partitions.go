@@ -108,7 +108,9 @@ func PartitionSpan(ctx context.Context, db Querier) (from, to time.Time, ok bool
 
 // EnsurePartitions creates the daily partitions missing between from's
 // day and to's (both included), under the partition lock, and returns the
-// names it created. Each partition is created as a table of its own and
+// names it created. A day the purge dropped must not be made again (its
+// ids would be taken as new): callers other than a conversion start at the
+// oldest partition there, as EnsureLayout does. Each partition is created as a table of its own and
 // then attached: ATTACH PARTITION takes SHARE UPDATE EXCLUSIVE on the
 // parent, which consumers' inserts (ROW EXCLUSIVE) do not wait for, where
 // CREATE TABLE ... PARTITION OF would lock them out. Safe to call from
@@ -323,7 +325,9 @@ var ErrLayoutMismatch = errors.New("processed_event layout differs from the conf
 
 // EnsureLayout makes processed_event of layout want when it is empty, or
 // checks that it is; for a partitioned table it then creates the
-// partitions from the horizon in force back to ahead days ahead. It is
+// partitions from the horizon in force (or from the oldest partition
+// there, when that is newer: a day the purge dropped is never made again)
+// to ahead days ahead. It is
 // what migrate and run do for every service; safe to call concurrently.
 func EnsureLayout(ctx context.Context, db *pgxpool.Pool, want Layout, horizon time.Duration, ahead int) error {
 	have, err := DetectLayout(ctx, db)
@@ -350,6 +354,18 @@ func EnsureLayout(ctx context.Context, db *pgxpool.Pool, want Layout, horizon ti
 		return fmt.Errorf("dedup: ensure layout: %w", err)
 	}
 	from := now.Add(-HorizonInForce(LayoutPartitioned, horizon))
+	// Never before the oldest partition there: the days before it were
+	// dropped by the purge, and a partition made again for one of them
+	// would take its ids as new (a replay of an event applied then would
+	// apply again). A horizon raised later lengthens only for the days
+	// not dropped yet.
+	parts, err := ListPartitions(ctx, db)
+	if err != nil {
+		return fmt.Errorf("dedup: ensure layout: %w", err)
+	}
+	if len(parts) > 0 && parts[0].From.After(from) {
+		from = parts[0].From
+	}
 	ahead = cmp.Or(ahead, config.PartitionsAheadDefault)
 	_, err = EnsurePartitions(ctx, db, from, now.Add(time.Duration(ahead)*PartitionWidth))
 	return err

@@ -8,6 +8,7 @@ import (
 
 	"github.com/google/uuid"
 	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgconn"
 	"github.com/stretchr/testify/require"
 
 	"github.com/platformd/platformd/consumer"
@@ -332,4 +333,31 @@ func TestConvertLayoutBothWays(t *testing.T) {
 	res, err = dedup.ConvertLayout(ctx, b.db, dedup.LayoutPlain, dedup.ConvertParams{})
 	require.NoError(t, err)
 	require.Equal(t, dedup.ConvertResult{From: dedup.LayoutPlain, To: dedup.LayoutPlain}, res)
+}
+
+// A horizon lowered, purged, then raised again: the days the purge dropped
+// are not made again, so a copy of an event applied in one of them stays
+// refused by the table instead of being taken as new.
+func TestRaisedHorizonDoesNotRecreateDroppedDays(t *testing.T) {
+	t.Parallel()
+	b := setup(t)
+	ctx := context.Background()
+	require.NoError(t, dedup.EnsureLayout(ctx, b.db, dedup.LayoutPartitioned, 96*time.Hour, 3))
+	var now time.Time
+	require.NoError(t, b.db.QueryRow(ctx, `SELECT now()`).Scan(&now))
+	x := v7At(now.Add(-72 * time.Hour))
+	b.insertIDs(t, x)
+	insertAgain := func() error {
+		_, err := b.db.Exec(ctx, `INSERT INTO processed_event (event_id, processed_at) VALUES ($1, now())`, x)
+		return err
+	}
+	_, err := dedup.Purge(ctx, b.db, dedup.PurgeParams{Horizon: 24 * time.Hour})
+	require.NoError(t, err)
+	var pgErr *pgconn.PgError
+	require.ErrorAs(t, insertAgain(), &pgErr)
+	require.Equal(t, "23514", pgErr.Code, "x's day is gone: no partition takes it")
+
+	require.NoError(t, dedup.EnsureLayout(ctx, b.db, dedup.LayoutPartitioned, 96*time.Hour, 3))
+	require.ErrorAs(t, insertAgain(), &pgErr, "x's day was not made again")
+	require.Equal(t, "23514", pgErr.Code)
 }
