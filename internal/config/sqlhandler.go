@@ -10,6 +10,7 @@ import (
 	"strings"
 
 	"github.com/goccy/go-yaml/ast"
+	"github.com/goccy/go-yaml/token"
 )
 
 // SQLStatement is one statement of a SQL handler. Unlike every other
@@ -65,11 +66,24 @@ type SQLChecker interface {
 var sqlStatementType = reflect.TypeFor[SQLStatement]()
 
 // decodeSQLStatement decodes a string scalar into v without expanding it.
+// A statement of several lines must be a literal block (`|`): a plain,
+// quoted or folded (`>`) scalar joins its lines with spaces, and a `--`
+// comment on one line would then swallow the rest of the statement (a
+// DELETE's WHERE, an INSERT's ON CONFLICT) and still prepare.
 func (d *decoder) decodeSQLStatement(path string, n ast.Node, v reflect.Value) {
+	const block = "a statement of several lines must be a literal block scalar (`|`): this style joins its lines, and a `--` comment would swallow the rest"
 	switch s := n.(type) {
 	case *ast.StringNode:
+		if strings.Contains(strings.TrimRight(s.Token.Origin, " \t\r\n"), "\n") {
+			d.ps.decodeErr(path, block)
+			return
+		}
 		v.SetString(s.Value)
 	case *ast.LiteralNode:
+		if s.Start.Type == token.FoldedType {
+			d.ps.decodeErr(path, block)
+			return
+		}
 		v.SetString(s.Value.Value)
 	default:
 		d.ps.decodeErr(path, "must be a string (a SQL statement; a block scalar `|` suits several lines)")

@@ -110,6 +110,12 @@ func TestSQLHandlerMistakes(t *testing.T) {
           - "UPDATE counters SET n = n + 1 WHERE name = @routing_key"
 `, ""},
 			"services[2].sql_handlers[1].sql", "at least one statement is required"},
+		{"PlainScalarOfSeveralLines", []string{`- "UPDATE counters SET n = n + 1 WHERE name = @routing_key"`, "- DELETE FROM counters -- the name's\n            WHERE name = @routing_key"},
+			"services[2].sql_handlers[1].sql[1]", "must be a literal block scalar (`|`)"},
+		{"QuotedScalarOfSeveralLines", []string{`- "UPDATE counters SET n = n + 1 WHERE name = @routing_key"`, "- \"UPDATE counters SET n = n + 1\n            WHERE name = @routing_key\""},
+			"services[2].sql_handlers[1].sql[1]", "must be a literal block scalar (`|`)"},
+		{"FoldedBlock", []string{`- "UPDATE counters SET n = n + 1 WHERE name = @routing_key"`, "- >\n            DELETE FROM counters -- the name's\n            WHERE name = @routing_key"},
+			"services[2].sql_handlers[1].sql[1]", "must be a literal block scalar (`|`)"},
 		{"StatementNotAString", []string{`- "UPDATE counters SET n = n + 1 WHERE name = @routing_key"`, `- {a: 1}`},
 			"services[2].sql_handlers[1].sql[1]", "must be a string"},
 		{"Commit", []string{`- "UPDATE counters SET n = n + 1 WHERE name = @routing_key"`, `- COMMIT`},

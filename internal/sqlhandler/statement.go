@@ -67,19 +67,20 @@ func lookupParam(name string) (param, bool) {
 // commit is the dedup step's), change the pooled session for every later
 // batch, or need a protocol of their own.
 var refused = map[string]string{
-	"begin":     "transaction control: the statement runs inside the batch's transaction, which platformd commits",
-	"start":     "transaction control: the statement runs inside the batch's transaction, which platformd commits",
-	"commit":    "transaction control: platformd commits the batch's transaction with its processed_event rows",
-	"end":       "transaction control: platformd commits the batch's transaction with its processed_event rows",
-	"rollback":  "transaction control: platformd rolls back a failing event itself (savepoints)",
-	"abort":     "transaction control: platformd rolls back a failing event itself (savepoints)",
-	"savepoint": "transaction control: platformd isolates each event with savepoints of its own",
-	"release":   "transaction control: platformd isolates each event with savepoints of its own",
-	"prepare":   "transaction control and prepared statements are platformd's",
-	"set":       "SET changes the transaction (its isolation must stay READ COMMITTED) or the pooled session of every later batch",
-	"reset":     "RESET changes the pooled session of every later batch",
-	"discard":   "DISCARD drops the pooled session's state, prepared statements included",
-	"copy":      "COPY needs a protocol of its own",
+	"begin":      "transaction control: the statement runs inside the batch's transaction, which platformd commits",
+	"start":      "transaction control: the statement runs inside the batch's transaction, which platformd commits",
+	"commit":     "transaction control: platformd commits the batch's transaction with its processed_event rows",
+	"end":        "transaction control: platformd commits the batch's transaction with its processed_event rows",
+	"rollback":   "transaction control: platformd rolls back a failing event itself (savepoints)",
+	"abort":      "transaction control: platformd rolls back a failing event itself (savepoints)",
+	"savepoint":  "transaction control: platformd isolates each event with savepoints of its own",
+	"release":    "transaction control: platformd isolates each event with savepoints of its own",
+	"prepare":    "transaction control and prepared statements are platformd's",
+	"set":        "SET changes the transaction (its isolation must stay READ COMMITTED) or the pooled session of every later batch",
+	"reset":      "RESET changes the pooled session of every later batch",
+	"discard":    "DISCARD drops the pooled session's state, prepared statements included",
+	"deallocate": "DEALLOCATE drops the pooled session's prepared statements, platformd's own included",
+	"copy":       "COPY needs a protocol of its own",
 }
 
 // Statement is one SQL handler statement, parsed: its named parameters

@@ -104,6 +104,7 @@ func TestParseRefuses(t *testing.T) {
 		{"session setting", "set search_path = evil", "SET is not allowed", 1, 1},
 		{"reset", "RESET ALL", "RESET is not allowed", 1, 1},
 		{"discard", "DISCARD ALL", "DISCARD is not allowed", 1, 1},
+		{"deallocate", "DEALLOCATE ALL", "DEALLOCATE is not allowed", 1, 1},
 		{"copy", "COPY t FROM STDIN", "COPY is not allowed", 1, 1},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
