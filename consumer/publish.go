@@ -6,9 +6,11 @@ import (
 	"errors"
 	"fmt"
 	"regexp"
+	"strings"
 
 	"github.com/google/uuid"
 	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgconn"
 )
 
 // Message is one message a handler (or any Go code holding a transaction on
@@ -30,6 +32,12 @@ type Message struct {
 
 // MaxMessageNameBytes bounds Message.Name: it is an AMQP routing key.
 const MaxMessageNameBytes = 255
+
+// MaxHeadersBytes bounds Message.Headers as JSON. AMQP carries a message's
+// headers in one frame (131,072 bytes on RabbitMQ by default); a larger one
+// makes the broker close the relay's connection, every time the relay
+// tries, so the relay holds such a row back and Publish refuses it.
+const MaxHeadersBytes = 64 << 10
 
 // ErrInvalidMessage is wrapped by Publish's errors for a message that
 // cannot be published (bad name, payload or headers). Such an error is
@@ -67,7 +75,13 @@ func Publish(ctx context.Context, tx pgx.Tx, m Message) (uuid.UUID, error) {
 	// Text, not []byte: pgx sends it as text and PostgreSQL parses it as
 	// jsonb, so numbers keep their digits.
 	if _, err := tx.Exec(ctx, insertOutboxSQL, id, m.Name, string(payload), string(headers)); err != nil {
-		return uuid.Nil, fmt.Errorf("consumer.Publish %q: insert into platform.outbox: %w", m.Name, err)
+		err = fmt.Errorf("consumer.Publish %q: insert into platform.outbox: %w", m.Name, err)
+		// The database refusing the message itself (22: a \u0000 in the
+		// payload's jsonb; 23: a constraint) refuses it every time.
+		if pe := (*pgconn.PgError)(nil); errors.As(err, &pe) && (strings.HasPrefix(pe.Code, "22") || strings.HasPrefix(pe.Code, "23")) {
+			err = Permanent(err)
+		}
+		return uuid.Nil, err
 	}
 	return id, nil
 }
@@ -97,6 +111,9 @@ func (m Message) encode() (payload, headers []byte, err error) {
 	if len(m.Headers) > 0 {
 		if headers, err = json.Marshal(m.Headers); err != nil {
 			return nil, nil, fmt.Errorf("%w: headers: %w", ErrInvalidMessage, err)
+		}
+		if len(headers) > MaxHeadersBytes {
+			return nil, nil, fmt.Errorf("%w: headers are %d bytes as JSON, at most %d", ErrInvalidMessage, len(headers), MaxHeadersBytes)
 		}
 	}
 	return payload, headers, nil

@@ -39,6 +39,7 @@ func TestMessageEncode(t *testing.T) {
 		{Name: "a.b", Payload: "a string"},
 		{Name: "a.b", Payload: math.Inf(1)},
 		{Name: "a.b", Payload: []byte(`{}`), Headers: map[string]any{"f": func() {}}},
+		{Name: "a.b", Payload: []byte(`{}`), Headers: map[string]any{"big": strings.Repeat("x", MaxHeadersBytes)}},
 	} {
 		_, _, err := bad.encode()
 		require.ErrorIs(t, err, ErrInvalidMessage, "%+v", bad.Name)

@@ -63,7 +63,7 @@ func BenchmarkOutboxThroughput(b *testing.B) {
 		msgs := make([]workers.Outgoing, rows)
 		for i := range msgs {
 			id := uuid.Must(uuid.NewV7())
-			r := row{id: id, name: "bench.outbox.v1", occurredAt: time.Now(), payload: `{"order_id": "` + uuid.NewString() + `", "n": 1}`, headers: "{}"}
+			r := row{id: id, name: "bench.outbox.v1", occurredAt: time.Now(), finite: true, payload: `{"order_id": "` + uuid.NewString() + `", "n": 1}`, headers: "{}"}
 			m, err := r.message(0)
 			require.NoError(b, err)
 			msgs[i] = workers.Outgoing{Exchange: bb.exchange, RoutingKey: r.name, Msg: m}

@@ -3,6 +3,7 @@ package outbox
 import (
 	"bytes"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"strconv"
 	"time"
@@ -10,6 +11,7 @@ import (
 	"github.com/google/uuid"
 	amqp "github.com/rabbitmq/amqp091-go"
 
+	"github.com/platformd/platformd/consumer"
 	"github.com/platformd/platformd/internal/envelope"
 )
 
@@ -23,8 +25,10 @@ type row struct {
 	id         uuid.UUID
 	name       string
 	occurredAt time.Time
-	payload    string
-	headers    string
+	// finite is false when occurred_at is 'infinity' or '-infinity'.
+	finite  bool
+	payload string
+	headers string
 }
 
 // message returns the row's message: the contract's envelope as body,
@@ -32,6 +36,14 @@ type row struct {
 // with the consumers' own decoder (maxBody is their limit), so a row that
 // a consumer would reject is held instead of published.
 func (r row) message(maxBody int) (amqp.Publishing, error) {
+	if !r.finite {
+		return amqp.Publishing{}, errors.New("occurred_at is not a finite time")
+	}
+	if len(r.headers) > consumer.MaxHeadersBytes {
+		// The broker would close the connection on the frame, at every
+		// try, and with it every other relay's channel on it.
+		return amqp.Publishing{}, fmt.Errorf("headers are %d bytes as JSON, at most %d", len(r.headers), consumer.MaxHeadersBytes)
+	}
 	name, err := json.Marshal(r.name)
 	if err != nil {
 		return amqp.Publishing{}, fmt.Errorf("event_name: %w", err)

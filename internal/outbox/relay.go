@@ -378,7 +378,10 @@ func drainNotifications(ctx context.Context, conn *pgx.Conn) {
 	}
 }
 
-const selectSQL = `SELECT event_id, event_name, occurred_at, payload::text, headers::text
+// selectSQL reads occurred_at as NULL when it is not finite ('infinity'
+// cannot be scanned into a time: one such row failed every select, and
+// the whole outbox stalled); such a row is held instead.
+const selectSQL = `SELECT event_id, event_name, CASE WHEN isfinite(occurred_at) THEN occurred_at END, payload::text, headers::text
 FROM platform.outbox WHERE NOT (event_id = ANY($2::uuid[])) ORDER BY event_id LIMIT $1`
 
 // pass publishes the first BatchSize visible rows, in event_id order, that
@@ -473,10 +476,14 @@ func (r *Relay) selectRows(ctx context.Context, conn *pgx.Conn, skip [][16]byte)
 	for q.Next() {
 		var rw row
 		var id [16]byte
-		if err := q.Scan(&id, &rw.name, &rw.occurredAt, &rw.payload, &rw.headers); err != nil {
+		var at *time.Time
+		if err := q.Scan(&id, &rw.name, &at, &rw.payload, &rw.headers); err != nil {
 			return nil, fmt.Errorf("outbox: read row: %w", err)
 		}
 		rw.id = id
+		if at != nil {
+			rw.occurredAt, rw.finite = *at, true
+		}
 		rows = append(rows, rw)
 	}
 	if err := q.Err(); err != nil {

@@ -216,8 +216,12 @@ func TestRelayHoldsReturnedRows(t *testing.T) {
 	waitFor(t, 5*time.Second, "the row to be deleted", func() bool { return b.pending() == 0 })
 }
 
-// TestRelayHoldsInvalidRows: a row a consumer would reject (a payload that
-// is not an object, written by a plain INSERT) is held, not published.
+// TestRelayHoldsInvalidRows: rows a consumer would reject or the broker
+// refuse, written by plain INSERTs, are held, not published, and the rows
+// after them go out: a payload that is not an object, an occurred_at of
+// 'infinity' (which once failed every select: nothing went out) and
+// headers too large for one AMQP frame (which once made the broker close
+// the connection at every try).
 func TestRelayHoldsInvalidRows(t *testing.T) {
 	t.Parallel()
 	b := setup(t)
@@ -225,14 +229,19 @@ func TestRelayHoldsInvalidRows(t *testing.T) {
 	deliveries := b.consume()
 	_, err := b.check.Exec(ctx, `INSERT INTO platform.outbox (event_id, event_name, payload) VALUES ($1, 'test.bad', '[1]')`, uuid.Must(uuid.NewV7()))
 	require.NoError(t, err)
+	_, err = b.check.Exec(ctx, `INSERT INTO platform.outbox (event_id, event_name, payload, occurred_at) VALUES ($1, 'test.bad', '{}', 'infinity')`, uuid.Must(uuid.NewV7()))
+	require.NoError(t, err)
+	_, err = b.check.Exec(ctx, `INSERT INTO platform.outbox (event_id, event_name, payload, headers) VALUES ($1, 'test.bad', '{}', jsonb_build_object('big', repeat('x', 200000)))`, uuid.Must(uuid.NewV7()))
+	require.NoError(t, err)
 	var good uuid.UUID
 	require.NoError(t, b.check.QueryRow(ctx, `SELECT platform.publish('test.good', '{}')`).Scan(&good))
 	b.relay(nil)
 	receiveIDs(t, deliveries, 10*time.Second, good.String())
 	held := b.metrics.Outbox.Held.WithLabelValues("svc", metrics.HeldInvalid)
-	waitFor(t, 10*time.Second, "the invalid row to be held twice", func() bool { return testutil.ToFloat64(held) >= 2 })
+	waitFor(t, 10*time.Second, "the three invalid rows to be held twice", func() bool { return testutil.ToFloat64(held) >= 6 })
 	quiet(t, deliveries, 300*time.Millisecond)
-	require.Equal(t, 1, b.pending())
+	require.Equal(t, 3, b.pending())
+	require.Zero(t, b.logs.count("relay session lost"), "no select failed, no connection closed")
 }
 
 // TestRelayCrashBetweenConfirmAndDelete ends the relay's session after a

@@ -3,6 +3,7 @@ package outbox
 import (
 	"context"
 	"encoding/binary"
+	"encoding/json"
 	"sync"
 	"testing"
 	"time"
@@ -159,5 +160,16 @@ func TestConsumerPublishInCallersTransaction(t *testing.T) {
 	defer func() { _ = tx.Rollback(ctx) }()
 	_, err = consumer.Publish(ctx, tx, consumer.Message{Name: "bad name", Payload: []byte(`{}`)})
 	require.ErrorIs(t, err, consumer.ErrInvalidMessage)
+	require.True(t, consumer.IsPermanent(err))
+
+	// Valid JSON that jsonb refuses (22P05): the database says no every
+	// time, so the handler's event goes to the failure queue at once.
+	tx2, err := b.check.Begin(ctx)
+	require.NoError(t, err)
+	defer func() { _ = tx2.Rollback(ctx) }()
+	_, err = consumer.Publish(ctx, tx2, consumer.Message{Name: "test.nul", Payload: json.RawMessage(`{"a":"\u0000"}`)})
+	var pe *pgconn.PgError
+	require.ErrorAs(t, err, &pe)
+	require.Equal(t, "22P05", pe.Code)
 	require.True(t, consumer.IsPermanent(err))
 }
