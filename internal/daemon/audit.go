@@ -83,7 +83,7 @@ func (b *backend) DescribeService(ctx context.Context, name string) (admin.Servi
 		return admin.ServiceDetail{}, err
 	}
 	d := admin.ServiceDetail{Service: name}
-	for _, p := range s.cfg.Pools {
+	for _, p := range s.config().Pools {
 		d.RetrySpan = max(d.RetrySpan, p.RetrySpan())
 	}
 	if d.RowsEstimate, err = dedup.EstimateRows(ctx, s.db); err != nil {
@@ -100,7 +100,7 @@ func (b *backend) DescribeService(ctx context.Context, name string) (admin.Servi
 }
 
 func (b *backend) ListAudit(ctx context.Context, name string, limit int) ([]admin.AuditEntry, error) {
-	svcs := b.d.services
+	svcs := b.d.serviceList()
 	if name != "" {
 		s, err := b.service(name)
 		if err != nil {
@@ -112,10 +112,10 @@ func (b *backend) ListAudit(ctx context.Context, name string, limit int) ([]admi
 	for _, s := range svcs {
 		entries, err := state.ListAudit(ctx, s.db, limit)
 		if err != nil {
-			return nil, unavailable(fmt.Errorf("service %s: %w", s.cfg.Name, err))
+			return nil, unavailable(fmt.Errorf("service %s: %w", s.config().Name, err))
 		}
 		for _, e := range entries {
-			out = append(out, admin.AuditEntry{Service: s.cfg.Name, At: e.At, Actor: e.Actor,
+			out = append(out, admin.AuditEntry{Service: s.config().Name, At: e.At, Actor: e.Actor,
 				Action: e.Action, Target: e.Target, Detail: e.Detail})
 		}
 	}

@@ -23,7 +23,7 @@ var _ admin.Backend = (*backend)(nil)
 
 func (b *backend) service(name string) (*service, error) {
 	for _, s := range b.d.serviceList() {
-		if s.cfg.Name == name {
+		if s.config().Name == name {
 			return s, nil
 		}
 	}
@@ -58,8 +58,8 @@ func (b *backend) ListServices(ctx context.Context) ([]admin.ServiceInfo, error)
 			}
 			// One service's database being away does not hide the others:
 			// it is listed with its config's figures and the error.
-			info = admin.ServiceInfo{Name: s.cfg.Name, Horizon: s.cfg.Horizon, MinHorizon: s.cfg.MinHorizon,
-				BeyondHorizon: s.cfg.BeyondHorizon, Error: err.Error()}
+			info = admin.ServiceInfo{Name: s.config().Name, Horizon: s.config().Horizon, MinHorizon: s.config().MinHorizon,
+				BeyondHorizon: s.config().BeyondHorizon, Error: err.Error()}
 		}
 		out = append(out, info)
 	}
@@ -68,12 +68,12 @@ func (b *backend) ListServices(ctx context.Context) ([]admin.ServiceInfo, error)
 
 // serviceInfo reads a service's figures from its database.
 func serviceInfo(ctx context.Context, s *service) (admin.ServiceInfo, error) {
-	h, err := state.GetHorizon(ctx, s.db, s.cfg.Name, s.cfg.Horizon, s.cfg.MinHorizon)
+	h, err := state.GetHorizon(ctx, s.db, s.config().Name, s.config().Horizon, s.config().MinHorizon)
 	if err != nil {
 		return admin.ServiceInfo{}, err
 	}
-	info := admin.ServiceInfo{Name: s.cfg.Name, Horizon: h.Horizon, MinHorizon: s.cfg.MinHorizon, BeyondHorizon: s.cfg.BeyondHorizon}
-	last, ok, err := state.LastPurge(ctx, s.db, s.cfg.Name)
+	info := admin.ServiceInfo{Name: s.config().Name, Horizon: h.Horizon, MinHorizon: s.config().MinHorizon, BeyondHorizon: s.config().BeyondHorizon}
+	last, ok, err := state.LastPurge(ctx, s.db, s.config().Name)
 	if err != nil {
 		return admin.ServiceInfo{}, err
 	}
@@ -160,14 +160,14 @@ func (b *backend) LookupEvent(ctx context.Context, id uuid.UUID, serviceName str
 	}
 	out := make([]admin.LookupResult, 0, len(svcs))
 	for _, s := range svcs {
-		r := admin.LookupResult{Service: s.cfg.Name}
+		r := admin.LookupResult{Service: s.config().Name}
 		at, err := dedup.Lookup(ctx, s.db, id)
 		switch {
 		case errors.Is(err, dedup.ErrNotFound):
 		case err != nil:
 			return nil, unavailable(err)
 		default:
-			h, err := state.GetHorizon(ctx, s.db, s.cfg.Name, s.cfg.Horizon, s.cfg.MinHorizon)
+			h, err := state.GetHorizon(ctx, s.db, s.config().Name, s.config().Horizon, s.config().MinHorizon)
 			if err != nil {
 				return nil, unavailable(err)
 			}
@@ -187,7 +187,7 @@ func (b *backend) GetHorizon(ctx context.Context, name string) (admin.HorizonInf
 	if err != nil {
 		return admin.HorizonInfo{}, err
 	}
-	h, err := state.GetHorizon(ctx, s.db, s.cfg.Name, s.cfg.Horizon, s.cfg.MinHorizon)
+	h, err := state.GetHorizon(ctx, s.db, s.config().Name, s.config().Horizon, s.config().MinHorizon)
 	return processedEventHorizon(ctx, s.db, horizonInfo(h)), unavailable(err)
 }
 
@@ -198,17 +198,17 @@ func (b *backend) SetHorizon(ctx context.Context, name string, horizon time.Dura
 	}
 	// A horizon shorter than a retry span would let a retried copy outlive
 	// its processed_event row: refuse it even with force.
-	for _, p := range s.cfg.Pools {
+	for _, p := range s.config().Pools {
 		if span := p.RetrySpan(); horizon <= span {
 			return admin.HorizonInfo{}, fmt.Errorf("%w: horizon %s is not longer than pool %s's retry span %s",
 				admin.ErrBelowMinHorizon, horizon, p.Name, span)
 		}
 	}
-	h, err := state.SetHorizon(ctx, s.db, s.cfg.Name, horizon, s.cfg.MinHorizon, force, actor)
+	h, err := state.SetHorizon(ctx, s.db, s.config().Name, horizon, s.config().MinHorizon, force, actor)
 	switch {
 	case errors.Is(err, state.ErrBelowMinHorizon):
 		return admin.HorizonInfo{}, fmt.Errorf("%w: %s is under %s's min_horizon %s; use force to go lower",
-			admin.ErrBelowMinHorizon, horizon, name, s.cfg.MinHorizon)
+			admin.ErrBelowMinHorizon, horizon, name, s.config().MinHorizon)
 	case errors.Is(err, state.ErrInvalidHorizon):
 		return admin.HorizonInfo{}, fmt.Errorf("%w: %w", admin.ErrInvalidArgument, err)
 	case err != nil:

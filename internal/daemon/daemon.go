@@ -146,7 +146,10 @@ type Daemon struct {
 	httpSrv    *metricsServer
 	stopOnce   sync.Once
 	reloadMu   sync.Mutex // one reload at a time
-	tracing    *tracing.Provider
+	// stopping, under reloadMu, is set once Stop has taken the services
+	// to stop: a reload waiting behind it must not start others then.
+	stopping bool
+	tracing  *tracing.Provider
 
 	mu       sync.RWMutex
 	cfg      *config.Config
@@ -351,6 +354,7 @@ func (d *Daemon) Stop() {
 func (d *Daemon) stopStages() [][]startstop.Stopper {
 	d.reloadMu.Lock() // a reload in progress finishes first
 	defer d.reloadMu.Unlock()
+	d.stopping = true // and none after it: the list below is final
 	var services []startstop.Stopper
 	for _, s := range d.serviceList() {
 		services = append(services, s)

@@ -42,6 +42,9 @@ import (
 func (d *Daemon) Reload(ctx context.Context, actor string) (admin.ReloadResult, error) {
 	d.reloadMu.Lock()
 	defer d.reloadMu.Unlock()
+	if d.stopping {
+		return admin.ReloadResult{}, fmt.Errorf("%w: the daemon is stopping", admin.ErrUnavailable)
+	}
 	start := time.Now()
 	res, err := d.reload(ctx)
 	result := metrics.ReloadApplied
@@ -158,8 +161,8 @@ func (d *Daemon) planReload(cfg *config.Config) *reloadPlan {
 	plan := &reloadPlan{pools: map[string]*poolPlan{}}
 	running := map[string]*service{}
 	for _, s := range d.serviceList() {
-		running[s.cfg.Name] = s
-		if _, ok := cfg.Service(s.cfg.Name); !ok {
+		running[s.config().Name] = s
+		if _, ok := cfg.Service(s.config().Name); !ok {
 			plan.remove = append(plan.remove, s)
 		}
 	}
@@ -168,10 +171,10 @@ func (d *Daemon) planReload(cfg *config.Config) *reloadPlan {
 		switch {
 		case !ok:
 			plan.add = append(plan.add, sc)
-		case !reflect.DeepEqual(serviceSettings(s.cfg), serviceSettings(sc)):
+		case !reflect.DeepEqual(serviceSettings(s.config()), serviceSettings(sc)):
 			plan.restart = append(plan.restart, s)
 		default:
-			plan.pools[sc.Name] = planPools(old, s.cfg, cfg, sc)
+			plan.pools[sc.Name] = planPools(old, s.config(), cfg, sc)
 		}
 	}
 	return plan
@@ -237,13 +240,17 @@ func (d *Daemon) prepareReload(ctx context.Context, cfg *config.Config, reg *con
 	var todo []config.ServiceConfig
 	todo = append(todo, plan.add...)
 	for _, s := range plan.restart {
-		sc, _ := cfg.Service(s.cfg.Name)
+		sc, _ := cfg.Service(s.config().Name)
 		todo = append(todo, sc)
 	}
+	// kept are the running services whose pools change: nothing brings
+	// them up again, so their new pools need the migrations now.
+	kept := map[string]bool{}
 	for name, p := range plan.pools {
 		if p.changed() {
 			sc, _ := cfg.Service(name)
 			todo = append(todo, sc)
+			kept[name] = true
 		}
 	}
 	migrated := map[string]bool{}
@@ -258,11 +265,16 @@ func (d *Daemon) prepareReload(ctx context.Context, cfg *config.Config, reg *con
 			problems = append(problems, admin.ConfigProblem{Path: kp.path, Message: kp.err.Error()})
 		case ctx.Err() != nil:
 			return nil, ctx.Err()
+		case unreachable(err) && kept[sc.Name]:
+			return nil, fmt.Errorf("%w: service %s: its database is not reachable, and the pools this reload adds or changes need its migrations first: %w",
+				admin.ErrUnavailable, sc.Name, err)
 		case unreachable(err):
 			d.log.WarnContext(ctx, "daemon: reload: service database not reachable; the service waits for it",
 				slog.String("service", sc.Name), slog.Any("error", err))
 		default:
-			return nil, fmt.Errorf("reload: %w", err)
+			// The database refused a migration: the operator learns why
+			// at the service's key path, not as an internal error.
+			problems = append(problems, admin.ConfigProblem{Path: servicePathOf(cfg, sc.Name), Message: "migrations: " + err.Error()})
 		}
 	}
 	if len(problems) > 0 {
@@ -278,21 +290,21 @@ func (d *Daemon) applyReload(ctx context.Context, cfg *config.Config, reg *consu
 	var stopping []startstop.Stopper
 	for _, s := range plan.remove {
 		stopping = append(stopping, s)
-		res.ServicesRemoved = append(res.ServicesRemoved, s.cfg.Name)
+		res.ServicesRemoved = append(res.ServicesRemoved, s.config().Name)
 	}
 	for _, s := range plan.restart {
 		stopping = append(stopping, s)
-		res.ServicesRestarted = append(res.ServicesRestarted, s.cfg.Name)
+		res.ServicesRestarted = append(res.ServicesRestarted, s.config().Name)
 	}
 	startstop.StopAllParallel(stopping...)
 	for _, s := range plan.remove {
-		d.admin.SetServiceHealth(s.cfg.Name, false, true)
-		d.metrics.ServiceUp.DeleteLabelValues(s.cfg.Name)
+		d.admin.SetServiceHealth(s.config().Name, false, true)
+		d.metrics.ServiceUp.DeleteLabelValues(s.config().Name)
 	}
 
 	running := map[string]*service{}
 	for _, s := range d.serviceList() {
-		running[s.cfg.Name] = s
+		running[s.config().Name] = s
 	}
 	var services []*service
 	for _, sc := range cfg.Services {
@@ -367,7 +379,7 @@ func (s *service) reconfigure(ctx context.Context, sc config.ServiceConfig, reg 
 
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	s.cfg, s.reg = sc, reg
+	s.setConfig(sc, reg)
 	var started []*servicePool
 	for _, pc := range append(slices.Clone(p.add), p.restart...) {
 		sp, err := s.newPool(pc)
@@ -389,7 +401,11 @@ func (s *service) reconfigure(ctx context.Context, sc config.ServiceConfig, reg 
 		return // the bring-up starts every pool of s.pools
 	}
 	for _, sp := range started {
-		if err := sp.pool.DeclareTopology(ctx); err != nil {
+		// Bounded as at start: s.mu is held, and admin calls wait on it.
+		dctx, cancel := context.WithTimeout(ctx, declareTimeout)
+		err := sp.pool.DeclareTopology(dctx)
+		cancel()
+		if err != nil {
 			s.d.log.WarnContext(ctx, "daemon: declare topology failed; workers will retry", slog.String("pool", sp.cfg.Name), slog.Any("error", err))
 		}
 		_ = sp.pool.Start(ctx)
@@ -405,10 +421,10 @@ func (d *Daemon) auditReload(ctx context.Context, actor string, res admin.Reload
 	}
 	for _, s := range d.serviceList() {
 		actx, cancel := context.WithTimeout(context.WithoutCancel(ctx), auditTimeout)
-		err := state.AppendAudit(actx, s.db, actor, state.AuditConfigReload, s.cfg.Name, detail)
+		err := state.AppendAudit(actx, s.db, actor, state.AuditConfigReload, s.config().Name, detail)
 		cancel()
 		if err != nil {
-			d.log.WarnContext(ctx, "daemon: reload not audited in the service's database", slog.String("service", s.cfg.Name), slog.Any("error", err))
+			d.log.WarnContext(ctx, "daemon: reload not audited in the service's database", slog.String("service", s.config().Name), slog.Any("error", err))
 		}
 	}
 }
@@ -418,4 +434,14 @@ func (d *Daemon) auditReload(ctx context.Context, actor string, res admin.Reload
 func (d *Daemon) amqpURLs() []string {
 	cfg, _ := d.config()
 	return cfg.Broker.Addresses()
+}
+
+// servicePathOf is the key path of service name in cfg.
+func servicePathOf(cfg *config.Config, name string) string {
+	for i, sc := range cfg.Services {
+		if sc.Name == name {
+			return fmt.Sprintf("services[%d]", i)
+		}
+	}
+	return "services"
 }

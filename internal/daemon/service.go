@@ -50,9 +50,11 @@ const (
 // settle), the relay, the watchers, and closes the database pool.
 type service struct {
 	startstop.Base
-	cfg     config.ServiceConfig
+	// conf is the service's config and handlers, replaced as one by a
+	// reload that changes its pools (setConfig) while admin calls, the
+	// bring-up and the health loop read them (config, registry).
+	conf    atomic.Pointer[serviceConf]
 	d       *Daemon
-	reg     *consumer.Registry
 	db      *pgxpool.Pool
 	horizon *horizonCache
 	// migrate is false when the service's migrations ran already (at the
@@ -66,6 +68,23 @@ type service struct {
 
 	up      atomic.Bool           // brought up: its pools, relay and scheduler run
 	downErr atomic.Pointer[error] // why it is not up, or its database's last error
+}
+
+// serviceConf is a service's config and the registry of its handlers.
+type serviceConf struct {
+	cfg config.ServiceConfig
+	reg *consumer.Registry
+}
+
+// config returns the service's config in force.
+func (s *service) config() config.ServiceConfig { return s.conf.Load().cfg }
+
+// registry returns the registry of the handlers its pools run.
+func (s *service) registry() *consumer.Registry { return s.conf.Load().reg }
+
+// setConfig replaces the service's config and registry (a reload).
+func (s *service) setConfig(sc config.ServiceConfig, reg *consumer.Registry) {
+	s.conf.Store(&serviceConf{cfg: sc, reg: reg})
 }
 
 // servicePool is one pool of a service and its consuming connection.
@@ -86,7 +105,8 @@ func (d *Daemon) newService(ctx context.Context, sc config.ServiceConfig, reg *c
 	if err != nil {
 		return nil, fmt.Errorf("service %s: %w", sc.Name, err)
 	}
-	s := &service{cfg: sc, d: d, reg: reg, db: db, migrate: migrate}
+	s := &service{d: d, db: db, migrate: migrate}
+	s.setConfig(sc, reg)
 	s.horizon = &horizonCache{db: db, service: sc.Name, def: sc.Horizon, min: sc.MinHorizon, log: d.log}
 	for _, pc := range sc.Pools {
 		sp, err := s.newPool(pc)
@@ -104,13 +124,13 @@ func (d *Daemon) newService(ctx context.Context, sc config.ServiceConfig, reg *c
 // newPool builds one pool of s (not started).
 func (s *service) newPool(pc config.PoolConfig) (*servicePool, error) {
 	d := s.d
-	routes, err := dedup.RoutesFor(s.reg, pc.Handlers)
+	routes, err := dedup.RoutesFor(s.registry(), pc.Handlers)
 	if err != nil {
 		return nil, fmt.Errorf("pool %s: %w", pc.Name, err)
 	}
 	consume := workers.NewConn(d.cfg.Broker.Addresses(), "platformd-"+pc.Name, d.metrics, d.log)
 	pool, err := workers.NewPool(workers.PoolConfig{
-		Name: pc.Name, Service: s.cfg.Name,
+		Name: pc.Name, Service: s.config().Name,
 		Topology: workers.Topology{
 			Exchange: d.cfg.Broker.Exchange, Queue: pc.Queue, QueueType: pc.QueueType,
 			Bindings: pc.Bindings, RetryDelays: pc.Retry.Delays,
@@ -119,12 +139,12 @@ func (s *service) newPool(pc config.PoolConfig) (*servicePool, error) {
 		BatchSize: pc.Batch.Size, BatchWait: pc.Batch.Wait,
 		PartitionKey:  pc.PartitionKey,
 		MaxBodyBytes:  d.cfg.Broker.MaxBodyBytes,
-		BeyondHorizon: s.cfg.BeyondHorizon,
+		BeyondHorizon: s.config().BeyondHorizon,
 		HorizonFunc:   s.horizon.get,
 	}, workers.Deps{
 		Processor: dedup.NewProcessor(s.db, dedup.ProcessorConfig{
-			Routes: routes, Observer: workers.NewConflictObserver(d.metrics, s.cfg.Name, pc.Name, d.log),
-			Tracer: d.tracer(), TraceAttributes: batchTraceAttributes(s.cfg.Name, pc.Name),
+			Routes: routes, Observer: workers.NewConflictObserver(d.metrics, s.config().Name, pc.Name, d.log),
+			Tracer: d.tracer(), TraceAttributes: batchTraceAttributes(s.config().Name, pc.Name),
 		}),
 		DB: s.db, Consume: consume, Publish: d.publish, Metrics: d.metrics, Logger: d.log, Tracer: d.tracer(),
 	})
@@ -166,12 +186,12 @@ func (s *service) Start(ctx context.Context) error {
 				_ = l.Start(runCtx)
 			}
 			if err := s.startRelay(runCtx); err != nil {
-				s.d.log.ErrorContext(runCtx, "daemon: outbox relay not started", slog.String("service", s.cfg.Name), slog.Any("error", err))
+				s.d.log.ErrorContext(runCtx, "daemon: outbox relay not started", slog.String("service", s.config().Name), slog.Any("error", err))
 			}
 			if err := s.startScheduler(runCtx); err != nil {
-				s.d.log.ErrorContext(runCtx, "daemon: purge scheduler not started", slog.String("service", s.cfg.Name), slog.Any("error", err))
+				s.d.log.ErrorContext(runCtx, "daemon: purge scheduler not started", slog.String("service", s.config().Name), slog.Any("error", err))
 			}
-			s.d.log.InfoContext(runCtx, "daemon: service running", slog.String("service", s.cfg.Name), slog.Int("pools", len(s.pools)))
+			s.d.log.InfoContext(runCtx, "daemon: service running", slog.String("service", s.config().Name), slog.Int("pools", len(s.pools)))
 		}()
 		_ = health.Start(runCtx)
 		return func() {
@@ -196,7 +216,7 @@ func (s *service) Start(ctx context.Context) error {
 			}
 			s.mu.RUnlock()
 			s.db.Close()
-			s.d.setServiceHealth(s.cfg.Name, false)
+			s.d.setServiceHealth(s.config().Name, false)
 		}, nil
 	})
 }
@@ -209,10 +229,11 @@ func (s *service) bringUp(ctx context.Context) bool {
 	if !s.migrate {
 		return true
 	}
-	log := s.d.log.With(slog.String("service", s.cfg.Name))
+	log := s.d.log.With(slog.String("service", s.config().Name))
 	backoff := 200 * time.Millisecond
 	for {
-		err := migrateService(ctx, s.cfg, s.reg, false, s.d.log)
+		c := s.conf.Load()
+		err := migrateService(ctx, c.cfg, c.reg, false, s.d.log)
 		if err == nil {
 			return true
 		}
@@ -231,12 +252,16 @@ func (s *service) bringUp(ctx context.Context) bool {
 	}
 }
 
+// declareTimeout bounds declaring pools' topology while the service's lock
+// is held: a broker away must not hold up admin calls and shutdown.
+const declareTimeout = 10 * time.Second
+
 // declareTopology declares every pool's topology once before the pools
 // start, so that producers may publish as soon as the service runs. A
 // broker that is down is not fatal: the workers declare again whenever
 // they connect.
 func (s *service) declareTopology(ctx context.Context) {
-	cctx, cancel := context.WithTimeout(ctx, 10*time.Second)
+	cctx, cancel := context.WithTimeout(ctx, declareTimeout)
 	defer cancel()
 	s.mu.RLock()
 	defer s.mu.RUnlock()
@@ -252,8 +277,8 @@ func (s *service) declareTopology(ctx context.Context) {
 func (s *service) startScheduler(ctx context.Context) error {
 	sched, err := scheduler.New(scheduler.Config{
 		Services: []scheduler.ServiceConfig{{
-			Name: s.cfg.Name, DB: s.db, DefaultHorizon: s.cfg.Horizon, MinHorizon: s.cfg.MinHorizon,
-			Every: s.cfg.Purge.Every, BatchSize: s.cfg.Purge.BatchSize, Ahead: s.cfg.ProcessedEvent.Ahead,
+			Name: s.config().Name, DB: s.db, DefaultHorizon: s.config().Horizon, MinHorizon: s.config().MinHorizon,
+			Every: s.config().Purge.Every, BatchSize: s.config().Purge.BatchSize, Ahead: s.config().ProcessedEvent.Ahead,
 		}},
 		Logger: s.d.log, Metrics: s.d.metrics,
 	})
@@ -293,7 +318,7 @@ func (s *service) watchHealth(ctx context.Context) {
 		} else if s.up.Load() {
 			s.downErr.Store(nil)
 		}
-		s.d.setServiceHealth(s.cfg.Name, up)
+		s.d.setServiceHealth(s.config().Name, up)
 	}
 	check(ctx)
 	startstop.Tick(ctx, HealthCheckEveryDefault, check)

@@ -1,0 +1,255 @@
+package daemon
+
+import (
+	"context"
+	"fmt"
+	"io"
+	"log/slog"
+	"net"
+	"os"
+	"path/filepath"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+	"github.com/stretchr/testify/require"
+
+	"github.com/platformd/platformd/consumer"
+	"github.com/platformd/platformd/examples/shop"
+	"github.com/platformd/platformd/internal/admin"
+	"github.com/platformd/platformd/internal/config"
+	"github.com/platformd/platformd/internal/testdb"
+)
+
+// reloadEnv is a daemon of one service, stock, started in-process on a
+// config file the test rewrites, against the real broker and database.
+type reloadEnv struct {
+	path, admin, broker, dsn, suffix string
+}
+
+func newReloadEnv(t *testing.T, dsn string) *reloadEnv {
+	t.Helper()
+	l, err := net.Listen("tcp", "127.0.0.1:0")
+	require.NoError(t, err)
+	addr := l.Addr().String()
+	require.NoError(t, l.Close())
+	return &reloadEnv{path: filepath.Join(t.TempDir(), "platformd.yaml"), admin: addr,
+		broker: "amqp://guest:guest@127.0.0.1:5672/", dsn: dsn, suffix: fmt.Sprint(time.Now().UnixNano())}
+}
+
+// write writes the config: stock's pool, then extraPools under stock and
+// extraServices after it.
+func (e *reloadEnv) write(t *testing.T, extraPools, extraServices string) {
+	t.Helper()
+	cfg := fmt.Sprintf(`admin:
+  listen: %s
+  tokens: [{name: ops, role: admin, token: "admin-token-0123456789"}]
+metrics: {listen: "-"}
+broker: {url: %q, exchange: reload.%s}
+services:
+  - name: stock
+    database: %q
+    pools:
+      - name: stock-events
+        queue: reload.stock.%s
+        queue_type: classic
+        bindings: [order.order.placed.v1]
+        handlers: [stock.reserve]
+%s%s`, e.admin, e.broker, e.suffix, e.dsn, e.suffix, extraPools, extraServices)
+	require.NoError(t, os.WriteFile(e.path, []byte(cfg), 0o600))
+}
+
+// statusPool is a pool whose handler (shipping.track_status) needs
+// migrations stock's own do not have.
+func (e *reloadEnv) statusPool() string {
+	return fmt.Sprintf(`      - name: stock-status
+        queue: reload.status.%s
+        queue_type: classic
+        bindings: [order.order.status_changed.v1]
+        handlers: [shipping.track_status]
+`, e.suffix)
+}
+
+func (e *reloadEnv) start(t *testing.T) *Daemon {
+	t.Helper()
+	reg := consumer.NewRegistry()
+	require.NoError(t, shop.Register(reg))
+	cat := Catalog{Registry: reg}
+	cfg, err := config.Load(e.path, cat)
+	require.NoError(t, err)
+	full, err := WithSQLHandlers(cfg, reg)
+	require.NoError(t, err)
+	logger := slog.New(slog.NewTextHandler(io.Discard, nil))
+	ctx := context.Background()
+	require.NoError(t, Migrate(ctx, cfg, full, false, logger))
+	d, err := start(ctx, cfg, full, Options{ConfigPath: e.path, Catalog: cat}, map[string]bool{"stock": true}, logger)
+	require.NoError(t, err)
+	require.Eventually(t, func() bool {
+		for _, s := range d.serviceList() {
+			if s.config().Name == "stock" && s.up.Load() {
+				return true
+			}
+		}
+		return false
+	}, 20*time.Second, 20*time.Millisecond, "stock up")
+	return d
+}
+
+// A reload that changes a service's pools while admin calls read it: the
+// race detector finds nothing (the service's config is replaced whole).
+func TestReloadWhileAdminCallsRead(t *testing.T) {
+	t.Parallel()
+	e := newReloadEnv(t, testdb.New(t, "reload_race"))
+	e.write(t, "", "")
+	d := e.start(t)
+	defer d.Stop()
+	b := &backend{d: d}
+	stop := make(chan struct{})
+	var wg sync.WaitGroup
+	reads := 0
+	wg.Go(func() {
+		for {
+			select {
+			case <-stop:
+				return
+			default:
+			}
+			_, _ = b.ListAudit(context.Background(), "", 5)
+			_, _ = b.DescribeService(context.Background(), "stock")
+			reads++
+		}
+	})
+	e.write(t, e.statusPool(), "")
+	res, err := d.Reload(context.Background(), "test")
+	require.NoError(t, err)
+	require.Equal(t, []string{"stock-status"}, res.PoolsAdded)
+	close(stop)
+	wg.Wait()
+	require.Positive(t, reads)
+}
+
+// Once Stop has taken the services to stop, a reload (one that waited
+// behind it) is refused as unavailable and starts nothing: its service
+// would outlive the daemon.
+func TestReloadAfterStopStartsNothing(t *testing.T) {
+	t.Parallel()
+	e := newReloadEnv(t, testdb.New(t, "reload_stop"))
+	e.write(t, "", "")
+	d := e.start(t)
+	d.Stop()
+	e.write(t, "", fmt.Sprintf(`  - name: extra
+    database: %q
+    pools:
+      - name: extra-events
+        queue: reload.extra.%s
+        queue_type: classic
+        bindings: [order.order.placed.v1]
+        handlers: [stock.reserve]
+`, testdb.New(t, "reload_stop_extra"), e.suffix))
+	_, err := d.Reload(context.Background(), "test")
+	require.ErrorIs(t, err, admin.ErrUnavailable)
+	for _, s := range d.serviceList() {
+		require.NotEqual(t, "extra", s.config().Name, "no service added after Stop")
+	}
+}
+
+// A reload that adds a pool to a running service whose database is away
+// is refused as unavailable (its new handler's migrations cannot run, and
+// nothing would run them later); once the database is back the same
+// reload applies, migrations first.
+func TestReloadAddingAPoolWhileItsDatabaseIsAway(t *testing.T) {
+	t.Parallel()
+	dsn := testdb.New(t, "reload_away")
+	cc, err := pgx.ParseConfig(dsn)
+	require.NoError(t, err)
+	px := newTCPProxy(t, "127.0.0.1:5432")
+	e := newReloadEnv(t, fmt.Sprintf("postgres://postgres@%s/%s?connect_timeout=2&sslmode=disable", px.addr, cc.Database))
+	e.write(t, "", "")
+	d := e.start(t)
+	defer d.Stop()
+
+	px.off()
+	e.write(t, e.statusPool(), "")
+	_, err = d.Reload(context.Background(), "test")
+	require.ErrorIs(t, err, admin.ErrUnavailable)
+	require.ErrorContains(t, err, "service stock: its database is not reachable")
+	pools, err := (&backend{d: d}).ListPools(context.Background(), "")
+	require.NoError(t, err)
+	require.Len(t, pools, 1, "no pool added")
+
+	px.on(t)
+	res, err := d.Reload(context.Background(), "test")
+	require.NoError(t, err)
+	require.Equal(t, []string{"stock-status"}, res.PoolsAdded)
+	conn, err := pgx.Connect(context.Background(), dsn)
+	require.NoError(t, err)
+	defer conn.Close(context.Background())
+	var table *string
+	require.NoError(t, conn.QueryRow(context.Background(), `SELECT to_regclass('order_status')::text`).Scan(&table))
+	require.NotNil(t, table, "the new handler's migrations ran")
+}
+
+// tcpProxy forwards a local port to target until off; on listens again on
+// the same port.
+type tcpProxy struct {
+	addr, target string
+	mu           sync.Mutex
+	lis          net.Listener
+	conns        []net.Conn
+}
+
+func newTCPProxy(t *testing.T, target string) *tcpProxy {
+	t.Helper()
+	l, err := net.Listen("tcp", "127.0.0.1:0")
+	require.NoError(t, err)
+	p := &tcpProxy{target: target, addr: l.Addr().String()}
+	p.serve(l)
+	t.Cleanup(p.off)
+	return p
+}
+
+func (p *tcpProxy) serve(l net.Listener) {
+	p.mu.Lock()
+	p.lis = l
+	p.mu.Unlock()
+	go func() {
+		for {
+			c, err := l.Accept()
+			if err != nil {
+				return
+			}
+			u, err := net.Dial("tcp", p.target)
+			if err != nil {
+				_ = c.Close()
+				continue
+			}
+			p.mu.Lock()
+			p.conns = append(p.conns, c, u)
+			p.mu.Unlock()
+			go func() { _, _ = io.Copy(u, c); _ = u.Close() }()
+			go func() { _, _ = io.Copy(c, u); _ = c.Close() }()
+		}
+	}()
+}
+
+// off stops listening and cuts every forwarded connection.
+func (p *tcpProxy) off() {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	if p.lis != nil {
+		_ = p.lis.Close()
+		p.lis = nil
+	}
+	for _, c := range p.conns {
+		_ = c.Close()
+	}
+	p.conns = nil
+}
+
+func (p *tcpProxy) on(t *testing.T) {
+	t.Helper()
+	l, err := net.Listen("tcp", p.addr)
+	require.NoError(t, err)
+	p.serve(l)
+}
