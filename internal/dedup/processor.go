@@ -742,8 +742,12 @@ func call(fn func() error) (err error) {
 
 // infra reports whether err is not the event's fault but the database's or
 // the caller's: then the batch's outcome is unknown and nothing is acked.
+// A deadline or cancellation of the handler's own (its HTTP call timing
+// out) is the handler's failure, retried through the delay queues like
+// any other: only the batch's ctx ending, or the connection closed (pgx
+// closes it when a query's context ends mid-query), is infrastructure.
 func infra(ctx context.Context, tx pgx.Tx, err error) bool {
-	if ctx.Err() != nil || errors.Is(err, context.Canceled) || errors.Is(err, context.DeadlineExceeded) {
+	if ctx.Err() != nil {
 		return true
 	}
 	if tx.Conn() == nil || tx.Conn().IsClosed() {

@@ -539,6 +539,34 @@ func TestProcessInfrastructureErrors(t *testing.T) {
 	require.Equal(t, 0, b.processedRows(t, ev.ID))
 }
 
+// A handler failing on a deadline of its own (an HTTP call timing out)
+// fails its event, which is retried through the delay queues and ends in
+// the failure queue: it is not a batch error, which would requeue the
+// batch for ever without counting an attempt, its neighbours with it.
+func TestProcessHandlersOwnDeadlineFailsItsEvent(t *testing.T) {
+	t.Parallel()
+	b := setup(t)
+	bad, good := orderEvent(t, 1), orderEvent(t, 1)
+	b.reg.MustRegister(consumer.Registration{Name: "test.slow_call", Events: []string{shop.EventOrderPlaced},
+		Handler: consumer.HandlerFunc(func(ctx context.Context, _ pgx.Tx, ev consumer.Event) error {
+			if ev.ID != bad.ID {
+				return nil
+			}
+			cctx, cancel := context.WithTimeout(ctx, time.Millisecond)
+			defer cancel()
+			<-cctx.Done()
+			return fmt.Errorf("call the payment service: %w", cctx.Err())
+		})})
+	p := b.processor(t, shop.HandlerStockReserve, "test.slow_call")
+	res, err := p.Process(context.Background(), []consumer.Event{bad, good})
+	require.NoError(t, err)
+	require.Equal(t, dedup.OutcomeFailed, res[0].Outcome)
+	require.ErrorIs(t, res[0].Err, context.DeadlineExceeded)
+	require.Equal(t, dedup.OutcomeProcessed, res[1].Outcome)
+	require.Equal(t, 0, b.processedRows(t, bad.ID))
+	require.Equal(t, 1, b.processedRows(t, good.ID))
+}
+
 func TestProcessNoHandlerIsPermanent(t *testing.T) {
 	t.Parallel()
 	b := setup(t)
