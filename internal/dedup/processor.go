@@ -9,6 +9,7 @@ import (
 	"math/rand/v2"
 	"runtime/debug"
 	"slices"
+	"strings"
 	"sync"
 	"time"
 
@@ -448,21 +449,29 @@ func (p *Processor) run(ctx context.Context, ts []*task) error {
 		}
 		var hf *handlerFailure
 		var rf *refusal
+		deferred := false
 		switch {
 		case err == nil:
 			return nil
-		case conflict, errors.As(err, &rf), errors.As(err, &hf):
+		case errors.As(err, &rf), errors.As(err, &hf):
+		default:
+			deferred = deferredViolation(err)
+		}
+		switch {
+		case conflict, deferred, rf != nil, hf != nil:
 			// Each event runs again on its own: a refused id or a failing
-			// handler is found that way and the others commit; a conflict
-			// left after the retries is not an event's fault, so no
-			// event keeps the outcome the failed try gave it.
-			if conflict {
+			// handler is found that way and the others commit. A conflict
+			// left after the retries is not an event's fault, and a
+			// commit refused by a deferred constraint undid what the try
+			// called processed: no event keeps the outcome the failed try
+			// gave it.
+			if conflict || deferred {
 				for _, t := range ts {
 					t.result = Result{}
 				}
 			}
 			p.obs.Replay()
-			return p.runIsolated(ctx, ts)
+			return p.runIsolated(ctx, ts, deferred)
 		default:
 			return fmt.Errorf("dedup: %w", err)
 		}
@@ -527,13 +536,31 @@ func conflictCode(err error) (string, bool) {
 	return "", false
 }
 
+// deferredViolation reports whether err is the commit refused by a
+// deferred constraint (SQLSTATE class 22 or 23 raised at COMMIT, neither a
+// handler's error nor the dedup insert's): the server rolled back, so the
+// outcome is known, and the same batch would be refused again every time.
+func deferredViolation(err error) bool {
+	var pgErr *pgconn.PgError
+	return errors.As(err, &pgErr) && (strings.HasPrefix(pgErr.Code, "22") || strings.HasPrefix(pgErr.Code, "23"))
+}
+
 // runIsolated replays ts with one savepoint per event: each event's insert
 // and handlers succeed or roll back on their own. A task whose failure the
-// first try already saw is not run again.
-func (p *Processor) runIsolated(ctx context.Context, ts []*task) error {
+// first try already saw is not run again. With immediate (the batch's
+// commit was refused by a deferred constraint) the replay checks every
+// constraint at its statement, so that the violation fails the event that
+// made it, not the commit of all; a handler that relies on deferral within
+// its own event fails in that replay and is retried.
+func (p *Processor) runIsolated(ctx context.Context, ts []*task, immediate bool) error {
 	ctx, replay := p.tr.start(ctx, SpanReplay)
 	var commit trace.Span
 	err := dbutil.WithTx(ctx, p.db, dbutil.ReadCommitted, func(ctx context.Context, tx pgx.Tx) error {
+		if immediate {
+			if _, err := tx.Exec(ctx, `SET CONSTRAINTS ALL IMMEDIATE`); err != nil {
+				return err
+			}
+		}
 		for _, t := range ts {
 			if t.result.Outcome == OutcomeFailed {
 				continue

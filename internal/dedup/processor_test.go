@@ -567,6 +567,39 @@ func TestProcessHandlersOwnDeadlineFailsItsEvent(t *testing.T) {
 	require.Equal(t, 1, b.processedRows(t, good.ID))
 }
 
+// A commit refused by a deferred constraint (the handlers' statements all
+// passed) is replayed with constraints immediate: the violation fails the
+// event that made it and the others commit, where the batch once failed at
+// every commit, requeued for ever with no attempt counted.
+func TestProcessDeferredConstraintFailsItsEvent(t *testing.T) {
+	t.Parallel()
+	b := setup(t)
+	ctx := context.Background()
+	_, err := b.db.Exec(ctx, `CREATE TABLE deferred_key (k int, CONSTRAINT deferred_key_u UNIQUE (k) DEFERRABLE INITIALLY DEFERRED);
+		INSERT INTO deferred_key VALUES (1)`)
+	require.NoError(t, err)
+	bad, good := orderEvent(t, 1), orderEvent(t, 1)
+	b.reg.MustRegister(consumer.Registration{Name: "test.deferred", Events: []string{shop.EventOrderPlaced},
+		Handler: consumer.HandlerFunc(func(ctx context.Context, tx pgx.Tx, ev consumer.Event) error {
+			k := 2
+			if ev.ID == bad.ID {
+				k = 1 // taken: refused at COMMIT only
+			}
+			_, err := tx.Exec(ctx, `INSERT INTO deferred_key VALUES ($1)`, k)
+			return err
+		})})
+	p := b.processor(t, "test.deferred")
+	res, err := p.Process(ctx, []consumer.Event{bad, good})
+	require.NoError(t, err)
+	require.Equal(t, dedup.OutcomeFailed, res[0].Outcome)
+	var pgErr *pgconn.PgError
+	require.ErrorAs(t, res[0].Err, &pgErr)
+	require.Equal(t, "23505", pgErr.Code)
+	require.Equal(t, dedup.OutcomeProcessed, res[1].Outcome)
+	require.Equal(t, 0, b.processedRows(t, bad.ID))
+	require.Equal(t, 1, b.processedRows(t, good.ID))
+}
+
 func TestProcessNoHandlerIsPermanent(t *testing.T) {
 	t.Parallel()
 	b := setup(t)
