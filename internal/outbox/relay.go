@@ -50,9 +50,12 @@ const (
 // Channel is the notification channel the outbox trigger signals.
 const Channel = "platform_outbox"
 
-// LockName returns the name the relay lock of service is derived from;
-// the key is hashtextextended(name, 0), computed by the server.
-func LockName(service string) string { return "platformd.outbox." + service }
+// LockName is the name the relay lock is derived from (the key is
+// hashtextextended(name, 0), computed by the server). It names no service:
+// advisory locks are per database, as the outbox table is, so two service
+// entries on one database (a producer and a consumer entry, say) still
+// run one active relay on it.
+const LockName = "platformd.outbox"
 
 // Config configures a Relay. Zero values take the defaults.
 type Config struct {
@@ -260,7 +263,7 @@ func (r *Relay) waitLock(ctx context.Context, conn *pgx.Conn) error {
 	standby := false
 	for {
 		var ok bool
-		if err := conn.QueryRow(ctx, `SELECT pg_try_advisory_lock(hashtextextended($1, 0))`, LockName(r.cfg.Service)).Scan(&ok); err != nil {
+		if err := conn.QueryRow(ctx, `SELECT pg_try_advisory_lock(hashtextextended($1, 0))`, LockName).Scan(&ok); err != nil {
 			return fmt.Errorf("outbox: take relay lock: %w", err)
 		}
 		if ok {
