@@ -156,7 +156,9 @@ func (r *Relay) Start(ctx context.Context) error {
 
 // Stop stops the relay and waits for it: the pass in flight may finish
 // (its confirmed rows deleted) within StopTimeoutDefault, then it is
-// abandoned (its rows stay and are published again). It releases the relay
+// abandoned (its rows stay and are published again); a pass blocked in a
+// write to a blocked broker is left to end with the broker connection
+// after another StopTimeoutDefault. It releases the relay
 // lock. Safe to call twice and before Start.
 func (r *Relay) Stop() { r.Base.Stop() }
 
@@ -168,8 +170,16 @@ func (r *Relay) stop(cancel, hard context.CancelFunc, done <-chan struct{}) {
 		r.log.Warn("outbox: stop timed out, abandoning the pass in flight")
 	}
 	hard()
-	<-done
-	r.pub.Close()
+	select {
+	case <-done:
+		r.pub.Close()
+	case <-time.After(StopTimeoutDefault):
+		// A publish blocked in a socket write (the broker blocking a
+		// connection in a memory or disk alarm) heeds no context: the
+		// pass ends when the daemon closes the broker connection, after
+		// the services. Stop must not wait for that.
+		r.log.Warn("outbox: relay still blocked on the broker; it ends with the broker connection")
+	}
 	r.active.Set(0)
 }
 
