@@ -74,6 +74,12 @@ type heldAck struct {
 // then requeues every unacked delivery, and the redelivery of a committed
 // one is a duplicate.
 func (st *settler) settle(ctx context.Context, batch []message, more func() bool) bool {
+	if st.ch.IsClosed() {
+		// Gone while the batch was in the database (a consumer timeout, a
+		// node lost): every delivery comes back, so a copy published now
+		// would be a second one of its failure.
+		return false
+	}
 	copied := st.publishCopies(ctx, batch)
 	var maxAck uint64
 	alive, plain := true, !copied

@@ -254,3 +254,15 @@ func TestSettleAChannelClosedMeanwhileReportsGone(t *testing.T) {
 	b.ch.closed = true
 	require.False(t, b.st.settle(context.Background(), []message{msg(1, processed)}, always))
 }
+
+// A channel that died while its batch was in the database gets no copies:
+// its deliveries all come back, failures included, and a copy now would be
+// a second one.
+func TestSettleNoCopiesOnADeadChannel(t *testing.T) {
+	t.Parallel()
+	b := newSettleBundle(t, 100)
+	b.ch.closed = true
+	require.False(t, b.st.settle(context.Background(), []message{msg(1, retry(1)), msg(2, failure(ReasonPermanent))}, always))
+	require.Empty(t, b.pub.sent)
+	require.Zero(t, b.outcome(metrics.OutcomeRetried)+b.outcome(metrics.OutcomeFailed))
+}
