@@ -447,34 +447,26 @@ func (p *Processor) run(ctx context.Context, ts []*task) error {
 				continue
 			}
 		}
-		var hf *handlerFailure
-		var rf *refusal
-		deferred := false
-		switch {
-		case err == nil:
+		if err == nil {
 			return nil
-		case errors.As(err, &rf), errors.As(err, &hf):
-		default:
-			deferred = deferredViolation(err)
 		}
-		switch {
-		case conflict, deferred, rf != nil, hf != nil:
-			// Each event runs again on its own: a refused id or a failing
-			// handler is found that way and the others commit. A conflict
-			// left after the retries is not an event's fault, and a
-			// commit refused by a deferred constraint undid what the try
-			// called processed: no event keeps the outcome the failed try
-			// gave it.
-			if conflict || deferred {
-				for _, t := range ts {
-					t.result = Result{}
-				}
-			}
-			p.obs.Replay()
-			return p.runIsolated(ctx, ts, deferred)
-		default:
+		eventFault := isEventFault(err)
+		deferred := !eventFault && deferredViolation(err)
+		if !conflict && !eventFault && !deferred {
 			return fmt.Errorf("dedup: %w", err)
 		}
+		// Each event runs again on its own: a refused id or a failing
+		// handler is found that way and the others commit. A conflict left
+		// after the retries is not an event's fault, and a commit refused
+		// by a deferred constraint undid what the try called processed: no
+		// event keeps the outcome the failed try gave it.
+		if conflict || deferred {
+			for _, t := range ts {
+				t.result = Result{}
+			}
+		}
+		p.obs.Replay()
+		return p.runIsolated(ctx, ts, deferred)
 	}
 }
 
@@ -536,6 +528,14 @@ func conflictCode(err error) (string, bool) {
 	return "", false
 }
 
+// isEventFault reports whether err rolled back for one event's sake (a
+// failing handler, an id the table refused), which its result settles.
+func isEventFault(err error) bool {
+	var hf *handlerFailure
+	var rf *refusal
+	return errors.As(err, &hf) || errors.As(err, &rf)
+}
+
 // deferredViolation reports whether err is the commit refused by a
 // deferred constraint (SQLSTATE class 22 or 23 raised at COMMIT, neither a
 // handler's error nor the dedup insert's): the server rolled back, so the
@@ -580,9 +580,7 @@ func (p *Processor) runIsolated(ctx context.Context, ts []*task, immediate bool)
 				t.result = Result{Outcome: OutcomeProcessed}
 				return nil
 			})
-			var hf *handlerFailure
-			var rf *refusal
-			if err != nil && !errors.As(err, &hf) && !errors.As(err, &rf) {
+			if err != nil && !isEventFault(err) {
 				return err
 			}
 		}
