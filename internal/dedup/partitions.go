@@ -163,13 +163,9 @@ func ensurePartitions(ctx context.Context, tx pgx.Tx, from, to time.Time) ([]str
 // dropped; a detach left pending by an interrupted run is finalized
 // first; then the partitions of the days ahead are created. Deleted counts
 // the rows of the partitions dropped (pg_class.reltuples once the table
-// was analyzed, else an exact count); Chunks counts the partitions.
-func purgePartitions(ctx context.Context, db *pgxpool.Pool, p PurgeParams) (PurgeResult, error) {
-	res := PurgeResult{HorizonInForce: HorizonInForce(LayoutPartitioned, p.Horizon)}
-	if err := db.QueryRow(ctx, `SELECT now() - make_interval(secs => $1::float8 / 1e6)`,
-		res.HorizonInForce.Microseconds()).Scan(&res.Cutoff); err != nil {
-		return res, fmt.Errorf("dedup: purge: cutoff: %w", err)
-	}
+// was analyzed, else an exact count); Chunks counts the partitions. res
+// comes with the horizon in force and the cutoff, from Purge.
+func purgePartitions(ctx context.Context, db *pgxpool.Pool, p PurgeParams, res PurgeResult) (PurgeResult, error) {
 	// DETACH ... CONCURRENTLY cannot run in a transaction block, so the
 	// lock is a session lock, on a connection held for the run and closed
 	// rather than returned to the pool if the unlock fails.

@@ -9,7 +9,6 @@ import (
 	"math/rand/v2"
 	"runtime/debug"
 	"slices"
-	"strings"
 	"sync"
 	"time"
 
@@ -451,7 +450,10 @@ func (p *Processor) run(ctx context.Context, ts []*task) error {
 			return nil
 		}
 		eventFault := isEventFault(err)
-		deferred := !eventFault && deferredViolation(err)
+		// Class 22/23 that is no event's fault was raised at COMMIT by a
+		// deferred constraint: the server rolled back (the outcome is
+		// known), and the same batch would be refused every time.
+		deferred := !eventFault && dbutil.DataError(err)
 		if !conflict && !eventFault && !deferred {
 			return fmt.Errorf("dedup: %w", err)
 		}
@@ -534,15 +536,6 @@ func isEventFault(err error) bool {
 	var hf *handlerFailure
 	var rf *refusal
 	return errors.As(err, &hf) || errors.As(err, &rf)
-}
-
-// deferredViolation reports whether err is the commit refused by a
-// deferred constraint (SQLSTATE class 22 or 23 raised at COMMIT, neither a
-// handler's error nor the dedup insert's): the server rolled back, so the
-// outcome is known, and the same batch would be refused again every time.
-func deferredViolation(err error) bool {
-	var pgErr *pgconn.PgError
-	return errors.As(err, &pgErr) && (strings.HasPrefix(pgErr.Code, "22") || strings.HasPrefix(pgErr.Code, "23"))
 }
 
 // runIsolated replays ts with one savepoint per event: each event's insert

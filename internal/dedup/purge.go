@@ -119,8 +119,13 @@ func Purge(ctx context.Context, db *pgxpool.Pool, p PurgeParams) (PurgeResult, e
 	if err != nil {
 		return res, fmt.Errorf("dedup: purge: %w", err)
 	}
+	res.HorizonInForce = HorizonInForce(layout, p.Horizon)
+	if err := db.QueryRow(ctx, `SELECT now() - make_interval(secs => $1::float8 / 1e6)`,
+		res.HorizonInForce.Microseconds()).Scan(&res.Cutoff); err != nil {
+		return res, fmt.Errorf("dedup: purge: cutoff: %w", err)
+	}
 	if layout == LayoutPartitioned {
-		return purgePartitions(ctx, db, p)
+		return purgePartitions(ctx, db, p, res)
 	}
 	batch := cmp.Or(p.BatchSize, config.PurgeBatchSizeDefault)
 	chunkTimeout := cmp.Or(p.ChunkTimeout, PurgeChunkTimeoutDefault)
@@ -130,10 +135,6 @@ func Purge(ctx context.Context, db *pgxpool.Pool, p PurgeParams) (PurgeResult, e
 	size := batch
 	from := time.Time{} // keyset: where the next chunk's index scan starts
 
-	if err := db.QueryRow(ctx, `SELECT now() - make_interval(secs => $1::float8 / 1e6)`,
-		p.Horizon.Microseconds()).Scan(&res.Cutoff); err != nil {
-		return res, fmt.Errorf("dedup: purge: cutoff: %w", err)
-	}
 	if p.DryRun {
 		if err := db.QueryRow(ctx, `SELECT count(*) FROM processed_event WHERE processed_at < $1`,
 			res.Cutoff).Scan(&res.Deleted); err != nil {

@@ -11,6 +11,7 @@ import (
 	"github.com/jackc/pgx/v5/pgconn"
 
 	"github.com/platformd/platformd/consumer"
+	"github.com/platformd/platformd/internal/dbutil"
 )
 
 // Handler runs a SQL handler's statements for each event, in order, inside
@@ -148,8 +149,7 @@ func classify(k int, err error) error {
 		return nil
 	}
 	serr := &StatementError{Statement: k, Err: err}
-	var pgErr *pgconn.PgError
-	if errors.As(err, &pgErr) && (pgErr.Code[:2] == "22" || pgErr.Code[:2] == "23") {
+	if dbutil.DataError(err) {
 		return consumer.Permanent(serr)
 	}
 	return serr
