@@ -23,13 +23,13 @@ import (
 type Handler struct {
 	name  string
 	stmts []*Statement
+	// nargs is the arguments of one event, all statements together.
+	nargs int
 	// batch is the batch form of a one-statement handler (batch.go), nil
-	// when it has none (noBatch says why); it is used once Prepare found
-	// it may (batchReady), except until batchOffUntil (Unix ns) after its
-	// guard failed.
+	// when it has none; it is used once Prepare found it may (batchWhy
+	// then empty; otherwise why not), except until batchOffUntil (Unix
+	// ns) after its guard failed.
 	batch         *batchForm
-	noBatch       string
-	batchReady    atomic.Bool
 	batchWhy      atomic.Pointer[string]
 	batchOffUntil atomic.Int64
 }
@@ -49,15 +49,15 @@ func New(name string, statements []string) (*Handler, error) {
 			return nil, fmt.Errorf("sql handler %s: %w", name, &StatementError{Statement: k, Err: err})
 		}
 		h.stmts = append(h.stmts, s)
+		h.nargs += len(s.args)
 	}
+	noBatch := "more than one statement"
 	if len(h.stmts) == 1 {
-		h.batch, h.noBatch = newBatchForm(h.stmts[0])
-	} else {
-		h.noBatch = "more than one statement"
+		h.batch, noBatch = newBatchForm(h.stmts[0])
 	}
 	why := "not prepared"
 	if h.batch == nil {
-		why = h.noBatch
+		why = noBatch
 	}
 	h.batchWhy.Store(&why)
 	return h, nil
@@ -66,17 +66,12 @@ func New(name string, statements []string) (*Handler, error) {
 // BatchMode reports whether the handler's statement runs once per batch
 // (batch.go) and, when it does not, why.
 func (h *Handler) BatchMode() (bool, string) {
-	if h.batchReady.Load() {
-		return true, ""
-	}
-	return false, *h.batchWhy.Load()
+	why := *h.batchWhy.Load()
+	return why == "", why
 }
 
 // Name returns the handler's name.
 func (h *Handler) Name() string { return h.name }
-
-// Statements returns the parsed statements, in order.
-func (h *Handler) Statements() []*Statement { return append([]*Statement(nil), h.stmts...) }
 
 // StatementError is the failure of one of a handler's statements. Its
 // text is "statement N: SQLSTATE message" (N counted from 1) for an error
@@ -104,9 +99,7 @@ func (e *StatementError) Unwrap() error { return e.Err }
 func (h *Handler) Handle(ctx context.Context, tx pgx.Tx, ev consumer.Event) error {
 	if len(h.stmts) == 1 {
 		s := h.stmts[0]
-		var vals values
-		vals.set(&ev)
-		_, err := tx.Exec(ctx, s.sql, s.bind(&vals)...)
+		_, err := tx.Exec(ctx, s.sql, s.bind(&ev, nil)...)
 		return classify(0, err)
 	}
 	return h.HandleBatch(ctx, tx, []consumer.Event{ev})
@@ -119,15 +112,18 @@ func (h *Handler) Handle(ctx context.Context, tx pgx.Tx, ev consumer.Event) erro
 // through Handle, each in a savepoint), so its effects are exactly those
 // of Handle for each event in turn.
 func (h *Handler) HandleBatch(ctx context.Context, tx pgx.Tx, evs []consumer.Event) error {
-	if h.batchReady.Load() && time.Now().UnixNano() >= h.batchOffUntil.Load() {
+	if *h.batchWhy.Load() == "" && time.Now().UnixNano() >= h.batchOffUntil.Load() {
 		return h.runBatchForm(ctx, tx, h.batch, evs)
 	}
 	b := &pgx.Batch{QueuedQueries: make([]*pgx.QueuedQuery, 0, len(evs)*len(h.stmts))}
-	var vals values
+	// One arguments array for the batch; each statement's are a piece of
+	// it that nothing appends to afterwards.
+	args := make([]any, 0, len(evs)*h.nargs)
 	for i := range evs {
-		vals.set(&evs[i])
 		for _, s := range h.stmts {
-			b.Queue(s.sql, s.bind(&vals)...)
+			from := len(args)
+			args = s.bind(&evs[i], args)
+			b.Queue(s.sql, args[from:len(args):len(args)]...)
 		}
 	}
 	br := tx.SendBatch(ctx, b)
@@ -155,24 +151,25 @@ func classify(k int, err error) error {
 	return serr
 }
 
-// values holds one event's parameter values in the form pgx encodes
-// without reflection or a driver.Valuer.
-type values [len(params)]any
-
-func (v *values) set(ev *consumer.Event) {
-	v[paramEventID] = [16]byte(ev.ID)
-	v[paramEventName] = ev.Name
-	v[paramOccurredAt] = ev.OccurredAt
-	v[paramPayload] = []byte(ev.Payload)
-	v[paramAttempt] = int32(ev.Attempt)
-	v[paramRoutingKey] = ev.Delivery.RoutingKey
-}
-
-// bind returns the arguments of s, for $1, $2..., from vals.
-func (s *Statement) bind(vals *values) []any {
-	args := make([]any, len(s.args))
-	for i, a := range s.args {
-		args[i] = vals[a]
+// bind appends to args the arguments of s for ev, for $1, $2..., in the
+// form pgx encodes without reflection or a driver.Valuer; only the
+// parameters s uses are boxed.
+func (s *Statement) bind(ev *consumer.Event, args []any) []any {
+	for _, a := range s.args {
+		switch a {
+		case paramEventID:
+			args = append(args, [16]byte(ev.ID))
+		case paramEventName:
+			args = append(args, ev.Name)
+		case paramOccurredAt:
+			args = append(args, ev.OccurredAt)
+		case paramPayload:
+			args = append(args, []byte(ev.Payload))
+		case paramAttempt:
+			args = append(args, int32(ev.Attempt))
+		case paramRoutingKey:
+			args = append(args, ev.Delivery.RoutingKey)
+		}
 	}
 	return args
 }
@@ -226,7 +223,6 @@ func (h *Handler) Prepare(ctx context.Context, conn *pgconn.PgConn) error {
 		return fmt.Errorf("check the batch form: %w", err)
 	}
 	h.batchWhy.Store(&why)
-	h.batchReady.Store(why == "")
 	return nil
 }
 

@@ -40,10 +40,6 @@ var params = [...]Param{
 	paramRoutingKey: {Name: "routing_key", Type: "text"},
 }
 
-// Params returns the named parameters a statement may use, in a fixed
-// order.
-func Params() []Param { return append([]Param(nil), params[:]...) }
-
 // paramList is "@event_id, @event_name, ..." for messages.
 func paramList() string {
 	names := make([]string, len(params))
