@@ -10,6 +10,8 @@ import (
 
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
+
+	"github.com/platformd/platformd/internal/config"
 )
 
 // Sentinel errors a Backend wraps (fmt.Errorf("...: %w", ErrX)) to choose the
@@ -40,13 +42,9 @@ type ConfigError struct {
 	Problems []ConfigProblem
 }
 
-// ConfigProblem is one mistake of a configuration.
-type ConfigProblem struct {
-	// Path is the key's path, e.g. "services[2].sql_handlers[0].sql[1]".
-	Path string
-	// Message says what is wrong.
-	Message string
-}
+// ConfigProblem is one mistake of a configuration, with its key path
+// (e.g. "services[2].sql_handlers[0].sql[1]"): config's own.
+type ConfigProblem = config.Problem
 
 // Error lists the problems, one per line.
 func (e *ConfigError) Error() string {

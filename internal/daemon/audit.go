@@ -33,13 +33,13 @@ func (b *backend) audit(ctx context.Context, s *service, actor, action, target s
 
 // auditPurge records a purge asked for through the admin API or the console
 // (scheduled runs are in the purge history, not the audit list). A purge
-// refused before it started (unknown service, one already running) did
-// nothing and is not recorded.
-func (b *backend) auditPurge(ctx context.Context, name string, dryRun bool, actor string, r state.PurgeRun, err error) {
-	s, serr := b.service(name)
-	if serr != nil || r.ID == 0 && err != nil {
+// refused before it started (one already running) did nothing and is not
+// recorded.
+func (b *backend) auditPurge(ctx context.Context, s *service, dryRun bool, actor string, r state.PurgeRun, err error) {
+	if r.ID == 0 && err != nil {
 		return
 	}
+	name := s.config().Name
 	detail := map[string]any{"dry_run": dryRun, "deleted": r.Deleted}
 	if !r.Cutoff.IsZero() {
 		detail["cutoff"] = r.Cutoff.UTC().Format(time.RFC3339)

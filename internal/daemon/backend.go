@@ -112,7 +112,7 @@ func (b *backend) ListPools(_ context.Context, serviceName string) ([]admin.Pool
 		// A service not brought up yet (its migrations wait for its
 		// database) has not started its pools: they are connecting, with
 		// the service's error.
-		_, why := s.healthy()
+		why := s.downError()
 		waiting := !s.up.Load() && why != nil
 		for _, p := range s.workerPools() {
 			info := poolInfo(p.Info())
@@ -230,14 +230,11 @@ func (b *backend) RunPurge(ctx context.Context, name string, dryRun bool, actor 
 	}
 	sched := s.scheduler()
 	if sched == nil {
-		_, why := s.healthy()
-		return admin.PurgeRun{}, fmt.Errorf("%w: service %s is not up yet: %w", admin.ErrUnavailable, name, why)
+		return admin.PurgeRun{}, fmt.Errorf("%w: service %s is not up yet: %w", admin.ErrUnavailable, name, s.downError())
 	}
-	r, err := sched.RunNow(ctx, name, dryRun, actor)
-	b.auditPurge(ctx, name, dryRun, actor, r, err)
+	r, err := sched.RunNow(ctx, name, dryRun, actor) // the service's own scheduler: it knows name
+	b.auditPurge(ctx, s, dryRun, actor, r, err)
 	switch {
-	case errors.Is(err, scheduler.ErrUnknownService):
-		return admin.PurgeRun{}, fmt.Errorf("%w: service %q", admin.ErrNotFound, name)
 	case errors.Is(err, scheduler.ErrPurgeInProgress):
 		return admin.PurgeRun{}, fmt.Errorf("%w: a purge of %s is already running", admin.ErrUnavailable, name)
 	case err != nil:

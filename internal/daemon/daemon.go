@@ -153,8 +153,7 @@ type Daemon struct {
 
 	mu       sync.RWMutex
 	cfg      *config.Config
-	reg      *consumer.Registry // the Go handlers and the config's SQL handlers
-	services []*service         // in config order
+	services []*service // in config order
 }
 
 // Run starts platformd and blocks until ctx ends, then shuts down
@@ -209,7 +208,7 @@ func Run(ctx context.Context, cfg *config.Config, reg *consumer.Registry, opts O
 // the services whose migrations already ran (the others run theirs in the
 // background first).
 func start(ctx context.Context, cfg *config.Config, reg *consumer.Registry, opts Options, migrated map[string]bool, logger *slog.Logger) (*Daemon, error) {
-	d := &Daemon{cfg: cfg, reg: reg, log: logger, metrics: metrics.New(), opts: opts}
+	d := &Daemon{cfg: cfg, log: logger, metrics: metrics.New(), opts: opts}
 	ok := false
 	defer func() { //nolint:contextcheck // cleanup of a failed start must run whatever ctx says
 		if !ok {
@@ -253,11 +252,11 @@ func start(ctx context.Context, cfg *config.Config, reg *consumer.Registry, opts
 	return d, nil
 }
 
-// config returns the config in force and the registry of its handlers.
-func (d *Daemon) config() (*config.Config, *consumer.Registry) {
+// config returns the config in force.
+func (d *Daemon) config() *config.Config {
 	d.mu.RLock()
 	defer d.mu.RUnlock()
-	return d.cfg, d.reg
+	return d.cfg
 }
 
 // serviceList returns the services, in config order.

@@ -24,22 +24,34 @@ func wantLayout(s config.ServiceConfig) dedup.Layout {
 	return dedup.LayoutPlain
 }
 
+// layoutDB opens a small pool on s's database for layout work and reads
+// the service's horizon (as stored, or configured); the caller closes the
+// pool.
+func layoutDB(ctx context.Context, s config.ServiceConfig) (*pgxpool.Pool, time.Duration, error) {
+	db, err := dedup.Connect(ctx, s.Database, dedup.PoolConfig{MaxConns: 2, ApplicationName: "platformd-migrate"})
+	if err != nil {
+		return nil, 0, err
+	}
+	h, err := state.GetHorizon(ctx, db, s.Name, s.Horizon, s.MinHorizon)
+	if err != nil {
+		db.Close()
+		return nil, 0, err
+	}
+	return db, h.Horizon, nil
+}
+
 // ensureProcessedEvent gives an empty processed_event the configured
 // layout, or checks that it has it, and creates a partitioned table's
 // partitions ahead (migrate and run do it for every service). A table of
 // rows in the other layout is an error naming the fixes.
 func ensureProcessedEvent(ctx context.Context, s config.ServiceConfig) error {
-	db, err := dedup.Connect(ctx, s.Database, dedup.PoolConfig{MaxConns: 2, ApplicationName: "platformd-migrate"})
+	db, horizon, err := layoutDB(ctx, s)
 	if err != nil {
 		return err
 	}
 	defer db.Close()
-	h, err := state.GetHorizon(ctx, db, s.Name, s.Horizon, s.MinHorizon)
-	if err != nil {
-		return err
-	}
 	want := wantLayout(s)
-	if err := dedup.EnsureLayout(ctx, db, want, h.Horizon, s.ProcessedEvent.Ahead); err != nil {
+	if err := dedup.EnsureLayout(ctx, db, want, horizon, s.ProcessedEvent.Ahead); err != nil {
 		return fmt.Errorf("%w (processed_event.partitions is %q: make it match the table, or convert the table with `platformd migrate -config FILE -processed-event %s -service %s`)",
 			err, s.ProcessedEvent.Partitions, want, s.Name)
 	}
@@ -71,17 +83,13 @@ func ConvertProcessedEvent(ctx context.Context, cfg *config.Config, reg *consume
 	if err := applyMigrations(ctx, s, sets, logger); err != nil {
 		return err
 	}
-	db, err := dedup.Connect(ctx, s.Database, dedup.PoolConfig{MaxConns: 2, ApplicationName: "platformd-migrate"})
+	db, horizon, err := layoutDB(ctx, s)
 	if err != nil {
 		return fmt.Errorf("service %s: %w", s.Name, err)
 	}
 	defer db.Close()
-	h, err := state.GetHorizon(ctx, db, s.Name, s.Horizon, s.MinHorizon)
-	if err != nil {
-		return fmt.Errorf("service %s: %w", s.Name, err)
-	}
 	start := time.Now()
-	res, err := dedup.ConvertLayout(ctx, db, to, dedup.ConvertParams{Horizon: h.Horizon, Ahead: s.ProcessedEvent.Ahead})
+	res, err := dedup.ConvertLayout(ctx, db, to, dedup.ConvertParams{Horizon: horizon, Ahead: s.ProcessedEvent.Ahead})
 	if err != nil {
 		return fmt.Errorf("service %s: %w", s.Name, err)
 	}

@@ -81,11 +81,11 @@ func (d *Daemon) reload(ctx context.Context) (admin.ReloadResult, error) {
 	if err != nil {
 		var cerr *config.Error
 		if errors.As(err, &cerr) {
-			return admin.ReloadResult{}, configError(cerr.Problems)
+			return admin.ReloadResult{}, &admin.ConfigError{Problems: cerr.Problems}
 		}
 		return admin.ReloadResult{}, fmt.Errorf("%w: %w", admin.ErrInvalidArgument, err)
 	}
-	old, _ := d.config()
+	old := d.config()
 	if keys := needsRestart(old, cfg); len(keys) > 0 {
 		return admin.ReloadResult{}, fmt.Errorf("%w: %s cannot change while the daemon runs (restart it to apply)",
 			admin.ErrNeedsRestart, strings.Join(keys, ", "))
@@ -94,21 +94,12 @@ func (d *Daemon) reload(ctx context.Context) (admin.ReloadResult, error) {
 	if err != nil {
 		return admin.ReloadResult{}, fmt.Errorf("%w: %w", admin.ErrInvalidArgument, err)
 	}
-	plan := d.planReload(cfg)
+	plan := d.planReload(old, cfg)
 	migrated, err := d.prepareReload(ctx, cfg, reg, plan)
 	if err != nil {
 		return admin.ReloadResult{}, err
 	}
 	return d.applyReload(ctx, cfg, reg, plan, migrated), nil
-}
-
-// configError turns a config's problems into the admin API's error.
-func configError(problems []config.Problem) *admin.ConfigError {
-	e := &admin.ConfigError{}
-	for _, p := range problems {
-		e.Problems = append(e.Problems, admin.ConfigProblem{Path: p.Path, Message: p.Message})
-	}
-	return e
 }
 
 // needsRestart returns the keys whose change a running daemon cannot apply.
@@ -155,9 +146,9 @@ type poolPlan struct {
 // changed reports whether the plan changes any pool.
 func (p *poolPlan) changed() bool { return len(p.add)+len(p.remove)+len(p.restart) > 0 }
 
-// planReload compares the running services with cfg's.
-func (d *Daemon) planReload(cfg *config.Config) *reloadPlan {
-	old, _ := d.config()
+// planReload compares the running services (of old, the config in force)
+// with cfg's.
+func (d *Daemon) planReload(old, cfg *config.Config) *reloadPlan {
 	plan := &reloadPlan{pools: map[string]*poolPlan{}}
 	running := map[string]*service{}
 	for _, s := range d.serviceList() {
@@ -342,7 +333,7 @@ func (d *Daemon) applyReload(ctx context.Context, cfg *config.Config, reg *consu
 		services = append(services, ns)
 	}
 	d.mu.Lock()
-	d.cfg, d.reg, d.services = cfg, reg, services
+	d.cfg, d.services = cfg, services
 	d.mu.Unlock()
 	for _, l := range [][]string{res.ServicesAdded, res.ServicesRemoved, res.ServicesRestarted,
 		res.PoolsAdded, res.PoolsRemoved, res.PoolsRestarted, res.PoolsUnchanged} {
@@ -432,8 +423,7 @@ func (d *Daemon) auditReload(ctx context.Context, actor string, res admin.Reload
 // amqpURLs are the broker node URLs in force (the failed-queue tools dial
 // them).
 func (d *Daemon) amqpURLs() []string {
-	cfg, _ := d.config()
-	return cfg.Broker.Addresses()
+	return d.config().Broker.Addresses()
 }
 
 // servicePathOf is the key path of service name in cfg.

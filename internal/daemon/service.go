@@ -324,13 +324,13 @@ func (s *service) watchHealth(ctx context.Context) {
 	startstop.Tick(ctx, HealthCheckEveryDefault, check)
 }
 
-// healthy reports whether the service is up and its database answered the
-// last ping, and otherwise why not.
-func (s *service) healthy() (bool, error) {
+// downError is why the service is not up, or its database's last error
+// (nil once it answered the last ping).
+func (s *service) downError() error {
 	if e := s.downErr.Load(); e != nil {
-		return false, *e
+		return *e
 	}
-	return s.up.Load(), nil
+	return nil
 }
 
 // watch applies pause and horizon changes announced by any daemon sharing
