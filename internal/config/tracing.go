@@ -50,7 +50,7 @@ func applyTracingDefaults(t *TracingConfig, isSet func(path string) bool) {
 func (v *validator) tracing() {
 	t := v.c.Tracing
 	if t.Endpoint != "" {
-		if msg := checkOTLPEndpoint(t.Endpoint); msg != "" {
+		if msg := CheckOTLPEndpoint(t.Endpoint); msg != "" {
 			v.ps.add("tracing.endpoint", "%s (got %q)", msg, RedactURL(t.Endpoint))
 		}
 	}
@@ -60,8 +60,11 @@ func (v *validator) tracing() {
 	}
 }
 
-// checkOTLPEndpoint returns why endpoint is not an OTLP base URL, or "".
-func checkOTLPEndpoint(endpoint string) string {
+// CheckOTLPEndpoint returns what is wrong with an OTLP endpoint, "" when it
+// is an http:// or https:// URL with a host (the form
+// OTEL_EXPORTER_OTLP_ENDPOINT takes; http means no TLS). The tracing
+// package checks the environment's with it too.
+func CheckOTLPEndpoint(endpoint string) string {
 	u, err := url.Parse(endpoint)
 	if err != nil || (u.Scheme != "http" && u.Scheme != "https") || u.Host == "" {
 		return "must be an http:// or https:// URL with a host, e.g. http://127.0.0.1:4318"

@@ -6,18 +6,20 @@ import (
 	"path"
 	"strconv"
 	"strings"
+
+	"github.com/platformd/platformd/internal/config"
 )
 
 // OTLP protocols.
 const (
 	// ProtocolGRPC is OTLP over gRPC (collectors listen on 4317).
-	ProtocolGRPC = "grpc"
+	ProtocolGRPC = config.TracingProtocolGRPC
 	// ProtocolHTTP is OTLP over HTTP with protobuf bodies (collectors listen
 	// on 4318, path /v1/traces).
-	ProtocolHTTP = "http/protobuf"
+	ProtocolHTTP = config.TracingProtocolHTTP
 	// ProtocolDefault is the protocol when neither the environment nor the
 	// config names one: the specification's default.
-	ProtocolDefault = ProtocolHTTP
+	ProtocolDefault = config.TracingProtocolDefault
 )
 
 // The standard environment variables this package reads itself; the SDK and
@@ -98,7 +100,7 @@ func resolve(cfg Config, lookup func(string) (string, bool)) (settings, error) {
 	}
 	for _, k := range []string{envTracesEndpoint, envEndpoint} {
 		if v := get(k); v != "" {
-			if msg := CheckEndpoint(v); msg != "" {
+			if msg := config.CheckOTLPEndpoint(v); msg != "" {
 				return settings{}, fmt.Errorf("tracing: %s=%q: %s", k, v, msg)
 			}
 			s.endpoint = v
@@ -108,7 +110,7 @@ func resolve(cfg Config, lookup func(string) (string, bool)) (settings, error) {
 	if cfg.Endpoint == "" {
 		return settings{why: "no OTLP endpoint is set"}, nil
 	}
-	if msg := CheckEndpoint(cfg.Endpoint); msg != "" {
+	if msg := config.CheckOTLPEndpoint(cfg.Endpoint); msg != "" {
 		return settings{}, fmt.Errorf("tracing: endpoint %q: %s", cfg.Endpoint, msg)
 	}
 	s.endpoint, s.endpointURL = cfg.Endpoint, cfg.Endpoint
@@ -121,18 +123,4 @@ func resolve(cfg Config, lookup func(string) (string, bool)) (settings, error) {
 		s.endpoint = s.endpointURL
 	}
 	return s, nil
-}
-
-// CheckEndpoint returns what is wrong with an OTLP endpoint, "" when it is
-// an http:// or https:// URL with a host (the form OTEL_EXPORTER_OTLP_ENDPOINT
-// takes; http means no TLS).
-func CheckEndpoint(endpoint string) string {
-	u, err := url.Parse(endpoint)
-	if err != nil || (u.Scheme != "http" && u.Scheme != "https") || u.Host == "" {
-		return "must be an http:// or https:// URL with a host, e.g. http://127.0.0.1:4318"
-	}
-	if u.RawQuery != "" || u.Fragment != "" || u.User != nil {
-		return "must not carry a query, a fragment or user information"
-	}
-	return ""
 }
