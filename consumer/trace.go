@@ -31,6 +31,38 @@ func EventContext(ctx context.Context, ev Event) context.Context {
 	return trace.ContextWithSpanContext(ctx, ev.SpanContext)
 }
 
+// HeaderCarrier reads and writes the W3C trace context in a message's
+// headers (an amqp.Table converts to it): it is the
+// propagation.TextMapCarrier platformd extracts a delivery's traceparent
+// from and injects the outbox's with. A producer may send a header as a
+// string or as bytes; Set writes strings.
+type HeaderCarrier map[string]any
+
+// Get returns the header key as a string ("" when absent or not text).
+func (c HeaderCarrier) Get(key string) string {
+	switch v := c[key].(type) {
+	case string:
+		return v
+	case []byte:
+		return string(v)
+	}
+	return ""
+}
+
+// Set sets the header key to value.
+func (c HeaderCarrier) Set(key, value string) { c[key] = value }
+
+// Keys lists the headers.
+func (c HeaderCarrier) Keys() []string {
+	keys := make([]string, 0, len(c))
+	for k := range c {
+		keys = append(keys, k)
+	}
+	return keys
+}
+
+var _ propagation.TextMapCarrier = HeaderCarrier(nil)
+
 // withTraceContext returns headers with ctx's trace context added, in a
 // copy: the caller's map is never written.
 func withTraceContext(ctx context.Context, headers map[string]any) map[string]any {
@@ -39,7 +71,8 @@ func withTraceContext(ctx context.Context, headers map[string]any) map[string]an
 	}
 	h := make(map[string]any, len(headers)+2)
 	maps.Copy(h, headers)
-	return InjectTraceContext(ctx, h)
+	propagation.TraceContext{}.Inject(ctx, HeaderCarrier(h))
+	return h
 }
 
 // InjectTraceContext adds to headers the W3C trace context of the span in
@@ -55,14 +88,10 @@ func InjectTraceContext(ctx context.Context, headers map[string]any) map[string]
 	if !addsTraceContext(ctx, headers) {
 		return headers
 	}
-	carrier := propagation.MapCarrier{}
-	propagation.TraceContext{}.Inject(ctx, carrier)
 	if headers == nil {
-		headers = make(map[string]any, len(carrier))
+		headers = make(map[string]any, 2)
 	}
-	for k, v := range carrier {
-		headers[k] = v
-	}
+	propagation.TraceContext{}.Inject(ctx, HeaderCarrier(headers))
 	return headers
 }
 

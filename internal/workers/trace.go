@@ -71,35 +71,6 @@ func newTracer(cfg PoolConfig, t trace.Tracer) tracer {
 	}
 }
 
-// tableCarrier reads and writes W3C trace context in AMQP headers; a
-// producer may send a header as a string or as bytes.
-type tableCarrier amqp.Table
-
-// Get returns the header key as a string ("" when absent or not text).
-func (c tableCarrier) Get(key string) string {
-	switch v := c[key].(type) {
-	case string:
-		return v
-	case []byte:
-		return string(v)
-	}
-	return ""
-}
-
-// Set sets the header key to value.
-func (c tableCarrier) Set(key, value string) { c[key] = value }
-
-// Keys lists the headers.
-func (c tableCarrier) Keys() []string {
-	keys := make([]string, 0, len(c))
-	for k := range c {
-		keys = append(keys, k)
-	}
-	return keys
-}
-
-var _ propagation.TextMapCarrier = tableCarrier(nil)
-
 // startSpans starts the span of every delivery of batch (decoded), each a
 // child of its traceparent header when it has one, and gives the events
 // that run (events, in batch order) their span's context.
@@ -116,7 +87,7 @@ func (w *worker) startSpans(batch []message, events []consumer.Event, start time
 		m := &batch[i]
 		parent := context.Background()
 		if _, ok := m.d.Headers[consumer.HeaderTraceParent]; ok {
-			parent = propagation.TraceContext{}.Extract(parent, tableCarrier(m.d.Headers))
+			parent = propagation.TraceContext{}.Extract(parent, consumer.HeaderCarrier(m.d.Headers))
 		}
 		_, m.span = tr.t.Start(parent, tr.name, opts...)
 		if m.runs() {
@@ -146,7 +117,7 @@ func (w *worker) stampCopies(ctx context.Context, batch []message) {
 		if m.d.Headers == nil {
 			m.d.Headers = amqp.Table{}
 		}
-		propagation.TraceContext{}.Inject(trace.ContextWithSpan(ctx, m.span), tableCarrier(m.d.Headers))
+		propagation.TraceContext{}.Inject(trace.ContextWithSpan(ctx, m.span), consumer.HeaderCarrier(m.d.Headers))
 	}
 }
 

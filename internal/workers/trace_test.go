@@ -325,7 +325,7 @@ func TestTraceFailedAndRejected(t *testing.T) {
 	var copies int
 	require.Eventually(t, func() bool { return r.queueDepth(FailedQueue(r.queue)) == 2 }, 30*time.Second, 20*time.Millisecond)
 	for _, d := range r.getFailed() {
-		tp := tableCarrier(d.Headers).Get("traceparent")
+		tp := consumer.HeaderCarrier(d.Headers).Get("traceparent")
 		require.Contains(t, []string{p1.traceparent(), p2.traceparent()}, tp)
 		copies++
 	}
