@@ -139,6 +139,18 @@ func (c *Conn) Get(ctx context.Context) (*amqp.Connection, error) {
 func (c *Conn) dialOnce(ctx context.Context) (*amqp.Connection, error) {
 	c.mu.Lock()
 	defer c.mu.Unlock()
+	conn, err := c.dialRoundLocked(ctx)
+	if err != nil {
+		return nil, fmt.Errorf("amqp %s: %w", c.name, err)
+	}
+	return conn, nil
+}
+
+// dialRoundLocked tries every node once, starting at c.next, and keeps
+// the first connection made. After a success c.next points past the node
+// connected to, so that the next dial (after this connection's loss)
+// starts at another node. Its error holds every node's.
+func (c *Conn) dialRoundLocked(ctx context.Context) (*amqp.Connection, error) {
 	var errs []error
 	for range c.nodes {
 		if ctx.Err() != nil {
@@ -147,34 +159,8 @@ func (c *Conn) dialOnce(ctx context.Context) (*amqp.Connection, error) {
 		n := c.nodes[c.next]
 		c.next = (c.next + 1) % len(c.nodes)
 		conn, err := c.dial(ctx, n)
-		if err == nil {
-			c.conn, c.addr, c.dialed = conn, n.addr, true
-			c.watch(conn, n.addr)
-			return conn, nil
-		}
-		errs = append(errs, fmt.Errorf("node %s: %w", n.addr, err))
-	}
-	if len(errs) == 0 {
-		errs = append(errs, errors.New("no broker node configured"))
-	}
-	return nil, fmt.Errorf("amqp %s: %w", c.name, errors.Join(errs...))
-}
-
-// dialRoundLocked tries every node once, starting at c.next, and keeps
-// the first connection made. After a success c.next points past the node
-// connected to, so that the next dial (after this connection's loss)
-// starts at another node.
-func (c *Conn) dialRoundLocked(ctx context.Context) (*amqp.Connection, error) {
-	var last error
-	for range c.nodes {
-		if ctx.Err() != nil {
-			return nil, ctx.Err()
-		}
-		n := c.nodes[c.next]
-		c.next = (c.next + 1) % len(c.nodes)
-		conn, err := c.dial(ctx, n)
 		if err != nil {
-			last = fmt.Errorf("node %s: %w", n.addr, err)
+			errs = append(errs, fmt.Errorf("node %s: %w", n.addr, err))
 			if len(c.nodes) > 1 {
 				c.logger.WarnContext(ctx, "workers: broker node unreachable, trying the next", slog.String("connection", c.name),
 					slog.String("node", n.addr), slog.Any("error", err))
@@ -196,10 +182,10 @@ func (c *Conn) dialRoundLocked(ctx context.Context) (*amqp.Connection, error) {
 		c.dialed = true
 		return conn, nil
 	}
-	if last == nil {
-		last = errors.New("no broker node configured")
+	if len(errs) == 0 {
+		errs = append(errs, errors.New("no broker node configured"))
 	}
-	return nil, last
+	return nil, errors.Join(errs...)
 }
 
 // dial connects to node n. The dial gives up when ctx ends, even in the
