@@ -266,43 +266,4 @@ func (h *Handler) runBatchForm(ctx context.Context, tx pgx.Tx, f *batchForm, evs
 
 // column returns parameter a of every event, as the array pgx encodes
 // without reflection.
-func column(a param, evs []consumer.Event) any {
-	switch a {
-	case paramEventID:
-		v := make([][16]byte, len(evs))
-		for i := range evs {
-			v[i] = evs[i].ID
-		}
-		return v
-	case paramEventName:
-		v := make([]string, len(evs))
-		for i := range evs {
-			v[i] = evs[i].Name
-		}
-		return v
-	case paramOccurredAt:
-		v := make([]time.Time, len(evs))
-		for i := range evs {
-			v[i] = evs[i].OccurredAt
-		}
-		return v
-	case paramPayload:
-		v := make([][]byte, len(evs))
-		for i := range evs {
-			v[i] = evs[i].Payload
-		}
-		return v
-	case paramAttempt:
-		v := make([]int32, len(evs))
-		for i := range evs {
-			v[i] = int32(evs[i].Attempt)
-		}
-		return v
-	default: // paramRoutingKey
-		v := make([]string, len(evs))
-		for i := range evs {
-			v[i] = evs[i].Delivery.RoutingKey
-		}
-		return v
-	}
-}
+func column(a param, evs []consumer.Event) any { return fields[a].all(evs) }

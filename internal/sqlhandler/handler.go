@@ -156,22 +156,41 @@ func classify(k int, err error) error {
 // parameters s uses are boxed.
 func (s *Statement) bind(ev *consumer.Event, args []any) []any {
 	for _, a := range s.args {
-		switch a {
-		case paramEventID:
-			args = append(args, [16]byte(ev.ID))
-		case paramEventName:
-			args = append(args, ev.Name)
-		case paramOccurredAt:
-			args = append(args, ev.OccurredAt)
-		case paramPayload:
-			args = append(args, []byte(ev.Payload))
-		case paramAttempt:
-			args = append(args, int32(ev.Attempt))
-		case paramRoutingKey:
-			args = append(args, ev.Delivery.RoutingKey)
-		}
+		args = append(args, fields[a].one(ev))
 	}
 	return args
+}
+
+// field reads one parameter from an event (one), or from every event of a
+// batch as an array (all, for the batch form), in the types pgx encodes
+// without reflection.
+type field struct {
+	one func(ev *consumer.Event) any
+	all func(evs []consumer.Event) any
+}
+
+// fieldOf is the field that get reads.
+func fieldOf[T any](get func(ev *consumer.Event) T) field {
+	return field{
+		one: func(ev *consumer.Event) any { return get(ev) },
+		all: func(evs []consumer.Event) any {
+			v := make([]T, len(evs))
+			for i := range evs {
+				v[i] = get(&evs[i])
+			}
+			return v
+		},
+	}
+}
+
+// fields are the parameters' fields.
+var fields = [len(params)]field{
+	paramEventID:    fieldOf(func(ev *consumer.Event) [16]byte { return ev.ID }),
+	paramEventName:  fieldOf(func(ev *consumer.Event) string { return ev.Name }),
+	paramOccurredAt: fieldOf(func(ev *consumer.Event) time.Time { return ev.OccurredAt }),
+	paramPayload:    fieldOf(func(ev *consumer.Event) []byte { return ev.Payload }),
+	paramAttempt:    fieldOf(func(ev *consumer.Event) int32 { return int32(ev.Attempt) }),
+	paramRoutingKey: fieldOf(func(ev *consumer.Event) string { return ev.Delivery.RoutingKey }),
 }
 
 // PrepareError is a statement PostgreSQL refused to prepare.
