@@ -2,11 +2,13 @@ package dedup
 
 import (
 	"context"
+	"log/slog"
 	"testing"
 
 	"go.opentelemetry.io/otel/trace"
 
 	"github.com/platformd/platformd/consumer"
+	"github.com/platformd/platformd/internal/tracing"
 	"github.com/platformd/platformd/internal/tracing/tracingtest"
 )
 
@@ -33,8 +35,12 @@ func BenchmarkTraceBatch(b *testing.B) {
 	}
 	for _, ratio := range []float64{1, 0.1, 0} {
 		b.Run("ratio="+formatRatio(ratio), func(b *testing.B) {
-			tp := tracingtest.NewBenchProvider(b, rcv, ratio)
-			tr := newTracer(ProcessorConfig{Tracer: tp.Tracer("bench")})
+			tp, err := tracing.New(context.Background(), tracing.Config{Endpoint: rcv.HTTPEndpoint, SamplerRatio: &ratio,
+				Logger: slog.New(slog.DiscardHandler)})
+			if err != nil {
+				b.Fatal(err)
+			}
+			tr := newTracer(ProcessorConfig{Tracer: tp.Tracer()})
 			start := tracingtest.CPUTime()
 			for b.Loop() {
 				ctx, batch := tr.startBatch(context.Background(), events)

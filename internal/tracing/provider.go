@@ -10,6 +10,7 @@ import (
 	"time"
 
 	"go.opentelemetry.io/otel"
+	"go.opentelemetry.io/otel/exporters/otlp/otlptrace"
 	"go.opentelemetry.io/otel/exporters/otlp/otlptrace/otlptracegrpc"
 	"go.opentelemetry.io/otel/exporters/otlp/otlptrace/otlptracehttp"
 	"go.opentelemetry.io/otel/sdk/resource"
@@ -66,20 +67,24 @@ type Provider struct {
 }
 
 // newExporter creates the OTLP exporter (a variable so that a test can see
-// whether New creates one at all).
+// whether New creates one at all): the OTel exporters' client for the
+// protocol, under platformd's encoder (exporter).
 var newExporter = func(ctx context.Context, s settings) (sdktrace.SpanExporter, error) {
+	var client otlptrace.Client
 	if s.protocol == ProtocolGRPC {
 		var opts []otlptracegrpc.Option
 		if s.endpointURL != "" {
 			opts = append(opts, otlptracegrpc.WithEndpointURL(s.endpointURL))
 		}
-		return otlptracegrpc.New(ctx, opts...)
+		client = otlptracegrpc.NewClient(opts...)
+	} else {
+		var opts []otlptracehttp.Option
+		if s.endpointURL != "" {
+			opts = append(opts, otlptracehttp.WithEndpointURL(s.endpointURL))
+		}
+		client = otlptracehttp.NewClient(opts...)
 	}
-	var opts []otlptracehttp.Option
-	if s.endpointURL != "" {
-		opts = append(opts, otlptracehttp.WithEndpointURL(s.endpointURL))
-	}
-	return otlptracehttp.New(ctx, opts...)
+	return newOTLPExporter(ctx, client)
 }
 
 // New returns the Provider that cfg and the environment describe. Off (no

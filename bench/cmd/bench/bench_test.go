@@ -196,6 +196,8 @@ func TestTracingCPUAndCeilingRatios(t *testing.T) {
 		{contender: contender{Name: "platformd", Kind: kindPlatformd}, Rounds: rounds(50, 60), Latency: &latencyResult{P99ms: 10, Rate: 1000}},
 		{contender: contender{Name: "platformd-ceiling", Kind: kindPlatformd}, Rounds: rounds(85, 80), Latency: &latencyResult{P99ms: 12, Rate: 1000}},
 		{contender: contender{Name: otelContender, Kind: kindPlatformd}, Rounds: rounds(100, 120)},
+		{contender: contender{Name: "platformd-alt", Kind: kindPlatformd, Alt: true}, Rounds: rounds(40, 40)},
+		{contender: contender{Name: altOtelContender, Kind: kindPlatformd, Alt: true}, Rounds: rounds(36, 30)},
 	}}
 	for _, c := range r.Contenders {
 		c.summarize()
@@ -216,6 +218,12 @@ func TestTracingCPUAndCeilingRatios(t *testing.T) {
 	require.InDelta(t, (3.0/2.5+3.2/2.6)/2-1, cpu.Value, 1e-9)
 	require.InDelta(t, 3.0/2.5-1, cpu.Min, 1e-9)
 	require.False(t, cpu.Met)
+	// The alt binary's traced drains are measured against its untraced
+	// ones, as reference figures.
+	alt := byName["tracing overhead (1 - "+altOtelContender+" / platformd-alt)"]
+	require.InDelta(t, 1-33.0/40, alt.Value, 1e-9)
+	require.Empty(t, alt.Target)
+	require.False(t, alt.Met)
 }
 
 func TestWithDatabaseDisablesTLSUnlessAsked(t *testing.T) {

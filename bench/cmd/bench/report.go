@@ -171,7 +171,7 @@ func (r *report) computeRatios() {
 				Target: "<= 10%", Met: v <= 0.10})
 		}
 	}
-	r.tracingRatios(pd)
+	r.tracingRatios()
 	// Peak RSS "under that load": the throughput configuration's too.
 	rss, rssName := pd.PeakRSSMiB.Max, "platformd peak RSS (MiB, worst round)"
 	if big := r.find("platformd-big"); big != nil && len(big.Rounds) > 0 {

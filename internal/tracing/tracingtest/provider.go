@@ -34,20 +34,6 @@ func NewProvider(t TB, r *Receiver) *sdktrace.TracerProvider {
 	return tp
 }
 
-// NewBenchProvider returns a tracer provider for a cost benchmark: the
-// daemon's sampler (parent-based, ratio for roots) and the SDK's default
-// export batching, exporting to r over OTLP/HTTP. The caller shuts it down
-// before reading CPUTime, so that the export's CPU is counted.
-func NewBenchProvider(t TB, r *Receiver, ratio float64) *sdktrace.TracerProvider {
-	t.Helper()
-	exp, err := otlptracehttp.New(context.Background(), otlptracehttp.WithEndpointURL(r.HTTPEndpoint+"/v1/traces"))
-	if err != nil {
-		t.Fatal(err)
-	}
-	return sdktrace.NewTracerProvider(sdktrace.WithBatcher(exp),
-		sdktrace.WithSampler(sdktrace.ParentBased(sdktrace.TraceIDRatioBased(ratio))))
-}
-
 // CPUTime is the process's CPU time so far, user and system: a cost
 // benchmark's CPU per operation counts the SDK's background export too.
 func CPUTime() time.Duration {
