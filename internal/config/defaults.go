@@ -103,7 +103,7 @@ func applyDefaults(c *Config, isSet func(path string) bool) {
 				// Clamped so that out-of-range values (reported on their
 				// own keys) cannot overflow the product.
 				conc := max(1, min(p.Concurrency, concurrencyMax))
-				size := max(1, min(p.Batch.Size, batchSizeMax))
+				size := max(1, min(p.Batch.Size, BatchSizeMax))
 				p.Prefetch = min(conc*size*2, PrefetchMax)
 			}
 		}

@@ -22,6 +22,10 @@ import (
 	amqp "github.com/rabbitmq/amqp091-go"
 )
 
+// BatchSizeMax is the largest batch.size a pool may have (a batch's
+// deliveries, and the links of its trace's root span).
+const BatchSizeMax = 10_000
+
 // Limits checked by validation.
 const (
 	tokenMinLen        = 16
@@ -29,7 +33,6 @@ const (
 	purgeEveryMin      = time.Second
 	purgeBatchSizeMax  = 1_000_000
 	concurrencyMax     = 256
-	batchSizeMax       = 10_000
 	batchWaitMax       = 10 * time.Second
 	retryDelayMin      = 100 * time.Millisecond
 	retryDelayMax      = 24 * time.Hour
@@ -408,8 +411,8 @@ func (v *validator) pool(i, j int, p *PoolConfig, names map[string]string, queue
 	if p.Concurrency < 1 || p.Concurrency > concurrencyMax {
 		v.ps.add(pp+".concurrency", "must be between 1 and %d (got %d)", concurrencyMax, p.Concurrency)
 	}
-	if p.Batch.Size < 1 || p.Batch.Size > batchSizeMax {
-		v.ps.add(pp+".batch.size", "must be between 1 and %d (got %d)", batchSizeMax, p.Batch.Size)
+	if p.Batch.Size < 1 || p.Batch.Size > BatchSizeMax {
+		v.ps.add(pp+".batch.size", "must be between 1 and %d (got %d)", BatchSizeMax, p.Batch.Size)
 	}
 	if p.Batch.Wait < 0 || p.Batch.Wait > batchWaitMax {
 		v.ps.add(pp+".batch.wait", "must be between 0s and %s (got %s)", fmtDuration(batchWaitMax), fmtDuration(p.Batch.Wait))

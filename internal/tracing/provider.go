@@ -18,6 +18,8 @@ import (
 	semconv "go.opentelemetry.io/otel/semconv/v1.43.0"
 	"go.opentelemetry.io/otel/trace"
 	"go.opentelemetry.io/otel/trace/noop"
+
+	"github.com/platformd/platformd/internal/config"
 )
 
 // Defaults.
@@ -29,6 +31,10 @@ const (
 	// ShutdownTimeoutDefault bounds Stop's flush of the spans not yet
 	// exported: a collector that is down must not hold the daemon's exit.
 	ShutdownTimeoutDefault = 5 * time.Second
+	// LinkCountLimitDefault is the most links a span keeps unless
+	// OTEL_SPAN_LINK_COUNT_LIMIT says otherwise: the largest batch, whose
+	// span links each of its deliveries.
+	LinkCountLimitDefault = config.BatchSizeMax
 	// ScopeName is the instrumentation scope of platformd's spans.
 	ScopeName = "github.com/platformd/platformd"
 )
@@ -111,6 +117,15 @@ func New(ctx context.Context, cfg Config) (*Provider, error) {
 	}
 	otel.SetErrorHandler(&errorLog{log: log})
 	opts := []sdktrace.TracerProviderOption{sdktrace.WithBatcher(exp), sdktrace.WithResource(newResource(ctx, log))}
+	if _, set := os.LookupEnv(envLinkCountLimit); !set {
+		// A batch's span links every delivery it ran (DESIGN.md): the
+		// SDK's default of 128 links would keep the last 128 of a larger
+		// batch and drop the others' links silently. The other limits
+		// stay the SDK's, from the environment or its defaults.
+		limits := sdktrace.NewSpanLimits()
+		limits.LinkCountLimit = LinkCountLimitDefault
+		opts = append(opts, sdktrace.WithRawSpanLimits(limits))
+	}
 	if s.useRatio {
 		// Only when the environment names no sampler: the SDK reads
 		// OTEL_TRACES_SAMPLER first and an option would override it.

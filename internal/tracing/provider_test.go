@@ -3,6 +3,7 @@ package tracing
 import (
 	"context"
 	"io"
+	"os"
 	"log/slog"
 	"sync/atomic"
 	"testing"
@@ -10,6 +11,7 @@ import (
 
 	"github.com/stretchr/testify/require"
 	sdktrace "go.opentelemetry.io/otel/sdk/trace"
+	"go.opentelemetry.io/otel/trace"
 	"go.uber.org/goleak"
 
 	"github.com/platformd/platformd/internal/tracing/tracingtest"
@@ -21,7 +23,7 @@ func TestMain(m *testing.M) { goleak.VerifyTestMain(m) }
 // so that a test sees only what it sets.
 func cleanEnv(t *testing.T) {
 	for _, k := range []string{envSDKDisabled, envTracesExporter, envEndpoint, envTracesEndpoint, envProtocol, envTracesProtocol,
-		envSampler, "OTEL_TRACES_SAMPLER_ARG", "OTEL_SERVICE_NAME", "OTEL_RESOURCE_ATTRIBUTES", "OTEL_BSP_SCHEDULE_DELAY"} {
+		envSampler, "OTEL_TRACES_SAMPLER_ARG", "OTEL_SERVICE_NAME", "OTEL_RESOURCE_ATTRIBUTES", "OTEL_BSP_SCHEDULE_DELAY", envLinkCountLimit} {
 		t.Setenv(k, "")
 	}
 }
@@ -175,6 +177,39 @@ func TestConfigSamplerRatio(t *testing.T) {
 	span.End()
 	exportOne(t, p, "also dropped")
 	require.Zero(t, rcv.Count())
+}
+
+// A span keeps up to the largest batch's links, where the SDK's default
+// would keep 128: a batch span links every delivery it ran. Unless
+// OTEL_SPAN_LINK_COUNT_LIMIT says otherwise.
+func TestBatchSpanKeepsEveryLink(t *testing.T) {
+	for _, tc := range []struct {
+		env  string
+		want int
+	}{{"", 1000}, {"5", 5}} {
+		t.Run("limit="+tc.env, func(t *testing.T) {
+			cleanEnv(t)
+			if tc.env != "" {
+				t.Setenv(envLinkCountLimit, tc.env)
+			} else {
+				require.NoError(t, os.Unsetenv(envLinkCountLimit))
+			}
+			rcv := tracingtest.New(t)
+			p, err := New(context.Background(), Config{Endpoint: rcv.HTTPEndpoint, Logger: quiet()})
+			require.NoError(t, err)
+			_, span := p.Tracer().Start(context.Background(), "dedup batch")
+			for i := range 1000 {
+				span.AddLink(trace.Link{SpanContext: trace.NewSpanContext(trace.SpanContextConfig{
+					TraceID: trace.TraceID{byte(i), byte(i >> 8), 1}, SpanID: trace.SpanID{byte(i), byte(i >> 8), 2}})})
+			}
+			span.End()
+			p.Stop()
+			spans := rcv.Spans()
+			require.Len(t, spans, 1)
+			require.Equal(t, tc.want, len(spans[0].GetLinks()))
+			require.EqualValues(t, 1000-tc.want, spans[0].GetDroppedLinksCount())
+		})
+	}
 }
 
 // Spans wait for OTEL_BSP_SCHEDULE_DELAY, and Stop flushes them: the last

@@ -32,6 +32,7 @@ const (
 	envProtocol       = "OTEL_EXPORTER_OTLP_PROTOCOL"
 	envTracesProtocol = "OTEL_EXPORTER_OTLP_TRACES_PROTOCOL"
 	envSampler        = "OTEL_TRACES_SAMPLER"
+	envLinkCountLimit = "OTEL_SPAN_LINK_COUNT_LIMIT"
 )
 
 // tracesPath is the OTLP/HTTP path of traces, appended to a base endpoint.
