@@ -185,17 +185,24 @@ func TestPoolHeldAcksSurviveBrokerFaults(t *testing.T) {
 	b.cfg.Concurrency, b.cfg.BatchSize, b.cfg.Prefetch = 2, 1, 200
 	var acks atomic.Int64
 	b.cfg.testAckFunc = func(int, uint64) { acks.Add(1) }
-	p := b.start(shop.HandlerStockReserve)
+	p := b.start(shop.HandlerStockReserve, "test.probe")
 	const distinct, copies = 1500, 150
 	b.backlog(p, distinct, copies)
 
 	vhost := b.url[len(amqpURL()):]
 	for range 2 {
-		// Each close lands mid-drain, after progress since the last one.
+		// Each close lands mid-drain, after progress since the last one:
+		// every worker is held in a batch's handler, its transaction open
+		// and its earlier acks held, while rabbitmqctl (slow to start:
+		// the backlog could drain meanwhile) closes the connections.
 		before := b.reservations()
 		b.waitFor("some progress", func() bool { return b.reservations() > before+100 })
+		release := b.holdHandlers()
+		b.waitFor("every worker in a handler", func() bool { return b.holding.Load() == int32(b.cfg.Concurrency) })
 		out, err := exec.Command("rabbitmqctl", "close_all_connections", "-p", vhost, "held-ack test").CombinedOutput()
+		release()
 		require.NoError(t, err, string(out))
+		require.Less(t, b.reservations(), distinct, "the close came before the end of the backlog")
 	}
 	b.waitFor("all applied", func() bool {
 		return b.reservations() == distinct && b.queueDepth(b.queue) == 0 && p.Info().InFlight == 0

@@ -10,6 +10,7 @@ import (
 	"os/exec"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -72,6 +73,9 @@ type bundle struct {
 	attempts map[uuid.UUID][]int // attempts seen by test.probe per event
 	failN    map[uuid.UUID]int   // fail this many times
 	failPerm map[uuid.UUID]bool
+
+	hold    atomic.Pointer[chan struct{}] // set: test.probe waits until it is closed
+	holding atomic.Int32                  // test.probe calls waiting on hold
 }
 
 type bundleOpt func(*bundle)
@@ -199,7 +203,15 @@ func (b *bundle) stop() {
 	b.pool = nil
 }
 
-func (b *bundle) probe(_ context.Context, _ pgx.Tx, ev consumer.Event) error {
+func (b *bundle) probe(ctx context.Context, _ pgx.Tx, ev consumer.Event) error {
+	if h := b.hold.Load(); h != nil {
+		b.holding.Add(1)
+		select {
+		case <-*h:
+		case <-ctx.Done():
+		}
+		b.holding.Add(-1)
+	}
 	b.mu.Lock()
 	defer b.mu.Unlock()
 	b.attempts[ev.ID] = append(b.attempts[ev.ID], ev.Attempt)
@@ -211,6 +223,17 @@ func (b *bundle) probe(_ context.Context, _ pgx.Tx, ev consumer.Event) error {
 		return fmt.Errorf("transient failure of %s", ev.ID)
 	}
 	return nil
+}
+
+// holdHandlers makes every call of test.probe wait, its batch's transaction
+// open, until the returned release is called.
+func (b *bundle) holdHandlers() (release func()) {
+	h := make(chan struct{})
+	b.hold.Store(&h)
+	return func() {
+		b.hold.Store(nil)
+		close(h)
+	}
 }
 
 func (b *bundle) order(lines int) (envelope.Envelope, shop.OrderPlaced) {
