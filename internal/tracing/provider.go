@@ -67,7 +67,7 @@ type Config struct {
 // off. Its methods are safe for concurrent use.
 type Provider struct {
 	sdk    *sdktrace.TracerProvider // nil when off
-	tracer trace.Tracer             // nil when off
+	tracer trace.Tracer             // nil when off; a *Tracer when its sampler drops roots
 	log    *slog.Logger
 	once   sync.Once
 }
@@ -126,19 +126,16 @@ func New(ctx context.Context, cfg Config) (*Provider, error) {
 		limits.LinkCountLimit = LinkCountLimitDefault
 		opts = append(opts, sdktrace.WithRawSpanLimits(limits))
 	}
-	if s.useRatio {
-		// Only when the environment names no sampler: the SDK reads
-		// OTEL_TRACES_SAMPLER first and an option would override it.
-		opts = append(opts, sdktrace.WithSampler(sdktrace.ParentBased(sdktrace.TraceIDRatioBased(s.ratio))))
-	}
+	// The sampler in force, built from the environment or the config
+	// (resolve), is given to the SDK so that the Tracer's Presample and the
+	// SDK decide alike.
+	opts = append(opts, sdktrace.WithSampler(s.sampler), sdktrace.WithIDGenerator(idGenerator{}))
 	sdk := sdktrace.NewTracerProvider(opts...)
 	p := &Provider{sdk: sdk, log: log, tracer: sdk.Tracer(ScopeName, trace.WithInstrumentationVersion(Version()))}
-	attrs := []any{slog.String("endpoint", s.endpoint), slog.String("protocol", s.protocol)}
-	if s.useRatio {
-		attrs = append(attrs, slog.Float64("sampler_ratio", s.ratio))
-	} else {
-		attrs = append(attrs, slog.String("sampler", os.Getenv(envSampler)))
+	if s.dropsRoots {
+		p.tracer = &Tracer{Tracer: p.tracer, sampler: s.sampler}
 	}
+	attrs := []any{slog.String("endpoint", s.endpoint), slog.String("protocol", s.protocol), slog.String("sampler", s.sampler.Description())}
 	log.InfoContext(ctx, "tracing: exporting spans over OTLP", attrs...)
 	return p, nil
 }
@@ -184,7 +181,8 @@ func Version() string {
 func (p *Provider) Enabled() bool { return p != nil && p.sdk != nil }
 
 // Tracer returns platformd's tracer, or nil when tracing is off: the hot
-// path checks for nil and then does no tracing work at all.
+// path checks for nil and then does no tracing work at all. It is a
+// *Tracer, which presamples, when the sampler drops any root span.
 func (p *Provider) Tracer() trace.Tracer {
 	if !p.Enabled() {
 		return nil

@@ -3,8 +3,8 @@ package tracing
 import (
 	"context"
 	"io"
-	"os"
 	"log/slog"
+	"os"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -23,7 +23,7 @@ func TestMain(m *testing.M) { goleak.VerifyTestMain(m) }
 // so that a test sees only what it sets.
 func cleanEnv(t *testing.T) {
 	for _, k := range []string{envSDKDisabled, envTracesExporter, envEndpoint, envTracesEndpoint, envProtocol, envTracesProtocol,
-		envSampler, "OTEL_TRACES_SAMPLER_ARG", "OTEL_SERVICE_NAME", "OTEL_RESOURCE_ATTRIBUTES", "OTEL_BSP_SCHEDULE_DELAY", envLinkCountLimit} {
+		envSampler, "OTEL_SERVICE_NAME", "OTEL_RESOURCE_ATTRIBUTES", "OTEL_BSP_SCHEDULE_DELAY", envLinkCountLimit, envSamplerArg} {
 		t.Setenv(k, "")
 	}
 }
@@ -99,6 +99,10 @@ func TestBadSettings(t *testing.T) {
 		{"exporter", map[string]string{envTracesExporter: "zipkin"}, Config{Endpoint: "http://127.0.0.1:4318"}, "platformd exports otlp"},
 		{"disabled", map[string]string{envSDKDisabled: "maybe"}, Config{}, "must be true or false"},
 		{"ratio", nil, Config{Endpoint: "http://127.0.0.1:4318", SamplerRatio: ratio(1.5)}, "within 0..1"},
+		// The SDK would log these and fall back to its default sampler.
+		{"env sampler", map[string]string{envSampler: "jaeger_remote"}, Config{Endpoint: "http://127.0.0.1:4318"}, `OTEL_TRACES_SAMPLER="jaeger_remote"`},
+		{"env sampler arg", map[string]string{envSampler: "parentbased_traceidratio", envSamplerArg: "1.5"}, Config{Endpoint: "http://127.0.0.1:4318"},
+			`OTEL_TRACES_SAMPLER_ARG="1.5"`},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			cleanEnv(t)
@@ -206,7 +210,8 @@ func TestBatchSpanKeepsEveryLink(t *testing.T) {
 			p.Stop()
 			spans := rcv.Spans()
 			require.Len(t, spans, 1)
-			require.Equal(t, tc.want, len(spans[0].GetLinks()))
+			links := len(spans[0].GetLinks()) // not require.Len: it would print a thousand links
+			require.Equal(t, tc.want, links)
 			require.EqualValues(t, 1000-tc.want, spans[0].GetDroppedLinksCount())
 		})
 	}
@@ -247,4 +252,43 @@ func TestStopBoundedWhenCollectorDown(t *testing.T) {
 	start := time.Now()
 	p.Stop()
 	require.Less(t, time.Since(start), ShutdownTimeoutDefault+2*time.Second)
+}
+
+// The environment's sampler is the SDK's, built by platformd (Presample
+// asks it): each standard name with its argument, the config's ratio when
+// it names none. A bad sampler variable of a tracing that is off stops
+// nothing.
+func TestSamplerOf(t *testing.T) {
+	for _, tc := range []struct {
+		name, arg, want string
+		drops           bool
+	}{
+		{"", "", "ParentBased{root:TraceIDRatioBased{0.25}", true},
+		{"always_on", "", "AlwaysOnSampler", false},
+		{"ALWAYS_OFF", "", "AlwaysOffSampler", true},
+		{"traceidratio", "0.5", "TraceIDRatioBased{0.5}", true},
+		{"traceidratio", "", "TraceIDRatioBased{1}", false},
+		{"parentbased_traceidratio", "0.1", "ParentBased{root:TraceIDRatioBased{0.1}", true},
+		{"parentbased_traceidratio", "1", "ParentBased{root:TraceIDRatioBased{1}", false},
+		{"parentbased_always_on", "", "ParentBased{root:AlwaysOnSampler", false},
+		{"parentbased_always_off", "", "ParentBased{root:AlwaysOffSampler", true},
+	} {
+		s, drops, err := samplerOf(tc.name, tc.arg, 0.25)
+		require.NoError(t, err)
+		require.Contains(t, s.Description(), tc.want, "%s %s", tc.name, tc.arg)
+		require.Equal(t, tc.drops, drops, "%s %s", tc.name, tc.arg)
+	}
+	// Where no root is dropped, the tracer does not presample: it would
+	// only add to every span's cost.
+	cleanEnv(t)
+	on, err := New(context.Background(), Config{Endpoint: "http://127.0.0.1:1", Logger: quiet()})
+	require.NoError(t, err)
+	_, presamples := on.Tracer().(*Tracer)
+	require.False(t, presamples)
+	on.Stop()
+	cleanEnv(t)
+	t.Setenv(envSampler, "nonsense")
+	p, err := New(context.Background(), Config{Logger: quiet()})
+	require.NoError(t, err)
+	require.False(t, p.Enabled())
 }

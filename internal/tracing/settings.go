@@ -7,6 +7,8 @@ import (
 	"strconv"
 	"strings"
 
+	sdktrace "go.opentelemetry.io/otel/sdk/trace"
+
 	"github.com/platformd/platformd/internal/config"
 )
 
@@ -32,6 +34,7 @@ const (
 	envProtocol       = "OTEL_EXPORTER_OTLP_PROTOCOL"
 	envTracesProtocol = "OTEL_EXPORTER_OTLP_TRACES_PROTOCOL"
 	envSampler        = "OTEL_TRACES_SAMPLER"
+	envSamplerArg     = "OTEL_TRACES_SAMPLER_ARG"
 	envLinkCountLimit = "OTEL_SPAN_LINK_COUNT_LIMIT"
 )
 
@@ -56,6 +59,12 @@ type settings struct {
 	// names a sampler (useRatio false).
 	ratio    float64
 	useRatio bool
+	// sampler is the sampler in force: the environment's, else
+	// parent-based at ratio.
+	sampler sdktrace.Sampler
+	// dropsRoots is false when sampler samples every span without a
+	// parent: presampling (Tracer) would only add to every span's cost.
+	dropsRoots bool
 }
 
 // resolve decides what New does from cfg and the environment (lookup).
@@ -105,7 +114,7 @@ func resolve(cfg Config, lookup func(string) (string, bool)) (settings, error) {
 				return settings{}, fmt.Errorf("tracing: %s=%q: %s", k, v, msg)
 			}
 			s.endpoint = v
-			return s, nil
+			return s.withSampler(get)
 		}
 	}
 	if cfg.Endpoint == "" {
@@ -123,5 +132,50 @@ func resolve(cfg Config, lookup func(string) (string, bool)) (settings, error) {
 		s.endpointURL = u.String()
 		s.endpoint = s.endpointURL
 	}
+	return s.withSampler(get)
+}
+
+// withSampler is s with the sampler in force (only when tracing is on: a
+// variable of a tracing that is off is not read).
+func (s settings) withSampler(get func(string) string) (settings, error) {
+	var err error
+	if s.sampler, s.dropsRoots, err = samplerOf(get(envSampler), get(envSamplerArg), s.ratio); err != nil {
+		return settings{}, err
+	}
 	return s, nil
+}
+
+// samplerOf is the sampler OTEL_TRACES_SAMPLER (name) and its argument
+// name, as the SDK reads them, or parent-based at ratio when name is
+// empty, and whether it drops any span without a parent. platformd builds
+// it itself, and gives it to the SDK, so that a Tracer can ask it before
+// starting a span; a name or argument the SDK would ignore (falling back
+// to its default with a logged error) stops the start instead.
+func samplerOf(name, arg string, ratio float64) (sdktrace.Sampler, bool, error) {
+	switch strings.ToLower(name) {
+	case "":
+		return sdktrace.ParentBased(sdktrace.TraceIDRatioBased(ratio)), ratio < 1, nil
+	case "always_on":
+		return sdktrace.AlwaysSample(), false, nil
+	case "always_off":
+		return sdktrace.NeverSample(), true, nil
+	case "parentbased_always_on":
+		return sdktrace.ParentBased(sdktrace.AlwaysSample()), false, nil
+	case "parentbased_always_off":
+		return sdktrace.ParentBased(sdktrace.NeverSample()), true, nil
+	case "traceidratio", "parentbased_traceidratio":
+		r := 1.0
+		if arg != "" {
+			v, err := strconv.ParseFloat(arg, 64)
+			if err != nil || v < 0 || v > 1 {
+				return nil, false, fmt.Errorf("tracing: %s=%q: must be a ratio within 0..1", envSamplerArg, arg)
+			}
+			r = v
+		}
+		if strings.EqualFold(name, "traceidratio") {
+			return sdktrace.TraceIDRatioBased(r), r < 1, nil
+		}
+		return sdktrace.ParentBased(sdktrace.TraceIDRatioBased(r)), r < 1, nil
+	}
+	return nil, false, fmt.Errorf("tracing: %s=%q: must be always_on, always_off, traceidratio or parentbased_ of one of them", envSampler, name)
 }

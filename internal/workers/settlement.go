@@ -53,7 +53,11 @@ type message struct {
 	d    amqp.Delivery
 	ev   consumer.Event
 	s    settlement
-	span trace.Span // the delivery's span (nil when tracing is off)
+	span trace.Span // the delivery's span (nil when tracing is off or its sampler dropped it)
+	// sc is the delivery span's context, also when the sampler dropped
+	// the span (no span was started): what its handlers and copies
+	// propagate.
+	sc trace.SpanContext
 }
 
 // runs reports whether the message's event goes to the dedup step: it

@@ -4,6 +4,7 @@ import (
 	"context"
 	"crypto/rand"
 	"encoding/hex"
+	"strings"
 	"sync"
 	"testing"
 	"time"
@@ -18,6 +19,7 @@ import (
 	"github.com/platformd/platformd/examples/shop"
 	"github.com/platformd/platformd/internal/dedup"
 	"github.com/platformd/platformd/internal/envelope"
+	"github.com/platformd/platformd/internal/tracing"
 	"github.com/platformd/platformd/internal/tracing/tracingtest"
 )
 
@@ -368,4 +370,61 @@ func TestTracingOffCostsNothing(t *testing.T) {
 		require.Nil(t, batch[i].span)
 		require.False(t, events[i].SpanContext.IsValid())
 	}
+}
+
+// A delivery span the sampler drops is never started (the daemon's tracer,
+// tracing.New, presamples), yet its context propagates: a sampled-out
+// delivery's handler sees its trace with the sampled flag clear, its retry
+// copy carries it, and the second attempt is in that trace; a delivery
+// whose producer sampled it is still traced (parent-based, ratio 0).
+func TestTraceSampledOutDeliveryPropagates(t *testing.T) {
+	t.Parallel()
+	r := newTraceRig(t)
+	zero := 0.0
+	tp, err := tracing.New(r.ctx, tracing.Config{Endpoint: r.rcv.HTTPEndpoint, SamplerRatio: &zero, Logger: r.logger})
+	require.NoError(t, err)
+	t.Cleanup(tp.Stop)
+	r.tracer = tp.Tracer()
+	_, ok := r.tracer.(presampler)
+	require.True(t, ok, "the daemon's tracer presamples")
+	p := newProducer(t)
+	sampled, _ := r.order(1)
+	orphan, _ := r.order(1)
+	r.failN[orphan.EventID] = 1
+	r.start(shop.HandlerStockReserve, "test.trace", "test.probe")
+	r.publishEnv(sampled, amqp.Table{"traceparent": p.traceparent()})
+	r.publishEnv(orphan, nil)
+	r.waitFor("the orphan's second attempt and the sampled event", func() bool {
+		r.mu.Lock()
+		defer r.mu.Unlock()
+		return len(r.attempts[orphan.EventID]) == 2 && len(r.attempts[sampled.EventID]) == 1
+	})
+	require.Eventually(t, func() bool { return r.reservations() == 2 }, 10*time.Second, 10*time.Millisecond)
+	require.NoError(t, tp.ForceFlush(r.ctx))
+	spans := r.rcv.Spans()
+
+	require.Empty(t, r.deliverySpans(spans, orphan.EventID), "a sampled-out delivery exports no span")
+	ds := r.deliverySpans(spans, sampled.EventID)
+	require.Len(t, ds, 1)
+	require.Equal(t, p.traceID, ds[0].TraceIDHex())
+	require.Equal(t, p.spanID, ds[0].ParentIDHex())
+
+	r.hmu.Lock()
+	defer r.hmu.Unlock()
+	require.Equal(t, []map[string]any{{"traceparent": "00-" + ds[0].TraceIDHex() + "-" + ds[0].SpanIDHex() + "-01"}}, r.headers[sampled.EventID])
+	hs := r.headers[orphan.EventID]
+	require.GreaterOrEqual(t, len(hs), 2)
+	traceID, spanIDs := "", map[string]bool{}
+	for _, h := range hs {
+		tpv, _ := h["traceparent"].(string)
+		parts := strings.Split(tpv, "-")
+		require.Len(t, parts, 4, "traceparent %q", tpv)
+		require.Equal(t, "00", parts[3], "sampled flag clear: %q", tpv)
+		if traceID == "" {
+			traceID = parts[1]
+		}
+		require.Equal(t, traceID, parts[1], "every attempt in one trace")
+		spanIDs[parts[2]] = true
+	}
+	require.Len(t, spanIDs, 2, "each attempt its own span id")
 }

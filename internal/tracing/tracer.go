@@ -1,0 +1,106 @@
+package tracing
+
+import (
+	"context"
+	"math/rand/v2"
+	"sync/atomic"
+
+	sdktrace "go.opentelemetry.io/otel/sdk/trace"
+	"go.opentelemetry.io/otel/trace"
+)
+
+// Tracer is platformd's tracer: the SDK's, and Presample, which asks the
+// provider's sampler before a span is started so that a span it drops costs
+// no span at all. Its methods are safe for concurrent use.
+type Tracer struct {
+	trace.Tracer
+	sampler sdktrace.Sampler
+}
+
+// Presample decides, as the SDK would when starting a span of kind named
+// name under parent, whether that span is sampled. Dropped: sampled is
+// false and sc is the span context the SDK would have given its
+// non-recording span (the parent's trace, a new span id, the sampled flag
+// clear, the sampler's trace state), to propagate; nothing is started.
+// Sampled (or recorded only): start the span with Start(ctx, ...) at once,
+// ctx being parent with the ids the decision was made on, which the SDK
+// then gives the first span started in it. The span must be started with no attributes or links that the
+// sampler would see: platformd's samplers (the environment's standard ones)
+// look only at the parent and the trace id.
+func (t *Tracer) Presample(parent context.Context, name string, kind trace.SpanKind) (ctx context.Context, sc trace.SpanContext, sampled bool) {
+	psc := trace.SpanContextFromContext(parent)
+	ids := &drawnIDs{tid: psc.TraceID(), sid: newSpanID()}
+	if !ids.tid.IsValid() {
+		ids.tid = newTraceID()
+	}
+	res := t.sampler.ShouldSample(sdktrace.SamplingParameters{ParentContext: parent, TraceID: ids.tid, Name: name, Kind: kind})
+	if res.Decision == sdktrace.Drop {
+		return parent, trace.NewSpanContext(trace.SpanContextConfig{TraceID: ids.tid, SpanID: ids.sid,
+			TraceFlags: psc.TraceFlags() &^ trace.FlagsSampled, TraceState: res.Tracestate}), false
+	}
+	return context.WithValue(parent, drawnKey{}, ids), trace.SpanContext{}, true
+}
+
+// drawnIDs are the ids Presample decided on, for the first span started
+// in its context: taken once, a later span there gets random ids.
+type drawnIDs struct {
+	tid   trace.TraceID
+	sid   trace.SpanID
+	taken atomic.Bool
+}
+
+type drawnKey struct{}
+
+// take returns the drawn ids of ctx for a span of trace tid (any trace when
+// root), once.
+func take(ctx context.Context, tid trace.TraceID, root bool) (*drawnIDs, bool) {
+	d, ok := ctx.Value(drawnKey{}).(*drawnIDs)
+	if !ok || (!root && d.tid != tid) || !d.taken.CompareAndSwap(false, true) {
+		return nil, false
+	}
+	return d, true
+}
+
+// idGenerator is the provider's: the ids Presample drew, for the span
+// started in their context, else random ones.
+type idGenerator struct{}
+
+// NewIDs implements sdktrace.IDGenerator.
+func (idGenerator) NewIDs(ctx context.Context) (trace.TraceID, trace.SpanID) {
+	if d, ok := take(ctx, trace.TraceID{}, true); ok {
+		return d.tid, d.sid
+	}
+	return newTraceID(), newSpanID()
+}
+
+// NewSpanID implements sdktrace.IDGenerator.
+func (idGenerator) NewSpanID(ctx context.Context, tid trace.TraceID) trace.SpanID {
+	if d, ok := take(ctx, tid, false); ok {
+		return d.sid
+	}
+	return newSpanID()
+}
+
+// newTraceID and newSpanID are random, never zero (math/rand/v2's
+// generator: per-thread, no lock).
+func newTraceID() trace.TraceID {
+	var t trace.TraceID
+	for !t.IsValid() {
+		hi, lo := rand.Uint64(), rand.Uint64()
+		for i := range 8 {
+			t[i], t[8+i] = byte(hi>>(56-8*i)), byte(lo>>(56-8*i))
+		}
+	}
+	return t
+}
+
+func newSpanID() trace.SpanID {
+	var s trace.SpanID
+	for !s.IsValid() {
+		v := rand.Uint64()
+		for i := range 8 {
+			s[i] = byte(v >> (56 - 8*i))
+		}
+	}
+	return s
+}
