@@ -11,6 +11,7 @@ import (
 	"time"
 
 	"github.com/google/uuid"
+	"github.com/jackc/pgx/v5"
 	amqp "github.com/rabbitmq/amqp091-go"
 	"github.com/stretchr/testify/require"
 
@@ -166,5 +167,45 @@ func TestTraceAcrossTheOutbox(t *testing.T) {
 	rk, _ := ship.Attr("messaging.rabbitmq.destination.routing_key")
 	require.Equal(t, shop.EventStockReserved, rk)
 	require.Equal(t, 1, count(t, e.shipDSN, `SELECT count(*) FROM parcel`))
+	require.NoError(t, d.terminate(t))
+}
+
+// A SQL handler's outbox message joins the event's trace too: the stock
+// binary runs the shop's reservation in SQL plus a statement publishing
+// with @traceparent, and the row it writes (the relay is off, so it stays)
+// carries the stock delivery span's context, in the producer's trace.
+func TestTraceFromASQLHandlersOutbox(t *testing.T) {
+	rcv := tracingtest.New(t)
+	setOTel(t, map[string]string{"OTEL_EXPORTER_OTLP_ENDPOINT": rcv.HTTPEndpoint, "OTEL_BSP_SCHEDULE_DELAY": "50"})
+	e := newEnv(t)
+	path := e.sqlConfig(t)
+	b, err := os.ReadFile(path)
+	require.NoError(t, err)
+	publishSQL := "          - |\n            SELECT platform.publish('stock.stock.reserved.v1', jsonb_build_object('order_id', @payload->'order_id'),\n" +
+		"              jsonb_strip_nulls(jsonb_build_object('traceparent', @traceparent)))\n"
+	cfg := strings.Replace(string(b), "    pools:\n      - name: stock-events-", "    outbox: {relay: false}\n    pools:\n      - name: stock-events-", 1)
+	cfg = strings.Replace(cfg, "            FROM jsonb_array_elements(@payload->'lines') AS line\n",
+		"            FROM jsonb_array_elements(@payload->'lines') AS line\n"+publishSQL, 1)
+	require.Contains(t, cfg, "@traceparent")
+	require.Contains(t, cfg, "relay: false")
+	require.NoError(t, os.WriteFile(path, []byte(cfg), 0o600))
+	d := e.start(t, path)
+	traceID, spanID := e.publishTraced(t)
+
+	stockName := "process e2e.stock." + e.suffix
+	spans, err := rcv.Wait(60*time.Second, func(s []tracingtest.Span) bool { return len(tracingtest.Named(s, stockName)) == 1 })
+	require.NoError(t, err, "stderr: %s", d.stderr)
+	stock := tracingtest.Named(spans, stockName)[0]
+	require.Equal(t, traceID, stock.TraceIDHex())
+	require.Equal(t, spanID, stock.ParentIDHex())
+	var tp string
+	require.Eventually(t, func() bool {
+		return count(t, e.stockDSN, `SELECT count(*) FROM platform.outbox`) == 1
+	}, 30*time.Second, 50*time.Millisecond)
+	conn, err := pgx.Connect(context.Background(), e.stockDSN)
+	require.NoError(t, err)
+	defer conn.Close(context.Background())
+	require.NoError(t, conn.QueryRow(context.Background(), `SELECT headers->>'traceparent' FROM platform.outbox`).Scan(&tp))
+	require.Equal(t, "00-"+stock.TraceIDHex()+"-"+stock.SpanIDHex()+"-01", tp)
 	require.NoError(t, d.terminate(t))
 }

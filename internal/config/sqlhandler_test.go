@@ -101,7 +101,7 @@ func TestSQLHandlerMistakes(t *testing.T) {
 		msg   string
 	}{
 		{"UnknownParameter", []string{"(@payload->>'customer_id')", "(@paylod->>'customer_id')"},
-			h0 + ".sql[0]", "unknown parameter @paylod; the parameters are @event_id, @event_name, @occurred_at, @payload, @attempt, @routing_key (line 2, column 41)"},
+			h0 + ".sql[0]", "unknown parameter @paylod; the parameters are @event_id, @event_name, @occurred_at, @payload, @attempt, @routing_key, @traceparent (line 2, column 41)"},
 		{"EmptyStatement", []string{`- "UPDATE counters SET n = n + 1 WHERE name = @routing_key"`, `- "  "`},
 			"services[2].sql_handlers[1].sql[1]", "empty statement"},
 		{"CommentOnlyStatement", []string{`- "UPDATE counters SET n = n + 1 WHERE name = @routing_key"`, `- "-- later"`},

@@ -4,7 +4,8 @@
 //
 // A statement names the event's fields as parameters: @event_id (uuid),
 // @event_name (text), @occurred_at (timestamptz), @payload (jsonb),
-// @attempt (int) and @routing_key (text). Parse tokenises the statement as
+// @attempt (int), @routing_key (text) and @traceparent (text: the delivery
+// span's W3C traceparent, NULL when tracing is off). Parse tokenises the statement as
 // PostgreSQL's lexer does and rewrites each parameter as ($n::type), so an
 // @name inside a string literal, a quoted identifier, a comment or a
 // dollar-quoted string is left alone, and so are the @>, <@ and @@

@@ -2,6 +2,7 @@ package sqlhandler
 
 import (
 	"context"
+	"encoding/hex"
 	"errors"
 	"fmt"
 	"sync/atomic"
@@ -9,6 +10,8 @@ import (
 
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgconn"
+	"github.com/jackc/pgx/v5/pgtype"
+	"go.opentelemetry.io/otel/trace"
 
 	"github.com/platformd/platformd/consumer"
 	"github.com/platformd/platformd/internal/dbutil"
@@ -185,12 +188,26 @@ func fieldOf[T any](get func(ev *consumer.Event) T) field {
 
 // fields are the parameters' fields.
 var fields = [len(params)]field{
-	paramEventID:    fieldOf(func(ev *consumer.Event) [16]byte { return ev.ID }),
-	paramEventName:  fieldOf(func(ev *consumer.Event) string { return ev.Name }),
-	paramOccurredAt: fieldOf(func(ev *consumer.Event) time.Time { return ev.OccurredAt }),
-	paramPayload:    fieldOf(func(ev *consumer.Event) []byte { return ev.Payload }),
-	paramAttempt:    fieldOf(func(ev *consumer.Event) int32 { return int32(ev.Attempt) }),
-	paramRoutingKey: fieldOf(func(ev *consumer.Event) string { return ev.Delivery.RoutingKey }),
+	paramEventID:     fieldOf(func(ev *consumer.Event) [16]byte { return ev.ID }),
+	paramEventName:   fieldOf(func(ev *consumer.Event) string { return ev.Name }),
+	paramOccurredAt:  fieldOf(func(ev *consumer.Event) time.Time { return ev.OccurredAt }),
+	paramPayload:     fieldOf(func(ev *consumer.Event) []byte { return ev.Payload }),
+	paramAttempt:     fieldOf(func(ev *consumer.Event) int32 { return int32(ev.Attempt) }),
+	paramRoutingKey:  fieldOf(func(ev *consumer.Event) string { return ev.Delivery.RoutingKey }),
+	paramTraceParent: fieldOf(traceParent),
+}
+
+// traceParent is the W3C traceparent of ev's delivery span, as the
+// TraceContext propagator writes it (only the sampled flag), or NULL when
+// the event has no valid span context (tracing off).
+func traceParent(ev *consumer.Event) pgtype.Text {
+	sc := ev.SpanContext
+	if !sc.IsValid() {
+		return pgtype.Text{}
+	}
+	tid, sid := sc.TraceID(), sc.SpanID()
+	return pgtype.Text{String: "00-" + hex.EncodeToString(tid[:]) + "-" + hex.EncodeToString(sid[:]) + "-" +
+		(sc.TraceFlags() & trace.FlagsSampled).String(), Valid: true}
 }
 
 // PrepareError is a statement PostgreSQL refused to prepare.

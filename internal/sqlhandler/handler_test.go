@@ -7,6 +7,7 @@ import (
 	"io"
 	"log/slog"
 	"math/rand/v2"
+	"strings"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -16,6 +17,7 @@ import (
 	"github.com/jackc/pgx/v5/pgconn"
 	"github.com/jackc/pgx/v5/pgxpool"
 	"github.com/stretchr/testify/require"
+	"go.opentelemetry.io/otel/trace"
 
 	"github.com/platformd/platformd/consumer"
 	"github.com/platformd/platformd/internal/dedup"
@@ -378,5 +380,59 @@ func TestPrepare(t *testing.T) {
 		require.Contains(t, err.Error(), tc.want)
 		var pgErr *pgconn.PgError
 		require.ErrorAs(t, err, &pgErr, "the PostgreSQL error is kept")
+	}
+}
+
+// @traceparent is the delivery span's W3C traceparent (only the sampled
+// flag), NULL without a span context: platform.publish's headers carry it
+// into the event's trace. In the per-event pipeline and in the batch form.
+func TestTraceParentParameter(t *testing.T) {
+	t.Parallel()
+	b := setup(t, `CREATE TABLE seen (event_id uuid, tp text)`)
+	sampled := trace.NewSpanContext(trace.SpanContextConfig{TraceID: trace.TraceID{0x4b, 0xf9, 1}, SpanID: trace.SpanID{0x00, 0xf0, 2},
+		TraceFlags: trace.FlagsSampled | 0x02})
+	unsampled := trace.NewSpanContext(trace.SpanContextConfig{TraceID: trace.TraceID{9}, SpanID: trace.SpanID{8}})
+	want := map[uuid.UUID]*string{}
+	mk := func(sc trace.SpanContext, tp string) consumer.Event {
+		ev := newEvent(t, placed, `{}`)
+		ev.SpanContext = sc
+		if tp != "" {
+			want[ev.ID] = &tp
+		} else {
+			want[ev.ID] = nil
+		}
+		return ev
+	}
+	for _, form := range []struct {
+		name, sql string
+		batch     bool
+	}{
+		{"pipeline", `INSERT INTO seen VALUES (@event_id, @traceparent); SELECT 1`, false},
+		{"batch", `INSERT INTO seen (event_id, tp) SELECT @event_id, @traceparent`, true},
+	} {
+		h, p := b.prepared("t.tp_"+form.name, strings.Split(form.sql, "; ")...)
+		on, why := h.BatchMode()
+		require.Equal(t, form.batch, on, "%s: %s", form.name, why)
+		evs := []consumer.Event{
+			mk(sampled, "00-4bf90100000000000000000000000000-00f0020000000000-01"),
+			mk(unsampled, "00-09000000000000000000000000000000-0800000000000000-00"),
+			mk(trace.SpanContext{}, ""),
+		}
+		rs, err := p.Process(context.Background(), evs)
+		require.NoError(t, err)
+		for _, r := range rs {
+			require.Equal(t, dedup.OutcomeProcessed, r.Outcome, "%s: %v", form.name, r.Err)
+		}
+	}
+	rows, err := b.db.Query(context.Background(), `SELECT event_id, tp FROM seen`)
+	require.NoError(t, err)
+	got, err := pgx.CollectRows(rows, pgx.RowToStructByPos[struct {
+		ID uuid.UUID
+		TP *string
+	}])
+	require.NoError(t, err)
+	require.Len(t, got, 6)
+	for _, g := range got {
+		require.Equal(t, want[g.ID], g.TP, "event %s", g.ID)
 	}
 }

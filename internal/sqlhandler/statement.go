@@ -27,6 +27,7 @@ const (
 	paramPayload
 	paramAttempt
 	paramRoutingKey
+	paramTraceParent
 )
 
 // params are the named parameters of the contract (DESIGN.md, "Hosting a
@@ -38,6 +39,11 @@ var params = [...]Param{
 	paramPayload:    {Name: "payload", Type: "jsonb"},
 	paramAttempt:    {Name: "attempt", Type: "int"},
 	paramRoutingKey: {Name: "routing_key", Type: "text"},
+	// traceparent is the W3C traceparent of the delivery's span, NULL when
+	// tracing is off: for platform.publish's headers, so that the message
+	// joins the event's trace as a Go handler's does (an addition to
+	// DESIGN.md's list).
+	paramTraceParent: {Name: "traceparent", Type: "text"},
 }
 
 // paramList is "@event_id, @event_name, ..." for messages.
