@@ -70,18 +70,27 @@ func (s *Server) DescribeService(ctx context.Context, req *adminv1.DescribeServi
 	return resp, nil
 }
 
+// AuditList is what ListAudit returns.
+type AuditList struct {
+	// Entries are the audit entries, newest first.
+	Entries []AuditEntry
+	// Unavailable, for a list of every service, are the services whose
+	// audit could not be read (their database away), sorted.
+	Unavailable []string
+}
+
 // ListAudit implements AdminService.ListAudit.
 func (s *Server) ListAudit(ctx context.Context, req *adminv1.ListAuditRequest) (*adminv1.ListAuditResponse, error) {
 	limit, err := listLimit(req.GetLimit())
 	if err != nil {
 		return nil, err
 	}
-	entries, err := s.backend.ListAudit(ctx, req.GetService(), limit)
+	list, err := s.backend.ListAudit(ctx, req.GetService(), limit)
 	if err != nil {
 		return nil, s.toStatus(ctx, "ListAudit", err)
 	}
-	resp := &adminv1.ListAuditResponse{Entries: make([]*adminv1.AuditEntry, 0, len(entries))}
-	for _, e := range entries {
+	resp := &adminv1.ListAuditResponse{Entries: make([]*adminv1.AuditEntry, 0, len(list.Entries)), UnavailableServices: list.Unavailable}
+	for _, e := range list.Entries {
 		detail, err := structpb.NewStruct(e.Detail)
 		if err != nil {
 			return nil, s.toStatus(ctx, "ListAudit", fmt.Errorf("audit entry detail: %w", err))

@@ -61,4 +61,14 @@ func TestListAudit(t *testing.T) {
 	requireCode(t, err, codes.InvalidArgument)
 	_, err = b.client.ListAudit(asReader(t), &adminv1.ListAuditRequest{Service: "nope"})
 	requireCode(t, err, codes.NotFound)
+
+	// One database away: the others' entries, and the one named.
+	b.backend.SetDatabaseError("shipping", "its database is not reachable")
+	resp, err = b.client.ListAudit(asReader(t), &adminv1.ListAuditRequest{})
+	require.NoError(t, err)
+	require.Equal(t, []string{"shipping"}, resp.GetUnavailableServices())
+	require.Len(t, resp.GetEntries(), 1)
+	require.Equal(t, "stock", resp.GetEntries()[0].GetService())
+	_, err = b.client.ListAudit(asReader(t), &adminv1.ListAuditRequest{Service: "shipping"})
+	requireCode(t, err, codes.Unavailable)
 }

@@ -62,8 +62,9 @@ type Backend interface {
 	DescribeService(ctx context.Context, service string) (ServiceDetail, error)
 	// ListAudit returns at most limit audit entries of service, or of every
 	// service when service is "", newest first. An unknown service is
-	// ErrNotFound.
-	ListAudit(ctx context.Context, service string, limit int) ([]AuditEntry, error)
+	// ErrNotFound; of every service, those whose database is away are
+	// listed as unavailable, the others' entries returned.
+	ListAudit(ctx context.Context, service string, limit int) (AuditList, error)
 	// ReloadConfig reads the config file again and applies the difference
 	// (see the RPC's documentation). A config with mistakes is a
 	// *ConfigError and changes nothing; a change that needs a restart

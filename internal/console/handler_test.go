@@ -183,6 +183,14 @@ func TestPagesShowADatabaseAway(t *testing.T) {
 	}
 	_, body := c.do(http.MethodGet, "/pools/shipping-events", nil)
 	require.NotContains(t, body, "Waiting for its database")
+	// The audit of every service says whose it could not read; of stock
+	// alone it is the database's error.
+	resp, body := c.do(http.MethodGet, "/audit", nil)
+	require.Equal(t, http.StatusOK, resp.StatusCode, body)
+	require.Contains(t, body, `id="audit-unavailable">Not shown, their database away: <strong>stock</strong>.`)
+	resp, body = c.do(http.MethodGet, "/audit?service=stock", nil)
+	require.Equal(t, http.StatusServiceUnavailable, resp.StatusCode, body)
+	require.NotContains(t, body, "audit-unavailable")
 }
 
 // The vendored htmx is the pinned release, served from the binary.

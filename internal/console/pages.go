@@ -303,7 +303,9 @@ type auditBody struct {
 	Service  string
 	Services []string
 	Entries  []admin.AuditEntry
-	Error    string
+	// Unavailable are the services whose audit could not be read.
+	Unavailable []string
+	Error       string
 }
 
 func (h *Handler) auditData(ctx context.Context, service string) (auditBody, int) {
@@ -314,10 +316,11 @@ func (h *Handler) auditData(ctx context.Context, service string) (auditBody, int
 			b.Services = append(b.Services, s.Name)
 		}
 	}
-	var err error
-	if b.Entries, err = h.backend.ListAudit(ctx, service, auditLimit); err != nil {
+	list, err := h.backend.ListAudit(ctx, service, auditLimit)
+	if err != nil {
 		status, b.Error = h.backendError(ctx, "ListAudit", err)
 	}
+	b.Entries, b.Unavailable = list.Entries, list.Unavailable
 	return b, status
 }
 

@@ -99,27 +99,37 @@ func (b *backend) DescribeService(ctx context.Context, name string) (admin.Servi
 	return d, nil
 }
 
-func (b *backend) ListAudit(ctx context.Context, name string, limit int) ([]admin.AuditEntry, error) {
+func (b *backend) ListAudit(ctx context.Context, name string, limit int) (admin.AuditList, error) {
+	var out admin.AuditList
 	svcs := b.d.serviceList()
 	if name != "" {
 		s, err := b.service(name)
 		if err != nil {
-			return nil, err
+			return out, err
 		}
 		svcs = []*service{s}
 	}
-	var out []admin.AuditEntry
 	for _, s := range svcs {
 		entries, err := state.ListAudit(ctx, s.db, limit)
 		if err != nil {
-			return nil, unavailable(fmt.Errorf("service %s: %w", s.config().Name, err))
+			err = unavailable(fmt.Errorf("service %s: %w", s.config().Name, err))
+			if name != "" || ctx.Err() != nil {
+				return admin.AuditList{}, err
+			}
+			// An operator reading the audit during an incident still
+			// sees every other service's.
+			b.d.log.WarnContext(ctx, "daemon: audit unavailable", slog.String("service", s.config().Name), slog.Any("error", err))
+			out.Unavailable = append(out.Unavailable, s.config().Name)
+			continue
 		}
 		for _, e := range entries {
-			out = append(out, admin.AuditEntry{Service: s.config().Name, At: e.At, Actor: e.Actor,
+			out.Entries = append(out.Entries, admin.AuditEntry{Service: s.config().Name, At: e.At, Actor: e.Actor,
 				Action: e.Action, Target: e.Target, Detail: e.Detail})
 		}
 	}
 	// Each service's list is newest first; merge them, newest first.
-	slices.SortStableFunc(out, func(a, b admin.AuditEntry) int { return b.At.Compare(a.At) })
-	return out[:min(limit, len(out))], nil
+	slices.SortStableFunc(out.Entries, func(a, b admin.AuditEntry) int { return b.At.Compare(a.At) })
+	out.Entries = out.Entries[:min(limit, len(out.Entries))]
+	slices.Sort(out.Unavailable)
+	return out, nil
 }

@@ -423,31 +423,44 @@ func (b *Backend) retrySpan(string) time.Duration { return 11 * time.Second }
 
 // ListAudit implements admin.Backend over the actions the Backend
 // recorded, newest first.
-func (b *Backend) ListAudit(ctx context.Context, service string, limit int) ([]admin.AuditEntry, error) {
+func (b *Backend) ListAudit(ctx context.Context, service string, limit int) (admin.AuditList, error) {
 	if err := b.begin(ctx, Call{Method: "ListAudit", Service: service, Limit: limit}); err != nil {
-		return nil, err
+		return admin.AuditList{}, err
 	}
 	b.mu.Lock()
 	defer b.mu.Unlock()
+	var out admin.AuditList
 	if service != "" {
-		if _, err := b.service(service); err != nil {
-			return nil, err
+		i, err := b.service(service)
+		if err != nil {
+			return out, err
+		}
+		if msg := b.services[i].Error; msg != "" {
+			return out, fmt.Errorf("service %s: %s: %w", service, msg, admin.ErrUnavailable)
 		}
 	}
-	var out []admin.AuditEntry
+	away := map[string]bool{}
+	for _, s := range b.services {
+		if s.Error != "" && service == "" {
+			away[s.Name] = true
+			out.Unavailable = append(out.Unavailable, s.Name)
+		}
+	}
+	slices.Sort(out.Unavailable)
 	for _, e := range slices.Backward(b.audit) {
-		if len(out) == limit {
+		if len(out.Entries) == limit {
 			break
 		}
-		if service == "" || e.Service == service {
-			out = append(out, e)
+		if (service == "" || e.Service == service) && !away[e.Service] {
+			out.Entries = append(out.Entries, e)
 		}
 	}
 	return out, nil
 }
 
 // SetDatabaseError makes service's database look away: ListServices
-// reports err for it and its pools report connecting with err.
+// reports err for it, its pools report connecting with err, and its audit
+// is unavailable.
 func (b *Backend) SetDatabaseError(service, err string) {
 	b.mu.Lock()
 	defer b.mu.Unlock()

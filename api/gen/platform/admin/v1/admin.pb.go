@@ -2151,9 +2151,14 @@ func (x *ListAuditRequest) GetLimit() int32 {
 type ListAuditResponse struct {
 	state protoimpl.MessageState `protogen:"open.v1"`
 	// entries are the audit entries, newest first.
-	Entries       []*AuditEntry `protobuf:"bytes,1,rep,name=entries,proto3" json:"entries,omitempty"`
-	unknownFields protoimpl.UnknownFields
-	sizeCache     protoimpl.SizeCache
+	Entries []*AuditEntry `protobuf:"bytes,1,rep,name=entries,proto3" json:"entries,omitempty"`
+	// unavailable_services, for a list of every service, are the services
+	// whose audit could not be read (their database away): entries holds the
+	// others'. A request for one service whose database is away fails
+	// UNAVAILABLE instead.
+	UnavailableServices []string `protobuf:"bytes,2,rep,name=unavailable_services,json=unavailableServices,proto3" json:"unavailable_services,omitempty"`
+	unknownFields       protoimpl.UnknownFields
+	sizeCache           protoimpl.SizeCache
 }
 
 func (x *ListAuditResponse) Reset() {
@@ -2189,6 +2194,13 @@ func (*ListAuditResponse) Descriptor() ([]byte, []int) {
 func (x *ListAuditResponse) GetEntries() []*AuditEntry {
 	if x != nil {
 		return x.Entries
+	}
+	return nil
+}
+
+func (x *ListAuditResponse) GetUnavailableServices() []string {
+	if x != nil {
+		return x.UnavailableServices
 	}
 	return nil
 }
@@ -2473,9 +2485,10 @@ const file_platform_admin_v1_admin_proto_rawDesc = "" +
 	"\x06detail\x18\x06 \x01(\v2\x17.google.protobuf.StructR\x06detail\"B\n" +
 	"\x10ListAuditRequest\x12\x18\n" +
 	"\aservice\x18\x01 \x01(\tR\aservice\x12\x14\n" +
-	"\x05limit\x18\x02 \x01(\x05R\x05limit\"L\n" +
+	"\x05limit\x18\x02 \x01(\x05R\x05limit\"\x7f\n" +
 	"\x11ListAuditResponse\x127\n" +
-	"\aentries\x18\x01 \x03(\v2\x1d.platform.admin.v1.AuditEntryR\aentries\"\x15\n" +
+	"\aentries\x18\x01 \x03(\v2\x1d.platform.admin.v1.AuditEntryR\aentries\x121\n" +
+	"\x14unavailable_services\x18\x02 \x03(\tR\x13unavailableServices\"\x15\n" +
 	"\x13ReloadConfigRequest\"\xaf\x02\n" +
 	"\x14ReloadConfigResponse\x12%\n" +
 	"\x0eservices_added\x18\x01 \x03(\tR\rservicesAdded\x12)\n" +
