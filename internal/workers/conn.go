@@ -55,7 +55,14 @@ type Conn struct {
 	// with those of an older one going down.
 	nodeMu sync.Mutex
 
-	mu     sync.Mutex
+	// lock is held (a token in it) by whoever dials or reads conn: a
+	// channel, not a mutex, so that a caller waiting behind a redial that
+	// lasts as long as the broker is down gives up at its own deadline.
+	lock chan struct{}
+	// done is closed by Close: a redial in progress gives up.
+	done      chan struct{}
+	closeOnce sync.Once
+
 	conn   *amqp.Connection
 	addr   string // node of conn
 	next   int    // index into nodes of the next node to dial
@@ -76,7 +83,7 @@ type brokerNode struct {
 // connection is on and 0 for a node it left. An unparsable URL is kept and
 // fails at dial time (config validation rejects them first).
 func NewConn(urls []string, name string, m *metrics.Metrics, logger *slog.Logger) *Conn {
-	c := &Conn{name: name, logger: logger}
+	c := &Conn{name: name, logger: logger, lock: make(chan struct{}, 1), done: make(chan struct{})}
 	for _, u := range urls {
 		c.nodes = append(c.nodes, brokerNode{url: u, addr: nodeAddr(u)})
 	}
@@ -107,8 +114,10 @@ func (c *Conn) Node() string { return *c.node.Load() }
 // Get returns the current connection, or dials a new one, retrying with
 // backoff until ctx ends.
 func (c *Conn) Get(ctx context.Context) (*amqp.Connection, error) {
-	c.mu.Lock()
-	defer c.mu.Unlock()
+	if err := c.acquire(ctx); err != nil {
+		return nil, err
+	}
+	defer c.release()
 	if c.closed {
 		return nil, fmt.Errorf("amqp %s: closed", c.name)
 	}
@@ -126,19 +135,35 @@ func (c *Conn) Get(ctx context.Context) (*amqp.Connection, error) {
 		select {
 		case <-ctx.Done():
 			return nil, ctx.Err()
+		case <-c.done:
+			return nil, fmt.Errorf("amqp %s: closed", c.name)
 		case <-time.After(jitter(backoff)):
 		}
 		backoff = min(backoff*2, BackoffMaxDefault)
 	}
 }
 
+// acquire takes c.lock, or gives up when ctx ends first.
+func (c *Conn) acquire(ctx context.Context) error {
+	select {
+	case c.lock <- struct{}{}:
+		return nil
+	case <-ctx.Done():
+		return fmt.Errorf("amqp %s: waiting for a redial in progress: %w", c.name, ctx.Err())
+	}
+}
+
+func (c *Conn) release() { <-c.lock }
+
 // dialOnce tries every node once, without backoff, and returns the first
 // connection made, which is then the Conn's own (closed by Close), or
 // every node's error. It is for short-lived tools such as the admin's
 // failure-queue reads, which report an error rather than wait.
 func (c *Conn) dialOnce(ctx context.Context) (*amqp.Connection, error) {
-	c.mu.Lock()
-	defer c.mu.Unlock()
+	if err := c.acquire(ctx); err != nil {
+		return nil, err
+	}
+	defer c.release()
 	conn, err := c.dialRoundLocked(ctx)
 	if err != nil {
 		return nil, fmt.Errorf("amqp %s: %w", c.name, err)
@@ -254,10 +279,12 @@ func (c *Conn) watch(conn *amqp.Connection, addr string) {
 	}()
 }
 
-// Close closes the current connection; later Gets fail.
+// Close closes the current connection; later Gets fail, and a redial in
+// progress gives up after its current round.
 func (c *Conn) Close() {
-	c.mu.Lock()
-	defer c.mu.Unlock()
+	c.closeOnce.Do(func() { close(c.done) })
+	c.lock <- struct{}{}
+	defer c.release()
 	c.closed = true
 	if c.conn != nil {
 		_ = c.conn.Close()

@@ -314,3 +314,41 @@ func TestConnDialHonoursContextMidHandshake(t *testing.T) {
 	mu.Unlock()
 	require.Positive(t, n, "the node was reached")
 }
+
+// While every node is down, one caller redials for as long as its context
+// lasts; another caller, behind it, gives up at its own deadline instead of
+// waiting for the broker, and Close ends the redial.
+func TestConnGetHonoursItsDeadlineBehindARedial(t *testing.T) {
+	t.Parallel()
+	target := brokerTarget(t)
+	a := newStubNode(t, target)
+	a.down()
+	conn := NewConn([]string{a.url()}, "test-behind", nil, slog.New(slog.DiscardHandler))
+	long, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	first := make(chan error, 1)
+	go func() {
+		_, err := conn.Get(long)
+		first <- err
+	}()
+	// The first caller holds the lock once its first round failed.
+	require.Eventually(t, func() bool { return len(conn.lock) == 1 }, 10*time.Second, time.Millisecond)
+
+	short, cancelShort := context.WithTimeout(context.Background(), 200*time.Millisecond)
+	defer cancelShort()
+	start := time.Now()
+	_, err := conn.Get(short)
+	require.ErrorIs(t, err, context.DeadlineExceeded)
+	require.ErrorContains(t, err, "waiting for a redial in progress")
+	require.Less(t, time.Since(start), 2*time.Second, "the second caller waited past its deadline")
+
+	start = time.Now()
+	conn.Close()
+	select {
+	case err := <-first:
+		require.ErrorContains(t, err, "closed")
+	case <-time.After(10 * time.Second):
+		t.Fatal("Close did not end the redial")
+	}
+	require.Less(t, time.Since(start), 10*time.Second)
+}
