@@ -297,12 +297,21 @@ func (d *Daemon) applyReload(ctx context.Context, cfg *config.Config, reg *consu
 	for _, s := range d.serviceList() {
 		running[s.config().Name] = s
 	}
+	// Every pool that goes away or changes stops, in every service that
+	// stays, before any starts: a pool moved from one service to another
+	// is never consumed by both at once (whatever their order in the
+	// config), its old service's batches drained and acked first.
+	for _, sc := range cfg.Services {
+		if s, kept := running[sc.Name]; kept && !slices.Contains(plan.restart, s) {
+			s.detach(plan.pools[sc.Name])
+		}
+	}
 	var services []*service
 	for _, sc := range cfg.Services {
 		s, kept := running[sc.Name]
 		if kept && !slices.Contains(plan.restart, s) {
 			p := plan.pools[sc.Name]
-			s.reconfigure(ctx, sc, reg, p)
+			s.attach(ctx, sc, reg, p)
 			for _, pc := range p.add {
 				res.PoolsAdded = append(res.PoolsAdded, pc.Name)
 			}
@@ -342,11 +351,10 @@ func (d *Daemon) applyReload(ctx context.Context, cfg *config.Config, reg *consu
 	return res
 }
 
-// reconfigure applies a reload's pool plan to a service that stays: the
-// pools removed and changed drain and stop first, then the new and changed
-// ones start (once the service is up; before, its bring-up starts them).
-// The others are not touched.
-func (s *service) reconfigure(ctx context.Context, sc config.ServiceConfig, reg *consumer.Registry, p *poolPlan) {
+// detach is the first half of a reload's pool plan for a service that
+// stays: the pools removed and changed drain and stop. The others are not
+// touched.
+func (s *service) detach(p *poolPlan) {
 	s.mu.Lock()
 	var stopping []*servicePool
 	keep := s.pools[:0:0]
@@ -367,7 +375,12 @@ func (s *service) reconfigure(ctx context.Context, sc config.ServiceConfig, reg 
 	for _, sp := range stopping {
 		sp.consume.Close()
 	}
+}
 
+// attach is the second half, once every service's detach is done: the new
+// and changed pools start (once the service is up; before, its bring-up
+// starts them).
+func (s *service) attach(ctx context.Context, sc config.ServiceConfig, reg *consumer.Registry, p *poolPlan) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	s.setConfig(sc, reg)

@@ -13,6 +13,7 @@ import (
 	"time"
 
 	"github.com/jackc/pgx/v5"
+	amqp "github.com/rabbitmq/amqp091-go"
 	"github.com/stretchr/testify/require"
 
 	"github.com/platformd/platformd/consumer"
@@ -252,4 +253,91 @@ func (p *tcpProxy) on(t *testing.T) {
 	l, err := net.Listen("tcp", p.addr)
 	require.NoError(t, err)
 	p.serve(l)
+}
+
+// A pool moved from one service to another, here to one earlier in the
+// config, is never consumed by both at once: every pool that goes stops,
+// in every service, before any starts. (The overlap the old order allowed
+// lasted a few milliseconds: this poll saw it in none of six runs, so the
+// test guards the order rather than proving the race.)
+func TestReloadMovesAPoolWithoutTwoConsumers(t *testing.T) {
+	t.Parallel()
+	e := newReloadEnv(t, testdb.New(t, "reload_move"))
+	movedPool := fmt.Sprintf(`      - name: moved
+        queue: reload.moved.%s
+        queue_type: classic
+        concurrency: 2
+        bindings: [order.order.status_changed.v1]
+        handlers: [shipping.track_status]
+`, e.suffix)
+	shipDSN := testdb.New(t, "reload_move_shipping")
+	shipping := func(pools string) string {
+		return fmt.Sprintf(`  - name: shipping
+    database: %q
+    pools:
+      - name: shipping-own
+        queue: reload.own.%s
+        queue_type: classic
+        bindings: [stock.stock.reserved.v1]
+        handlers: [shipping.prepare_parcel]
+%s`, shipDSN, e.suffix, pools)
+	}
+	shippingWith, shippingWithout := shipping(movedPool), shipping("")
+	e.write(t, "", shippingWith)
+	d := e.start(t)
+	defer d.Stop()
+
+	conn, err := amqp.Dial(e.broker)
+	require.NoError(t, err)
+	defer conn.Close()
+	// The queue's consumers, or -1 before the pool declared it (a passive
+	// declare of a missing queue closes its channel: one per call).
+	consumers := func() int {
+		ch, err := conn.Channel()
+		if err != nil {
+			return -1
+		}
+		defer ch.Close()
+		q, err := ch.QueueDeclarePassive("reload.moved."+e.suffix, false, false, false, false, nil)
+		if err != nil {
+			return -1
+		}
+		return q.Consumers
+	}
+	require.Eventually(t, func() bool { return consumers() == 2 }, 30*time.Second, 20*time.Millisecond, "moved consumed under shipping")
+
+	e.write(t, movedPool, shippingWithout)
+	done := make(chan struct{})
+	most := 0
+	var wg sync.WaitGroup
+	wg.Go(func() {
+		for {
+			most = max(most, consumers())
+			select {
+			case <-done:
+				return
+			default:
+			}
+		}
+	})
+	res, err := d.Reload(context.Background(), "test")
+	require.NoError(t, err)
+	require.Eventually(t, func() bool { return consumers() == 2 }, 30*time.Second, 5*time.Millisecond, "moved consumed under stock")
+	close(done)
+	wg.Wait()
+	require.Equal(t, []string{"moved"}, res.PoolsAdded)
+	require.Equal(t, []string{"moved"}, res.PoolsRemoved)
+	require.LessOrEqual(t, most, 2, "two services consumed the moved pool's queue at once")
+	for _, p := range mustPools(t, d) {
+		if p.Name == "moved" {
+			require.Equal(t, "stock", p.Service)
+		}
+	}
+}
+
+func mustPools(t *testing.T, d *Daemon) []admin.PoolInfo {
+	t.Helper()
+	pools, err := (&backend{d: d}).ListPools(context.Background(), "")
+	require.NoError(t, err)
+	return pools
 }
