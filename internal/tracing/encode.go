@@ -325,35 +325,15 @@ func appendAnyValue(b []byte, field protowire.Number, v attribute.Value) []byte 
 	case attribute.BYTESLICE:
 		b = protowire.AppendBytes(protowire.AppendTag(b, fAnyBytes, protowire.BytesType), v.AsByteSlice())
 	case attribute.BOOLSLICE:
-		a := beginMessage(&b, fAnyArray)
-		for _, x := range v.AsBoolSlice() {
-			b = appendAnyValue(b, fArrayValues, attribute.BoolValue(x))
-		}
-		endMessage(&b, a)
+		b = appendArray(b, v.AsBoolSlice(), attribute.BoolValue)
 	case attribute.INT64SLICE:
-		a := beginMessage(&b, fAnyArray)
-		for _, x := range v.AsInt64Slice() {
-			b = appendAnyValue(b, fArrayValues, attribute.Int64Value(x))
-		}
-		endMessage(&b, a)
+		b = appendArray(b, v.AsInt64Slice(), attribute.Int64Value)
 	case attribute.FLOAT64SLICE:
-		a := beginMessage(&b, fAnyArray)
-		for _, x := range v.AsFloat64Slice() {
-			b = appendAnyValue(b, fArrayValues, attribute.Float64Value(x))
-		}
-		endMessage(&b, a)
+		b = appendArray(b, v.AsFloat64Slice(), attribute.Float64Value)
 	case attribute.STRINGSLICE:
-		a := beginMessage(&b, fAnyArray)
-		for _, x := range v.AsStringSlice() {
-			b = appendAnyValue(b, fArrayValues, attribute.StringValue(x))
-		}
-		endMessage(&b, a)
+		b = appendArray(b, v.AsStringSlice(), attribute.StringValue)
 	case attribute.SLICE:
-		a := beginMessage(&b, fAnyArray)
-		for _, x := range v.AsSlice() {
-			b = appendAnyValue(b, fArrayValues, x)
-		}
-		endMessage(&b, a)
+		b = appendArray(b, v.AsSlice(), func(x attribute.Value) attribute.Value { return x })
 	case attribute.MAP:
 		a := beginMessage(&b, fAnyKVList)
 		for _, kv := range v.AsMap() {
@@ -365,6 +345,17 @@ func appendAnyValue(b []byte, field protowire.Number, v attribute.Value) []byte 
 		b = protowire.AppendString(protowire.AppendTag(b, fAnyString, protowire.BytesType), "INVALID")
 	}
 	endMessage(&b, m)
+	return b
+}
+
+// appendArray writes xs as an AnyValue's array_value, each element as
+// value makes it.
+func appendArray[T any](b []byte, xs []T, value func(T) attribute.Value) []byte {
+	a := beginMessage(&b, fAnyArray)
+	for _, x := range xs {
+		b = appendAnyValue(b, fArrayValues, value(x))
+	}
+	endMessage(&b, a)
 	return b
 }
 
