@@ -1,6 +1,9 @@
 package config
 
-import "time"
+import (
+	"slices"
+	"time"
+)
 
 // Config is the whole platformd configuration, as Load returns it: defaults
 // applied, validated, token files read. It is a plain value, safe for
@@ -232,6 +235,15 @@ func (c *Config) Service(name string) (ServiceConfig, bool) {
 		}
 	}
 	return ServiceConfig{}, false
+}
+
+// ServicePath is the key path of service name ("services[2]"), or
+// "services" when cfg has no such service.
+func (c *Config) ServicePath(name string) string {
+	if i := slices.IndexFunc(c.Services, func(s ServiceConfig) bool { return s.Name == name }); i >= 0 {
+		return servicePath(i)
+	}
+	return "services"
 }
 
 // Pool returns the pool called name and the service it belongs to. Pool

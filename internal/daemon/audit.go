@@ -39,7 +39,7 @@ func (b *backend) auditPurge(ctx context.Context, s *service, dryRun bool, actor
 	if r.ID == 0 && err != nil {
 		return
 	}
-	name := s.config().Name
+	name := s.name
 	detail := map[string]any{"dry_run": dryRun, "deleted": r.Deleted}
 	if !r.Cutoff.IsZero() {
 		detail["cutoff"] = r.Cutoff.UTC().Format(time.RFC3339)
@@ -112,18 +112,18 @@ func (b *backend) ListAudit(ctx context.Context, name string, limit int) (admin.
 	for _, s := range svcs {
 		entries, err := state.ListAudit(ctx, s.db, limit)
 		if err != nil {
-			err = unavailable(fmt.Errorf("service %s: %w", s.config().Name, err))
+			err = unavailable(fmt.Errorf("service %s: %w", s.name, err))
 			if name != "" || ctx.Err() != nil {
 				return admin.AuditList{}, err
 			}
 			// An operator reading the audit during an incident still
 			// sees every other service's.
-			b.d.log.WarnContext(ctx, "daemon: audit unavailable", slog.String("service", s.config().Name), slog.Any("error", err))
-			out.Unavailable = append(out.Unavailable, s.config().Name)
+			b.d.log.WarnContext(ctx, "daemon: audit unavailable", slog.String("service", s.name), slog.Any("error", err))
+			out.Unavailable = append(out.Unavailable, s.name)
 			continue
 		}
 		for _, e := range entries {
-			out.Entries = append(out.Entries, admin.AuditEntry{Service: s.config().Name, At: e.At, Actor: e.Actor,
+			out.Entries = append(out.Entries, admin.AuditEntry{Service: s.name, At: e.At, Actor: e.Actor,
 				Action: e.Action, Target: e.Target, Detail: e.Detail})
 		}
 	}

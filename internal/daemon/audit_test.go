@@ -9,6 +9,7 @@ import (
 	"github.com/jackc/pgx/v5"
 	"github.com/stretchr/testify/require"
 
+	"github.com/platformd/platformd/examples/shop"
 	"github.com/platformd/platformd/internal/admin"
 	"github.com/platformd/platformd/internal/testdb"
 )
@@ -25,15 +26,8 @@ func TestListAuditWithADatabaseAway(t *testing.T) {
 	require.NoError(t, err)
 	px := newTCPProxy(t, "127.0.0.1:5432")
 	e := newReloadEnv(t, stockDSN)
-	e.write(t, "", fmt.Sprintf(`  - name: shipping
-    database: "postgres://postgres@%s/%s?connect_timeout=2&sslmode=disable"
-    pools:
-      - name: shipping-status
-        queue: reload.status.%s
-        queue_type: classic
-        bindings: [order.order.status_changed.v1]
-        handlers: [shipping.track_status]
-`, px.addr, cc.Database, e.suffix))
+	e.write(t, "", serviceYAML("shipping", fmt.Sprintf("postgres://postgres@%s/%s?connect_timeout=2&sslmode=disable", px.addr, cc.Database),
+		e.poolYAML("shipping-status", "status", shop.EventOrderStatusChanged, shop.HandlerShippingTrack, "")))
 	d := e.start(t)
 	defer d.Stop()
 	b := &backend{d: d}

@@ -23,7 +23,7 @@ var _ admin.Backend = (*backend)(nil)
 
 func (b *backend) service(name string) (*service, error) {
 	for _, s := range b.d.serviceList() {
-		if s.config().Name == name {
+		if s.name == name {
 			return s, nil
 		}
 	}
@@ -58,8 +58,9 @@ func (b *backend) ListServices(ctx context.Context) ([]admin.ServiceInfo, error)
 			}
 			// One service's database being away does not hide the others:
 			// it is listed with its config's figures and the error.
-			info = admin.ServiceInfo{Name: s.config().Name, Horizon: s.config().Horizon, MinHorizon: s.config().MinHorizon,
-				BeyondHorizon: s.config().BeyondHorizon, Error: err.Error()}
+			c := s.config()
+			info = admin.ServiceInfo{Name: s.name, Horizon: c.Horizon, MinHorizon: c.MinHorizon,
+				BeyondHorizon: c.BeyondHorizon, Error: err.Error()}
 		}
 		out = append(out, info)
 	}
@@ -68,12 +69,13 @@ func (b *backend) ListServices(ctx context.Context) ([]admin.ServiceInfo, error)
 
 // serviceInfo reads a service's figures from its database.
 func serviceInfo(ctx context.Context, s *service) (admin.ServiceInfo, error) {
-	h, err := state.GetHorizon(ctx, s.db, s.config().Name, s.config().Horizon, s.config().MinHorizon)
+	h, err := s.storedHorizon(ctx)
 	if err != nil {
 		return admin.ServiceInfo{}, err
 	}
-	info := admin.ServiceInfo{Name: s.config().Name, Horizon: h.Horizon, MinHorizon: s.config().MinHorizon, BeyondHorizon: s.config().BeyondHorizon}
-	last, ok, err := state.LastPurge(ctx, s.db, s.config().Name)
+	c := s.config()
+	info := admin.ServiceInfo{Name: s.name, Horizon: h.Horizon, MinHorizon: c.MinHorizon, BeyondHorizon: c.BeyondHorizon}
+	last, ok, err := state.LastPurge(ctx, s.db, s.name)
 	if err != nil {
 		return admin.ServiceInfo{}, err
 	}
@@ -160,14 +162,14 @@ func (b *backend) LookupEvent(ctx context.Context, id uuid.UUID, serviceName str
 	}
 	out := make([]admin.LookupResult, 0, len(svcs))
 	for _, s := range svcs {
-		r := admin.LookupResult{Service: s.config().Name}
+		r := admin.LookupResult{Service: s.name}
 		at, err := dedup.Lookup(ctx, s.db, id)
 		switch {
 		case errors.Is(err, dedup.ErrNotFound):
 		case err != nil:
 			return nil, unavailable(err)
 		default:
-			h, err := state.GetHorizon(ctx, s.db, s.config().Name, s.config().Horizon, s.config().MinHorizon)
+			h, err := s.storedHorizon(ctx)
 			if err != nil {
 				return nil, unavailable(err)
 			}
@@ -187,7 +189,7 @@ func (b *backend) GetHorizon(ctx context.Context, name string) (admin.HorizonInf
 	if err != nil {
 		return admin.HorizonInfo{}, err
 	}
-	h, err := state.GetHorizon(ctx, s.db, s.config().Name, s.config().Horizon, s.config().MinHorizon)
+	h, err := s.storedHorizon(ctx)
 	return processedEventHorizon(ctx, s.db, horizonInfo(h)), unavailable(err)
 }
 
@@ -196,19 +198,20 @@ func (b *backend) SetHorizon(ctx context.Context, name string, horizon time.Dura
 	if err != nil {
 		return admin.HorizonInfo{}, err
 	}
+	c := s.config()
 	// A horizon shorter than a retry span would let a retried copy outlive
 	// its processed_event row: refuse it even with force.
-	for _, p := range s.config().Pools {
+	for _, p := range c.Pools {
 		if span := p.RetrySpan(); horizon <= span {
 			return admin.HorizonInfo{}, fmt.Errorf("%w: horizon %s is not longer than pool %s's retry span %s",
 				admin.ErrBelowMinHorizon, horizon, p.Name, span)
 		}
 	}
-	h, err := state.SetHorizon(ctx, s.db, s.config().Name, horizon, s.config().MinHorizon, force, actor)
+	h, err := state.SetHorizon(ctx, s.db, s.name, horizon, c.MinHorizon, force, actor)
 	switch {
 	case errors.Is(err, state.ErrBelowMinHorizon):
 		return admin.HorizonInfo{}, fmt.Errorf("%w: %s is under %s's min_horizon %s; use force to go lower",
-			admin.ErrBelowMinHorizon, horizon, name, s.config().MinHorizon)
+			admin.ErrBelowMinHorizon, horizon, name, c.MinHorizon)
 	case errors.Is(err, state.ErrInvalidHorizon):
 		return admin.HorizonInfo{}, fmt.Errorf("%w: %w", admin.ErrInvalidArgument, err)
 	case err != nil:

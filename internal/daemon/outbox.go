@@ -23,13 +23,14 @@ const TestOutboxKillAfterConfirmEnv = "PLATFORMD_TEST_OUTBOX_KILL_AFTER_CONFIRM"
 // startRelay starts the service's outbox relay when it is on (the
 // default), on the daemon's outbox publishing connection.
 func (s *service) startRelay(ctx context.Context) error {
-	if !s.config().Outbox.Relay {
+	o := s.config().Outbox
+	if !o.Relay {
 		return nil
 	}
 	d := s.d
 	r, err := outbox.New(outbox.Config{
-		Service: s.config().Name, DB: s.db, Broker: d.outboxConn, Exchange: d.cfg.Broker.Exchange,
-		BatchSize: s.config().Outbox.BatchSize, Poll: s.config().Outbox.Poll, MaxBodyBytes: d.cfg.Broker.MaxBodyBytes,
+		Service: s.name, DB: s.db, Broker: d.outboxConn, Exchange: d.cfg.Broker.Exchange,
+		BatchSize: o.BatchSize, Poll: o.Poll, MaxBodyBytes: d.cfg.Broker.MaxBodyBytes,
 		Metrics: d.metrics, Logger: d.log, TestAfterConfirmFunc: d.killHook,
 	})
 	if err != nil {

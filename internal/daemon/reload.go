@@ -152,8 +152,8 @@ func (d *Daemon) planReload(old, cfg *config.Config) *reloadPlan {
 	plan := &reloadPlan{pools: map[string]*poolPlan{}}
 	running := map[string]*service{}
 	for _, s := range d.serviceList() {
-		running[s.config().Name] = s
-		if _, ok := cfg.Service(s.config().Name); !ok {
+		running[s.name] = s
+		if _, ok := cfg.Service(s.name); !ok {
 			plan.remove = append(plan.remove, s)
 		}
 	}
@@ -231,7 +231,7 @@ func (d *Daemon) prepareReload(ctx context.Context, cfg *config.Config, reg *con
 	var todo []config.ServiceConfig
 	todo = append(todo, plan.add...)
 	for _, s := range plan.restart {
-		sc, _ := cfg.Service(s.config().Name)
+		sc, _ := cfg.Service(s.name)
 		todo = append(todo, sc)
 	}
 	// kept are the running services whose pools change: nothing brings
@@ -265,7 +265,7 @@ func (d *Daemon) prepareReload(ctx context.Context, cfg *config.Config, reg *con
 		default:
 			// The database refused a migration: the operator learns why
 			// at the service's key path, not as an internal error.
-			problems = append(problems, admin.ConfigProblem{Path: servicePathOf(cfg, sc.Name), Message: "migrations: " + err.Error()})
+			problems = append(problems, admin.ConfigProblem{Path: cfg.ServicePath(sc.Name), Message: "migrations: " + err.Error()})
 		}
 	}
 	if len(problems) > 0 {
@@ -281,36 +281,35 @@ func (d *Daemon) applyReload(ctx context.Context, cfg *config.Config, reg *consu
 	var stopping []startstop.Stopper
 	for _, s := range plan.remove {
 		stopping = append(stopping, s)
-		res.ServicesRemoved = append(res.ServicesRemoved, s.config().Name)
+		res.ServicesRemoved = append(res.ServicesRemoved, s.name)
 	}
 	for _, s := range plan.restart {
 		stopping = append(stopping, s)
-		res.ServicesRestarted = append(res.ServicesRestarted, s.config().Name)
+		res.ServicesRestarted = append(res.ServicesRestarted, s.name)
 	}
 	startstop.StopAllParallel(stopping...)
 	for _, s := range plan.remove {
-		d.admin.SetServiceHealth(s.config().Name, false, true)
-		d.metrics.ServiceUp.DeleteLabelValues(s.config().Name)
+		d.admin.SetServiceHealth(s.name, false, true)
+		d.metrics.ServiceUp.DeleteLabelValues(s.name)
 	}
 
 	running := map[string]*service{}
 	for _, s := range d.serviceList() {
-		running[s.config().Name] = s
+		running[s.name] = s
 	}
 	// Every pool that goes away or changes stops, in every service that
 	// stays, before any starts: a pool moved from one service to another
 	// is never consumed by both at once (whatever their order in the
 	// config), its old service's batches drained and acked first.
-	for _, sc := range cfg.Services {
-		if s, kept := running[sc.Name]; kept && !slices.Contains(plan.restart, s) {
-			s.detach(plan.pools[sc.Name])
-		}
+	// (plan.pools holds the services that stay as they are, but for
+	// their pools.)
+	for name, p := range plan.pools {
+		running[name].detach(p)
 	}
 	var services []*service
 	for _, sc := range cfg.Services {
 		s, kept := running[sc.Name]
-		if kept && !slices.Contains(plan.restart, s) {
-			p := plan.pools[sc.Name]
+		if p, ok := plan.pools[sc.Name]; ok {
 			s.attach(ctx, sc, reg, p)
 			for _, pc := range p.add {
 				res.PoolsAdded = append(res.PoolsAdded, pc.Name)
@@ -425,10 +424,10 @@ func (d *Daemon) auditReload(ctx context.Context, actor string, res admin.Reload
 	}
 	for _, s := range d.serviceList() {
 		actx, cancel := context.WithTimeout(context.WithoutCancel(ctx), auditTimeout)
-		err := state.AppendAudit(actx, s.db, actor, state.AuditConfigReload, s.config().Name, detail)
+		err := state.AppendAudit(actx, s.db, actor, state.AuditConfigReload, s.name, detail)
 		cancel()
 		if err != nil {
-			d.log.WarnContext(ctx, "daemon: reload not audited in the service's database", slog.String("service", s.config().Name), slog.Any("error", err))
+			d.log.WarnContext(ctx, "daemon: reload not audited in the service's database", slog.String("service", s.name), slog.Any("error", err))
 		}
 	}
 }
@@ -437,14 +436,4 @@ func (d *Daemon) auditReload(ctx context.Context, actor string, res admin.Reload
 // them).
 func (d *Daemon) amqpURLs() []string {
 	return d.config().Broker.Addresses()
-}
-
-// servicePathOf is the key path of service name in cfg.
-func servicePathOf(cfg *config.Config, name string) string {
-	for i, sc := range cfg.Services {
-		if sc.Name == name {
-			return fmt.Sprintf("services[%d]", i)
-		}
-	}
-	return "services"
 }

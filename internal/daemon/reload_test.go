@@ -49,27 +49,34 @@ func (e *reloadEnv) write(t *testing.T, extraPools, extraServices string) {
 metrics: {listen: "-"}
 broker: {url: %q, exchange: reload.%s}
 services:
-  - name: stock
-    database: %q
-    pools:
-      - name: stock-events
-        queue: reload.stock.%s
-        queue_type: classic
-        bindings: [order.order.placed.v1]
-        handlers: [stock.reserve]
-%s%s`, e.admin, e.broker, e.suffix, e.dsn, e.suffix, extraPools, extraServices)
+%s%s`, e.admin, e.broker, e.suffix,
+		serviceYAML("stock", e.dsn, e.poolYAML("stock-events", "stock", shop.EventOrderPlaced, shop.HandlerStockReserve, "")+extraPools),
+		extraServices)
 	require.NoError(t, os.WriteFile(e.path, []byte(cfg), 0o600))
+}
+
+// serviceYAML is a service entry of a reload test's config: name on dsn,
+// with pools (poolYAML's).
+func serviceYAML(name, dsn, pools string) string {
+	return fmt.Sprintf("  - name: %s\n    database: %q\n    pools:\n%s", name, dsn, pools)
+}
+
+// poolYAML is a pool entry: name on the classic queue reload.<queue>.<suffix>,
+// bound to event, running handler; extra holds more of its keys, each
+// line indented as they are.
+func (e *reloadEnv) poolYAML(name, queue, event, handler, extra string) string {
+	return fmt.Sprintf(`      - name: %s
+        queue: reload.%s.%s
+        queue_type: classic
+%s        bindings: [%s]
+        handlers: [%s]
+`, name, queue, e.suffix, extra, event, handler)
 }
 
 // statusPool is a pool whose handler (shipping.track_status) needs
 // migrations stock's own do not have.
 func (e *reloadEnv) statusPool() string {
-	return fmt.Sprintf(`      - name: stock-status
-        queue: reload.status.%s
-        queue_type: classic
-        bindings: [order.order.status_changed.v1]
-        handlers: [shipping.track_status]
-`, e.suffix)
+	return e.poolYAML("stock-status", "status", shop.EventOrderStatusChanged, shop.HandlerShippingTrack, "")
 }
 
 func (e *reloadEnv) start(t *testing.T) *Daemon {
@@ -88,7 +95,7 @@ func (e *reloadEnv) start(t *testing.T) *Daemon {
 	require.NoError(t, err)
 	require.Eventually(t, func() bool {
 		for _, s := range d.serviceList() {
-			if s.config().Name == "stock" && s.up.Load() {
+			if s.name == "stock" && s.up.Load() {
 				return true
 			}
 		}
@@ -139,19 +146,12 @@ func TestReloadAfterStopStartsNothing(t *testing.T) {
 	e.write(t, "", "")
 	d := e.start(t)
 	d.Stop()
-	e.write(t, "", fmt.Sprintf(`  - name: extra
-    database: %q
-    pools:
-      - name: extra-events
-        queue: reload.extra.%s
-        queue_type: classic
-        bindings: [order.order.placed.v1]
-        handlers: [stock.reserve]
-`, testdb.New(t, "reload_stop_extra"), e.suffix))
+	e.write(t, "", serviceYAML("extra", testdb.New(t, "reload_stop_extra"),
+		e.poolYAML("extra-events", "extra", shop.EventOrderPlaced, shop.HandlerStockReserve, "")))
 	_, err := d.Reload(context.Background(), "test")
 	require.ErrorIs(t, err, admin.ErrUnavailable)
 	for _, s := range d.serviceList() {
-		require.NotEqual(t, "extra", s.config().Name, "no service added after Stop")
+		require.NotEqual(t, "extra", s.name, "no service added after Stop")
 	}
 }
 
@@ -263,24 +263,10 @@ func (p *tcpProxy) on(t *testing.T) {
 func TestReloadMovesAPoolWithoutTwoConsumers(t *testing.T) {
 	t.Parallel()
 	e := newReloadEnv(t, testdb.New(t, "reload_move"))
-	movedPool := fmt.Sprintf(`      - name: moved
-        queue: reload.moved.%s
-        queue_type: classic
-        concurrency: 2
-        bindings: [order.order.status_changed.v1]
-        handlers: [shipping.track_status]
-`, e.suffix)
+	movedPool := e.poolYAML("moved", "moved", shop.EventOrderStatusChanged, shop.HandlerShippingTrack, "        concurrency: 2\n")
 	shipDSN := testdb.New(t, "reload_move_shipping")
 	shipping := func(pools string) string {
-		return fmt.Sprintf(`  - name: shipping
-    database: %q
-    pools:
-      - name: shipping-own
-        queue: reload.own.%s
-        queue_type: classic
-        bindings: [stock.stock.reserved.v1]
-        handlers: [shipping.prepare_parcel]
-%s`, shipDSN, e.suffix, pools)
+		return serviceYAML("shipping", shipDSN, e.poolYAML("shipping-own", "own", shop.EventStockReserved, shop.HandlerShippingParcel, "")+pools)
 	}
 	shippingWith, shippingWithout := shipping(movedPool), shipping("")
 	e.write(t, "", shippingWith)

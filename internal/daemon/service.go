@@ -50,6 +50,9 @@ const (
 // settle), the relay, the watchers, and closes the database pool.
 type service struct {
 	startstop.Base
+	// name is the service's name, which no reload changes (a service
+	// renamed is another service).
+	name string
 	// conf is the service's config and handlers, replaced as one by a
 	// reload that changes its pools (setConfig) while admin calls, the
 	// bring-up and the health loop read them (config, registry).
@@ -82,6 +85,13 @@ func (s *service) config() config.ServiceConfig { return s.conf.Load().cfg }
 // registry returns the registry of the handlers its pools run.
 func (s *service) registry() *consumer.Registry { return s.conf.Load().reg }
 
+// storedHorizon reads the service's horizon from its database (as set
+// through the admin API, else the config's).
+func (s *service) storedHorizon(ctx context.Context) (state.Horizon, error) {
+	c := s.config()
+	return state.GetHorizon(ctx, s.db, s.name, c.Horizon, c.MinHorizon)
+}
+
 // setConfig replaces the service's config and registry (a reload).
 func (s *service) setConfig(sc config.ServiceConfig, reg *consumer.Registry) {
 	s.conf.Store(&serviceConf{cfg: sc, reg: reg})
@@ -105,7 +115,7 @@ func (d *Daemon) newService(ctx context.Context, sc config.ServiceConfig, reg *c
 	if err != nil {
 		return nil, fmt.Errorf("service %s: %w", sc.Name, err)
 	}
-	s := &service{d: d, db: db, migrate: migrate}
+	s := &service{name: sc.Name, d: d, db: db, migrate: migrate}
 	s.setConfig(sc, reg)
 	s.horizon = &horizonCache{db: db, service: sc.Name, def: sc.Horizon, min: sc.MinHorizon, log: d.log}
 	for _, pc := range sc.Pools {
@@ -130,7 +140,7 @@ func (s *service) newPool(pc config.PoolConfig) (*servicePool, error) {
 	}
 	consume := workers.NewConn(d.cfg.Broker.Addresses(), "platformd-"+pc.Name, d.metrics, d.log)
 	pool, err := workers.NewPool(workers.PoolConfig{
-		Name: pc.Name, Service: s.config().Name,
+		Name: pc.Name, Service: s.name,
 		Topology: workers.Topology{
 			Exchange: d.cfg.Broker.Exchange, Queue: pc.Queue, QueueType: pc.QueueType,
 			Bindings: pc.Bindings, RetryDelays: pc.Retry.Delays,
@@ -143,8 +153,8 @@ func (s *service) newPool(pc config.PoolConfig) (*servicePool, error) {
 		HorizonFunc:   s.horizon.get,
 	}, workers.Deps{
 		Processor: dedup.NewProcessor(s.db, dedup.ProcessorConfig{
-			Routes: routes, Observer: workers.NewConflictObserver(d.metrics, s.config().Name, pc.Name, d.log),
-			Tracer: d.tracer(), TraceAttributes: batchTraceAttributes(s.config().Name, pc.Name),
+			Routes: routes, Observer: workers.NewConflictObserver(d.metrics, s.name, pc.Name, d.log),
+			Tracer: d.tracer(), TraceAttributes: batchTraceAttributes(s.name, pc.Name),
 		}),
 		DB: s.db, Consume: consume, Publish: d.publish, Metrics: d.metrics, Logger: d.log, Tracer: d.tracer(),
 	})
@@ -186,12 +196,12 @@ func (s *service) Start(ctx context.Context) error {
 				_ = l.Start(runCtx)
 			}
 			if err := s.startRelay(runCtx); err != nil {
-				s.d.log.ErrorContext(runCtx, "daemon: outbox relay not started", slog.String("service", s.config().Name), slog.Any("error", err))
+				s.d.log.ErrorContext(runCtx, "daemon: outbox relay not started", slog.String("service", s.name), slog.Any("error", err))
 			}
 			if err := s.startScheduler(runCtx); err != nil {
-				s.d.log.ErrorContext(runCtx, "daemon: purge scheduler not started", slog.String("service", s.config().Name), slog.Any("error", err))
+				s.d.log.ErrorContext(runCtx, "daemon: purge scheduler not started", slog.String("service", s.name), slog.Any("error", err))
 			}
-			s.d.log.InfoContext(runCtx, "daemon: service running", slog.String("service", s.config().Name), slog.Int("pools", len(s.pools)))
+			s.d.log.InfoContext(runCtx, "daemon: service running", slog.String("service", s.name), slog.Int("pools", len(s.pools)))
 		}()
 		_ = health.Start(runCtx)
 		return func() {
@@ -216,7 +226,7 @@ func (s *service) Start(ctx context.Context) error {
 			}
 			s.mu.RUnlock()
 			s.db.Close()
-			s.d.setServiceHealth(s.config().Name, false)
+			s.d.setServiceHealth(s.name, false)
 		}, nil
 	})
 }
@@ -229,7 +239,7 @@ func (s *service) bringUp(ctx context.Context) bool {
 	if !s.migrate {
 		return true
 	}
-	log := s.d.log.With(slog.String("service", s.config().Name))
+	log := s.d.log.With(slog.String("service", s.name))
 	backoff := 200 * time.Millisecond
 	for {
 		c := s.conf.Load()
@@ -275,10 +285,11 @@ func (s *service) declareTopology(ctx context.Context) {
 
 // startScheduler starts the service's purge scheduler.
 func (s *service) startScheduler(ctx context.Context) error {
+	c := s.config()
 	sched, err := scheduler.New(scheduler.Config{
 		Services: []scheduler.ServiceConfig{{
-			Name: s.config().Name, DB: s.db, DefaultHorizon: s.config().Horizon, MinHorizon: s.config().MinHorizon,
-			Every: s.config().Purge.Every, BatchSize: s.config().Purge.BatchSize, Ahead: s.config().ProcessedEvent.Ahead,
+			Name: s.name, DB: s.db, DefaultHorizon: c.Horizon, MinHorizon: c.MinHorizon,
+			Every: c.Purge.Every, BatchSize: c.Purge.BatchSize, Ahead: c.ProcessedEvent.Ahead,
 		}},
 		Logger: s.d.log, Metrics: s.d.metrics,
 	})
@@ -318,7 +329,7 @@ func (s *service) watchHealth(ctx context.Context) {
 		} else if s.up.Load() {
 			s.downErr.Store(nil)
 		}
-		s.d.setServiceHealth(s.config().Name, up)
+		s.d.setServiceHealth(s.name, up)
 	}
 	check(ctx)
 	startstop.Tick(ctx, HealthCheckEveryDefault, check)

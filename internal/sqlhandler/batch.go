@@ -247,7 +247,7 @@ func (h *Handler) runBatchForm(ctx context.Context, tx pgx.Tx, f *batchForm, evs
 	s := h.stmts[0]
 	args := make([]any, len(s.args))
 	for k, a := range s.args {
-		args[k] = column(a, evs)
+		args[k] = fields[a].all(evs) // an array per parameter
 	}
 	_, err := tx.Exec(ctx, f.sql, args...)
 	if err == nil {
@@ -263,7 +263,3 @@ func (h *Handler) runBatchForm(ctx context.Context, tx pgx.Tx, f *batchForm, evs
 	}
 	return classify(0, err)
 }
-
-// column returns parameter a of every event, as the array pgx encodes
-// without reflection.
-func column(a param, evs []consumer.Event) any { return fields[a].all(evs) }

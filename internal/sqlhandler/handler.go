@@ -197,9 +197,9 @@ var fields = [len(params)]field{
 	paramTraceParent: fieldOf(traceParent),
 }
 
-// traceParent is the W3C traceparent of ev's delivery span, as the
-// TraceContext propagator writes it (only the sampled flag), or NULL when
-// the event has no valid span context (tracing off).
+// traceParent is the W3C traceparent of ev's delivery span (version 00,
+// the trace and span ids, the sampled flag alone), or NULL when the event
+// has no valid span context (tracing off).
 func traceParent(ev *consumer.Event) pgtype.Text {
 	sc := ev.SpanContext
 	if !sc.IsValid() {

@@ -3,6 +3,7 @@ package tracing
 import (
 	"encoding/binary"
 	"math"
+	"slices"
 
 	"go.opentelemetry.io/otel/attribute"
 	"go.opentelemetry.io/otel/codes"
@@ -106,9 +107,8 @@ type group struct {
 // Exporter). An encoder is not safe for concurrent use; its buffers are
 // reused from one export to the next.
 type encoder struct {
-	groups []group
-	buf    []byte // the encoded ResourceSpans, one after another
-	ends   []int  // where each one ends in buf
+	groups []group // in the order of their first span
+	buf    []byte  // the encoded ResourceSpans, one after another
 }
 
 // encode encodes spans as the fields of one ResourceSpans per resource (its
@@ -116,41 +116,41 @@ type encoder struct {
 // next call.
 func (e *encoder) encode(spans []sdktrace.ReadOnlySpan) [][]byte {
 	e.group(spans)
-	b, ends := e.buf[:0], e.ends[:0]
-	for i := 0; i < len(e.groups); {
+	b := e.buf[:0]
+	var out [][]byte
+	for i := range e.groups {
 		key, r := e.groups[i].key, e.groups[i].res
+		if slices.ContainsFunc(e.groups[:i], func(g group) bool { return g.key == key }) {
+			continue // encoded with its resource's first group
+		}
+		start := len(b)
 		if r != nil {
 			m := beginMessage(&b, fResourceSpansResource)
 			b = appendIter(b, fResourceAttributes, r.Iter())
 			endMessage(&b, m)
 		}
-		j := i
-		for ; j < len(e.groups) && e.groups[j].key == key; j++ {
-			b = appendScopeSpans(b, &e.groups[j])
+		for j := i; j < len(e.groups); j++ {
+			if e.groups[j].key == key {
+				b = appendScopeSpans(b, &e.groups[j])
+			}
 		}
 		if r != nil && r.SchemaURL() != "" {
 			b = protowire.AppendString(protowire.AppendTag(b, fResourceSpansSchemaURL, protowire.BytesType), r.SchemaURL())
 		}
-		ends = append(ends, len(b))
-		i = j
+		// A slice of b as it is now: later appends may move b, never
+		// these bytes.
+		out = append(out, b[start:len(b):len(b)])
 	}
-	e.buf, e.ends = b, ends
-	out := make([][]byte, len(ends))
-	start := 0
-	for i, end := range ends {
-		out[i] = b[start:end:end]
-		start = end
-	}
+	e.buf = b
 	for i := range e.groups {
-		clear(e.groups[i].spans)
-		e.groups[i].spans = e.groups[i].spans[:0]
+		clear(e.groups[i].spans) // the spans are the SDK's to free
 	}
 	return out
 }
 
-// group sorts spans into e.groups by resource, then scope, keeping the
-// groups of one resource next to each other. A daemon has one resource
-// and one scope: a linear search is the cheapest.
+// group sorts spans into e.groups by resource and scope. A daemon has one
+// resource and one scope: a linear search is the cheapest. A group's span
+// slice is kept from one export to the next.
 func (e *encoder) group(spans []sdktrace.ReadOnlySpan) {
 	e.groups = e.groups[:0]
 	for _, s := range spans {
@@ -159,41 +159,15 @@ func (e *encoder) group(spans []sdktrace.ReadOnlySpan) {
 		}
 		r := s.Resource()
 		key, scope := r.Equivalent(), s.InstrumentationScope()
-		i := 0
-		for ; i < len(e.groups); i++ {
-			if g := &e.groups[i]; g.key == key && g.scope == scope {
-				break
-			}
-		}
-		if i == len(e.groups) {
-			i = e.addGroup(r, key, scope)
+		i := slices.IndexFunc(e.groups, func(g group) bool { return g.key == key && g.scope == scope })
+		if i < 0 {
+			i = len(e.groups)
+			e.groups = slices.Grow(e.groups, 1)[:i+1]
+			g := &e.groups[i]
+			g.res, g.key, g.scope, g.spans = r, key, scope, g.spans[:0]
 		}
 		e.groups[i].spans = append(e.groups[i].spans, s)
 	}
-}
-
-// addGroup adds an empty group, after the last of its resource's so that
-// a resource's groups stay together, and returns its index. A slot's span
-// slice is kept from one export to the next.
-func (e *encoder) addGroup(r *resource.Resource, key attribute.Distinct, scope instrumentation.Scope) int {
-	at := len(e.groups)
-	for k := len(e.groups) - 1; k >= 0; k-- {
-		if e.groups[k].key == key {
-			at = k + 1
-			break
-		}
-	}
-	n := len(e.groups)
-	if n < cap(e.groups) {
-		e.groups = e.groups[:n+1]
-	} else {
-		e.groups = append(e.groups, group{})
-	}
-	slot := e.groups[n]
-	copy(e.groups[at+1:], e.groups[at:n])
-	slot.res, slot.key, slot.scope, slot.spans = r, key, scope, slot.spans[:0]
-	e.groups[at] = slot
-	return at
 }
 
 func appendScopeSpans(b []byte, g *group) []byte {

@@ -117,7 +117,7 @@ func New(ctx context.Context, cfg Config) (*Provider, error) {
 	}
 	otel.SetErrorHandler(&errorLog{log: log})
 	opts := []sdktrace.TracerProviderOption{sdktrace.WithBatcher(exp), sdktrace.WithResource(newResource(ctx, log))}
-	if _, set := os.LookupEnv(envLinkCountLimit); !set {
+	if !s.linkLimitSet {
 		// A batch's span links every delivery it ran (DESIGN.md): the
 		// SDK's default of 128 links would keep the last 128 of a larger
 		// batch and drop the others' links silently. The other limits
@@ -135,8 +135,8 @@ func New(ctx context.Context, cfg Config) (*Provider, error) {
 	if s.dropsRoots {
 		p.tracer = &Tracer{Tracer: p.tracer, sampler: s.sampler}
 	}
-	attrs := []any{slog.String("endpoint", s.endpoint), slog.String("protocol", s.protocol), slog.String("sampler", s.sampler.Description())}
-	log.InfoContext(ctx, "tracing: exporting spans over OTLP", attrs...)
+	log.InfoContext(ctx, "tracing: exporting spans over OTLP", slog.String("endpoint", s.endpoint), slog.String("protocol", s.protocol),
+		slog.String("sampler", s.sampler.Description()))
 	return p, nil
 }
 

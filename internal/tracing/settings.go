@@ -55,16 +55,15 @@ type settings struct {
 	endpointURL string
 	// endpoint is where spans go, for the log.
 	endpoint string
-	// ratio is the config's sampler ratio, applied unless the environment
-	// names a sampler (useRatio false).
-	ratio    float64
-	useRatio bool
 	// sampler is the sampler in force: the environment's, else
 	// parent-based at ratio.
 	sampler sdktrace.Sampler
 	// dropsRoots is false when sampler samples every span without a
 	// parent: presampling (Tracer) would only add to every span's cost.
 	dropsRoots bool
+	// linkLimitSet is true when OTEL_SPAN_LINK_COUNT_LIMIT is set: the
+	// SDK's link limit is then the environment's, not platformd's.
+	linkLimitSet bool
 }
 
 // resolve decides what New does from cfg and the environment (lookup).
@@ -91,14 +90,14 @@ func resolve(cfg Config, lookup func(string) (string, bool)) (settings, error) {
 			return settings{}, fmt.Errorf("tracing: %s=%q: platformd exports otlp (or none)", envTracesExporter, v)
 		}
 	}
-	s := settings{on: true, ratio: 1, useRatio: get(envSampler) == ""}
+	ratio := 1.0
 	if cfg.SamplerRatio != nil {
-		s.ratio = *cfg.SamplerRatio
+		ratio = *cfg.SamplerRatio
 	}
-	if s.ratio < 0 || s.ratio > 1 {
-		return settings{}, fmt.Errorf("tracing: sampler ratio %v: must be within 0..1", s.ratio)
+	if ratio < 0 || ratio > 1 {
+		return settings{}, fmt.Errorf("tracing: sampler ratio %v: must be within 0..1", ratio)
 	}
-	s.protocol = ProtocolDefault
+	s := settings{on: true, protocol: ProtocolDefault}
 	for _, p := range []string{get(envTracesProtocol), get(envProtocol), cfg.Protocol} {
 		if p != "" {
 			s.protocol = p
@@ -108,20 +107,41 @@ func resolve(cfg Config, lookup func(string) (string, bool)) (settings, error) {
 	if s.protocol != ProtocolGRPC && s.protocol != ProtocolHTTP {
 		return settings{}, fmt.Errorf("tracing: OTLP protocol %q: must be %s or %s", s.protocol, ProtocolGRPC, ProtocolHTTP)
 	}
+	if err := s.resolveEndpoint(cfg, get); err != nil {
+		return settings{}, err
+	}
+	if !s.on {
+		return s, nil
+	}
+	// Read only when tracing is on: a variable of a tracing that is off
+	// stops nothing.
+	var err error
+	if s.sampler, s.dropsRoots, err = samplerOf(get(envSampler), get(envSamplerArg), ratio); err != nil {
+		return settings{}, err
+	}
+	_, s.linkLimitSet = lookup(envLinkCountLimit)
+	return s, nil
+}
+
+// resolveEndpoint sets where spans go: the environment's endpoint, else
+// the config's (a base URL, whose traces path it appends for HTTP); with
+// neither, tracing is off.
+func (s *settings) resolveEndpoint(cfg Config, get func(string) string) error {
 	for _, k := range []string{envTracesEndpoint, envEndpoint} {
 		if v := get(k); v != "" {
 			if msg := config.CheckOTLPEndpoint(v); msg != "" {
-				return settings{}, fmt.Errorf("tracing: %s=%q: %s", k, v, msg)
+				return fmt.Errorf("tracing: %s=%q: %s", k, v, msg)
 			}
 			s.endpoint = v
-			return s.withSampler(get)
+			return nil
 		}
 	}
 	if cfg.Endpoint == "" {
-		return settings{why: "no OTLP endpoint is set"}, nil
+		*s = settings{why: "no OTLP endpoint is set"}
+		return nil
 	}
 	if msg := config.CheckOTLPEndpoint(cfg.Endpoint); msg != "" {
-		return settings{}, fmt.Errorf("tracing: endpoint %q: %s", cfg.Endpoint, msg)
+		return fmt.Errorf("tracing: endpoint %q: %s", cfg.Endpoint, msg)
 	}
 	s.endpoint, s.endpointURL = cfg.Endpoint, cfg.Endpoint
 	if s.protocol == ProtocolHTTP {
@@ -132,17 +152,7 @@ func resolve(cfg Config, lookup func(string) (string, bool)) (settings, error) {
 		s.endpointURL = u.String()
 		s.endpoint = s.endpointURL
 	}
-	return s.withSampler(get)
-}
-
-// withSampler is s with the sampler in force (only when tracing is on: a
-// variable of a tracing that is off is not read).
-func (s settings) withSampler(get func(string) string) (settings, error) {
-	var err error
-	if s.sampler, s.dropsRoots, err = samplerOf(get(envSampler), get(envSamplerArg), s.ratio); err != nil {
-		return settings{}, err
-	}
-	return s, nil
+	return nil
 }
 
 // samplerOf is the sampler OTEL_TRACES_SAMPLER (name) and its argument
@@ -152,18 +162,19 @@ func (s settings) withSampler(get func(string) string) (settings, error) {
 // starting a span; a name or argument the SDK would ignore (falling back
 // to its default with a logged error) stops the start instead.
 func samplerOf(name, arg string, ratio float64) (sdktrace.Sampler, bool, error) {
-	switch strings.ToLower(name) {
-	case "":
+	lower := strings.ToLower(name)
+	if lower == "" {
 		return sdktrace.ParentBased(sdktrace.TraceIDRatioBased(ratio)), ratio < 1, nil
+	}
+	base, parentBased := strings.CutPrefix(lower, "parentbased_")
+	var root sdktrace.Sampler
+	var drops bool
+	switch base {
 	case "always_on":
-		return sdktrace.AlwaysSample(), false, nil
+		root = sdktrace.AlwaysSample()
 	case "always_off":
-		return sdktrace.NeverSample(), true, nil
-	case "parentbased_always_on":
-		return sdktrace.ParentBased(sdktrace.AlwaysSample()), false, nil
-	case "parentbased_always_off":
-		return sdktrace.ParentBased(sdktrace.NeverSample()), true, nil
-	case "traceidratio", "parentbased_traceidratio":
+		root, drops = sdktrace.NeverSample(), true
+	case "traceidratio":
 		r := 1.0
 		if arg != "" {
 			v, err := strconv.ParseFloat(arg, 64)
@@ -172,10 +183,12 @@ func samplerOf(name, arg string, ratio float64) (sdktrace.Sampler, bool, error) 
 			}
 			r = v
 		}
-		if strings.EqualFold(name, "traceidratio") {
-			return sdktrace.TraceIDRatioBased(r), r < 1, nil
-		}
-		return sdktrace.ParentBased(sdktrace.TraceIDRatioBased(r)), r < 1, nil
+		root, drops = sdktrace.TraceIDRatioBased(r), r < 1
+	default:
+		return nil, false, fmt.Errorf("tracing: %s=%q: must be always_on, always_off, traceidratio or parentbased_ of one of them", envSampler, name)
 	}
-	return nil, false, fmt.Errorf("tracing: %s=%q: must be always_on, always_off, traceidratio or parentbased_ of one of them", envSampler, name)
+	if parentBased {
+		return sdktrace.ParentBased(root), drops, nil
+	}
+	return root, drops, nil
 }

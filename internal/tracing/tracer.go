@@ -2,6 +2,7 @@ package tracing
 
 import (
 	"context"
+	"encoding/binary"
 	"math/rand/v2"
 	"sync/atomic"
 
@@ -24,21 +25,23 @@ type Tracer struct {
 // clear, the sampler's trace state), to propagate; nothing is started.
 // Sampled (or recorded only): start the span with Start(ctx, ...) at once,
 // ctx being parent with the ids the decision was made on, which the SDK
-// then gives the first span started in it. The span must be started with no attributes or links that the
-// sampler would see: platformd's samplers (the environment's standard ones)
-// look only at the parent and the trace id.
+// then gives the first span started in it. The span must be started with
+// no attributes or links that the sampler would see: platformd's samplers
+// (the environment's standard ones) look only at the parent and the trace
+// id.
 func (t *Tracer) Presample(parent context.Context, name string, kind trace.SpanKind) (ctx context.Context, sc trace.SpanContext, sampled bool) {
 	psc := trace.SpanContextFromContext(parent)
-	ids := &drawnIDs{tid: psc.TraceID(), sid: newSpanID()}
-	if !ids.tid.IsValid() {
-		ids.tid = newTraceID()
+	tid, sid := psc.TraceID(), newSpanID()
+	if !tid.IsValid() {
+		tid = newTraceID()
 	}
-	res := t.sampler.ShouldSample(sdktrace.SamplingParameters{ParentContext: parent, TraceID: ids.tid, Name: name, Kind: kind})
+	res := t.sampler.ShouldSample(sdktrace.SamplingParameters{ParentContext: parent, TraceID: tid, Name: name, Kind: kind})
 	if res.Decision == sdktrace.Drop {
-		return parent, trace.NewSpanContext(trace.SpanContextConfig{TraceID: ids.tid, SpanID: ids.sid,
+		// Nothing allocated: most deliveries take this way.
+		return parent, trace.NewSpanContext(trace.SpanContextConfig{TraceID: tid, SpanID: sid,
 			TraceFlags: psc.TraceFlags() &^ trace.FlagsSampled, TraceState: res.Tracestate}), false
 	}
-	return context.WithValue(parent, drawnKey{}, ids), trace.SpanContext{}, true
+	return context.WithValue(parent, drawnKey{}, &drawnIDs{tid: tid, sid: sid}), trace.SpanContext{}, true
 }
 
 // drawnIDs are the ids Presample decided on, for the first span started
@@ -86,10 +89,8 @@ func (idGenerator) NewSpanID(ctx context.Context, tid trace.TraceID) trace.SpanI
 func newTraceID() trace.TraceID {
 	var t trace.TraceID
 	for !t.IsValid() {
-		hi, lo := rand.Uint64(), rand.Uint64()
-		for i := range 8 {
-			t[i], t[8+i] = byte(hi>>(56-8*i)), byte(lo>>(56-8*i))
-		}
+		binary.BigEndian.PutUint64(t[:8], rand.Uint64())
+		binary.BigEndian.PutUint64(t[8:], rand.Uint64())
 	}
 	return t
 }
@@ -97,10 +98,7 @@ func newTraceID() trace.TraceID {
 func newSpanID() trace.SpanID {
 	var s trace.SpanID
 	for !s.IsValid() {
-		v := rand.Uint64()
-		for i := range 8 {
-			s[i] = byte(v >> (56 - 8*i))
-		}
+		binary.BigEndian.PutUint64(s[:], rand.Uint64())
 	}
 	return s
 }

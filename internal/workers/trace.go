@@ -102,20 +102,16 @@ func (w *worker) startSpans(batch []message, events []consumer.Event, start time
 		if _, ok := m.d.Headers[consumer.HeaderTraceParent]; ok {
 			parent = propagation.TraceContext{}.Extract(parent, consumer.HeaderCarrier(m.d.Headers))
 		}
+		sampled := true
 		if tr.pre != nil {
-			ctx, sc, sampled := tr.pre.Presample(parent, tr.name, trace.SpanKindConsumer)
-			if !sampled {
-				m.sc = sc
-				if m.runs() {
-					events[k].SpanContext = sc
-					k++
-				}
-				continue
-			}
-			parent = ctx
+			// Dropped: m.sc is the context to propagate and no span
+			// starts; parent comes back unchanged.
+			parent, m.sc, sampled = tr.pre.Presample(parent, tr.name, trace.SpanKindConsumer)
 		}
-		_, m.span = tr.t.Start(parent, tr.name, opts...)
-		m.sc = m.span.SpanContext()
+		if sampled {
+			_, m.span = tr.t.Start(parent, tr.name, opts...)
+			m.sc = m.span.SpanContext()
+		}
 		if m.runs() {
 			events[k].SpanContext = m.sc
 			k++
@@ -158,14 +154,12 @@ func (w *worker) endSpans(batch []message, batchErr error, alive bool) {
 	end := []trace.SpanEndOption{trace.WithTimestamp(time.Now())} // settled together
 	for i := range batch {
 		m := &batch[i]
-		if m.span == nil {
-			m.sc = trace.SpanContext{}
-			continue // dropped by the sampler: never started
+		if m.span != nil { // nil: dropped by the sampler, never started
+			if m.span.IsRecording() {
+				w.recordSettlement(m, batchErr, alive)
+			}
+			m.span.End(end...)
 		}
-		if m.span.IsRecording() {
-			w.recordSettlement(m, batchErr, alive)
-		}
-		m.span.End(end...)
 		m.span, m.sc = nil, trace.SpanContext{}
 	}
 }
@@ -179,12 +173,19 @@ var settlementNames = [...]attribute.KeyValue{
 func (w *worker) recordSettlement(m *message, batchErr error, alive bool) {
 	s, span := m.s, m.span
 	attrs := append(w.tr.attrs[:0], w.tr.pool...)
-	attrs = append(attrs, semconv.MessagingRabbitMQDestinationRoutingKey(originalRoutingKey(&m.d)))
+	// A decoded delivery's event holds its routing key and attempt
+	// already (toEvent); one that did not decode is read from the
+	// delivery.
+	attempt := m.ev.Attempt
 	if m.ev.ID != uuid.Nil {
-		attrs = append(attrs, semconv.MessagingMessageID(m.ev.ID.String()))
+		attrs = append(attrs, semconv.MessagingRabbitMQDestinationRoutingKey(m.ev.Delivery.RoutingKey),
+			semconv.MessagingMessageID(m.ev.ID.String()))
+	} else {
+		attrs = append(attrs, semconv.MessagingRabbitMQDestinationRoutingKey(originalRoutingKey(&m.d)))
+		attempt = attemptOf(m.d.Headers)
 	}
-	if n := attemptOf(m.d.Headers); n > 0 {
-		attrs = append(attrs, AttrAttempt.Int(n))
+	if attempt > 0 {
+		attrs = append(attrs, AttrAttempt.Int(attempt))
 	}
 	if s.kind != settleAck && s.kind != 0 && int(s.kind) < len(settlementNames) {
 		// Not on an ack, which the outcome already says: the contract's

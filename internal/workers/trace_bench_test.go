@@ -56,7 +56,8 @@ func BenchmarkTraceSpans(b *testing.B) {
 			b.ResetTimer()
 			for b.Loop() {
 				for i := range batch {
-					batch[i] = message{d: amqp.Delivery{RoutingKey: "order.order.placed.v1"}, ev: consumer.Event{ID: ids[i]}}
+					batch[i] = message{d: amqp.Delivery{RoutingKey: "order.order.placed.v1"},
+						ev: consumer.Event{ID: ids[i], Delivery: consumer.Delivery{RoutingKey: "order.order.placed.v1"}}}
 				}
 				now := time.Now()
 				w.startSpans(batch, events, now)

@@ -153,10 +153,7 @@ func TestChartAndTable(t *testing.T) {
 			{contender: contender{Name: "floor", Kind: kindFloor}, Rounds: []drainResult{{MsgsPerSec: 50}, {MsgsPerSec: 50}}},
 		},
 	}
-	for _, c := range r.Contenders {
-		c.summarize()
-	}
-	r.computeRatios()
+	judgedRatios(r)
 	require.Len(t, r.Ratios, 7)
 	// The floor's ratios are references: never MISSED, never a -strict failure.
 	require.Equal(t, "floor / raw: ceiling of platformd / raw here", r.Ratios[0].Name)
@@ -199,14 +196,7 @@ func TestTracingCPUAndCeilingRatios(t *testing.T) {
 		{contender: contender{Name: "platformd-alt", Kind: kindPlatformd, Alt: true}, Rounds: rounds(40, 40)},
 		{contender: contender{Name: altOtelContender, Kind: kindPlatformd, Alt: true}, Rounds: rounds(36, 30)},
 	}}
-	for _, c := range r.Contenders {
-		c.summarize()
-	}
-	r.computeRatios()
-	byName := map[string]ratio{}
-	for _, q := range r.Ratios {
-		byName[q.Name] = q
-	}
+	byName := judgedRatios(r)
 	ceil := byName["platformd-ceiling / raw (msgs/s): the sample with batch.size 1000 as its ceiling"]
 	require.InDelta(t, 82.5/100, ceil.Value, 1e-9)
 	require.True(t, ceil.Met)
@@ -248,6 +238,18 @@ func TestThroughputTargetJudgedOnTheTunedPlatformdWhenItRan(t *testing.T) {
 		{contender: contender{Name: "platformd", Kind: kindPlatformd}, Rounds: []drainResult{{MsgsPerSec: 50}}},
 		{contender: contender{Name: "platformd-big", Kind: kindPlatformd}, Rounds: []drainResult{{MsgsPerSec: 85}}},
 	}}
+	byName := judgedRatios(r)
+	big := byName["platformd-big / raw (msgs/s)"]
+	require.Equal(t, ">= 0.8", big.Target)
+	require.True(t, big.Met)
+	def := byName["platformd / raw (msgs/s), the sample's batch size"]
+	require.Empty(t, def.Target, "the sample's ratio is a reference once the tuned one ran")
+	require.InDelta(t, 0.5, def.Value, 1e-9)
+}
+
+// judgedRatios summarizes r's contenders, computes its ratios and returns
+// them by name.
+func judgedRatios(r *report) map[string]ratio {
 	for _, c := range r.Contenders {
 		c.summarize()
 	}
@@ -256,10 +258,5 @@ func TestThroughputTargetJudgedOnTheTunedPlatformdWhenItRan(t *testing.T) {
 	for _, q := range r.Ratios {
 		byName[q.Name] = q
 	}
-	big := byName["platformd-big / raw (msgs/s)"]
-	require.Equal(t, ">= 0.8", big.Target)
-	require.True(t, big.Met)
-	def := byName["platformd / raw (msgs/s), the sample's batch size"]
-	require.Empty(t, def.Target, "the sample's ratio is a reference once the tuned one ran")
-	require.InDelta(t, 0.5, def.Value, 1e-9)
+	return byName
 }

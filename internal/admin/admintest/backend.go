@@ -439,9 +439,9 @@ func (b *Backend) ListAudit(ctx context.Context, service string, limit int) (adm
 			return out, fmt.Errorf("service %s: %s: %w", service, msg, admin.ErrUnavailable)
 		}
 	}
-	away := map[string]bool{}
+	away := map[string]bool{} // of every service, those with a database error
 	for _, s := range b.services {
-		if s.Error != "" && service == "" {
+		if service == "" && s.Error != "" {
 			away[s.Name] = true
 			out.Unavailable = append(out.Unavailable, s.Name)
 		}
@@ -451,7 +451,7 @@ func (b *Backend) ListAudit(ctx context.Context, service string, limit int) (adm
 		if len(out.Entries) == limit {
 			break
 		}
-		if (service == "" || e.Service == service) && !away[e.Service] {
+		if (service == "" && !away[e.Service]) || e.Service == service {
 			out.Entries = append(out.Entries, e)
 		}
 	}
