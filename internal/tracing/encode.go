@@ -206,8 +206,12 @@ func appendSpan(b []byte, s sdktrace.ReadOnlySpan) []byte {
 	}
 	b = appendTime(b, fSpanStart, s.StartTime().UnixNano())
 	b = appendTime(b, fSpanEnd, s.EndTime().UnixNano())
-	for _, kv := range s.Attributes() {
-		b = appendKeyValue(b, fSpanAttributes, kv)
+	if d, ok := s.(*DeliverySpan); ok {
+		b = d.appendAttributes(b)
+	} else {
+		for _, kv := range s.Attributes() {
+			b = appendKeyValue(b, fSpanAttributes, kv)
+		}
 	}
 	b = appendCount(b, fSpanDroppedAttrs, s.DroppedAttributes())
 	for _, ev := range s.Events() {

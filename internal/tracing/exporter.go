@@ -43,6 +43,11 @@ func (e *exporter) ExportSpans(ctx context.Context, spans []sdktrace.ReadOnlySpa
 	e.mu.Lock()
 	defer e.mu.Unlock()
 	bodies := e.enc.encode(spans)
+	for _, s := range spans {
+		if d, ok := s.(*DeliverySpan); ok {
+			d.release()
+		}
+	}
 	if len(bodies) == 0 {
 		return nil
 	}

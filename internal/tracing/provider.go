@@ -67,7 +67,7 @@ type Config struct {
 // off. Its methods are safe for concurrent use.
 type Provider struct {
 	sdk    *sdktrace.TracerProvider // nil when off
-	tracer trace.Tracer             // nil when off; a *Tracer when its sampler drops roots
+	tracer *Tracer                  // nil when off
 	log    *slog.Logger
 	once   sync.Once
 }
@@ -116,25 +116,25 @@ func New(ctx context.Context, cfg Config) (*Provider, error) {
 		return nil, fmt.Errorf("tracing: OTLP %s exporter: %w", s.protocol, err)
 	}
 	otel.SetErrorHandler(&errorLog{log: log})
-	opts := []sdktrace.TracerProviderOption{sdktrace.WithBatcher(exp), sdktrace.WithResource(newResource(ctx, log))}
+	bsp := sdktrace.NewBatchSpanProcessor(exp)
+	// The SDK's limits, from the environment or its defaults, but for the
+	// link limit: a batch's span links every delivery it ran (DESIGN.md),
+	// and the SDK's default of 128 links would keep the last 128 of a
+	// larger batch and drop the others' links silently.
+	limits := sdktrace.NewSpanLimits()
 	if !s.linkLimitSet {
-		// A batch's span links every delivery it ran (DESIGN.md): the
-		// SDK's default of 128 links would keep the last 128 of a larger
-		// batch and drop the others' links silently. The other limits
-		// stay the SDK's, from the environment or its defaults.
-		limits := sdktrace.NewSpanLimits()
 		limits.LinkCountLimit = LinkCountLimitDefault
-		opts = append(opts, sdktrace.WithRawSpanLimits(limits))
 	}
 	// The sampler in force, built from the environment or the config
-	// (resolve), is given to the SDK so that the Tracer's Presample and the
-	// SDK decide alike.
-	opts = append(opts, sdktrace.WithSampler(s.sampler), sdktrace.WithIDGenerator(idGenerator{}))
-	sdk := sdktrace.NewTracerProvider(opts...)
-	p := &Provider{sdk: sdk, log: log, tracer: sdk.Tracer(ScopeName, trace.WithInstrumentationVersion(Version()))}
-	if s.dropsRoots {
-		p.tracer = &Tracer{Tracer: p.tracer, sampler: s.sampler}
+	// (resolve), is given to the SDK so that the Tracer's Presample, the
+	// delivery spans' and the SDK decide alike.
+	sdk := sdktrace.NewTracerProvider(sdktrace.WithSpanProcessor(bsp), sdktrace.WithResource(newResource(ctx, log)),
+		sdktrace.WithRawSpanLimits(limits), sdktrace.WithSampler(s.sampler), sdktrace.WithIDGenerator(idGenerator{}))
+	t := &Tracer{Tracer: sdk.Tracer(ScopeName, trace.WithInstrumentationVersion(Version())), sampler: s.sampler, dropsRoots: s.dropsRoots}
+	if limitsAllow(limits) {
+		t.rec = newRecorder(t.Tracer, s.sampler, bsp, sdk, limits)
 	}
+	p := &Provider{sdk: sdk, log: log, tracer: t}
 	log.InfoContext(ctx, "tracing: exporting spans over OTLP", slog.String("endpoint", s.endpoint), slog.String("protocol", s.protocol),
 		slog.String("sampler", s.sampler.Description()))
 	return p, nil
@@ -180,9 +180,8 @@ func Version() string {
 // Enabled reports whether spans are exported.
 func (p *Provider) Enabled() bool { return p != nil && p.sdk != nil }
 
-// Tracer returns platformd's tracer, or nil when tracing is off: the hot
-// path checks for nil and then does no tracing work at all. It is a
-// *Tracer, which presamples, when the sampler drops any root span.
+// Tracer returns platformd's tracer, a *Tracer, or nil when tracing is off:
+// the hot path checks for nil and then does no tracing work at all.
 func (p *Provider) Tracer() trace.Tracer {
 	if !p.Enabled() {
 		return nil

@@ -10,12 +10,40 @@ import (
 	"go.opentelemetry.io/otel/trace"
 )
 
-// Tracer is platformd's tracer: the SDK's, and Presample, which asks the
+// Tracer is platformd's tracer: the SDK's, Presample, which asks the
 // provider's sampler before a span is started so that a span it drops costs
-// no span at all. Its methods are safe for concurrent use.
+// no span at all, and Deliveries, which records delivery spans without the
+// SDK's span objects. Its methods are safe for concurrent use.
 type Tracer struct {
 	trace.Tracer
-	sampler sdktrace.Sampler
+	sampler    sdktrace.Sampler
+	dropsRoots bool
+	// rec records delivery spans beside the SDK; nil when the SDK must
+	// (Deliveries).
+	rec *recorder
+}
+
+// DropsRoots reports whether the sampler drops any span without a parent:
+// when it does not, Presample only adds to a span's cost.
+func (t *Tracer) DropsRoots() bool { return t.dropsRoots }
+
+// newRecorder returns what delivery spans need of the provider, or nil when
+// the SDK's resource and scope cannot be read: a probe span started (never
+// ended, so never exported) on a sampled parent whose trace id every
+// standard sampler that samples anything samples (parent-based ones follow
+// the parent; a trace-id ratio compares the id's low half, zero here,
+// against its bound). A sampler that drops it drops every delivery span
+// too.
+func newRecorder(t trace.Tracer, sampler sdktrace.Sampler, proc sdktrace.SpanProcessor, tp trace.TracerProvider,
+	limits sdktrace.SpanLimits) *recorder {
+	parent := trace.NewSpanContext(trace.SpanContextConfig{TraceID: trace.TraceID{0: 1}, SpanID: trace.SpanID{0: 1},
+		TraceFlags: trace.FlagsSampled, Remote: true})
+	_, probe := t.Start(trace.ContextWithRemoteSpanContext(context.Background(), parent), "probe")
+	ro, ok := probe.(sdktrace.ReadOnlySpan)
+	if !ok {
+		return nil
+	}
+	return &recorder{sampler: sampler, proc: proc, res: ro.Resource(), scope: ro.InstrumentationScope(), tp: tp, limits: limits}
 }
 
 // Presample decides, as the SDK would when starting a span of kind named

@@ -14,6 +14,7 @@ import (
 	"go.opentelemetry.io/otel/trace"
 
 	"github.com/platformd/platformd/consumer"
+	"github.com/platformd/platformd/internal/tracing"
 )
 
 // Attributes of a delivery span beyond the messaging conventions' (DESIGN.md,
@@ -50,8 +51,13 @@ const (
 // off, and then no step of it runs.
 type tracer struct {
 	t trace.Tracer
-	// pre is t's presampling (tracing.Tracer's), nil when t has none: a
-	// delivery span its sampler drops is then never started.
+	// ds records the delivery spans outside the SDK's span objects
+	// (tracing.Deliveries: a sampled span is one allocation, its pool's
+	// attributes encoded once), nil when t cannot: then t starts them.
+	ds *tracing.Deliveries
+	// pre is t's presampling (tracing.Tracer's), nil when t has none or
+	// its sampler drops no root: a delivery span its sampler drops is then
+	// never started. Unused with ds, which presamples itself.
 	pre  presampler
 	name string                // "process <queue>"
 	kind trace.SpanStartOption // CONSUMER
@@ -70,18 +76,25 @@ type tracer struct {
 // sampler of 0.1).
 type presampler interface {
 	Presample(parent context.Context, name string, kind trace.SpanKind) (context.Context, trace.SpanContext, bool)
+	DropsRoots() bool
 }
 
 func newTracer(cfg PoolConfig, t trace.Tracer) tracer {
 	if t == nil {
 		return tracer{}
 	}
-	pre, _ := t.(presampler)
-	return tracer{
-		t: t, pre: pre, name: "process " + cfg.Queue, kind: trace.WithSpanKind(trace.SpanKindConsumer),
+	tr := tracer{
+		t: t, name: "process " + cfg.Queue, kind: trace.WithSpanKind(trace.SpanKindConsumer),
 		pool: []attribute.KeyValue{semconv.MessagingSystemRabbitMQ, semconv.MessagingOperationTypeProcess,
 			semconv.MessagingDestinationName(cfg.Queue), AttrService.String(cfg.Service), AttrPool.String(cfg.Name)},
 	}
+	if tt, ok := t.(*tracing.Tracer); ok {
+		tr.ds = tt.Deliveries(tr.name, tr.pool)
+	}
+	if pre, ok := t.(presampler); ok && pre.DropsRoots() {
+		tr.pre = pre
+	}
+	return tr
 }
 
 // startSpans starts the span of every delivery of batch (decoded), each a
@@ -92,9 +105,12 @@ func (w *worker) startSpans(batch []message, events []consumer.Event, start time
 	if tr.t == nil {
 		return
 	}
-	// One options slice per batch: a variadic call through an interface
-	// would allocate one per span.
-	opts := []trace.SpanStartOption{tr.kind, trace.WithTimestamp(start)}
+	var opts []trace.SpanStartOption
+	if tr.ds == nil {
+		// One options slice per batch: a variadic call through an
+		// interface would allocate one per span.
+		opts = []trace.SpanStartOption{tr.kind, trace.WithTimestamp(start)}
+	}
 	k := 0
 	for i := range batch {
 		m := &batch[i]
@@ -102,21 +118,33 @@ func (w *worker) startSpans(batch []message, events []consumer.Event, start time
 		if _, ok := m.d.Headers[consumer.HeaderTraceParent]; ok {
 			parent = propagation.TraceContext{}.Extract(parent, consumer.HeaderCarrier(m.d.Headers))
 		}
-		sampled := true
-		if tr.pre != nil {
-			// Dropped: m.sc is the context to propagate and no span
-			// starts; parent comes back unchanged.
-			parent, m.sc, sampled = tr.pre.Presample(parent, tr.name, trace.SpanKindConsumer)
-		}
-		if sampled {
-			_, m.span = tr.t.Start(parent, tr.name, opts...)
-			m.sc = m.span.SpanContext()
+		if tr.ds != nil {
+			var span *tracing.DeliverySpan
+			if span, m.sc = tr.ds.Start(parent, start); span != nil {
+				m.span = span
+			}
+		} else {
+			tr.startSDKSpan(m, parent, opts)
 		}
 		if m.runs() {
 			events[k].SpanContext = m.sc
 			k++
 		}
 	}
+}
+
+// startSDKSpan starts m's delivery span with the SDK's tracer, under parent.
+func (tr *tracer) startSDKSpan(m *message, parent context.Context, opts []trace.SpanStartOption) {
+	if tr.pre != nil {
+		// Dropped: m.sc is the context to propagate and no span
+		// starts; parent comes back unchanged.
+		var sampled bool
+		if parent, m.sc, sampled = tr.pre.Presample(parent, tr.name, trace.SpanKindConsumer); !sampled {
+			return
+		}
+	}
+	_, m.span = tr.t.Start(parent, tr.name, opts...)
+	m.sc = m.span.SpanContext()
 }
 
 // stampCopies gives the retry and failure copies of batch whose delivery
@@ -172,7 +200,10 @@ var settlementNames = [...]attribute.KeyValue{
 
 func (w *worker) recordSettlement(m *message, batchErr error, alive bool) {
 	s, span := m.s, m.span
-	attrs := append(w.tr.attrs[:0], w.tr.pool...)
+	attrs := w.tr.attrs[:0]
+	if w.tr.ds == nil {
+		attrs = append(attrs, w.tr.pool...) // the Deliveries' span has them
+	}
 	// A decoded delivery's event holds its routing key and attempt
 	// already (toEvent); one that did not decode is read from the
 	// delivery.

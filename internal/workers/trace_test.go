@@ -4,6 +4,7 @@ import (
 	"context"
 	"crypto/rand"
 	"encoding/hex"
+	"fmt"
 	"strings"
 	"sync"
 	"testing"
@@ -29,6 +30,7 @@ import (
 type traceRig struct {
 	*bundle
 	rcv *tracingtest.Receiver
+	tp  *tracing.Provider
 
 	hmu     sync.Mutex
 	headers map[uuid.UUID][]map[string]any
@@ -37,7 +39,13 @@ type traceRig struct {
 func newTraceRig(t *testing.T) *traceRig {
 	r := &traceRig{bundle: newBundle(t), headers: map[uuid.UUID][]map[string]any{}}
 	r.rcv = tracingtest.New(t)
-	r.tracer = tracingtest.NewProvider(t, r.rcv).Tracer("platformd-test")
+	// The daemon's provider (tracing.New): its delivery spans are
+	// tracing.Deliveries', exported by its batch processor and encoder.
+	tp, err := tracing.New(r.ctx, tracing.Config{Endpoint: r.rcv.HTTPEndpoint, Logger: r.logger})
+	require.NoError(t, err)
+	t.Cleanup(tp.Stop)
+	r.tp, r.tracer = tp, tp.Tracer()
+	require.NotNil(t, r.tracer.(*tracing.Tracer).Deliveries("process "+r.queue, nil), "delivery spans outside the SDK")
 	r.reg.MustRegister(consumer.Registration{Name: "test.trace", Events: []string{shop.EventOrderPlaced},
 		Handler: consumer.HandlerFunc(func(ctx context.Context, _ pgx.Tx, ev consumer.Event) error {
 			h := consumer.InjectTraceContext(ctx, nil)
@@ -73,10 +81,30 @@ func (r *traceRig) deliverySpans(spans []tracingtest.Span, id uuid.UUID) []traci
 	return out
 }
 
+// await flushes the provider's spans to the receiver until cond holds of
+// what it received (a bounded poll: the batch processor would otherwise
+// export every OTEL_BSP_SCHEDULE_DELAY, 5 s).
+func (r *traceRig) await(timeout time.Duration, cond func([]tracingtest.Span) bool) ([]tracingtest.Span, error) {
+	deadline := time.Now().Add(timeout)
+	for {
+		if err := r.tp.ForceFlush(r.ctx); err != nil {
+			return nil, err
+		}
+		spans := r.rcv.Spans()
+		if cond(spans) {
+			return spans, nil
+		}
+		if time.Now().After(deadline) {
+			return spans, fmt.Errorf("the spans wanted did not arrive within %s (%d received)", timeout, len(spans))
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+}
+
 // wait waits until every event of ids has n delivery spans.
 func (r *traceRig) wait(n int, ids ...uuid.UUID) []tracingtest.Span {
 	r.t.Helper()
-	spans, err := r.rcv.Wait(30*time.Second, func(s []tracingtest.Span) bool {
+	spans, err := r.await(30*time.Second, func(s []tracingtest.Span) bool {
 		for _, id := range ids {
 			if len(r.deliverySpans(s, id)) < n {
 				return false
@@ -164,7 +192,7 @@ func TestTraceDeliveryChildOfProducer(t *testing.T) {
 
 	for _, d := range []tracingtest.Span{d1, d2, d3} {
 		b := linkedBatch(t, spans, d)
-		spans, err := r.rcv.Wait(10*time.Second, func(s []tracingtest.Span) bool {
+		spans, err := r.await(10*time.Second, func(s []tracingtest.Span) bool {
 			return len(childrenOf(s, b)) >= 4
 		})
 		require.NoError(t, err)
@@ -232,7 +260,7 @@ func TestTraceDuplicate(t *testing.T) {
 		require.Equal(t, tracepb.Status_STATUS_CODE_UNSET, ds[i].GetStatus().GetCode())
 	}
 	b := linkedBatch(t, spans, ds[1])
-	spans, err := r.rcv.Wait(10*time.Second, func(s []tracingtest.Span) bool { return len(childrenOf(s, b)) >= 2 })
+	spans, err := r.await(10*time.Second, func(s []tracingtest.Span) bool { return len(childrenOf(s, b)) >= 2 })
 	require.NoError(t, err)
 	require.ElementsMatch(t, []string{dedup.SpanInsert, dedup.SpanCommit}, childrenOf(spans, b), "a duplicate runs no handler")
 	requireAttrs(t, b, map[string]string{"platformd.batch.duplicates": "1", "platformd.batch.processed": "0"})
@@ -296,7 +324,7 @@ func TestTraceFailedAndRejected(t *testing.T) {
 	r.start(shop.HandlerStockReserve, "test.probe")
 	r.publishEnv(perm, amqp.Table{"traceparent": p1.traceparent()})
 	r.publishRaw(shop.EventOrderPlaced, []byte(`{"not": "an envelope"}`), amqp.Table{"traceparent": p2.traceparent()})
-	spans, err := r.rcv.Wait(30*time.Second, func(s []tracingtest.Span) bool {
+	spans, err := r.await(30*time.Second, func(s []tracingtest.Span) bool {
 		return len(tracingtest.WithAttr(tracingtest.Named(s, "process "+r.queue), "platformd.settlement", "failure_queue")) == 2
 	})
 	require.NoError(t, err)
@@ -384,7 +412,7 @@ func TestTraceSampledOutDeliveryPropagates(t *testing.T) {
 	tp, err := tracing.New(r.ctx, tracing.Config{Endpoint: r.rcv.HTTPEndpoint, SamplerRatio: &zero, Logger: r.logger})
 	require.NoError(t, err)
 	t.Cleanup(tp.Stop)
-	r.tracer = tp.Tracer()
+	r.tp, r.tracer = tp, tp.Tracer()
 	_, ok := r.tracer.(presampler)
 	require.True(t, ok, "the daemon's tracer presamples")
 	p := newProducer(t)

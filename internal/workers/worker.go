@@ -345,7 +345,7 @@ func (w *worker) processBatch(workCtx context.Context, st *settler, batch []mess
 	p := w.pool
 	r := w.rules()
 	w.events = r.decode(batch, start, w.events[:0])
-	w.startSpans(batch, w.events, start)
+	w.startSpans(batch, w.events, start) //nolint:contextcheck // a delivery's trace is its producer's, not workCtx's
 	var results []dedup.Result
 	var err error
 	if len(w.events) > 0 {

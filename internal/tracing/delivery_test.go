@@ -1,0 +1,171 @@
+package tracing
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"reflect"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/require"
+	"go.opentelemetry.io/otel/attribute"
+	"go.opentelemetry.io/otel/codes"
+	sdktrace "go.opentelemetry.io/otel/sdk/trace"
+	"go.opentelemetry.io/otel/trace"
+	tracepb "go.opentelemetry.io/proto/otlp/trace/v1"
+	"google.golang.org/protobuf/proto"
+
+	"github.com/platformd/platformd/internal/tracing/tracingtest"
+)
+
+// A delivery span's API does what the SDK's span does for the same calls,
+// beyond what the workers call (TestDeliverySpansMatchTheSDK in
+// internal/workers covers theirs): repeated keys, a key that replaces a
+// fixed attribute, invalid attributes, the status's precedence, renaming,
+// links, events past the event limit, attributes past the attribute limit,
+// calls after End.
+func TestDeliverySpanAPIMatchesTheSDK(t *testing.T) {
+	at := func(ms int) time.Time { return time.Unix(1_800_000_000, 0).Add(time.Duration(ms) * time.Millisecond) }
+	fixed := []attribute.KeyValue{attribute.String("messaging.system", "rabbitmq"), attribute.String("platformd.pool", "p"),
+		attribute.Int("fixed.int", 7)}
+	parent := trace.NewSpanContext(trace.SpanContextConfig{TraceID: trace.TraceID{9, 9}, SpanID: trace.SpanID{8},
+		TraceFlags: trace.FlagsSampled, Remote: true})
+	scripts := map[string]func(s trace.Span){
+		"attributes": func(s trace.Span) {
+			s.SetAttributes(attribute.Int("a", 1), attribute.String("b", "x"))
+			s.SetAttributes(attribute.Int("a", 2), attribute.KeyValue{}, attribute.Bool("c", true))
+			for i := range 12 {
+				s.SetAttributes(attribute.Int(fmt.Sprintf("k%d", i), i))
+			}
+			s.SetAttributes(attribute.String("b", "y"))
+		},
+		"fixed key replaced": func(s trace.Span) {
+			s.SetAttributes(attribute.Int("a", 1), attribute.String("platformd.pool", "other"), attribute.Int("d", 4))
+			s.SetAttributes(attribute.Int("a", 3))
+		},
+		"past the attribute limit": func(s trace.Span) {
+			for i := range deliveryLimit + 10 {
+				s.SetAttributes(attribute.Int(fmt.Sprintf("k%d", i), i))
+			}
+			s.SetAttributes(attribute.Int("k3", -3))
+		},
+		"status and events": func(s trace.Span) {
+			s.SetStatus(codes.Error, "first")
+			s.AddEvent("e1", trace.WithTimestamp(at(1)), trace.WithAttributes(attribute.Int("x", 1), attribute.Int("x", 2),
+				attribute.String("y", "z")))
+			s.RecordError(errors.New("boom"), trace.WithTimestamp(at(2)))
+			s.RecordError(fmt.Errorf("wrapped: %w", context.Canceled), trace.WithTimestamp(at(3)))
+			s.RecordError(nil)
+			s.SetStatus(codes.Ok, "dropped description")
+			s.SetStatus(codes.Error, "after ok")
+			s.SetStatus(codes.Unset, "")
+			s.SetName("renamed")
+			s.AddLink(trace.Link{SpanContext: parent, Attributes: []attribute.KeyValue{attribute.String("l", "v")}})
+			s.AddLink(trace.Link{})
+		},
+		"past the event limit": func(s trace.Span) {
+			for i := range deliveryLimit + 5 {
+				s.AddEvent(fmt.Sprintf("e%d", i), trace.WithTimestamp(at(i)))
+			}
+		},
+	}
+	for name, script := range scripts {
+		t.Run(name, func(t *testing.T) {
+			cleanEnv(t)
+			rcv := tracingtest.New(t)
+			p, err := New(context.Background(), Config{Endpoint: rcv.HTTPEndpoint, Logger: quiet()})
+			require.NoError(t, err)
+			defer p.Stop()
+			ctx := trace.ContextWithRemoteSpanContext(context.Background(), parent)
+
+			_, sdkSpan := p.tracer.Tracer.Start(ctx, "process q", trace.WithSpanKind(trace.SpanKindConsumer), trace.WithTimestamp(at(0)))
+			sdkSpan.SetAttributes(fixed...)
+			script(sdkSpan)
+			sdkSpan.End(trace.WithTimestamp(at(500)))
+			sdkSpan.SetAttributes(attribute.String("after", "end"))
+
+			d := p.tracer.Deliveries("process q", fixed)
+			require.NotNil(t, d)
+			span, sc := d.Start(ctx, at(0))
+			require.NotNil(t, span)
+			require.Equal(t, span.SpanContext(), sc)
+			script(span)
+			span.End(trace.WithTimestamp(at(500)))
+			span.SetAttributes(attribute.String("after", "end"))
+			span.End()
+
+			require.NoError(t, p.ForceFlush(context.Background()))
+			spans := rcv.Spans()
+			require.Len(t, spans, 2)
+			want, got := spans[0], spans[1]
+			require.Equal(t, want.Resource, got.Resource)
+			require.Equal(t, want.Scope, got.Scope)
+			w, g := withoutSpanID(want.Span), withoutSpanID(got.Span)
+			require.True(t, proto.Equal(w, g), "SDK:        %v\nDeliveries: %v", w, g)
+		})
+	}
+}
+
+func withoutSpanID(s *tracepb.Span) *tracepb.Span {
+	s = proto.Clone(s).(*tracepb.Span)
+	s.SpanId = nil
+	return s
+}
+
+// Every method of the read-only span the SDK's processors and exporters call,
+// and of trace.Span, is the delivery span's own: the interfaces embedded
+// for their unexported methods are nil, and a method the SDK adds in a new
+// version would panic through them.
+func TestDeliverySpanImplementsEveryMethod(t *testing.T) {
+	s := &DeliverySpan{set: &Deliveries{rec: &recorder{}}, ended: true}
+	v := reflect.ValueOf(s)
+	for _, it := range []reflect.Type{reflect.TypeFor[sdktrace.ReadOnlySpan](), reflect.TypeFor[trace.Span]()} {
+		for i := range it.NumMethod() {
+			m := it.Method(i)
+			if !m.IsExported() {
+				continue
+			}
+			fn := v.MethodByName(m.Name)
+			args := make([]reflect.Value, fn.Type().NumIn())
+			for j := range args {
+				args[j] = reflect.Zero(fn.Type().In(j))
+			}
+			require.NotPanics(t, func() {
+				if fn.Type().IsVariadic() {
+					fn.CallSlice(args)
+				} else {
+					fn.Call(args)
+				}
+			}, "%s.%s", it, m.Name)
+		}
+	}
+}
+
+// Under a span limit tighter than the defaults the SDK records delivery
+// spans: Deliveries is nil and the workers start them with the SDK.
+func TestDeliveriesOnlyUnderTheDefaultLimits(t *testing.T) {
+	for _, tc := range []struct {
+		env, value string
+		fast       bool
+	}{
+		{"", "", true},
+		{"OTEL_SPAN_ATTRIBUTE_COUNT_LIMIT", "200", true},
+		{"OTEL_SPAN_ATTRIBUTE_COUNT_LIMIT", "12", false},
+		{"OTEL_SPAN_ATTRIBUTE_VALUE_LENGTH_LIMIT", "4096", false},
+		{"OTEL_SPAN_EVENT_COUNT_LIMIT", "2", false},
+		{"OTEL_EVENT_ATTRIBUTE_COUNT_LIMIT", "1", false},
+		{"OTEL_TRACES_SAMPLER", "always_off", false},
+	} {
+		t.Run(tc.env+"="+tc.value, func(t *testing.T) {
+			cleanEnv(t)
+			if tc.env != "" {
+				t.Setenv(tc.env, tc.value)
+			}
+			p, err := New(context.Background(), Config{Endpoint: "http://127.0.0.1:1", Logger: quiet()})
+			require.NoError(t, err)
+			defer p.Stop()
+			require.Equal(t, tc.fast, p.tracer.Deliveries("process q", nil) != nil)
+		})
+	}
+}
