@@ -100,10 +100,26 @@ func (d *Deliveries) Start(parent context.Context, start time.Time) (span *Deliv
 	span = spanPool.Get().(*DeliverySpan)
 	span.set, span.parent, span.start, span.sc = d, psc, start, trace.NewSpanContext(scc)
 	if len(res.Attributes) > 0 {
-		span.SetAttributes(res.Attributes...)
-		span.samplerAttrs = span.n
+		span.setSamplerAttributes(res.Attributes)
 	}
 	return span, span.sc
+}
+
+// setSamplerAttributes sets the sampler's attributes, which the SDK's span
+// has first: a fixed attribute of the same key, set after them there,
+// replaces the sampler's value in its place (merge). The standard samplers
+// give none.
+func (s *DeliverySpan) setSamplerAttributes(kv []attribute.KeyValue) {
+	s.sampling = true
+	s.SetAttributes(kv...)
+	s.sampling = false
+	s.samplerAttrs = len(s.own())
+	for _, a := range s.own() {
+		if indexKey(s.set.fixed, a.Key) >= 0 {
+			s.merge()
+			return
+		}
+	}
 }
 
 // DeliverySpan is one delivery's span (Deliveries.Start): a trace.Span for
@@ -123,7 +139,7 @@ type DeliverySpan struct {
 	sc, parent trace.SpanContext
 	start, end time.Time
 	ended      bool
-	name       string // "" is the set's
+	name       string // the span's when named, else the set's
 	// attrs[:n] are the attributes set beyond the set's fixed ones, the
 	// sampler's first (samplerAttrs of them); more holds those past
 	// attrs' room.
@@ -134,6 +150,10 @@ type DeliverySpan struct {
 	// merged is true when an attribute replaced a fixed one: the span's
 	// attributes are then all in more, in the SDK's order.
 	merged bool
+	// sampling is true while the sampler's attributes are set.
+	sampling bool
+	// named is true once SetName was called: name is then the span's.
+	named  bool
 	events [3]sdktrace.Event
 	nev    int
 	moreEv []sdktrace.Event
@@ -181,7 +201,7 @@ func (s *DeliverySpan) SetAttributes(kv ...attribute.KeyValue) {
 			s.dropped++
 			continue
 		}
-		if !s.merged {
+		if !s.merged && !s.sampling {
 			for _, f := range s.set.fixed {
 				if f.Key == a.Key {
 					s.merge()
@@ -324,13 +344,13 @@ func (s *DeliverySpan) SetStatus(code codes.Code, description string) {
 // SetName renames the span.
 func (s *DeliverySpan) SetName(name string) {
 	if !s.ended {
-		s.name = name
+		s.name, s.named = name, true
 	}
 }
 
 // AddLink adds a link to a valid span context.
 func (s *DeliverySpan) AddLink(l trace.Link) {
-	if s.ended || (!l.SpanContext.IsValid() && len(l.Attributes) == 0) {
+	if s.ended || (!l.SpanContext.IsValid() && len(l.Attributes) == 0 && l.SpanContext.TraceState().Len() == 0) {
 		return
 	}
 	link := sdktrace.Link{SpanContext: l.SpanContext, Attributes: l.Attributes}
@@ -350,7 +370,11 @@ func (s *DeliverySpan) AddLink(l trace.Link) {
 }
 
 // End ends the span (at the WithTimestamp time, else now) and hands it to
-// the batch span processor; the span must not be used after.
+// the provider's batch span processor (the one it was built with: a
+// processor registered on the provider later does not see delivery spans).
+// A call on the span after End is ignored until the span is exported; then
+// it goes back to the pool and may be another delivery's: its holder must
+// drop it at End, as the workers do.
 func (s *DeliverySpan) End(opts ...trace.SpanEndOption) {
 	if s.ended {
 		return
@@ -372,7 +396,7 @@ func (s *DeliverySpan) TracerProvider() trace.TracerProvider { return s.set.rec.
 
 // Name returns the span's name.
 func (s *DeliverySpan) Name() string {
-	if s.name != "" {
+	if s.named {
 		return s.name
 	}
 	return s.set.name

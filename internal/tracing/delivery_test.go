@@ -5,12 +5,14 @@ import (
 	"errors"
 	"fmt"
 	"reflect"
+	"slices"
 	"testing"
 	"time"
 
 	"github.com/stretchr/testify/require"
 	"go.opentelemetry.io/otel/attribute"
 	"go.opentelemetry.io/otel/codes"
+	"go.opentelemetry.io/otel/exporters/otlp/otlptrace/otlptracehttp"
 	sdktrace "go.opentelemetry.io/otel/sdk/trace"
 	"go.opentelemetry.io/otel/trace"
 	tracepb "go.opentelemetry.io/proto/otlp/trace/v1"
@@ -168,4 +170,49 @@ func TestDeliveriesOnlyUnderTheDefaultLimits(t *testing.T) {
 			require.Equal(t, tc.fast, p.tracer.Deliveries("process q", nil) != nil)
 		})
 	}
+}
+
+// attrSampler samples every span and gives it attributes, one of them of a
+// fixed attribute's key.
+type attrSampler struct{}
+
+func (attrSampler) ShouldSample(p sdktrace.SamplingParameters) sdktrace.SamplingResult {
+	return sdktrace.SamplingResult{Decision: sdktrace.RecordAndSample, Tracestate: trace.SpanContextFromContext(p.ParentContext).TraceState(),
+		Attributes: []attribute.KeyValue{attribute.String("sampler.rule", "all"), attribute.String("platformd.pool", "from sampler"),
+			attribute.Int("sampler.n", 1)}}
+}
+
+func (attrSampler) Description() string { return "attrSampler" }
+
+// A sampler's attributes come first, as on the SDK's span, and a fixed
+// attribute of the same key takes the sampler's place.
+func TestDeliverySpanSamplerAttributes(t *testing.T) {
+	cleanEnv(t)
+	rcv := tracingtest.New(t)
+	exp, err := newOTLPExporter(context.Background(), otlptracehttp.NewClient(otlptracehttp.WithEndpointURL(rcv.HTTPEndpoint+tracesPath)))
+	require.NoError(t, err)
+	bsp := sdktrace.NewBatchSpanProcessor(exp)
+	sdk := sdktrace.NewTracerProvider(sdktrace.WithSampler(attrSampler{}), sdktrace.WithSpanProcessor(bsp))
+	defer func() { require.NoError(t, sdk.Shutdown(context.Background())) }()
+	tr := sdk.Tracer(ScopeName)
+	rec := newRecorder(tr, attrSampler{}, bsp, sdk, sdktrace.NewSpanLimits())
+	require.NotNil(t, rec)
+	fixed := []attribute.KeyValue{attribute.String("messaging.system", "rabbitmq"), attribute.String("platformd.pool", "p")}
+	start := time.Unix(1_800_000_000, 0)
+
+	_, sdkSpan := tr.Start(context.Background(), "process q", trace.WithSpanKind(trace.SpanKindConsumer), trace.WithTimestamp(start))
+	sdkSpan.SetAttributes(append(slices.Clone(fixed), attribute.Int("own", 1))...)
+	sdkSpan.End(trace.WithTimestamp(start))
+	d := (&Tracer{rec: rec}).Deliveries("process q", fixed)
+	span, _ := d.Start(context.Background(), start)
+	require.NotNil(t, span)
+	span.SetAttributes(attribute.Int("own", 1))
+	span.End(trace.WithTimestamp(start))
+
+	require.NoError(t, sdk.ForceFlush(context.Background()))
+	spans := rcv.Spans()
+	require.Len(t, spans, 2)
+	w, g := withoutSpanID(spans[0].Span), withoutSpanID(spans[1].Span)
+	w.TraceId, g.TraceId = nil, nil
+	require.True(t, proto.Equal(w, g), "SDK:        %v\nDeliveries: %v", w, g)
 }
