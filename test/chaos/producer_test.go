@@ -6,6 +6,7 @@ import (
 	"errors"
 	"fmt"
 	mrand "math/rand/v2"
+	"net"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -306,7 +307,7 @@ func (p *publisher) connect(ctx context.Context) error {
 	for {
 		u := p.urls[p.next%len(p.urls)]
 		p.next++
-		conn, err := amqp.DialConfig(u, amqp.Config{Dial: amqp.DefaultDial(5 * time.Second), Properties: amqp.Table{"connection_name": "chaos-producer"}})
+		conn, err := amqp.DialConfig(u, amqp.Config{Dial: dialWriteBounded, Properties: amqp.Table{"connection_name": "chaos-producer"}})
 		if err == nil {
 			ch, cerr := conn.Channel()
 			if cerr == nil {
@@ -329,6 +330,33 @@ func (p *publisher) connect(ctx context.Context) error {
 		}
 		backoff = min(backoff*2, time.Second)
 	}
+}
+
+// producerWriteTimeout bounds each write of the producer's connection.
+const producerWriteTimeout = 5 * time.Second
+
+// dialWriteBounded dials as amqp091-go does by default (5 s for the
+// connection and the handshake) and bounds every later write: amqp091-go
+// writes without a deadline, and a write to a node cut off with iptables
+// blocks once the socket's send buffer holds what the peer never
+// acknowledged, holding the connection's send lock, its close and the
+// producer until the heal. Failed, the connection shuts down and the
+// producer moves to another node.
+func dialWriteBounded(network, addr string) (net.Conn, error) {
+	conn, err := amqp.DefaultDial(5*time.Second)(network, addr)
+	if err != nil {
+		return nil, err
+	}
+	return writeBounded{conn}, nil
+}
+
+type writeBounded struct{ net.Conn }
+
+func (c writeBounded) Write(b []byte) (int, error) {
+	if err := c.SetWriteDeadline(time.Now().Add(producerWriteTimeout)); err != nil {
+		return 0, err
+	}
+	return c.Conn.Write(b)
 }
 
 func (p *publisher) close() {
