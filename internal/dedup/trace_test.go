@@ -3,6 +3,8 @@ package dedup_test
 import (
 	"context"
 	"errors"
+	"fmt"
+	"log/slog"
 	"sync"
 	"testing"
 	"time"
@@ -17,6 +19,7 @@ import (
 	"github.com/platformd/platformd/consumer"
 	"github.com/platformd/platformd/examples/shop"
 	"github.com/platformd/platformd/internal/dedup"
+	"github.com/platformd/platformd/internal/tracing"
 	"github.com/platformd/platformd/internal/tracing/tracingtest"
 )
 
@@ -25,6 +28,7 @@ import (
 type traceBundle struct {
 	*testBundle
 	rcv    *tracingtest.Receiver
+	tp     *tracing.Provider
 	tracer trace.Tracer
 	mu     sync.Mutex
 	seen   map[uuid.UUID]map[string]any // headers InjectTraceContext wrote from the handler's ctx
@@ -33,7 +37,11 @@ type traceBundle struct {
 func setupTrace(t *testing.T) *traceBundle {
 	b := &traceBundle{testBundle: setup(t), seen: map[uuid.UUID]map[string]any{}}
 	b.rcv = tracingtest.New(t)
-	b.tracer = tracingtest.NewProvider(t, b.rcv).Tracer("test")
+	// The daemon's provider: its batch spans are tracing.Spans'.
+	tp, err := tracing.New(context.Background(), tracing.Config{Endpoint: b.rcv.HTTPEndpoint, Logger: slog.New(slog.DiscardHandler)})
+	require.NoError(t, err)
+	t.Cleanup(tp.Stop)
+	b.tp, b.tracer = tp, tp.Tracer()
 	b.reg.MustRegister(consumer.Registration{
 		Name: "test.outbox", Events: []string{shop.EventOrderPlaced},
 		Handler: consumer.HandlerFunc(func(ctx context.Context, _ pgx.Tx, ev consumer.Event) error {
@@ -64,6 +72,26 @@ func (b *traceBundle) deliveries(events []consumer.Event) []trace.Span {
 		events[i].SpanContext = spans[i].SpanContext()
 	}
 	return spans
+}
+
+// await flushes the provider's spans to the receiver until cond holds of
+// what it received (a bounded poll: the batch processor would otherwise
+// export every OTEL_BSP_SCHEDULE_DELAY, 5 s).
+func (b *traceBundle) await(timeout time.Duration, cond func([]tracingtest.Span) bool) ([]tracingtest.Span, error) {
+	deadline := time.Now().Add(timeout)
+	for {
+		if err := b.tp.ForceFlush(context.Background()); err != nil {
+			return nil, err
+		}
+		spans := b.rcv.Spans()
+		if cond(spans) {
+			return spans, nil
+		}
+		if time.Now().After(deadline) {
+			return spans, fmt.Errorf("the spans wanted did not arrive within %s (%d received)", timeout, len(spans))
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
 }
 
 func endAll(spans []trace.Span) {
@@ -106,7 +134,7 @@ func TestTraceOfABatch(t *testing.T) {
 	endAll(spans)
 	require.Equal(t, []dedup.Outcome{dedup.OutcomeProcessed, dedup.OutcomeProcessed, dedup.OutcomeProcessed, dedup.OutcomeDuplicate}, outcomes(results))
 
-	got, err := b.rcv.Wait(10*time.Second, func(s []tracingtest.Span) bool {
+	got, err := b.await(10*time.Second, func(s []tracingtest.Span) bool {
 		return len(tracingtest.Named(s, dedup.SpanCommit)) == 1 && len(tracingtest.Named(s, "process test")) == 4
 	})
 	require.NoError(t, err)
@@ -155,7 +183,7 @@ func TestTraceOfAFailedHandler(t *testing.T) {
 	endAll(spans)
 	require.Equal(t, []dedup.Outcome{dedup.OutcomeProcessed, dedup.OutcomeFailed}, outcomes(results))
 
-	got, err := b.rcv.Wait(10*time.Second, func(s []tracingtest.Span) bool {
+	got, err := b.await(10*time.Second, func(s []tracingtest.Span) bool {
 		return len(tracingtest.Named(s, dedup.SpanBatch)) == 1
 	})
 	require.NoError(t, err)

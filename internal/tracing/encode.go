@@ -206,7 +206,7 @@ func appendSpan(b []byte, s sdktrace.ReadOnlySpan) []byte {
 	}
 	b = appendTime(b, fSpanStart, s.StartTime().UnixNano())
 	b = appendTime(b, fSpanEnd, s.EndTime().UnixNano())
-	if d, ok := s.(*DeliverySpan); ok {
+	if d, ok := s.(*Span); ok {
 		b = d.appendAttributes(b)
 	} else {
 		for _, kv := range s.Attributes() {

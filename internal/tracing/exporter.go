@@ -44,7 +44,7 @@ func (e *exporter) ExportSpans(ctx context.Context, spans []sdktrace.ReadOnlySpa
 	defer e.mu.Unlock()
 	bodies := e.enc.encode(spans)
 	for _, s := range spans {
-		if d, ok := s.(*DeliverySpan); ok {
+		if d, ok := s.(*Span); ok {
 			d.release()
 		}
 	}

@@ -12,14 +12,14 @@ import (
 
 // Tracer is platformd's tracer: the SDK's, Presample, which asks the
 // provider's sampler before a span is started so that a span it drops costs
-// no span at all, and Deliveries, which records delivery spans without the
+// no span at all, and Spans, which records delivery spans without the
 // SDK's span objects. Its methods are safe for concurrent use.
 type Tracer struct {
 	trace.Tracer
 	sampler    sdktrace.Sampler
 	dropsRoots bool
 	// rec records delivery spans beside the SDK; nil when the SDK must
-	// (Deliveries).
+	// (Spans).
 	rec *recorder
 }
 

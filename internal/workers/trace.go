@@ -52,9 +52,9 @@ const (
 type tracer struct {
 	t trace.Tracer
 	// ds records the delivery spans outside the SDK's span objects
-	// (tracing.Deliveries: a sampled span is one allocation, its pool's
+	// (tracing.Spans: a sampled span is one allocation, its pool's
 	// attributes encoded once), nil when t cannot: then t starts them.
-	ds *tracing.Deliveries
+	ds *tracing.Spans
 	// pre is t's presampling (tracing.Tracer's), nil when t has none or
 	// its sampler drops no root: a delivery span its sampler drops is then
 	// never started. Unused with ds, which presamples itself.
@@ -89,7 +89,7 @@ func newTracer(cfg PoolConfig, t trace.Tracer) tracer {
 			semconv.MessagingDestinationName(cfg.Queue), AttrService.String(cfg.Service), AttrPool.String(cfg.Name)},
 	}
 	if tt, ok := t.(*tracing.Tracer); ok {
-		tr.ds = tt.Deliveries(tr.name, tr.pool)
+		tr.ds = tt.Spans(tr.name, trace.SpanKindConsumer, tr.pool)
 	}
 	if pre, ok := t.(presampler); ok && pre.DropsRoots() {
 		tr.pre = pre
@@ -119,7 +119,7 @@ func (w *worker) startSpans(batch []message, events []consumer.Event, start time
 			parent = propagation.TraceContext{}.Extract(parent, consumer.HeaderCarrier(m.d.Headers))
 		}
 		if tr.ds != nil {
-			var span *tracing.DeliverySpan
+			var span *tracing.Span
 			if span, m.sc = tr.ds.Start(parent, start); span != nil {
 				m.span = span
 			}
@@ -202,7 +202,7 @@ func (w *worker) recordSettlement(m *message, batchErr error, alive bool) {
 	s, span := m.s, m.span
 	attrs := w.tr.attrs[:0]
 	if w.tr.ds == nil {
-		attrs = append(attrs, w.tr.pool...) // the Deliveries' span has them
+		attrs = append(attrs, w.tr.pool...) // the tracing.Spans' span has them
 	}
 	// A decoded delivery's event holds its routing key and attempt
 	// already (toEvent); one that did not decode is read from the

@@ -20,7 +20,7 @@ import (
 	"github.com/platformd/platformd/internal/tracing/tracingtest"
 )
 
-// The delivery spans recorded outside the SDK (tracing.Deliveries) export
+// The delivery spans recorded outside the SDK (tracing.Spans) export
 // what the SDK's own spans export for the same batch, settlement for
 // settlement: every kind of settlement, undecoded deliveries, producers'
 // sampled and unsampled parents with trace state, retries, failures,
@@ -45,7 +45,7 @@ func TestDeliverySpansMatchTheSDK(t *testing.T) {
 	for k, want := range sdk.spans {
 		got, ok := fast.spans[k]
 		require.True(t, ok, "no span for %s", k)
-		require.True(t, proto.Equal(want, got), "span %s:\nSDK:        %v\nDeliveries: %v", k, want, got)
+		require.True(t, proto.Equal(want, got), "span %s:\nSDK:        %v\nSpans:     %v", k, want, got)
 	}
 	require.Equal(t, sdk.resource, fast.resource)
 }

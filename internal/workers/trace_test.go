@@ -14,6 +14,7 @@ import (
 	"github.com/jackc/pgx/v5"
 	amqp "github.com/rabbitmq/amqp091-go"
 	"github.com/stretchr/testify/require"
+	"go.opentelemetry.io/otel/trace"
 	tracepb "go.opentelemetry.io/proto/otlp/trace/v1"
 
 	"github.com/platformd/platformd/consumer"
@@ -40,12 +41,12 @@ func newTraceRig(t *testing.T) *traceRig {
 	r := &traceRig{bundle: newBundle(t), headers: map[uuid.UUID][]map[string]any{}}
 	r.rcv = tracingtest.New(t)
 	// The daemon's provider (tracing.New): its delivery spans are
-	// tracing.Deliveries', exported by its batch processor and encoder.
+	// tracing.Spans', exported by its batch processor and encoder.
 	tp, err := tracing.New(r.ctx, tracing.Config{Endpoint: r.rcv.HTTPEndpoint, Logger: r.logger})
 	require.NoError(t, err)
 	t.Cleanup(tp.Stop)
 	r.tp, r.tracer = tp, tp.Tracer()
-	require.NotNil(t, r.tracer.(*tracing.Tracer).Deliveries("process "+r.queue, nil), "delivery spans outside the SDK")
+	require.NotNil(t, r.tracer.(*tracing.Tracer).Spans("process "+r.queue, trace.SpanKindConsumer, nil), "delivery spans outside the SDK")
 	r.reg.MustRegister(consumer.Registration{Name: "test.trace", Events: []string{shop.EventOrderPlaced},
 		Handler: consumer.HandlerFunc(func(ctx context.Context, _ pgx.Tx, ev consumer.Event) error {
 			h := consumer.InjectTraceContext(ctx, nil)

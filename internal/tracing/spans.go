@@ -18,10 +18,10 @@ import (
 	"go.opentelemetry.io/otel/trace/embedded"
 )
 
-// deliveryLimit is the least of each span limit under which delivery spans
-// are recorded outside the SDK (Deliveries): the SDK's defaults, which no
-// delivery span comes near (it has at most a dozen attributes and three
-// events). Under tighter limits the SDK records them, and cuts them as its
+// deliveryLimit is the least of each span limit under which spans are
+// recorded outside the SDK (Spans): the SDK's defaults, which no delivery
+// or batch span comes near (at most a dozen attributes and three events;
+// a batch span's links are held to the link limit as the SDK holds them). Under tighter limits the SDK records them, and cuts them as its
 // limits say.
 const deliveryLimit = 128
 
@@ -46,49 +46,57 @@ func limitsAllow(l sdktrace.SpanLimits) bool {
 		atLeast(l.EventCountLimit) && atLeast(l.AttributePerEventCountLimit)
 }
 
-// Deliveries records the CONSUMER spans of one pool's deliveries, all of one
-// name and sharing a set of attributes, without the SDK's span objects: a
-// delivery span is then one allocation, its sampling decision is made
+// Spans records spans of one name and kind that share a set of attributes
+// (a pool's delivery spans, a pool's batch spans) without the SDK's span
+// objects: a span is then a pooled value, its sampling decision is made
 // before anything else, and the shared attributes are encoded once for
 // every export. What is exported is what the SDK would export for the same
-// calls (TestDeliverySpansMatchTheSDK); the provider's sampler decides, its
-// batch span processor queues and exports. It is safe for concurrent use.
-type Deliveries struct {
+// calls (TestDeliverySpansMatchTheSDK in internal/workers,
+// TestBatchSpansMatchTheSDK in internal/dedup); the provider's sampler
+// decides, its batch span processor queues and exports. It is safe for
+// concurrent use.
+type Spans struct {
 	rec   *recorder
 	name  string
+	kind  trace.SpanKind
 	fixed []attribute.KeyValue
 	// fixedPB is fixed as the attributes fields of an OTLP Span.
 	fixedPB []byte
+	// pool holds this set's exported spans (Span.release): one pool per
+	// set, so that the link room a batch span grew stays with batch
+	// spans.
+	pool sync.Pool
 }
 
-// Deliveries returns the recorder of spans named name that carry fixed
-// first, or nil when delivery spans must be the SDK's (its span limits are
-// set below deliveryLimit): then start them with Start. fixed's keys must
-// be distinct.
-func (t *Tracer) Deliveries(name string, fixed []attribute.KeyValue) *Deliveries {
+// Spans returns the recorder of spans named name of kind that carry fixed
+// first, or nil when they must be the SDK's (its span limits are set below
+// deliveryLimit): then start them with Start. fixed's keys must be
+// distinct.
+func (t *Tracer) Spans(name string, kind trace.SpanKind, fixed []attribute.KeyValue) *Spans {
 	if t.rec == nil {
 		return nil
 	}
-	d := &Deliveries{rec: t.rec, name: name, fixed: fixed}
+	d := &Spans{rec: t.rec, name: name, kind: kind, fixed: fixed}
+	d.pool.New = func() any { return new(Span) }
 	for _, kv := range fixed {
 		d.fixedPB = appendKeyValue(d.fixedPB, fSpanAttributes, kv)
 	}
 	return d
 }
 
-// Start starts the span of a delivery under parent (its extracted
-// traceparent, or none) at start, as the SDK's Start with the span kind
-// CONSUMER would. span is nil when the sampler does not sample it: sc is
-// then the context the SDK would have given its non-recording span, to
-// propagate.
-func (d *Deliveries) Start(parent context.Context, start time.Time) (span *DeliverySpan, sc trace.SpanContext) {
+// Start starts a span under the span context of parent (a delivery's
+// extracted traceparent, or none: a new trace) at start, as the SDK's Start
+// with the set's kind would. span is nil when the sampler does not sample
+// it: sc is then the context the SDK would have given its non-recording
+// span, to propagate.
+func (d *Spans) Start(parent context.Context, start time.Time) (span *Span, sc trace.SpanContext) {
 	psc := trace.SpanContextFromContext(parent)
 	tid := psc.TraceID()
 	if !tid.IsValid() {
 		tid = newTraceID()
 	}
 	res := d.rec.sampler.ShouldSample(sdktrace.SamplingParameters{ParentContext: parent, TraceID: tid, Name: d.name,
-		Kind: trace.SpanKindConsumer})
+		Kind: d.kind})
 	scc := trace.SpanContextConfig{TraceID: tid, SpanID: newSpanID(), TraceState: res.Tracestate}
 	if res.Decision != sdktrace.RecordAndSample {
 		// RecordOnly too: its span would go to the batch processor only,
@@ -97,7 +105,7 @@ func (d *Deliveries) Start(parent context.Context, start time.Time) (span *Deliv
 		return nil, trace.NewSpanContext(scc)
 	}
 	scc.TraceFlags = psc.TraceFlags() | trace.FlagsSampled
-	span = spanPool.Get().(*DeliverySpan)
+	span = d.pool.Get().(*Span)
 	span.set, span.parent, span.start, span.sc = d, psc, start, trace.NewSpanContext(scc)
 	if len(res.Attributes) > 0 {
 		span.setSamplerAttributes(res.Attributes)
@@ -109,7 +117,7 @@ func (d *Deliveries) Start(parent context.Context, start time.Time) (span *Deliv
 // has first: a fixed attribute of the same key, set after them there,
 // replaces the sampler's value in its place (merge). The standard samplers
 // give none.
-func (s *DeliverySpan) setSamplerAttributes(kv []attribute.KeyValue) {
+func (s *Span) setSamplerAttributes(kv []attribute.KeyValue) {
 	s.sampling = true
 	s.SetAttributes(kv...)
 	s.sampling = false
@@ -122,20 +130,21 @@ func (s *DeliverySpan) setSamplerAttributes(kv []attribute.KeyValue) {
 	}
 }
 
-// DeliverySpan is one delivery's span (Deliveries.Start): a trace.Span for
-// the worker that settles the delivery, then, once ended, the read-only
-// span the batch span processor exports. Unlike the SDK's spans it is not
-// safe for concurrent use: one goroutine records it and ends it.
-type DeliverySpan struct {
+// Span is one span of a set (Spans.Start): a trace.Span for the code that
+// records it (the worker that settles a delivery, the dedup step that runs
+// a batch), then, once ended, the read-only span the batch span processor
+// exports. Unlike the SDK's spans it is not safe for concurrent use: one
+// goroutine records it and ends it.
+type Span struct {
 	// The embedded interfaces are nil: they only give the type the
 	// unexported methods of trace.Span (the API's sanctioned way to
 	// implement it) and of sdktrace.ReadOnlySpan (which keeps others from
-	// implementing it: TestDeliverySpanImplementsEveryMethod fails when the
+	// implementing it: TestSpanImplementsEveryMethod fails when the
 	// SDK adds one this type does not define).
 	embedded.Span
 	sdktrace.ReadOnlySpan
 
-	set        *Deliveries
+	set        *Spans
 	sc, parent trace.SpanContext
 	start, end time.Time
 	ended      bool
@@ -164,26 +173,25 @@ type DeliverySpan struct {
 	dropped, droppedEv, droppedLinks int
 }
 
-// spanPool holds the delivery spans exported (release): a sampled delivery
-// then allocates nothing, where a kilobyte per span was a third of what
-// tracing cost at a sampler of 1 (the allocation and the collector's
-// scanning of it).
-var spanPool = sync.Pool{New: func() any { return new(DeliverySpan) }}
-
-// release returns s to the pool: the exporter calls it once s is encoded,
-// when nothing reads s any more (the batch span processor clears its batch
-// after the export). A span the processor drops (its queue full, or
-// stopped) is never released: the collector frees it.
-func (s *DeliverySpan) release() {
-	*s = DeliverySpan{}
-	spanPool.Put(s)
+// release returns s to its set's pool: the exporter calls it once s is
+// encoded, when nothing reads s any more (the batch span processor clears
+// its batch after the export). A sampled span then allocates nothing, where
+// a kilobyte per delivery span was a third of what tracing cost at a
+// sampler of 1 (the allocation and the collector's scanning of it); a
+// batch span keeps the room of its links. A span the processor drops (its
+// queue full, or stopped) is never released: the collector frees it.
+func (s *Span) release() {
+	set, links := s.set, s.links
+	clear(links)
+	*s = Span{links: links[:0]}
+	set.pool.Put(s)
 }
 
-var _ trace.Span = (*DeliverySpan)(nil)
-var _ sdktrace.ReadOnlySpan = (*DeliverySpan)(nil)
+var _ trace.Span = (*Span)(nil)
+var _ sdktrace.ReadOnlySpan = (*Span)(nil)
 
 // own returns the span's attributes beyond the fixed ones.
-func (s *DeliverySpan) own() []attribute.KeyValue {
+func (s *Span) own() []attribute.KeyValue {
 	if s.more != nil {
 		return s.more
 	}
@@ -192,7 +200,7 @@ func (s *DeliverySpan) own() []attribute.KeyValue {
 
 // SetAttributes sets kv on the span as the SDK's span does: a key already
 // set keeps its place and takes the new value; invalid ones are dropped.
-func (s *DeliverySpan) SetAttributes(kv ...attribute.KeyValue) {
+func (s *Span) SetAttributes(kv ...attribute.KeyValue) {
 	if s.ended {
 		return
 	}
@@ -241,7 +249,7 @@ func (s *DeliverySpan) SetAttributes(kv ...attribute.KeyValue) {
 
 // merge puts every attribute in more, in the SDK's order (the sampler's,
 // the fixed ones, then the others), for a key that repeats a fixed one.
-func (s *DeliverySpan) merge() {
+func (s *Span) merge() {
 	own := s.own()
 	all := make([]attribute.KeyValue, 0, len(s.set.fixed)+len(own)+4)
 	all = append(all, own[:s.samplerAttrs]...)
@@ -266,7 +274,7 @@ func indexKey(kvs []attribute.KeyValue, k attribute.Key) int {
 }
 
 // AddEvent records an event as the SDK's span does.
-func (s *DeliverySpan) AddEvent(name string, opts ...trace.EventOption) {
+func (s *Span) AddEvent(name string, opts ...trace.EventOption) {
 	if s.ended {
 		return
 	}
@@ -283,7 +291,7 @@ func (s *DeliverySpan) AddEvent(name string, opts ...trace.EventOption) {
 
 // addEvent appends e; past the event limit the oldest goes, as in the
 // SDK's span.
-func (s *DeliverySpan) addEvent(e sdktrace.Event) {
+func (s *Span) addEvent(e sdktrace.Event) {
 	if l := s.set.rec.limits.EventCountLimit; l >= 0 && len(s.Events()) >= l {
 		s.droppedEv++
 		if l == 0 {
@@ -306,7 +314,7 @@ func (s *DeliverySpan) addEvent(e sdktrace.Event) {
 }
 
 // RecordError records err as an exception event, as the SDK's span does.
-func (s *DeliverySpan) RecordError(err error, opts ...trace.EventOption) {
+func (s *Span) RecordError(err error, opts ...trace.EventOption) {
 	if err == nil || s.ended {
 		return
 	}
@@ -330,7 +338,7 @@ func typeStr(i any) string {
 
 // SetStatus sets the status as the SDK's span does: Ok is final, an Error's
 // description is kept, Unset changes nothing set.
-func (s *DeliverySpan) SetStatus(code codes.Code, description string) {
+func (s *Span) SetStatus(code codes.Code, description string) {
 	if s.ended || s.status.Code > code {
 		return
 	}
@@ -342,14 +350,14 @@ func (s *DeliverySpan) SetStatus(code codes.Code, description string) {
 }
 
 // SetName renames the span.
-func (s *DeliverySpan) SetName(name string) {
+func (s *Span) SetName(name string) {
 	if !s.ended {
 		s.name, s.named = name, true
 	}
 }
 
 // AddLink adds a link to a valid span context.
-func (s *DeliverySpan) AddLink(l trace.Link) {
+func (s *Span) AddLink(l trace.Link) {
 	if s.ended || (!l.SpanContext.IsValid() && len(l.Attributes) == 0 && l.SpanContext.TraceState().Len() == 0) {
 		return
 	}
@@ -375,7 +383,7 @@ func (s *DeliverySpan) AddLink(l trace.Link) {
 // A call on the span after End is ignored until the span is exported; then
 // it goes back to the pool and may be another delivery's: its holder must
 // drop it at End, as the workers do.
-func (s *DeliverySpan) End(opts ...trace.SpanEndOption) {
+func (s *Span) End(opts ...trace.SpanEndOption) {
 	if s.ended {
 		return
 	}
@@ -389,13 +397,13 @@ func (s *DeliverySpan) End(opts ...trace.SpanEndOption) {
 }
 
 // IsRecording is true until End.
-func (s *DeliverySpan) IsRecording() bool { return !s.ended }
+func (s *Span) IsRecording() bool { return !s.ended }
 
 // TracerProvider returns the provider of the span.
-func (s *DeliverySpan) TracerProvider() trace.TracerProvider { return s.set.rec.tp }
+func (s *Span) TracerProvider() trace.TracerProvider { return s.set.rec.tp }
 
 // Name returns the span's name.
-func (s *DeliverySpan) Name() string {
+func (s *Span) Name() string {
 	if s.named {
 		return s.name
 	}
@@ -403,24 +411,24 @@ func (s *DeliverySpan) Name() string {
 }
 
 // SpanContext returns the span's context.
-func (s *DeliverySpan) SpanContext() trace.SpanContext { return s.sc }
+func (s *Span) SpanContext() trace.SpanContext { return s.sc }
 
 // Parent returns the context of the span's parent (its producer's, from the
 // traceparent header), invalid for a root.
-func (s *DeliverySpan) Parent() trace.SpanContext { return s.parent }
+func (s *Span) Parent() trace.SpanContext { return s.parent }
 
-// SpanKind is CONSUMER.
-func (s *DeliverySpan) SpanKind() trace.SpanKind { return trace.SpanKindConsumer }
+// SpanKind returns the set's kind.
+func (s *Span) SpanKind() trace.SpanKind { return s.set.kind }
 
 // StartTime returns when the span started.
-func (s *DeliverySpan) StartTime() time.Time { return s.start }
+func (s *Span) StartTime() time.Time { return s.start }
 
 // EndTime returns when the span ended.
-func (s *DeliverySpan) EndTime() time.Time { return s.end }
+func (s *Span) EndTime() time.Time { return s.end }
 
 // Attributes returns every attribute of the span, in the SDK's order (a
 // new slice: the exporter's encoder reads them without it).
-func (s *DeliverySpan) Attributes() []attribute.KeyValue {
+func (s *Span) Attributes() []attribute.KeyValue {
 	if s.merged {
 		return s.more
 	}
@@ -433,7 +441,7 @@ func (s *DeliverySpan) Attributes() []attribute.KeyValue {
 
 // appendAttributes writes the span's attributes as fields of an OTLP Span:
 // the fixed ones as encoded once for the set.
-func (s *DeliverySpan) appendAttributes(b []byte) []byte {
+func (s *Span) appendAttributes(b []byte) []byte {
 	if s.merged {
 		for _, kv := range s.more {
 			b = appendKeyValue(b, fSpanAttributes, kv)
@@ -452,10 +460,10 @@ func (s *DeliverySpan) appendAttributes(b []byte) []byte {
 }
 
 // Links returns the span's links.
-func (s *DeliverySpan) Links() []sdktrace.Link { return s.links }
+func (s *Span) Links() []sdktrace.Link { return s.links }
 
 // Events returns the span's events, in the order they were added.
-func (s *DeliverySpan) Events() []sdktrace.Event {
+func (s *Span) Events() []sdktrace.Event {
 	if s.moreEv != nil {
 		return s.moreEv
 	}
@@ -463,30 +471,30 @@ func (s *DeliverySpan) Events() []sdktrace.Event {
 }
 
 // Status returns the span's status.
-func (s *DeliverySpan) Status() sdktrace.Status { return s.status }
+func (s *Span) Status() sdktrace.Status { return s.status }
 
 // InstrumentationScope returns platformd's scope, the SDK tracer's.
-func (s *DeliverySpan) InstrumentationScope() instrumentation.Scope { return s.set.rec.scope }
+func (s *Span) InstrumentationScope() instrumentation.Scope { return s.set.rec.scope }
 
 // InstrumentationLibrary returns the scope, as the SDK's deprecated method
 // does.
-func (s *DeliverySpan) InstrumentationLibrary() instrumentation.Library { //nolint:staticcheck // part of ReadOnlySpan
+func (s *Span) InstrumentationLibrary() instrumentation.Library { //nolint:staticcheck // part of ReadOnlySpan
 	return s.set.rec.scope
 }
 
 // Resource returns the provider's resource.
-func (s *DeliverySpan) Resource() *resource.Resource { return s.set.rec.res }
+func (s *Span) Resource() *resource.Resource { return s.set.rec.res }
 
 // DroppedAttributes counts the attributes dropped: invalid, or past the
 // limit.
-func (s *DeliverySpan) DroppedAttributes() int { return s.dropped }
+func (s *Span) DroppedAttributes() int { return s.dropped }
 
 // DroppedLinks counts the links dropped past the limit.
-func (s *DeliverySpan) DroppedLinks() int { return s.droppedLinks }
+func (s *Span) DroppedLinks() int { return s.droppedLinks }
 
 // DroppedEvents counts the events dropped past the limit.
-func (s *DeliverySpan) DroppedEvents() int { return s.droppedEv }
+func (s *Span) DroppedEvents() int { return s.droppedEv }
 
-// ChildSpanCount is 0: no span starts under a delivery span in this
-// process (its handlers' spans are the batch span's children).
-func (s *DeliverySpan) ChildSpanCount() int { return 0 }
+// ChildSpanCount is 0: the SDK counts only the children of its own spans,
+// and OTLP carries no count.
+func (s *Span) ChildSpanCount() int { return 0 }

@@ -27,7 +27,7 @@ import (
 // fixed attribute, invalid attributes, the status's precedence, renaming,
 // links, events past the event limit, attributes past the attribute limit,
 // calls after End.
-func TestDeliverySpanAPIMatchesTheSDK(t *testing.T) {
+func TestSpanAPIMatchesTheSDK(t *testing.T) {
 	at := func(ms int) time.Time { return time.Unix(1_800_000_000, 0).Add(time.Duration(ms) * time.Millisecond) }
 	fixed := []attribute.KeyValue{attribute.String("messaging.system", "rabbitmq"), attribute.String("platformd.pool", "p"),
 		attribute.Int("fixed.int", 7)}
@@ -87,7 +87,7 @@ func TestDeliverySpanAPIMatchesTheSDK(t *testing.T) {
 			sdkSpan.End(trace.WithTimestamp(at(500)))
 			sdkSpan.SetAttributes(attribute.String("after", "end"))
 
-			d := p.tracer.Deliveries("process q", fixed)
+			d := p.tracer.Spans("process q", trace.SpanKindConsumer, fixed)
 			require.NotNil(t, d)
 			span, sc := d.Start(ctx, at(0))
 			require.NotNil(t, span)
@@ -104,7 +104,7 @@ func TestDeliverySpanAPIMatchesTheSDK(t *testing.T) {
 			require.Equal(t, want.Resource, got.Resource)
 			require.Equal(t, want.Scope, got.Scope)
 			w, g := withoutSpanID(want.Span), withoutSpanID(got.Span)
-			require.True(t, proto.Equal(w, g), "SDK:        %v\nDeliveries: %v", w, g)
+			require.True(t, proto.Equal(w, g), "SDK:   %v\nSpans: %v", w, g)
 		})
 	}
 }
@@ -119,8 +119,8 @@ func withoutSpanID(s *tracepb.Span) *tracepb.Span {
 // and of trace.Span, is the delivery span's own: the interfaces embedded
 // for their unexported methods are nil, and a method the SDK adds in a new
 // version would panic through them.
-func TestDeliverySpanImplementsEveryMethod(t *testing.T) {
-	s := &DeliverySpan{set: &Deliveries{rec: &recorder{}}, ended: true}
+func TestSpanImplementsEveryMethod(t *testing.T) {
+	s := &Span{set: &Spans{rec: &recorder{}}, ended: true}
 	v := reflect.ValueOf(s)
 	for _, it := range []reflect.Type{reflect.TypeFor[sdktrace.ReadOnlySpan](), reflect.TypeFor[trace.Span]()} {
 		for i := range it.NumMethod() {
@@ -145,8 +145,8 @@ func TestDeliverySpanImplementsEveryMethod(t *testing.T) {
 }
 
 // Under a span limit tighter than the defaults the SDK records delivery
-// spans: Deliveries is nil and the workers start them with the SDK.
-func TestDeliveriesOnlyUnderTheDefaultLimits(t *testing.T) {
+// spans: Spans is nil and the workers start them with the SDK.
+func TestSpansOnlyUnderTheDefaultLimits(t *testing.T) {
 	for _, tc := range []struct {
 		env, value string
 		fast       bool
@@ -167,7 +167,7 @@ func TestDeliveriesOnlyUnderTheDefaultLimits(t *testing.T) {
 			p, err := New(context.Background(), Config{Endpoint: "http://127.0.0.1:1", Logger: quiet()})
 			require.NoError(t, err)
 			defer p.Stop()
-			require.Equal(t, tc.fast, p.tracer.Deliveries("process q", nil) != nil)
+			require.Equal(t, tc.fast, p.tracer.Spans("process q", trace.SpanKindConsumer, nil) != nil)
 		})
 	}
 }
@@ -186,7 +186,7 @@ func (attrSampler) Description() string { return "attrSampler" }
 
 // A sampler's attributes come first, as on the SDK's span, and a fixed
 // attribute of the same key takes the sampler's place.
-func TestDeliverySpanSamplerAttributes(t *testing.T) {
+func TestSpanSamplerAttributes(t *testing.T) {
 	cleanEnv(t)
 	rcv := tracingtest.New(t)
 	exp, err := newOTLPExporter(context.Background(), otlptracehttp.NewClient(otlptracehttp.WithEndpointURL(rcv.HTTPEndpoint+tracesPath)))
@@ -203,7 +203,7 @@ func TestDeliverySpanSamplerAttributes(t *testing.T) {
 	_, sdkSpan := tr.Start(context.Background(), "process q", trace.WithSpanKind(trace.SpanKindConsumer), trace.WithTimestamp(start))
 	sdkSpan.SetAttributes(append(slices.Clone(fixed), attribute.Int("own", 1))...)
 	sdkSpan.End(trace.WithTimestamp(start))
-	d := (&Tracer{rec: rec}).Deliveries("process q", fixed)
+	d := (&Tracer{rec: rec}).Spans("process q", trace.SpanKindConsumer, fixed)
 	span, _ := d.Start(context.Background(), start)
 	require.NotNil(t, span)
 	span.SetAttributes(attribute.Int("own", 1))
@@ -214,5 +214,5 @@ func TestDeliverySpanSamplerAttributes(t *testing.T) {
 	require.Len(t, spans, 2)
 	w, g := withoutSpanID(spans[0].Span), withoutSpanID(spans[1].Span)
 	w.TraceId, g.TraceId = nil, nil
-	require.True(t, proto.Equal(w, g), "SDK:        %v\nDeliveries: %v", w, g)
+	require.True(t, proto.Equal(w, g), "SDK:   %v\nSpans: %v", w, g)
 }
