@@ -80,8 +80,10 @@ func (tr tracer) startBatch(ctx context.Context, events []consumer.Event) (conte
 			ctx = trace.ContextWithSpanContext(ctx, sc)
 			return ctx, trace.SpanFromContext(ctx)
 		}
+		// The children need only its context: the pooled span itself
+		// must not outlive the batch in a ctx somebody keeps.
 		span = s
-		ctx = trace.ContextWithSpan(ctx, span)
+		ctx = trace.ContextWithSpanContext(ctx, s.SpanContext())
 	} else if ctx, span = tr.t.Start(ctx, SpanBatch); !span.IsRecording() {
 		return ctx, span
 	}

@@ -21,7 +21,8 @@ import (
 // deliveryLimit is the least of each span limit under which spans are
 // recorded outside the SDK (Spans): the SDK's defaults, which no delivery
 // or batch span comes near (at most a dozen attributes and three events;
-// a batch span's links are held to the link limit as the SDK holds them). Under tighter limits the SDK records them, and cuts them as its
+// a batch span's links are held to the link limit as the SDK holds
+// them). Under tighter limits the SDK records them, and cuts them as its
 // limits say.
 const deliveryLimit = 128
 
@@ -371,7 +372,9 @@ func (s *Span) AddLink(l trace.Link) {
 		if n == 0 {
 			return
 		}
-		s.links = append(s.links[1:], link)
+		// In place, as the SDK's queue does: the room stays the span's.
+		copy(s.links, s.links[1:])
+		s.links[len(s.links)-1] = link
 		return
 	}
 	s.links = append(s.links, link)
@@ -390,7 +393,9 @@ func (s *Span) End(opts ...trace.SpanEndOption) {
 	c := trace.NewSpanEndConfig(opts...)
 	s.end = c.Timestamp()
 	if s.end.IsZero() {
-		s.end = time.Now()
+		// On the monotonic clock from the start, as the SDK ends its
+		// spans: a step of the wall clock cannot make a negative span.
+		s.end = s.start.Add(time.Since(s.start))
 	}
 	s.ended = true
 	s.set.rec.proc.OnEnd(s)

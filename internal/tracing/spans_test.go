@@ -216,3 +216,37 @@ func TestSpanSamplerAttributes(t *testing.T) {
 	w.TraceId, g.TraceId = nil, nil
 	require.True(t, proto.Equal(w, g), "SDK:   %v\nSpans: %v", w, g)
 }
+
+// Past the link limit the oldest links go, as from the SDK's span, and the
+// count of those dropped is exported.
+func TestSpanLinksPastTheLimit(t *testing.T) {
+	cleanEnv(t)
+	t.Setenv(envLinkCountLimit, "3")
+	rcv := tracingtest.New(t)
+	p, err := New(context.Background(), Config{Endpoint: rcv.HTTPEndpoint, Logger: quiet()})
+	require.NoError(t, err)
+	defer p.Stop()
+	start := time.Unix(1_800_000_000, 0)
+	link := func(i int) trace.Link {
+		return trace.Link{SpanContext: trace.NewSpanContext(trace.SpanContextConfig{TraceID: trace.TraceID{byte(i + 1)},
+			SpanID: trace.SpanID{byte(i + 1)}, TraceFlags: trace.FlagsSampled}), Attributes: []attribute.KeyValue{attribute.Int("i", i)}}
+	}
+	_, sdkSpan := p.tracer.Tracer.Start(context.Background(), "dedup batch", trace.WithTimestamp(start))
+	d := p.tracer.Spans("dedup batch", trace.SpanKindInternal, nil)
+	require.NotNil(t, d)
+	span, _ := d.Start(context.Background(), start)
+	for i := range 7 {
+		sdkSpan.AddLink(link(i))
+		span.AddLink(link(i))
+	}
+	sdkSpan.End(trace.WithTimestamp(start))
+	span.End(trace.WithTimestamp(start))
+	require.NoError(t, p.ForceFlush(context.Background()))
+	spans := rcv.Spans()
+	require.Len(t, spans, 2)
+	w, g := withoutSpanID(spans[0].Span), withoutSpanID(spans[1].Span)
+	w.TraceId, g.TraceId = nil, nil
+	require.Len(t, g.GetLinks(), 3)
+	require.EqualValues(t, 4, g.GetDroppedLinksCount())
+	require.True(t, proto.Equal(w, g), "SDK:   %v\nSpans: %v", w, g)
+}

@@ -12,14 +12,14 @@ import (
 
 // Tracer is platformd's tracer: the SDK's, Presample, which asks the
 // provider's sampler before a span is started so that a span it drops costs
-// no span at all, and Spans, which records delivery spans without the
-// SDK's span objects. Its methods are safe for concurrent use.
+// no span at all, and Spans, which records delivery and batch spans
+// without the SDK's span objects. Its methods are safe for concurrent use.
 type Tracer struct {
 	trace.Tracer
 	sampler    sdktrace.Sampler
 	dropsRoots bool
-	// rec records delivery spans beside the SDK; nil when the SDK must
-	// (Spans).
+	// rec records platformd's own spans beside the SDK; nil when the SDK
+	// must (Spans).
 	rec *recorder
 }
 
@@ -27,7 +27,7 @@ type Tracer struct {
 // when it does not, Presample only adds to a span's cost.
 func (t *Tracer) DropsRoots() bool { return t.dropsRoots }
 
-// newRecorder returns what delivery spans need of the provider, or nil when
+// newRecorder returns what platformd's spans need of the provider, or nil when
 // the SDK's resource and scope cannot be read: a probe span started (never
 // ended, so never exported) on a sampled parent whose trace id every
 // standard sampler that samples anything samples (parent-based ones follow
