@@ -14,6 +14,7 @@ import (
 	"io"
 	"net"
 	"net/http"
+	"slices"
 	"strconv"
 	"sync"
 	"time"
@@ -105,6 +106,10 @@ type Receiver struct {
 	httpSrv *http.Server
 	done    sync.WaitGroup
 
+	// bufMu guards buf, the body of a CountOnly export.
+	bufMu sync.Mutex
+	buf   []byte
+
 	mu       sync.Mutex
 	spans    []Span
 	count    int
@@ -187,7 +192,20 @@ func (r *Receiver) serveHTTP(w http.ResponseWriter, req *http.Request) {
 		defer zr.Close()
 		body = zr
 	}
-	b, err := io.ReadAll(body)
+	var b []byte
+	var err error
+	if r.opts.CountOnly && body == req.Body && req.ContentLength > 0 {
+		// A bench's receiver shares the machine it measures: one read
+		// into a reused buffer of the body's length, where ReadAll grows
+		// and copies a new one per export.
+		r.bufMu.Lock()
+		defer r.bufMu.Unlock()
+		r.buf = slices.Grow(r.buf[:0], int(req.ContentLength))[:req.ContentLength]
+		_, err = io.ReadFull(body, r.buf)
+		b = r.buf
+	} else {
+		b, err = io.ReadAll(body)
+	}
 	if err != nil {
 		http.Error(w, err.Error(), http.StatusBadRequest)
 		return

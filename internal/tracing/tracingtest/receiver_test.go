@@ -1,6 +1,10 @@
 package tracingtest
 
 import (
+	"bytes"
+	"context"
+	"net/http"
+	"strings"
 	"testing"
 
 	collectortrace "go.opentelemetry.io/proto/otlp/collector/trace/v1"
@@ -38,5 +42,39 @@ func TestCountSpans(t *testing.T) {
 	}
 	if _, err := countSpans(b[:len(b)-3]); err == nil {
 		t.Fatal("a truncated request must not count")
+	}
+}
+
+// A counting receiver reads each export into one reused buffer: exports of
+// different sizes, the smaller after the larger, are all counted.
+func TestCountOnlyOverHTTP(t *testing.T) {
+	r, err := Start(context.Background(), Options{CountOnly: true})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer r.Close()
+	defer http.DefaultClient.CloseIdleConnections()
+	want := 0
+	for _, n := range []int{50, 3, 20} {
+		ss := &tracepb.ScopeSpans{}
+		for k := range n {
+			ss.Spans = append(ss.Spans, &tracepb.Span{Name: strings.Repeat("s", k), TraceId: make([]byte, 16), SpanId: make([]byte, 8)})
+		}
+		b, err := proto.Marshal(&collectortrace.ExportTraceServiceRequest{ResourceSpans: []*tracepb.ResourceSpans{{ScopeSpans: []*tracepb.ScopeSpans{ss}}}})
+		if err != nil {
+			t.Fatal(err)
+		}
+		resp, err := http.Post(r.HTTPEndpoint+"/v1/traces", "application/x-protobuf", bytes.NewReader(b))
+		if err != nil {
+			t.Fatal(err)
+		}
+		_ = resp.Body.Close()
+		if resp.StatusCode != http.StatusOK {
+			t.Fatalf("status %d", resp.StatusCode)
+		}
+		want += n
+	}
+	if got := r.Count(); got != want || r.Requests() != 3 {
+		t.Fatalf("counted %d spans in %d requests; want %d in 3", got, r.Requests(), want)
 	}
 }
