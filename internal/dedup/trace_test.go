@@ -3,7 +3,6 @@ package dedup_test
 import (
 	"context"
 	"errors"
-	"fmt"
 	"log/slog"
 	"sync"
 	"testing"
@@ -74,26 +73,6 @@ func (b *traceBundle) deliveries(events []consumer.Event) []trace.Span {
 	return spans
 }
 
-// await flushes the provider's spans to the receiver until cond holds of
-// what it received (a bounded poll: the batch processor would otherwise
-// export every OTEL_BSP_SCHEDULE_DELAY, 5 s).
-func (b *traceBundle) await(timeout time.Duration, cond func([]tracingtest.Span) bool) ([]tracingtest.Span, error) {
-	deadline := time.Now().Add(timeout)
-	for {
-		if err := b.tp.ForceFlush(context.Background()); err != nil {
-			return nil, err
-		}
-		spans := b.rcv.Spans()
-		if cond(spans) {
-			return spans, nil
-		}
-		if time.Now().After(deadline) {
-			return spans, fmt.Errorf("the spans wanted did not arrive within %s (%d received)", timeout, len(spans))
-		}
-		time.Sleep(10 * time.Millisecond)
-	}
-}
-
 func endAll(spans []trace.Span) {
 	for _, s := range spans {
 		s.End()
@@ -134,7 +113,7 @@ func TestTraceOfABatch(t *testing.T) {
 	endAll(spans)
 	require.Equal(t, []dedup.Outcome{dedup.OutcomeProcessed, dedup.OutcomeProcessed, dedup.OutcomeProcessed, dedup.OutcomeDuplicate}, outcomes(results))
 
-	got, err := b.await(10*time.Second, func(s []tracingtest.Span) bool {
+	got, err := b.rcv.WaitFlushed(10*time.Second, b.tp, func(s []tracingtest.Span) bool {
 		return len(tracingtest.Named(s, dedup.SpanCommit)) == 1 && len(tracingtest.Named(s, "process test")) == 4
 	})
 	require.NoError(t, err)
@@ -183,7 +162,7 @@ func TestTraceOfAFailedHandler(t *testing.T) {
 	endAll(spans)
 	require.Equal(t, []dedup.Outcome{dedup.OutcomeProcessed, dedup.OutcomeFailed}, outcomes(results))
 
-	got, err := b.await(10*time.Second, func(s []tracingtest.Span) bool {
+	got, err := b.rcv.WaitFlushed(10*time.Second, b.tp, func(s []tracingtest.Span) bool {
 		return len(tracingtest.Named(s, dedup.SpanBatch)) == 1
 	})
 	require.NoError(t, err)

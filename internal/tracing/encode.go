@@ -209,18 +209,14 @@ func appendSpan(b []byte, s sdktrace.ReadOnlySpan) []byte {
 	if d, ok := s.(*Span); ok {
 		b = d.appendAttributes(b)
 	} else {
-		for _, kv := range s.Attributes() {
-			b = appendKeyValue(b, fSpanAttributes, kv)
-		}
+		b = appendKeyValues(b, fSpanAttributes, s.Attributes())
 	}
 	b = appendCount(b, fSpanDroppedAttrs, s.DroppedAttributes())
 	for _, ev := range s.Events() {
 		em := beginMessage(&b, fSpanEvents)
 		b = appendTime(b, fEventTime, ev.Time.UnixNano())
 		b = appendString(b, fEventName, ev.Name)
-		for _, kv := range ev.Attributes {
-			b = appendKeyValue(b, fEventAttributes, kv)
-		}
+		b = appendKeyValues(b, fEventAttributes, ev.Attributes)
 		b = appendCount(b, fEventDroppedAttrs, ev.DroppedAttributeCount)
 		endMessage(&b, em)
 	}
@@ -230,9 +226,7 @@ func appendSpan(b []byte, s sdktrace.ReadOnlySpan) []byte {
 		ltid, lsid := l.SpanContext.TraceID(), l.SpanContext.SpanID()
 		b = appendBytes(b, fLinkTraceID, ltid[:])
 		b = appendBytes(b, fLinkSpanID, lsid[:])
-		for _, kv := range l.Attributes {
-			b = appendKeyValue(b, fLinkAttributes, kv)
-		}
+		b = appendKeyValues(b, fLinkAttributes, l.Attributes)
 		b = appendCount(b, fLinkDroppedAttrs, l.DroppedAttributeCount)
 		b = appendFixed32(b, fLinkFlags, spanFlags(l.SpanContext.TraceFlags(), l.SpanContext))
 		endMessage(&b, lm)
@@ -274,6 +268,14 @@ func spanKind(k trace.SpanKind) uint64 {
 func appendIter(b []byte, field protowire.Number, it attribute.Iterator) []byte {
 	for it.Next() {
 		b = appendKeyValue(b, field, it.Attribute())
+	}
+	return b
+}
+
+// appendKeyValues writes kvs as repeated KeyValue fields.
+func appendKeyValues(b []byte, field protowire.Number, kvs []attribute.KeyValue) []byte {
+	for _, kv := range kvs {
+		b = appendKeyValue(b, field, kv)
 	}
 	return b
 }

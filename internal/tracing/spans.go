@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"reflect"
 	"runtime"
+	"slices"
 	"sync"
 	"time"
 
@@ -91,23 +92,15 @@ func (t *Tracer) Spans(name string, kind trace.SpanKind, fixed []attribute.KeyVa
 // it: sc is then the context the SDK would have given its non-recording
 // span, to propagate.
 func (d *Spans) Start(parent context.Context, start time.Time) (span *Span, sc trace.SpanContext) {
-	psc := trace.SpanContextFromContext(parent)
-	tid := psc.TraceID()
-	if !tid.IsValid() {
-		tid = newTraceID()
-	}
-	res := d.rec.sampler.ShouldSample(sdktrace.SamplingParameters{ParentContext: parent, TraceID: tid, Name: d.name,
-		Kind: d.kind})
-	scc := trace.SpanContextConfig{TraceID: tid, SpanID: newSpanID(), TraceState: res.Tracestate}
+	psc, sc, res := decide(d.rec.sampler, parent, d.name, d.kind)
 	if res.Decision != sdktrace.RecordAndSample {
 		// RecordOnly too: its span would go to the batch processor only,
 		// which exports sampled spans alone.
-		scc.TraceFlags = psc.TraceFlags() &^ trace.FlagsSampled
-		return nil, trace.NewSpanContext(scc)
+		return nil, sc
 	}
-	scc.TraceFlags = psc.TraceFlags() | trace.FlagsSampled
 	span = d.pool.Get().(*Span)
-	span.set, span.parent, span.start, span.sc = d, psc, start, trace.NewSpanContext(scc)
+	span.set, span.parent, span.start, span.sc = d, psc, start, sc
+	span.own, span.evs = span.attrs[:0], span.events[:0]
 	if len(res.Attributes) > 0 {
 		span.setSamplerAttributes(res.Attributes)
 	}
@@ -122,8 +115,8 @@ func (s *Span) setSamplerAttributes(kv []attribute.KeyValue) {
 	s.sampling = true
 	s.SetAttributes(kv...)
 	s.sampling = false
-	s.samplerAttrs = len(s.own())
-	for _, a := range s.own() {
+	s.samplerAttrs = len(s.own)
+	for _, a := range s.own {
 		if indexKey(s.set.fixed, a.Key) >= 0 {
 			s.merge()
 			return
@@ -150,23 +143,22 @@ type Span struct {
 	start, end time.Time
 	ended      bool
 	name       string // the span's when named, else the set's
-	// attrs[:n] are the attributes set beyond the set's fixed ones, the
-	// sampler's first (samplerAttrs of them); more holds those past
-	// attrs' room.
+	// own are the attributes set beyond the set's fixed ones, the
+	// sampler's first (samplerAttrs of them), in attrs until they outgrow
+	// it (a span then allocates nothing for them).
+	own          []attribute.KeyValue
 	attrs        [8]attribute.KeyValue
-	n            int
 	samplerAttrs int
-	more         []attribute.KeyValue
-	// merged is true when an attribute replaced a fixed one: the span's
-	// attributes are then all in more, in the SDK's order.
+	// merged is true when an attribute replaced a fixed one: own then
+	// holds every attribute of the span, in the SDK's order.
 	merged bool
 	// sampling is true while the sampler's attributes are set.
 	sampling bool
 	// named is true once SetName was called: name is then the span's.
-	named  bool
+	named bool
+	// evs are the span's events, in events until they outgrow it.
+	evs    []sdktrace.Event
 	events [3]sdktrace.Event
-	nev    int
-	moreEv []sdktrace.Event
 	links  []sdktrace.Link
 	status sdktrace.Status
 	// dropped counts the attributes dropped (invalid, or past the limit),
@@ -191,14 +183,6 @@ func (s *Span) release() {
 var _ trace.Span = (*Span)(nil)
 var _ sdktrace.ReadOnlySpan = (*Span)(nil)
 
-// own returns the span's attributes beyond the fixed ones.
-func (s *Span) own() []attribute.KeyValue {
-	if s.more != nil {
-		return s.more
-	}
-	return s.attrs[:s.n]
-}
-
 // SetAttributes sets kv on the span as the SDK's span does: a key already
 // set keeps its place and takes the new value; invalid ones are dropped.
 func (s *Span) SetAttributes(kv ...attribute.KeyValue) {
@@ -210,50 +194,34 @@ func (s *Span) SetAttributes(kv ...attribute.KeyValue) {
 			s.dropped++
 			continue
 		}
-		if !s.merged && !s.sampling {
-			for _, f := range s.set.fixed {
-				if f.Key == a.Key {
-					s.merge()
-					break
-				}
-			}
+		if !s.merged && !s.sampling && indexKey(s.set.fixed, a.Key) >= 0 {
+			s.merge()
 		}
-		own := s.own()
-		if s.merged {
-			own = s.more
-		}
-		replaced := false
-		for i := range own {
-			if own[i].Key == a.Key {
-				own[i], replaced = a, true
-				break
-			}
-		}
-		if replaced {
+		if i := indexKey(s.own, a.Key); i >= 0 {
+			s.own[i] = a
 			continue
 		}
-		if l := s.set.rec.limits.AttributeCountLimit; l >= 0 && len(s.set.fixed)+len(own) >= l {
+		if l := s.set.rec.limits.AttributeCountLimit; l >= 0 && s.attributeCount() >= l {
 			s.dropped++ // the SDK keeps the first ones
 			continue
 		}
-		if s.more == nil && s.n < len(s.attrs) {
-			s.attrs[s.n] = a
-			s.n++
-			continue
-		}
-		if s.more == nil {
-			s.more = append(make([]attribute.KeyValue, 0, 2*len(s.attrs)), s.attrs[:s.n]...)
-		}
-		s.more = append(s.more, a)
+		s.own = append(s.own, a)
 	}
 }
 
-// merge puts every attribute in more, in the SDK's order (the sampler's,
+// attributeCount is how many attributes the span has.
+func (s *Span) attributeCount() int {
+	if s.merged {
+		return len(s.own)
+	}
+	return len(s.set.fixed) + len(s.own)
+}
+
+// merge puts every attribute in own, in the SDK's order (the sampler's,
 // the fixed ones, then the others), for a key that repeats a fixed one.
 func (s *Span) merge() {
-	own := s.own()
-	all := make([]attribute.KeyValue, 0, len(s.set.fixed)+len(own)+4)
-	all = append(all, own[:s.samplerAttrs]...)
+	all := make([]attribute.KeyValue, 0, len(s.set.fixed)+len(s.own)+4)
+	all = append(all, s.own[:s.samplerAttrs]...)
 	for _, f := range s.set.fixed {
 		if i := indexKey(all, f.Key); i >= 0 {
 			all[i] = f
@@ -261,8 +229,7 @@ func (s *Span) merge() {
 		}
 		all = append(all, f)
 	}
-	all = append(all, own[s.samplerAttrs:]...)
-	s.more, s.merged = all, true
+	s.own, s.merged = append(all, s.own[s.samplerAttrs:]...), true
 }
 
 func indexKey(kvs []attribute.KeyValue, k attribute.Key) int {
@@ -293,25 +260,16 @@ func (s *Span) AddEvent(name string, opts ...trace.EventOption) {
 // addEvent appends e; past the event limit the oldest goes, as in the
 // SDK's span.
 func (s *Span) addEvent(e sdktrace.Event) {
-	if l := s.set.rec.limits.EventCountLimit; l >= 0 && len(s.Events()) >= l {
+	if l := s.set.rec.limits.EventCountLimit; l >= 0 && len(s.evs) >= l {
 		s.droppedEv++
 		if l == 0 {
 			return
 		}
-		evs := s.Events()
-		copy(evs, evs[1:])
-		evs[len(evs)-1] = e
+		copy(s.evs, s.evs[1:])
+		s.evs[len(s.evs)-1] = e
 		return
 	}
-	if s.moreEv == nil && s.nev < len(s.events) {
-		s.events[s.nev] = e
-		s.nev++
-		return
-	}
-	if s.moreEv == nil {
-		s.moreEv = append(make([]sdktrace.Event, 0, 2*len(s.events)), s.events[:s.nev]...)
-	}
-	s.moreEv = append(s.moreEv, e)
+	s.evs = append(s.evs, e)
 }
 
 // RecordError records err as an exception event, as the SDK's span does.
@@ -435,45 +393,30 @@ func (s *Span) EndTime() time.Time { return s.end }
 // new slice: the exporter's encoder reads them without it).
 func (s *Span) Attributes() []attribute.KeyValue {
 	if s.merged {
-		return s.more
+		return slices.Clone(s.own)
 	}
-	own := s.own()
-	out := make([]attribute.KeyValue, 0, len(s.set.fixed)+len(own))
-	out = append(out, own[:s.samplerAttrs]...)
+	out := make([]attribute.KeyValue, 0, len(s.set.fixed)+len(s.own))
+	out = append(out, s.own[:s.samplerAttrs]...)
 	out = append(out, s.set.fixed...)
-	return append(out, own[s.samplerAttrs:]...)
+	return append(out, s.own[s.samplerAttrs:]...)
 }
 
 // appendAttributes writes the span's attributes as fields of an OTLP Span:
 // the fixed ones as encoded once for the set.
 func (s *Span) appendAttributes(b []byte) []byte {
 	if s.merged {
-		for _, kv := range s.more {
-			b = appendKeyValue(b, fSpanAttributes, kv)
-		}
-		return b
+		return appendKeyValues(b, fSpanAttributes, s.own)
 	}
-	own := s.own()
-	for _, kv := range own[:s.samplerAttrs] {
-		b = appendKeyValue(b, fSpanAttributes, kv)
-	}
+	b = appendKeyValues(b, fSpanAttributes, s.own[:s.samplerAttrs])
 	b = append(b, s.set.fixedPB...)
-	for _, kv := range own[s.samplerAttrs:] {
-		b = appendKeyValue(b, fSpanAttributes, kv)
-	}
-	return b
+	return appendKeyValues(b, fSpanAttributes, s.own[s.samplerAttrs:])
 }
 
 // Links returns the span's links.
 func (s *Span) Links() []sdktrace.Link { return s.links }
 
 // Events returns the span's events, in the order they were added.
-func (s *Span) Events() []sdktrace.Event {
-	if s.moreEv != nil {
-		return s.moreEv
-	}
-	return s.events[:s.nev]
-}
+func (s *Span) Events() []sdktrace.Event { return s.evs }
 
 // Status returns the span's status.
 func (s *Span) Status() sdktrace.Status { return s.status }

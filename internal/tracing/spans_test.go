@@ -97,22 +97,36 @@ func TestSpanAPIMatchesTheSDK(t *testing.T) {
 			span.SetAttributes(attribute.String("after", "end"))
 			span.End()
 
-			require.NoError(t, p.ForceFlush(context.Background()))
-			spans := rcv.Spans()
-			require.Len(t, spans, 2)
-			want, got := spans[0], spans[1]
+			want, got := exportedPair(t, p, rcv, true)
 			require.Equal(t, want.Resource, got.Resource)
 			require.Equal(t, want.Scope, got.Scope)
-			w, g := withoutSpanID(want.Span), withoutSpanID(got.Span)
-			require.True(t, proto.Equal(w, g), "SDK:   %v\nSpans: %v", w, g)
+			requireSameSpan(t, want.Span, got.Span)
 		})
 	}
 }
 
-func withoutSpanID(s *tracepb.Span) *tracepb.Span {
-	s = proto.Clone(s).(*tracepb.Span)
-	s.SpanId = nil
-	return s
+// exportedPair flushes p and returns the two spans rcv received, the SDK's
+// first, without the ids drawn at random: the span id, and the trace id
+// too unless keepTrace (the spans have a parent).
+func exportedPair(t *testing.T, p tracingtest.Flusher, rcv *tracingtest.Receiver, keepTrace bool) (sdk, ours tracingtest.Span) {
+	t.Helper()
+	require.NoError(t, p.ForceFlush(context.Background()))
+	spans := rcv.Spans()
+	require.Len(t, spans, 2)
+	sdk, ours = spans[0], spans[1]
+	for _, s := range []*tracingtest.Span{&sdk, &ours} {
+		s.Span = proto.Clone(s.Span).(*tracepb.Span)
+		s.SpanId = nil
+		if !keepTrace {
+			s.TraceId = nil
+		}
+	}
+	return sdk, ours
+}
+
+func requireSameSpan(t *testing.T, sdk, ours *tracepb.Span) {
+	t.Helper()
+	require.True(t, proto.Equal(sdk, ours), "SDK:   %v\nSpans: %v", sdk, ours)
 }
 
 // Every method of the read-only span the SDK's processors and exporters call,
@@ -209,12 +223,8 @@ func TestSpanSamplerAttributes(t *testing.T) {
 	span.SetAttributes(attribute.Int("own", 1))
 	span.End(trace.WithTimestamp(start))
 
-	require.NoError(t, sdk.ForceFlush(context.Background()))
-	spans := rcv.Spans()
-	require.Len(t, spans, 2)
-	w, g := withoutSpanID(spans[0].Span), withoutSpanID(spans[1].Span)
-	w.TraceId, g.TraceId = nil, nil
-	require.True(t, proto.Equal(w, g), "SDK:   %v\nSpans: %v", w, g)
+	w, g := exportedPair(t, sdk, rcv, false)
+	requireSameSpan(t, w.Span, g.Span)
 }
 
 // Past the link limit the oldest links go, as from the SDK's span, and the
@@ -241,12 +251,8 @@ func TestSpanLinksPastTheLimit(t *testing.T) {
 	}
 	sdkSpan.End(trace.WithTimestamp(start))
 	span.End(trace.WithTimestamp(start))
-	require.NoError(t, p.ForceFlush(context.Background()))
-	spans := rcv.Spans()
-	require.Len(t, spans, 2)
-	w, g := withoutSpanID(spans[0].Span), withoutSpanID(spans[1].Span)
-	w.TraceId, g.TraceId = nil, nil
+	w, g := exportedPair(t, p, rcv, false)
 	require.Len(t, g.GetLinks(), 3)
 	require.EqualValues(t, 4, g.GetDroppedLinksCount())
-	require.True(t, proto.Equal(w, g), "SDK:   %v\nSpans: %v", w, g)
+	requireSameSpan(t, w.Span, g.Span)
 }

@@ -58,18 +58,32 @@ func newRecorder(t trace.Tracer, sampler sdktrace.Sampler, proc sdktrace.SpanPro
 // (the environment's standard ones) look only at the parent and the trace
 // id.
 func (t *Tracer) Presample(parent context.Context, name string, kind trace.SpanKind) (ctx context.Context, sc trace.SpanContext, sampled bool) {
-	psc := trace.SpanContextFromContext(parent)
-	tid, sid := psc.TraceID(), newSpanID()
+	_, sc, res := decide(t.sampler, parent, name, kind)
+	if res.Decision == sdktrace.Drop {
+		// Nothing allocated: most deliveries take this way.
+		return parent, sc, false
+	}
+	return context.WithValue(parent, drawnKey{}, &drawnIDs{tid: sc.TraceID(), sid: sc.SpanID()}), trace.SpanContext{}, true
+}
+
+// decide asks sampler, as the SDK's Start does, about a span of kind named
+// name under parent's span context (psc): new ids (the parent's trace, or a
+// new one), and the span context the SDK would give the span, its sampled
+// flag set only for RecordAndSample and the sampler's trace state.
+func decide(sampler sdktrace.Sampler, parent context.Context, name string, kind trace.SpanKind) (psc, sc trace.SpanContext,
+	res sdktrace.SamplingResult) {
+	psc = trace.SpanContextFromContext(parent)
+	tid := psc.TraceID()
 	if !tid.IsValid() {
 		tid = newTraceID()
 	}
-	res := t.sampler.ShouldSample(sdktrace.SamplingParameters{ParentContext: parent, TraceID: tid, Name: name, Kind: kind})
-	if res.Decision == sdktrace.Drop {
-		// Nothing allocated: most deliveries take this way.
-		return parent, trace.NewSpanContext(trace.SpanContextConfig{TraceID: tid, SpanID: sid,
-			TraceFlags: psc.TraceFlags() &^ trace.FlagsSampled, TraceState: res.Tracestate}), false
+	res = sampler.ShouldSample(sdktrace.SamplingParameters{ParentContext: parent, TraceID: tid, Name: name, Kind: kind})
+	flags := psc.TraceFlags() &^ trace.FlagsSampled
+	if res.Decision == sdktrace.RecordAndSample {
+		flags |= trace.FlagsSampled
 	}
-	return context.WithValue(parent, drawnKey{}, &drawnIDs{tid: tid, sid: sid}), trace.SpanContext{}, true
+	return psc, trace.NewSpanContext(trace.SpanContextConfig{TraceID: tid, SpanID: newSpanID(), TraceFlags: flags,
+		TraceState: res.Tracestate}), res
 }
 
 // drawnIDs are the ids Presample decided on, for the first span started

@@ -4,7 +4,6 @@ import (
 	"context"
 	"crypto/rand"
 	"encoding/hex"
-	"fmt"
 	"strings"
 	"sync"
 	"testing"
@@ -82,30 +81,10 @@ func (r *traceRig) deliverySpans(spans []tracingtest.Span, id uuid.UUID) []traci
 	return out
 }
 
-// await flushes the provider's spans to the receiver until cond holds of
-// what it received (a bounded poll: the batch processor would otherwise
-// export every OTEL_BSP_SCHEDULE_DELAY, 5 s).
-func (r *traceRig) await(timeout time.Duration, cond func([]tracingtest.Span) bool) ([]tracingtest.Span, error) {
-	deadline := time.Now().Add(timeout)
-	for {
-		if err := r.tp.ForceFlush(r.ctx); err != nil {
-			return nil, err
-		}
-		spans := r.rcv.Spans()
-		if cond(spans) {
-			return spans, nil
-		}
-		if time.Now().After(deadline) {
-			return spans, fmt.Errorf("the spans wanted did not arrive within %s (%d received)", timeout, len(spans))
-		}
-		time.Sleep(10 * time.Millisecond)
-	}
-}
-
 // wait waits until every event of ids has n delivery spans.
 func (r *traceRig) wait(n int, ids ...uuid.UUID) []tracingtest.Span {
 	r.t.Helper()
-	spans, err := r.await(30*time.Second, func(s []tracingtest.Span) bool {
+	spans, err := r.rcv.WaitFlushed(30*time.Second, r.tp, func(s []tracingtest.Span) bool {
 		for _, id := range ids {
 			if len(r.deliverySpans(s, id)) < n {
 				return false
@@ -193,7 +172,7 @@ func TestTraceDeliveryChildOfProducer(t *testing.T) {
 
 	for _, d := range []tracingtest.Span{d1, d2, d3} {
 		b := linkedBatch(t, spans, d)
-		spans, err := r.await(10*time.Second, func(s []tracingtest.Span) bool {
+		spans, err := r.rcv.WaitFlushed(10*time.Second, r.tp, func(s []tracingtest.Span) bool {
 			return len(childrenOf(s, b)) >= 4
 		})
 		require.NoError(t, err)
@@ -261,7 +240,7 @@ func TestTraceDuplicate(t *testing.T) {
 		require.Equal(t, tracepb.Status_STATUS_CODE_UNSET, ds[i].GetStatus().GetCode())
 	}
 	b := linkedBatch(t, spans, ds[1])
-	spans, err := r.await(10*time.Second, func(s []tracingtest.Span) bool { return len(childrenOf(s, b)) >= 2 })
+	spans, err := r.rcv.WaitFlushed(10*time.Second, r.tp, func(s []tracingtest.Span) bool { return len(childrenOf(s, b)) >= 2 })
 	require.NoError(t, err)
 	require.ElementsMatch(t, []string{dedup.SpanInsert, dedup.SpanCommit}, childrenOf(spans, b), "a duplicate runs no handler")
 	requireAttrs(t, b, map[string]string{"platformd.batch.duplicates": "1", "platformd.batch.processed": "0"})
@@ -325,7 +304,7 @@ func TestTraceFailedAndRejected(t *testing.T) {
 	r.start(shop.HandlerStockReserve, "test.probe")
 	r.publishEnv(perm, amqp.Table{"traceparent": p1.traceparent()})
 	r.publishRaw(shop.EventOrderPlaced, []byte(`{"not": "an envelope"}`), amqp.Table{"traceparent": p2.traceparent()})
-	spans, err := r.await(30*time.Second, func(s []tracingtest.Span) bool {
+	spans, err := r.rcv.WaitFlushed(30*time.Second, r.tp, func(s []tracingtest.Span) bool {
 		return len(tracingtest.WithAttr(tracingtest.Named(s, "process "+r.queue), "platformd.settlement", "failure_queue")) == 2
 	})
 	require.NoError(t, err)

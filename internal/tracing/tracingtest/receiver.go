@@ -359,6 +359,32 @@ func (r *Receiver) Wait(timeout time.Duration, cond func([]Span) bool) ([]Span, 
 	}
 }
 
+// Flusher is a tracer provider whose ForceFlush exports every span ended
+// so far (the SDK's, platformd's tracing.Provider).
+type Flusher interface {
+	ForceFlush(ctx context.Context) error
+}
+
+// WaitFlushed is Wait for a provider that exports on its own schedule
+// (OTEL_BSP_SCHEDULE_DELAY, 5 s by default): it flushes p, then checks
+// cond on what arrived, every 10 ms until timeout passes.
+func (r *Receiver) WaitFlushed(timeout time.Duration, p Flusher, cond func([]Span) bool) ([]Span, error) {
+	deadline := time.Now().Add(timeout)
+	for {
+		if err := p.ForceFlush(context.Background()); err != nil {
+			return nil, err
+		}
+		spans := r.Spans()
+		if cond(spans) {
+			return spans, nil
+		}
+		if time.Now().After(deadline) {
+			return spans, fmt.Errorf("%w: %d spans received in %s", ErrTimeout, len(spans), timeout)
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+}
+
 // Named returns the spans of spans called name.
 func Named(spans []Span, name string) []Span {
 	var out []Span
