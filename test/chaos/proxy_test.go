@@ -2,8 +2,10 @@ package chaos
 
 import (
 	"bytes"
+	"encoding/binary"
 	"net"
 	"sync"
+	"sync/atomic"
 	"testing"
 )
 
@@ -72,12 +74,17 @@ func (p *proxy) blackholeOnTraffic(n int, db string) <-chan struct{} {
 	return p.armed
 }
 
-// cutAfterCommit cuts the next n sessions of database db that send a
-// COMMIT, right after forwarding it: the client's side is closed at once,
+// cutAfterCommit cuts the next n sessions of database db that send the
+// COMMIT of a transaction that recorded an event for good (the server
+// returned an event id, and no savepoint was used, so none was rolled back
+// within it), right after forwarding it: the client's side is closed at once,
 // so the client never learns the outcome, while the server's side stays
 // open until the server has answered, so that the commit runs to its end
 // (COMMIT, or ROLLBACK for an aborted transaction). The returned channel
-// receives that answer for each cut.
+// receives that answer for each cut. A transaction that recorded nothing
+// (all duplicates, a batch of failing events replayed with savepoints,
+// another job's) is let through: its redelivery, if any, meets no row of its
+// own, and the test could not tell a wrong ack from a right one by it.
 func (p *proxy) cutAfterCommit(n int, db string) <-chan string {
 	p.mu.Lock()
 	defer p.mu.Unlock()
@@ -116,6 +123,54 @@ func commandTag(chunk []byte) string {
 		chunk = chunk[1+size:]
 	}
 	return ""
+}
+
+// hasSavepoint reports whether a client chunk names a savepoint (SAVEPOINT,
+// ROLLBACK TO SAVEPOINT, RELEASE SAVEPOINT: how pgx sends a nested
+// transaction), as the dedup step's replay of a batch event by event does.
+func hasSavepoint(chunk []byte) bool {
+	return bytes.Contains(bytes.ToLower(chunk), []byte("savepoint"))
+}
+
+// isEventIDRow reports whether a server message is a DataRow of one uuid
+// column, binary or text: a row of the dedup insert's RETURNING event_id.
+func isEventIDRow(typ byte, body []byte) bool {
+	if typ != 'D' || len(body) < 6 || binary.BigEndian.Uint16(body) != 1 {
+		return false
+	}
+	n := int32(binary.BigEndian.Uint32(body[2:]))
+	return (n == 16 || n == 36) && len(body) == 6+int(n)
+}
+
+// pgFramer splits the server's side of a session into its messages (a type
+// byte, then an int32 length that counts itself), across chunk boundaries.
+// It is for sessions without SSL, whose every server message is framed so.
+type pgFramer struct {
+	buf    []byte
+	broken bool // a length no message has: the rest is not read
+}
+
+// feed adds chunk and calls fn with each message it completes; body is
+// valid only during the call.
+func (f *pgFramer) feed(chunk []byte, fn func(typ byte, body []byte)) {
+	if f.broken {
+		return
+	}
+	f.buf = append(f.buf, chunk...)
+	i := 0
+	for len(f.buf)-i >= 5 {
+		size := int(binary.BigEndian.Uint32(f.buf[i+1:]))
+		if size < 4 || size > 1<<26 {
+			f.broken, f.buf = true, nil
+			return
+		}
+		if len(f.buf)-i < 1+size {
+			break
+		}
+		fn(f.buf[i], f.buf[i+5:i+1+size])
+		i += 1 + size
+	}
+	f.buf = append(f.buf[:0], f.buf[i:]...)
 }
 
 // startupDatabase returns the database named in a PostgreSQL startup
@@ -243,18 +298,29 @@ func (p *proxy) accept() {
 			defer cutMu.Unlock()
 			return cutTags
 		}
+		// What the session's open transaction did: the server returned an
+		// event id (recorded), the client used a savepoint (isolated).
+		var recorded, isolated atomic.Bool
 		p.wg.Add(2)
 		go func() {
 			defer p.wg.Done()
 			defer pair.Done()
 			db, first, afterBegin := "", true, false
 			p.pipe(up, c, pipeHooks{after: func(chunk []byte) {
+				if !first && hasSavepoint(chunk) {
+					isolated.Store(true)
+				}
 				switch {
 				case first:
 					first, db = false, startupDatabase(chunk)
 				case isBegin(chunk):
 					afterBegin = true
+					recorded.Store(false)
+					isolated.Store(false)
 				case isCommit(chunk):
+					if !recorded.Load() || isolated.Load() {
+						break
+					}
 					if tags, ok := p.takeCut(db); ok {
 						cutMu.Lock()
 						cutTags = tags
@@ -270,7 +336,13 @@ func (p *proxy) accept() {
 		go func() {
 			defer p.wg.Done()
 			defer pair.Done()
+			var fr pgFramer
 			p.pipe(c, up, pipeHooks{peek: func(chunk []byte) {
+				fr.feed(chunk, func(typ byte, body []byte) {
+					if isEventIDRow(typ, body) {
+						recorded.Store(true)
+					}
+				})
 				if tags := cutPending(); tags != nil {
 					cutMu.Lock()
 					cutTags = nil
