@@ -45,6 +45,15 @@
 #   RABBITMQ_CLUSTER_PORT_BASE  AMQP ports are base+1..3, distribution ports base+20001..3 (default 5700)
 #   RABBITMQ_CLUSTER_TIMEOUT    seconds to wait for a node to boot (default 120)
 #   RABBITMQ_CLUSTER_PARTITION  iptables or cookie: the partition method (default iptables when it works)
+#   RABBITMQ_CLUSTER_REJOIN     seconds a node has to run again after a heal before its VM is restarted (default 60)
+#
+# A node that boots hung: RabbitMQ 3.10.8 (Debian 12's) on Erlang 25.1 or
+# later can hang in its boot when it rejoins after a partition, for good:
+# its "global hang workaround" sends messages that Erlang's global no longer
+# handles (rabbitmq-server#6034, fixed by #6046 in later 3.10 releases), and
+# it logs that workaround and goes no further. Seen once in CI in the chaos
+# cluster phase. heal and node-start restart such a node in a new VM, which
+# boots and rejoins; they say so, with the reason.
 set -euo pipefail
 
 export PATH="$PATH:/usr/local/sbin:/usr/sbin:/sbin"
@@ -52,6 +61,8 @@ export PATH="$PATH:/usr/local/sbin:/usr/sbin:/sbin"
 BASE="${RABBITMQ_CLUSTER_DIR:-/tmp/platformd-rabbitmq-cluster}"
 PORT_BASE="${RABBITMQ_CLUSTER_PORT_BASE:-5700}"
 TIMEOUT="${RABBITMQ_CLUSTER_TIMEOUT:-120}"
+REJOIN="${RABBITMQ_CLUSTER_REJOIN:-60}"
+HANG_SIGN='Global hang workaround'
 NODES=(1 2 3)
 CHAIN=PLATFORMD-RMQ-CLUSTER
 
@@ -196,6 +207,42 @@ wait_node() {
 	done
 }
 
+# log_size N prints the size of node N's log now (0 when there is none).
+log_size() {
+	local f
+	f="$(node_dir "$1")/log/$(node_name "$1").log"
+	if [ -f "$f" ]; then stat -c %s "$f"; else echo 0; fi
+}
+
+# await_rejoin N FROM waits for node N, whose VM lives, to run again (after a
+# heal, or a node-start that found its VM alive). FROM is the size of its log
+# before: a boot that logged HANG_SIGN since then and is still not done 10 s
+# later, or that is not done within REJOIN seconds, hung (see the top), and
+# the node is restarted in a new VM, once.
+await_rejoin() {
+	local n=$1 from=$2 deadline=$((SECONDS + REJOIN)) hung=0 f why
+	f="$(node_dir "$n")/log/$(node_name "$n").log"
+	until node_up "$n"; do
+		if [ "$hung" -eq 0 ] && tail -c +"$((from + 1))" "$f" 2>/dev/null | grep -q "$HANG_SIGN"; then
+			hung=$((SECONDS + 10))
+		fi
+		why=""
+		if [ "$hung" -gt 0 ] && [ "$SECONDS" -ge "$hung" ]; then
+			why="its boot hung after logging '$HANG_SIGN' (rabbitmq-server#6034)"
+		elif [ "$SECONDS" -ge "$deadline" ]; then
+			why="not running after ${REJOIN}s"
+		fi
+		if [ -n "$why" ]; then
+			say "$(node_name "$n"): $why: restarting its VM"
+			cmd_node_kill "$n" >/dev/null
+			start_node "$n" >/dev/null
+			wait_node "$n"
+			return 0
+		fi
+		sleep 1
+	done
+}
+
 # running_members N prints the running nodes of N's cluster, one a line.
 running_members() {
 	ctl "$1" -q eval 'io:format("~s~n", [string:join([atom_to_list(X) || X <- rabbit_nodes:all_running()], "\n")]).' 2>/dev/null |
@@ -243,7 +290,7 @@ cmd_start() {
 }
 
 cmd_stop() {
-	cmd_heal >/dev/null 2>&1 || true
+	cmd_heal nowait >/dev/null 2>&1 || true
 	if iptables_works; then
 		iptables -D OUTPUT -o lo -j "$CHAIN" 2>/dev/null || true
 		iptables -X "$CHAIN" 2>/dev/null || true
@@ -316,8 +363,13 @@ cmd_node_kill() {
 
 cmd_node_start() {
 	check_node "$1"
-	start_node "$1"
-	wait_node "$1"
+	if ! node_up "$1" && node_vm_alive "$1"; then
+		# A VM without its rabbit: paused, booting, or hung in its boot.
+		await_rejoin "$1" 0
+	else
+		start_node "$1"
+		wait_node "$1"
+	fi
 	say "$(node_name "$1"): running"
 }
 
@@ -349,6 +401,7 @@ cmd_partition() {
 		iptables -w 5 -A "$CHAIN" -p tcp --sport "$(dist_port "$n")" -j DROP
 		iptables -w 5 -A "$CHAIN" -p tcp -s "$(node_ip "$n")" -j DROP
 		iptables -w 5 -A "$CHAIN" -p tcp -d "$(node_ip "$n")" -j DROP
+		echo "$n" >>"$BASE/cut"
 		say "$(node_name "$n"): partitioned (iptables DROP on lo)"
 		return 0
 	fi
@@ -358,10 +411,18 @@ cmd_partition() {
 	say "$(node_name "$n"): partitioned (Erlang cookie changed, nodes disconnected)"
 }
 
+# cmd_heal [nowait] ends every partition and, unless told not to wait,
+# waits for each node that was cut off to run again (await_rejoin).
 cmd_heal() {
+	local cut=() sizes=() n i
+	if [ -s "$BASE/cut" ] || [ -s "$BASE/partitioned" ]; then
+		mapfile -t cut < <(cat "$BASE/cut" "$BASE/partitioned" 2>/dev/null | sort -u)
+	fi
+	for n in "${cut[@]}"; do sizes+=("$(log_size "$n")"); done
 	if iptables_works && iptables -w 5 -L "$CHAIN" -n >/dev/null 2>&1; then
 		iptables -w 5 -F "$CHAIN"
 	fi
+	rm -f "$BASE/cut"
 	if [ -s "$BASE/partitioned" ]; then
 		local n cookie
 		cookie="$(cat "$BASE/.erlang.cookie")"
@@ -370,6 +431,11 @@ cmd_heal() {
 				eval "erlang:set_cookie(node(), '$cookie'), ok." >/dev/null </dev/null || true
 		done <"$BASE/partitioned"
 		rm -f "$BASE/partitioned"
+	fi
+	if [ "${1:-}" != nowait ]; then
+		for i in "${!cut[@]}"; do
+			node_vm_alive "${cut[$i]}" && await_rejoin "${cut[$i]}" "${sizes[$i]}"
+		done
 	fi
 	say "healed"
 }
