@@ -33,6 +33,15 @@ const (
 	DialHandshakeTimeoutDefault = 30 * time.Second
 )
 
+// HeartbeatDefault is the heartbeat interval asked of the broker. It is
+// also how a broker that stops answering without closing anything (a
+// partition, a host gone without a RST) is found out: amqp091-go's reads
+// time out once no frame, heartbeats included, came for one and a half
+// intervals (three of its half-interval ticks: 15 s at the default), and
+// the connection ends, which ends every call blocked on it; the library's
+// writes and closes have no deadline of their own.
+const HeartbeatDefault = 10 * time.Second
+
 // Conn hands out a live AMQP connection to one node of a broker cluster,
 // dialling a fresh one whenever the previous one is closed. The first dial
 // starts at a node chosen at random (so that connections and daemons
@@ -220,7 +229,7 @@ func (c *Conn) dialRoundLocked(ctx context.Context) (*amqp.Connection, error) {
 func (c *Conn) dial(ctx context.Context, n brokerNode) (*amqp.Connection, error) {
 	var stop func() bool
 	conn, err := amqp.DialConfig(n.url, amqp.Config{
-		Heartbeat:  10 * time.Second,
+		Heartbeat:  HeartbeatDefault,
 		Properties: amqp.Table{"connection_name": c.name},
 		Dial: func(network, addr string) (net.Conn, error) {
 			nc, err := dialBuffered(ctx, network, addr)

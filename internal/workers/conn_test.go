@@ -75,6 +75,7 @@ type stubNode struct {
 	mu    sync.Mutex
 	ln    net.Listener
 	conns []net.Conn
+	open  chan struct{} // non-nil while black-holed: closed at heal
 	wg    sync.WaitGroup
 }
 
@@ -116,10 +117,48 @@ func (n *stubNode) serve(ln net.Listener) {
 			n.mu.Lock()
 			n.conns = append(n.conns, c, up)
 			n.mu.Unlock()
-			n.wg.Go(func() { _, _ = io.Copy(up, c); _ = up.Close() })
-			n.wg.Go(func() { _, _ = io.Copy(c, up); _ = c.Close() })
+			n.wg.Go(func() { _, _ = io.Copy(up, gatedReader{c, n}); _ = up.Close() })
+			n.wg.Go(func() { _, _ = io.Copy(c, gatedReader{up, n}); _ = c.Close() })
 		}
 	})
+}
+
+// hole stops forwarding in both directions, closing nothing: what a
+// black-holed node is to its peers (a partition, a dead host without a
+// RST). Bytes sent meanwhile wait and flow again at heal.
+func (n *stubNode) hole() {
+	n.mu.Lock()
+	defer n.mu.Unlock()
+	if n.open == nil {
+		n.open = make(chan struct{})
+	}
+}
+
+// heal forwards again.
+func (n *stubNode) heal() {
+	n.mu.Lock()
+	defer n.mu.Unlock()
+	if n.open != nil {
+		close(n.open)
+		n.open = nil
+	}
+}
+
+// gatedReader reads from r, waiting while its node is black-holed.
+type gatedReader struct {
+	r net.Conn
+	n *stubNode
+}
+
+func (g gatedReader) Read(p []byte) (int, error) {
+	k, err := g.r.Read(p)
+	g.n.mu.Lock()
+	open := g.n.open
+	g.n.mu.Unlock()
+	if open != nil {
+		<-open
+	}
+	return k, err
 }
 
 // down loses the node: its connections are cut and new ones refused.
