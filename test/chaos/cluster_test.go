@@ -513,8 +513,16 @@ func (c *clusterChaos) restoreNode(n int, how string) {
 	if how == "node-start" {
 		args = append(args, strconv.Itoa(n))
 	}
-	if _, err := c.rc.script(args...); err != nil {
+	out, err := c.rc.script(args...)
+	if err != nil {
 		t.Fatal(err)
+	}
+	// The script restarts a node whose boot hung after the heal (RabbitMQ
+	// 3.10.8 on Erlang 25.1 and later): the fault then included a restart.
+	for _, line := range strings.Split(out, "\n") {
+		if strings.Contains(line, "restarting its VM") {
+			c.logf("%s", strings.TrimSpace(line))
+		}
 	}
 	// Back means running on node n itself too, and still so a moment later.
 	back := func() bool {
