@@ -42,6 +42,13 @@ const (
 // writes and closes have no deadline of their own.
 const HeartbeatDefault = 10 * time.Second
 
+// CloseTimeoutDefault bounds Close and a pool's abort of its connection:
+// after it the socket itself is closed. The library's Close waits for the
+// broker's close-ok, and a node that is cut off from its cluster, or stuck,
+// may answer nothing while its heartbeats keep the connection's read
+// deadline alive: the wait would last until it recovers.
+const CloseTimeoutDefault = 5 * time.Second
+
 // Conn hands out a live AMQP connection to one node of a broker cluster,
 // dialling a fresh one whenever the previous one is closed. The first dial
 // starts at a node chosen at random (so that connections and daemons
@@ -68,6 +75,10 @@ type Conn struct {
 	// channel, not a mutex, so that a caller waiting behind a redial that
 	// lasts as long as the broker is down gives up at its own deadline.
 	lock chan struct{}
+	// sock is the socket under the current connection, for Abort and a
+	// bounded Close; read without the lock, so that an abort does not wait
+	// behind a caller blocked on the connection.
+	sock atomic.Pointer[net.Conn]
 	// done is closed by Close: a redial in progress gives up.
 	done      chan struct{}
 	closeOnce sync.Once
@@ -192,7 +203,7 @@ func (c *Conn) dialRoundLocked(ctx context.Context) (*amqp.Connection, error) {
 		}
 		n := c.nodes[c.next]
 		c.next = (c.next + 1) % len(c.nodes)
-		conn, err := c.dial(ctx, n)
+		conn, sock, err := c.dial(ctx, n)
 		if err != nil {
 			errs = append(errs, fmt.Errorf("node %s: %w", n.addr, err))
 			if len(c.nodes) > 1 {
@@ -203,6 +214,7 @@ func (c *Conn) dialRoundLocked(ctx context.Context) (*amqp.Connection, error) {
 		}
 		prev := c.addr
 		c.conn, c.addr = conn, n.addr
+		c.sock.Store(&sock)
 		c.watch(conn, n.addr)
 		if c.dialed {
 			if c.OnReconnectFunc != nil {
@@ -226,14 +238,16 @@ func (c *Conn) dialRoundLocked(ctx context.Context) (*amqp.Connection, error) {
 // middle of the AMQP handshake (a node that accepts connections but does
 // not answer would otherwise hold a stopping pool for the whole handshake
 // timeout).
-func (c *Conn) dial(ctx context.Context, n brokerNode) (*amqp.Connection, error) {
+func (c *Conn) dial(ctx context.Context, n brokerNode) (*amqp.Connection, net.Conn, error) {
 	var stop func() bool
+	var sock net.Conn
 	conn, err := amqp.DialConfig(n.url, amqp.Config{
 		Heartbeat:  HeartbeatDefault,
 		Properties: amqp.Table{"connection_name": c.name},
 		Dial: func(network, addr string) (net.Conn, error) {
 			nc, err := dialBuffered(ctx, network, addr)
 			if err == nil {
+				sock = nc
 				// A deadline in the past fails the handshake's reads and
 				// writes at once.
 				stop = context.AfterFunc(ctx, func() { _ = nc.SetDeadline(time.Unix(1, 0)) })
@@ -244,13 +258,33 @@ func (c *Conn) dial(ctx context.Context, n brokerNode) (*amqp.Connection, error)
 	if stop != nil && !stop() && err == nil {
 		// ctx ended as the handshake completed: the deadline may have hit
 		// the new connection.
-		_ = conn.Close()
-		return nil, ctx.Err()
+		closeBounded(conn, sock)
+		return nil, nil, ctx.Err()
 	}
 	if err != nil && ctx.Err() != nil {
-		return nil, ctx.Err()
+		return nil, nil, ctx.Err()
 	}
-	return conn, err
+	return conn, sock, err
+}
+
+// closeBounded closes conn, and its socket sock if the broker has not
+// answered within CloseTimeoutDefault (see there).
+func closeBounded(conn *amqp.Connection, sock net.Conn) {
+	t := time.AfterFunc(CloseTimeoutDefault, func() { _ = sock.Close() })
+	defer t.Stop()
+	_ = conn.Close()
+}
+
+// Abort closes the current connection's socket at once, without the
+// AMQP close handshake: every call blocked on the connection (a consumer's
+// cancel, a channel's close, waiting for a broker that answers nothing)
+// returns with an error, and the broker requeues what was unacked. The
+// next Get dials again, unless Close was called. A pool aborts its
+// connection when its soft stop times out.
+func (c *Conn) Abort() {
+	if p := c.sock.Load(); p != nil && *p != nil {
+		_ = (*p).Close()
+	}
 }
 
 // watch follows conn until it closes, so that Node and the gauge say at
@@ -288,15 +322,18 @@ func (c *Conn) watch(conn *amqp.Connection, addr string) {
 	}()
 }
 
-// Close closes the current connection; later Gets fail, and a redial in
-// progress gives up after its current round.
+// Close closes the current connection (within CloseTimeoutDefault: then
+// its socket); later Gets fail, and a redial in progress gives up after
+// its current round.
 func (c *Conn) Close() {
 	c.closeOnce.Do(func() { close(c.done) })
 	c.lock <- struct{}{}
 	defer c.release()
 	c.closed = true
 	if c.conn != nil {
-		_ = c.conn.Close()
+		if p := c.sock.Load(); p != nil {
+			closeBounded(c.conn, *p)
+		}
 		c.conn = nil
 	}
 }

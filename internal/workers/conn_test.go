@@ -1,7 +1,9 @@
 package workers
 
 import (
+	"bufio"
 	"context"
+	"encoding/binary"
 	"io"
 	"log/slog"
 	"net"
@@ -76,6 +78,7 @@ type stubNode struct {
 	ln    net.Listener
 	conns []net.Conn
 	open  chan struct{} // non-nil while black-holed: closed at heal
+	held  chan struct{} // non-nil while stalled: closed at unstall
 	wg    sync.WaitGroup
 }
 
@@ -118,7 +121,7 @@ func (n *stubNode) serve(ln net.Listener) {
 			n.conns = append(n.conns, c, up)
 			n.mu.Unlock()
 			n.wg.Go(func() { _, _ = io.Copy(up, gatedReader{c, n}); _ = up.Close() })
-			n.wg.Go(func() { _, _ = io.Copy(c, gatedReader{up, n}); _ = c.Close() })
+			n.wg.Go(func() { n.copyFrames(c, up); _ = c.Close() })
 		}
 	})
 }
@@ -141,6 +144,64 @@ func (n *stubNode) heal() {
 	if n.open != nil {
 		close(n.open)
 		n.open = nil
+	}
+}
+
+// stall holds every frame the broker sends but heartbeats: what a node
+// that is cut off from its cluster, or stuck, can be to its clients for
+// as long as it does not pause: its connection processes answer nothing
+// that needs the cluster, while its heartbeats keep every read deadline
+// of the client's alive. unstall sends what was held.
+func (n *stubNode) stall() {
+	n.mu.Lock()
+	defer n.mu.Unlock()
+	if n.held == nil {
+		n.held = make(chan struct{})
+	}
+}
+
+func (n *stubNode) unstall() {
+	n.mu.Lock()
+	defer n.mu.Unlock()
+	if n.held != nil {
+		close(n.held)
+		n.held = nil
+	}
+}
+
+// copyFrames copies the broker's side of a connection to the client frame
+// by frame (AMQP 0-9-1: type, channel, size, payload, frame end), holding
+// all but heartbeat frames while the node is stalled and every byte while
+// it is black-holed.
+func (n *stubNode) copyFrames(dst, src net.Conn) {
+	r := bufio.NewReader(gatedReader{src, n})
+	var held []byte
+	hdr := make([]byte, 7)
+	for {
+		if _, err := io.ReadFull(r, hdr); err != nil {
+			return
+		}
+		size := binary.BigEndian.Uint32(hdr[3:])
+		frame := make([]byte, 7+int(size)+1)
+		copy(frame, hdr)
+		if _, err := io.ReadFull(r, frame[7:]); err != nil {
+			return
+		}
+		n.mu.Lock()
+		stalled := n.held
+		n.mu.Unlock()
+		out := frame
+		switch {
+		case stalled != nil && frame[0] != 8: // 8: heartbeat
+			held = append(held, frame...) // sent with the first frame after unstall
+			continue
+		case stalled == nil && len(held) > 0:
+			out = append(held, frame...)
+			held = nil
+		}
+		if _, err := dst.Write(out); err != nil {
+			return
+		}
 	}
 }
 
@@ -390,4 +451,52 @@ func TestConnGetHonoursItsDeadlineBehindARedial(t *testing.T) {
 		t.Fatal("Close did not end the redial")
 	}
 	require.Less(t, time.Since(start), 10*time.Second)
+}
+
+// Close and Abort are bounded on a node that answers nothing but
+// heartbeats: the library's Close would wait for a close-ok for as long as
+// the heartbeats keep its read deadline alive.
+func TestConnCloseAndAbortOnAStalledNode(t *testing.T) {
+	t.Parallel()
+	node := newStubNode(t, brokerTarget(t))
+	conn := NewConn([]string{node.url()}, "test-stalled", metrics.New(), slog.New(slog.DiscardHandler))
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	c, err := conn.Get(ctx)
+	require.NoError(t, err)
+	ch, err := c.Channel()
+	require.NoError(t, err)
+	node.stall()
+	defer node.unstall()
+
+	// A channel close waits for its close-ok: Abort ends it.
+	closed := make(chan error, 1)
+	go func() { closed <- ch.Close() }()
+	select {
+	case err := <-closed:
+		t.Fatalf("channel close on a stalled node returned at once (%v): the stall does not hold it", err)
+	case <-time.After(500 * time.Millisecond):
+	}
+	conn.Abort()
+	select {
+	case err := <-closed:
+		t.Logf("channel close after Abort: %v", err)
+	case <-time.After(5 * time.Second):
+		t.Fatal("channel close still blocked 5s after Abort")
+	}
+	require.Eventually(t, c.IsClosed, 5*time.Second, 10*time.Millisecond, "Abort ends the connection")
+
+	// The next Get dials again (the stall lifted, or the handshake's
+	// answers would be held too); then Close on a stalled node.
+	node.unstall()
+	c2, err := conn.Get(ctx)
+	require.NoError(t, err)
+	require.NotSame(t, c, c2)
+	node.stall()
+	start := time.Now()
+	conn.Close()
+	took := time.Since(start)
+	require.GreaterOrEqual(t, took, CloseTimeoutDefault-time.Second, "Close waits for the close-ok first")
+	require.Less(t, took, CloseTimeoutDefault+2*time.Second, "then closes the socket")
+	require.True(t, c2.IsClosed())
 }

@@ -283,8 +283,15 @@ func (p *Pool) stop(wg *sync.WaitGroup, cancel, hard context.CancelFunc) {
 	select {
 	case <-done:
 	case <-time.After(p.cfg.SoftStopTimeout):
-		p.log.Warn("workers: soft stop timed out, cancelling in-flight work")
+		p.log.Warn("workers: soft stop timed out, cancelling in-flight work and dropping the broker connection")
 		hard()
+		// A worker may be blocked on the broker itself (a consumer's
+		// cancel, a channel's close), which no context ends: a node cut
+		// off from its cluster can answer nothing for as long as it
+		// sends heartbeats. Closing the socket ends those calls; the
+		// broker requeues what was unacked, and committed events come
+		// back as duplicates.
+		p.deps.Consume.Abort()
 		<-done
 	}
 	hard()

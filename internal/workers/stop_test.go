@@ -11,12 +11,13 @@ import (
 
 // A broker that stops answering without closing anything (a partition, a
 // host gone without a RST) while a batch is in its handlers: the batch
-// commits, its ack cannot reach the broker, and Stop must still return,
-// bounded by the library's heartbeat (its reads time out and end the
-// connection; amqp091-go writes and closes without a deadline of their
-// own) rather than hang on the cancels and closes that wait for answers.
-// Nothing is lost or applied twice: a pool started afterwards finds the
-// unacked deliveries again, and the committed ones are duplicates.
+// commits, its ack cannot reach the broker, and Stop must still return
+// rather than hang on the cancels and closes that wait for answers: at
+// the end of its soft stop (the pool drops the connection) or when the
+// library's heartbeat finds the broker dead (its reads time out after 1.5
+// intervals), whichever comes first. Nothing is lost or applied twice: a
+// pool started afterwards finds the unacked deliveries again, and the
+// committed ones are duplicates.
 func TestPoolStopReturnsOnABlackHoledBroker(t *testing.T) {
 	t.Parallel()
 	b := newBundle(t)
@@ -42,9 +43,63 @@ func TestPoolStopReturnsOnABlackHoledBroker(t *testing.T) {
 	b.pool = nil
 	stopped := time.Since(start)
 	t.Logf("stopped in %v on a black-holed broker", stopped.Round(time.Millisecond))
-	require.Less(t, stopped, HeartbeatDefault*3/2+5*time.Second,
-		"Stop must end once the heartbeat finds the broker dead (1.5 intervals)")
+	require.Less(t, stopped, min(b.cfg.SoftStopTimeout, HeartbeatDefault*3/2)+3*time.Second,
+		"Stop must end at its soft stop or once the heartbeat finds the broker dead")
 	node.heal()
+
+	b.url = direct
+	b.start(shop.HandlerStockReserve, "test.probe")
+	b.waitFor("every event processed after the restart", func() bool {
+		return b.count(`SELECT count(*) FROM processed_event`) == n && b.queueDepth(b.queue) == 0 && b.pool.Info().InFlight == 0
+	})
+	require.Equal(t, n, b.reservations(), "each event applied once")
+}
+
+// A broker node that answers nothing but heartbeats (cut off from its
+// cluster before it pauses, or stuck), while a batch is in its handlers:
+// no read deadline ever fires, and without the pool dropping the
+// connection at the end of its soft stop its Stop waited on the
+// consumers' cancels until the node recovered (over 60 s, unbounded).
+// Stop must return within the soft stop and the closes within their
+// bound; nothing is lost or applied twice.
+func TestPoolStopReturnsOnAStalledBroker(t *testing.T) {
+	t.Parallel()
+	b := newBundle(t)
+	b.cfg.SoftStopTimeout = 2 * time.Second
+	node := newStubNode(t, brokerTarget(t))
+	direct := b.url
+	b.url = node.url()
+	b.start(shop.HandlerStockReserve, "test.probe")
+	release := b.holdHandlers()
+	const n = 30
+	for range n {
+		env, _ := b.order(1)
+		b.publishEnv(env, nil)
+	}
+	b.waitFor("a batch in its handlers", func() bool { return b.holding.Load() > 0 })
+	node.stall()
+	release()
+	b.waitFor("the held batch committed", func() bool { return b.count(`SELECT count(*) FROM processed_event`) > 0 })
+
+	start := time.Now()
+	done := make(chan struct{})
+	go func() { b.pool.Stop(); close(done) }()
+	select {
+	case <-done:
+	case <-time.After(b.cfg.SoftStopTimeout + 10*time.Second):
+		node.unstall() // let the blocked Stop end, to fail rather than hang
+		<-done
+		t.Fatalf("Stop still blocked %v after its soft stop timed out", 10*time.Second)
+	}
+	stopped := time.Since(start)
+	b.consume.Close()
+	b.publish.Close()
+	closed := time.Since(start) - stopped
+	b.pool = nil
+	t.Logf("stopped in %v, connections closed in %v, on a stalled broker", stopped.Round(time.Millisecond), closed.Round(time.Millisecond))
+	require.Less(t, stopped, b.cfg.SoftStopTimeout+3*time.Second, "Stop must end once its soft stop times out")
+	require.Less(t, closed, 2*CloseTimeoutDefault+2*time.Second, "each Close is bounded")
+	node.unstall()
 
 	b.url = direct
 	b.start(shop.HandlerStockReserve, "test.probe")
