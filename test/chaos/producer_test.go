@@ -298,6 +298,7 @@ type publisher struct {
 	stats    *pubStats
 	conn     *amqp.Connection
 	ch       *amqp.Channel
+	sock     net.Conn // conn's socket
 	next     int
 }
 
@@ -307,22 +308,33 @@ func (p *publisher) connect(ctx context.Context) error {
 	for {
 		u := p.urls[p.next%len(p.urls)]
 		p.next++
-		conn, err := amqp.DialConfig(u, amqp.Config{Dial: dialWriteBounded, Properties: amqp.Table{"connection_name": "chaos-producer"}})
+		var sock net.Conn
+		conn, err := amqp.DialConfig(u, amqp.Config{Properties: amqp.Table{"connection_name": "chaos-producer"},
+			Dial: func(network, addr string) (net.Conn, error) {
+				c, err := dialWriteBounded(network, addr)
+				sock = c
+				return c, err
+			}})
 		if err == nil {
+			// Bounded: a node cut off from its cluster can answer nothing
+			// while its heartbeats keep the read deadline alive.
+			guard := time.AfterFunc(producerWriteTimeout, func() { _ = sock.Close() })
 			ch, cerr := conn.Channel()
 			if cerr == nil {
-				if cerr = ch.Confirm(false); cerr == nil {
-					returns := ch.NotifyReturn(make(chan amqp.Return, 16))
-					go func() {
-						for range returns {
-							p.stats.returned.Add(1)
-						}
-					}()
-					p.conn, p.ch = conn, ch
-					return nil
-				}
+				cerr = ch.Confirm(false)
 			}
-			_ = conn.Close()
+			guard.Stop()
+			if cerr == nil {
+				returns := ch.NotifyReturn(make(chan amqp.Return, 16))
+				go func() {
+					for range returns {
+						p.stats.returned.Add(1)
+					}
+				}()
+				p.conn, p.ch, p.sock = conn, ch, sock
+				return nil
+			}
+			closeBounded(conn, sock)
 			err = cerr
 		}
 		if sleepCtx(ctx, backoff) != nil {
@@ -362,13 +374,23 @@ func (c writeBounded) Write(b []byte) (int, error) {
 func (p *publisher) close() {
 	if p.conn != nil {
 		// Bounded: Close waits for the broker's close-ok, which a node cut
-		// off never sends; the producer would stall until the heartbeat's
-		// read deadline or the heal, and no pool could then show a commit
-		// through another node (TestChaosBrokerCluster failed so once, its
-		// producer stuck for the whole 90 s of a partition).
-		_ = p.conn.CloseDeadline(time.Now().Add(2 * time.Second))
-		p.conn, p.ch = nil, nil
+		// off from its cluster may never send while its heartbeats keep
+		// the read deadline alive (CloseDeadline's deadline too: the
+		// library pushes it back at every frame read). The producer then
+		// stalled until the heal, and no pool could show a commit through
+		// another node: TestChaosBrokerCluster failed so twice, its
+		// producer stuck for the whole 90 s of a partition.
+		closeBounded(p.conn, p.sock)
+		p.conn, p.ch, p.sock = nil, nil, nil
 	}
+}
+
+// closeBounded closes conn, and its socket if the broker has not answered
+// within 2 s.
+func closeBounded(conn *amqp.Connection, sock net.Conn) {
+	t := time.AfterFunc(2*time.Second, func() { _ = sock.Close() })
+	defer t.Stop()
+	_ = conn.Close()
 }
 
 // send publishes msgs and returns once every one is confirmed.
@@ -405,8 +427,11 @@ func (p *publisher) send(ctx context.Context, msgs []outMsg) error {
 			sent = append(sent, m)
 		}
 		// One deadline for the window: confirms that stall (a node cut
-		// off) must not each wait their own.
-		wctx, cancel := context.WithTimeout(ctx, 15*time.Second)
+		// off) must not each wait their own. A window's confirms take
+		// milliseconds; 5 s (was 15) moves the producer off a cut-off node
+		// sooner, so that a partition's failover measures the pools more
+		// than the producer.
+		wctx, cancel := context.WithTimeout(ctx, 5*time.Second)
 		for i, dc := range dcs {
 			ok, err := dc.WaitContext(wctx)
 			if err != nil || !ok {
