@@ -249,27 +249,34 @@ func (s *Span) AddEvent(name string, opts ...trace.EventOption) {
 	c := trace.NewEventConfig(opts...)
 	// As the SDK's: a repeated key stays repeated (the SDK normalises only
 	// the slice and map values within, which delivery spans do not have).
-	e := sdktrace.Event{Name: name, Attributes: c.Attributes(), Time: c.Timestamp()}
-	if l := s.set.rec.limits.AttributePerEventCountLimit; l >= 0 && len(e.Attributes) > l {
-		e.DroppedAttributeCount = len(e.Attributes) - l
-		e.Attributes = e.Attributes[:l]
-	}
-	s.addEvent(e)
+	e := sdktrace.Event{Name: name, Time: c.Timestamp()}
+	e.Attributes, e.DroppedAttributeCount = cutAttributes(c.Attributes(), s.set.rec.limits.AttributePerEventCountLimit)
+	s.evs = pushEvicting(s.evs, e, s.set.rec.limits.EventCountLimit, &s.droppedEv)
 }
 
-// addEvent appends e; past the event limit the oldest goes, as in the
-// SDK's span.
-func (s *Span) addEvent(e sdktrace.Event) {
-	if l := s.set.rec.limits.EventCountLimit; l >= 0 && len(s.evs) >= l {
-		s.droppedEv++
-		if l == 0 {
-			return
-		}
-		copy(s.evs, s.evs[1:])
-		s.evs[len(s.evs)-1] = e
-		return
+// cutAttributes keeps the first limit of attrs (all when limit is
+// negative) and says how many it dropped, as the SDK cuts an event's or a
+// link's attributes.
+func cutAttributes(attrs []attribute.KeyValue, limit int) ([]attribute.KeyValue, int) {
+	if limit < 0 || len(attrs) <= limit {
+		return attrs, 0
 	}
-	s.evs = append(s.evs, e)
+	return attrs[:limit], len(attrs) - limit
+}
+
+// pushEvicting appends x to q, which holds at most limit (no bound when
+// negative): past it the oldest goes and dropped counts it, in place, as
+// the SDK's span queues do, so that the room stays the span's.
+func pushEvicting[T any](q []T, x T, limit int, dropped *int) []T {
+	if limit < 0 || len(q) < limit {
+		return append(q, x)
+	}
+	*dropped++
+	if limit > 0 {
+		copy(q, q[1:])
+		q[len(q)-1] = x
+	}
+	return q
 }
 
 // RecordError records err as an exception event, as the SDK's span does.
@@ -320,22 +327,9 @@ func (s *Span) AddLink(l trace.Link) {
 	if s.ended || (!l.SpanContext.IsValid() && len(l.Attributes) == 0 && l.SpanContext.TraceState().Len() == 0) {
 		return
 	}
-	link := sdktrace.Link{SpanContext: l.SpanContext, Attributes: l.Attributes}
-	if n := s.set.rec.limits.AttributePerLinkCountLimit; n >= 0 && len(link.Attributes) > n {
-		link.DroppedAttributeCount = len(link.Attributes) - n
-		link.Attributes = link.Attributes[:n]
-	}
-	if n := s.set.rec.limits.LinkCountLimit; n >= 0 && len(s.links) >= n {
-		s.droppedLinks++ // the oldest goes, as in the SDK's span
-		if n == 0 {
-			return
-		}
-		// In place, as the SDK's queue does: the room stays the span's.
-		copy(s.links, s.links[1:])
-		s.links[len(s.links)-1] = link
-		return
-	}
-	s.links = append(s.links, link)
+	link := sdktrace.Link{SpanContext: l.SpanContext}
+	link.Attributes, link.DroppedAttributeCount = cutAttributes(l.Attributes, s.set.rec.limits.AttributePerLinkCountLimit)
+	s.links = pushEvicting(s.links, link, s.set.rec.limits.LinkCountLimit, &s.droppedLinks)
 }
 
 // End ends the span (at the WithTimestamp time, else now) and hands it to

@@ -282,7 +282,7 @@ func closeBounded(conn *amqp.Connection, sock net.Conn) {
 // next Get dials again, unless Close was called. A pool aborts its
 // connection when its soft stop times out.
 func (c *Conn) Abort() {
-	if p := c.sock.Load(); p != nil && *p != nil {
+	if p := c.sock.Load(); p != nil {
 		_ = (*p).Close()
 	}
 }
@@ -331,9 +331,7 @@ func (c *Conn) Close() {
 	defer c.release()
 	c.closed = true
 	if c.conn != nil {
-		if p := c.sock.Load(); p != nil {
-			closeBounded(c.conn, *p)
-		}
+		closeBounded(c.conn, *c.sock.Load()) // stored with c.conn
 		c.conn = nil
 	}
 }

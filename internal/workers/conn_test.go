@@ -129,43 +129,36 @@ func (n *stubNode) serve(ln net.Listener) {
 // hole stops forwarding in both directions, closing nothing: what a
 // black-holed node is to its peers (a partition, a dead host without a
 // RST). Bytes sent meanwhile wait and flow again at heal.
-func (n *stubNode) hole() {
-	n.mu.Lock()
-	defer n.mu.Unlock()
-	if n.open == nil {
-		n.open = make(chan struct{})
-	}
-}
+func (n *stubNode) hole() { n.arm(&n.open) }
 
 // heal forwards again.
-func (n *stubNode) heal() {
-	n.mu.Lock()
-	defer n.mu.Unlock()
-	if n.open != nil {
-		close(n.open)
-		n.open = nil
-	}
-}
+func (n *stubNode) heal() { n.lift(&n.open) }
 
 // stall holds every frame the broker sends but heartbeats: what a node
 // that is cut off from its cluster, or stuck, can be to its clients for
 // as long as it does not pause: its connection processes answer nothing
 // that needs the cluster, while its heartbeats keep every read deadline
 // of the client's alive. unstall sends what was held.
-func (n *stubNode) stall() {
+func (n *stubNode) stall() { n.arm(&n.held) }
+
+func (n *stubNode) unstall() { n.lift(&n.held) }
+
+// arm sets the gate *g (open or held) unless it is set.
+func (n *stubNode) arm(g *chan struct{}) {
 	n.mu.Lock()
 	defer n.mu.Unlock()
-	if n.held == nil {
-		n.held = make(chan struct{})
+	if *g == nil {
+		*g = make(chan struct{})
 	}
 }
 
-func (n *stubNode) unstall() {
+// lift releases what waits on the gate *g and clears it.
+func (n *stubNode) lift(g *chan struct{}) {
 	n.mu.Lock()
 	defer n.mu.Unlock()
-	if n.held != nil {
-		close(n.held)
-		n.held = nil
+	if *g != nil {
+		close(*g)
+		*g = nil
 	}
 }
 

@@ -21,20 +21,7 @@ import (
 func TestPoolStopReturnsOnABlackHoledBroker(t *testing.T) {
 	t.Parallel()
 	b := newBundle(t)
-	node := newStubNode(t, brokerTarget(t))
-	direct := b.url
-	b.url = node.url() // the pool's connections; the test publishes directly
-	b.start(shop.HandlerStockReserve, "test.probe")
-	release := b.holdHandlers()
-	const n = 30
-	for range n {
-		env, _ := b.order(1)
-		b.publishEnv(env, nil)
-	}
-	b.waitFor("a batch in its handlers", func() bool { return b.holding.Load() > 0 })
-	node.hole()
-	release()
-	b.waitFor("the held batch committed", func() bool { return b.count(`SELECT count(*) FROM processed_event`) > 0 })
+	node, direct := b.commitBehindAFault(t, (*stubNode).hole)
 
 	start := time.Now()
 	b.pool.Stop()
@@ -47,12 +34,7 @@ func TestPoolStopReturnsOnABlackHoledBroker(t *testing.T) {
 		"Stop must end at its soft stop or once the heartbeat finds the broker dead")
 	node.heal()
 
-	b.url = direct
-	b.start(shop.HandlerStockReserve, "test.probe")
-	b.waitFor("every event processed after the restart", func() bool {
-		return b.count(`SELECT count(*) FROM processed_event`) == n && b.queueDepth(b.queue) == 0 && b.pool.Info().InFlight == 0
-	})
-	require.Equal(t, n, b.reservations(), "each event applied once")
+	b.requireEachOnceAfterRestart(direct)
 }
 
 // A broker node that answers nothing but heartbeats (cut off from its
@@ -66,20 +48,7 @@ func TestPoolStopReturnsOnAStalledBroker(t *testing.T) {
 	t.Parallel()
 	b := newBundle(t)
 	b.cfg.SoftStopTimeout = 2 * time.Second
-	node := newStubNode(t, brokerTarget(t))
-	direct := b.url
-	b.url = node.url()
-	b.start(shop.HandlerStockReserve, "test.probe")
-	release := b.holdHandlers()
-	const n = 30
-	for range n {
-		env, _ := b.order(1)
-		b.publishEnv(env, nil)
-	}
-	b.waitFor("a batch in its handlers", func() bool { return b.holding.Load() > 0 })
-	node.stall()
-	release()
-	b.waitFor("the held batch committed", func() bool { return b.count(`SELECT count(*) FROM processed_event`) > 0 })
+	node, direct := b.commitBehindAFault(t, (*stubNode).stall)
 
 	start := time.Now()
 	done := make(chan struct{})
@@ -101,10 +70,43 @@ func TestPoolStopReturnsOnAStalledBroker(t *testing.T) {
 	require.Less(t, closed, 2*CloseTimeoutDefault+2*time.Second, "each Close is bounded")
 	node.unstall()
 
-	b.url = direct
+	b.requireEachOnceAfterRestart(direct)
+}
+
+// faultEvents is how many events the stop tests publish.
+const faultEvents = 30
+
+// commitBehindAFault starts b's pool through a stub node (the test still
+// publishes directly), publishes faultEvents events and, once a batch is in
+// its handlers, applies fault to the node and lets the batch commit: its
+// ack cannot reach the broker. It returns the node and the broker's direct
+// URL, for the restart.
+func (b *bundle) commitBehindAFault(t *testing.T, fault func(*stubNode)) (*stubNode, string) {
+	t.Helper()
+	node := newStubNode(t, brokerTarget(t))
+	direct := b.url
+	b.url = node.url()
+	b.start(shop.HandlerStockReserve, "test.probe")
+	release := b.holdHandlers()
+	for range faultEvents {
+		env, _ := b.order(1)
+		b.publishEnv(env, nil)
+	}
+	b.waitFor("a batch in its handlers", func() bool { return b.holding.Load() > 0 })
+	fault(node)
+	release()
+	b.waitFor("the held batch committed", func() bool { return b.count(`SELECT count(*) FROM processed_event`) > 0 })
+	return node, direct
+}
+
+// requireEachOnceAfterRestart starts b's pool again on url and requires
+// every one of the faultEvents events applied once.
+func (b *bundle) requireEachOnceAfterRestart(url string) {
+	b.t.Helper()
+	b.url = url
 	b.start(shop.HandlerStockReserve, "test.probe")
 	b.waitFor("every event processed after the restart", func() bool {
-		return b.count(`SELECT count(*) FROM processed_event`) == n && b.queueDepth(b.queue) == 0 && b.pool.Info().InFlight == 0
+		return b.count(`SELECT count(*) FROM processed_event`) == faultEvents && b.queueDepth(b.queue) == 0 && b.pool.Info().InFlight == 0
 	})
-	require.Equal(t, n, b.reservations(), "each event applied once")
+	require.Equal(b.t, faultEvents, b.reservations(), "each event applied once")
 }

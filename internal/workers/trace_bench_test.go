@@ -26,17 +26,7 @@ import (
 // the cost of the sampling decision alone). The machine's noise is large:
 // compare runs interleaved, with -count.
 func BenchmarkTraceSpans(b *testing.B) {
-	// Room for every span: the loop ends spans faster than the export
-	// sends them, and at the default queue (2048) about half of them were
-	// dropped uncounted (exported/msg 0.43-0.51 at ratio 1), their export
-	// missing from cpu-ns/msg. A daemon's deliveries come slower than
-	// that: the drains of the bench export every span.
-	b.Setenv("OTEL_BSP_MAX_QUEUE_SIZE", "1000000")
-	rcv, err := tracingtest.Start(context.Background(), tracingtest.Options{CountOnly: true})
-	if err != nil {
-		b.Fatal(err)
-	}
-	defer rcv.Close()
+	rcv := startBenchReceiver(b)
 	for _, tc := range []struct {
 		name  string
 		on    bool
@@ -49,40 +39,84 @@ func BenchmarkTraceSpans(b *testing.B) {
 				tp = newBenchProvider(b, rcv, tc.ratio)
 				tr = tp.Tracer()
 			}
-			p := &Pool{cfg: PoolConfig{Name: "stock-events", Service: "stock", Topology: Topology{Queue: "stock.events",
-				RetryDelays: []time.Duration{time.Second}}}}
-			w := &worker{pool: p, tr: newTracer(p.cfg, tr)}
-			const size = 100
-			batch := make([]message, size)
-			events := make([]consumer.Event, size)
-			ids := make([]uuid.UUID, size)
-			for i := range ids {
-				ids[i] = uuid.Must(uuid.NewV7())
-			}
+			bw := newBenchWorker(tr)
 			start, sent := tracingtest.CPUTime(), rcv.Count()
 			b.ResetTimer()
 			for b.Loop() {
-				for i := range batch {
-					batch[i] = message{d: amqp.Delivery{RoutingKey: "order.order.placed.v1"},
-						ev: consumer.Event{ID: ids[i], Delivery: consumer.Delivery{RoutingKey: "order.order.placed.v1"}}}
-				}
-				now := time.Now()
-				w.startSpans(batch, events, now)
-				for i := range batch {
-					batch[i].s = settlement{kind: settleAck, outcome: metrics.OutcomeProcessed}
-				}
-				w.stampCopies(context.Background(), batch)
-				w.endSpans(batch, nil, true)
+				bw.batch(0)
 			}
 			if tp != nil {
 				_ = tp.Shutdown(context.Background())
 			}
-			b.ReportMetric(float64(tracingtest.CPUTime()-start)/float64(b.N*size), "cpu-ns/msg")
-			// Below the ratio, spans were dropped (a full export queue):
-			// their export's cost is not in cpu-ns/msg.
-			b.ReportMetric(float64(rcv.Count()-sent)/float64(b.N*size), "exported/msg")
+			reportTraceCost(b, rcv, start, sent, b.N*benchBatchSize)
 		})
 	}
+}
+
+// startBenchReceiver starts a counting OTLP receiver for b, and gives the
+// export queue room for every span: the loop ends spans faster than the
+// export sends them, and at the default queue (2048) about half of them
+// were dropped uncounted (exported/msg 0.43-0.51 at ratio 1), their export
+// missing from cpu-ns/msg. A daemon's deliveries come slower than that: the
+// drains of the bench export every span.
+func startBenchReceiver(b *testing.B) *tracingtest.Receiver {
+	b.Helper()
+	b.Setenv("OTEL_BSP_MAX_QUEUE_SIZE", "1000000")
+	rcv, err := tracingtest.Start(context.Background(), tracingtest.Options{CountOnly: true})
+	if err != nil {
+		b.Fatal(err)
+	}
+	b.Cleanup(rcv.Close)
+	return rcv
+}
+
+// benchBatchSize is the deliveries of a benchmark's batch.
+const benchBatchSize = 100
+
+// benchWorker is a worker of the sample stock pool traced by tr (nil: off),
+// with a batch of its own.
+type benchWorker struct {
+	w      *worker
+	msgs   []message
+	events []consumer.Event
+	ids    []uuid.UUID
+}
+
+func newBenchWorker(tr trace.Tracer) *benchWorker {
+	p := &Pool{cfg: PoolConfig{Name: "stock-events", Service: "stock", Topology: Topology{Queue: "stock.events",
+		RetryDelays: []time.Duration{time.Second}}}}
+	bw := &benchWorker{w: &worker{pool: p, tr: newTracer(p.cfg, tr)}, msgs: make([]message, benchBatchSize),
+		events: make([]consumer.Event, benchBatchSize), ids: make([]uuid.UUID, benchBatchSize)}
+	for i := range bw.ids {
+		bw.ids[i] = uuid.Must(uuid.NewV7())
+	}
+	return bw
+}
+
+// batch traces one batch as a worker does: its spans started, pause (its
+// transaction), every delivery acked as processed, its spans ended.
+func (bw *benchWorker) batch(pause time.Duration) {
+	for i := range bw.msgs {
+		bw.msgs[i] = message{d: amqp.Delivery{RoutingKey: "order.order.placed.v1"},
+			ev: consumer.Event{ID: bw.ids[i], Delivery: consumer.Delivery{RoutingKey: "order.order.placed.v1"}}}
+	}
+	bw.w.startSpans(bw.msgs, bw.events, time.Now())
+	if pause > 0 {
+		time.Sleep(pause)
+	}
+	for i := range bw.msgs {
+		bw.msgs[i].s = settlement{kind: settleAck, outcome: metrics.OutcomeProcessed}
+	}
+	bw.w.stampCopies(context.Background(), bw.msgs)
+	bw.w.endSpans(bw.msgs, nil, true)
+}
+
+// reportTraceCost reports the process's CPU per delivery since start, and
+// the spans the receiver got per delivery since sent (below the ratio,
+// spans were dropped, and their export's cost is not in cpu-ns/msg).
+func reportTraceCost(b *testing.B, rcv *tracingtest.Receiver, start time.Duration, sent, deliveries int) {
+	b.ReportMetric(float64(tracingtest.CPUTime()-start)/float64(deliveries), "cpu-ns/msg")
+	b.ReportMetric(float64(rcv.Count()-sent)/float64(deliveries), "exported/msg")
 }
 
 // newBenchProvider is the daemon's tracing (tracing.New: its sampler,
@@ -106,40 +140,17 @@ func newBenchProvider(b *testing.B, r *tracingtest.Receiver, ratio float64) *tra
 // ones, where BenchmarkTraceSpans keeps it busy. Sampler ratio 1, every
 // span exported; cpu-ns/msg is the process's CPU per delivery.
 func BenchmarkTraceSpansPaced(b *testing.B) {
-	rcv, err := tracingtest.Start(context.Background(), tracingtest.Options{CountOnly: true})
-	if err != nil {
-		b.Fatal(err)
-	}
-	defer rcv.Close()
-	b.Setenv("OTEL_BSP_MAX_QUEUE_SIZE", "1000000")
+	rcv := startBenchReceiver(b)
 	tp := newBenchProvider(b, rcv, 1)
-	p := &Pool{cfg: PoolConfig{Name: "stock-events", Service: "stock", Topology: Topology{Queue: "stock.events",
-		RetryDelays: []time.Duration{time.Second}}}}
-	const size, workers = 100, 4
-	ids := make([]uuid.UUID, size)
-	for i := range ids {
-		ids[i] = uuid.Must(uuid.NewV7())
-	}
+	const workers = 4
 	batches := make(chan struct{}, workers)
 	start, sent := tracingtest.CPUTime(), rcv.Count()
 	var done sync.WaitGroup
 	for range workers {
-		w := &worker{pool: p, tr: newTracer(p.cfg, tp.Tracer())}
-		batch := make([]message, size)
-		events := make([]consumer.Event, size)
+		bw := newBenchWorker(tp.Tracer())
 		done.Go(func() {
 			for range batches {
-				for i := range batch {
-					batch[i] = message{d: amqp.Delivery{RoutingKey: "order.order.placed.v1"},
-						ev: consumer.Event{ID: ids[i], Delivery: consumer.Delivery{RoutingKey: "order.order.placed.v1"}}}
-				}
-				w.startSpans(batch, events, time.Now())
-				time.Sleep(time.Millisecond)
-				for i := range batch {
-					batch[i].s = settlement{kind: settleAck, outcome: metrics.OutcomeProcessed}
-				}
-				w.stampCopies(context.Background(), batch)
-				w.endSpans(batch, nil, true)
+				bw.batch(time.Millisecond)
 			}
 		})
 	}
@@ -151,6 +162,5 @@ func BenchmarkTraceSpansPaced(b *testing.B) {
 	close(batches)
 	done.Wait()
 	_ = tp.Shutdown(context.Background())
-	b.ReportMetric(float64(tracingtest.CPUTime()-start)/float64(n*size), "cpu-ns/msg")
-	b.ReportMetric(float64(rcv.Count()-sent)/float64(n*size), "exported/msg")
+	reportTraceCost(b, rcv, start, sent, n*benchBatchSize)
 }

@@ -349,11 +349,12 @@ const producerWriteTimeout = 5 * time.Second
 
 // dialWriteBounded dials as amqp091-go does by default (5 s for the
 // connection and the handshake) and bounds every later write: amqp091-go
-// writes without a deadline, and a write to a node cut off with iptables
-// blocks once the socket's send buffer holds what the peer never
-// acknowledged, holding the connection's send lock, its close and the
-// producer until the heal. Failed, the connection shuts down and the
-// producer moves to another node.
+// writes without a deadline, and a write to a black-holed node blocks once
+// the socket's send buffer holds what the peer never acknowledged, holding
+// the connection's send lock until the heartbeat's read timeout (15 s).
+// Failed, the connection shuts down and the producer moves to another
+// node. (The partition stalls this was first written for were the close;
+// see close.)
 func dialWriteBounded(network, addr string) (net.Conn, error) {
 	conn, err := amqp.DefaultDial(5*time.Second)(network, addr)
 	if err != nil {
