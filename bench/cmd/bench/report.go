@@ -82,8 +82,20 @@ type ratio struct {
 	Max    float64 `json:"paired_max,omitempty"`
 	Target string  `json:"target"`
 	Met    bool    `json:"met"`
-	Note   string  `json:"note,omitempty"`
+	// Split is true when the paired rounds fall on both sides of the
+	// target: the median met it or missed it, but the run does not decide
+	// it (the machine's noise is larger than the margin).
+	Split bool   `json:"split,omitempty"`
+	Note  string `json:"note,omitempty"`
 }
+
+// split reports whether paired rounds from lo to hi fall on both sides of
+// a target judged with ok (ok is monotone: a round between lo and hi is
+// judged as one of them).
+func split(lo, hi float64, ok func(float64) bool) bool { return ok(lo) != ok(hi) }
+
+// atMost returns the judge of a "<= limit" target.
+func atMost(limit float64) func(float64) bool { return func(v float64) bool { return v <= limit } }
 
 type report struct {
 	Started    time.Time          `json:"started"`
@@ -126,7 +138,8 @@ func (r *report) computeRatios() {
 		}
 		v := a.MsgsPerSec.Median / b.MsgsPerSec.Median
 		p := pairedRatio(a, b)
-		r.Ratios = append(r.Ratios, ratio{Name: name, Value: v, Min: p.Min, Max: p.Max, Target: target, Met: ok(v)})
+		r.Ratios = append(r.Ratios, ratio{Name: name, Value: v, Min: p.Min, Max: p.Max, Target: target, Met: ok(v),
+			Split: target != "" && split(p.Min, p.Max, ok)})
 	}
 	// The floors bound what any consumer with these effects reaches here.
 	thr(r.find("floor"), raw, "floor / raw: ceiling of platformd / raw here", "", func(float64) bool { return true })
@@ -163,12 +176,12 @@ func (r *report) computeRatios() {
 		v := 1 - pd.MsgsPerSec.Median/nodedup.MsgsPerSec.Median
 		p := pairedRatio(pd, nodedup)
 		r.Ratios = append(r.Ratios, ratio{Name: "dedup overhead (1 - platformd / no-dedup)", Value: v, Min: 1 - p.Max, Max: 1 - p.Min,
-			Target: "<= 10%", Met: v <= 0.10})
+			Target: "<= 10%", Met: v <= 0.10, Split: split(1-p.Max, 1-p.Min, atMost(0.10))})
 		if part := r.find("platformd-part"); part != nil && len(part.Rounds) > 0 {
 			v := 1 - part.MsgsPerSec.Median/nodedup.MsgsPerSec.Median
 			p := pairedRatio(part, nodedup)
 			r.Ratios = append(r.Ratios, ratio{Name: "dedup overhead, partitioned (1 - platformd-part / no-dedup)", Value: v, Min: 1 - p.Max, Max: 1 - p.Min,
-				Target: "<= 10%", Met: v <= 0.10})
+				Target: "<= 10%", Met: v <= 0.10, Split: split(1-p.Max, 1-p.Min, atMost(0.10))})
 		}
 	}
 	r.tracingRatios()
@@ -181,6 +194,15 @@ func (r *report) computeRatios() {
 	if pd.Latency != nil {
 		r.Ratios = append(r.Ratios, ratio{Name: fmt.Sprintf("platformd p99 publish-to-commit at %.0f msgs/s (ms)", pd.Latency.Rate),
 			Value: pd.Latency.P99ms, Target: "<= 25", Met: pd.Latency.P99ms <= 25})
+		// Issue 18's tighter target holds "where the disk allows it": raw's
+		// own p99 (publish-to-ack, no database) is the machine's tail
+		// without any commit, printed beside it.
+		q := ratio{Name: fmt.Sprintf("platformd p99 publish-to-commit at %.0f msgs/s (ms), issue 18", pd.Latency.Rate),
+			Value: pd.Latency.P99ms, Target: "<= 10", Met: pd.Latency.P99ms <= 10}
+		if raw != nil && raw.Latency != nil {
+			q.Note = fmt.Sprintf("raw's own p99 %.1f ms", raw.Latency.P99ms)
+		}
+		r.Ratios = append(r.Ratios, q)
 	}
 }
 
@@ -217,6 +239,12 @@ func (r *report) printTable(w io.Writer) {
 			met := "MET"
 			if !q.Met {
 				met = "MISSED"
+			}
+			if q.Split {
+				met += " (rounds on both sides: not decided by this run)"
+			}
+			if q.Note != "" {
+				met += " [" + q.Note + "]"
 			}
 			target := "target " + q.Target
 			if q.Target == "" {
