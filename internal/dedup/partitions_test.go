@@ -259,10 +259,15 @@ func TestConvertLayoutBothWays(t *testing.T) {
 	ctx := context.Background()
 	var now time.Time
 	require.NoError(t, b.db.QueryRow(ctx, `SELECT now()`).Scan(&now))
+	// The last group is older than the horizon (unless now is within a
+	// minute of midnight UTC) yet in the day that holds its edge: the
+	// partitions round the horizon up to that day and keep it. A fixed
+	// age of 50h fell before that day when now was before 02:00 UTC.
+	edge := day(now.Add(-48 * time.Hour)).Add(time.Minute)
 	var kept []uuid.UUID
-	for _, age := range []time.Duration{0, time.Hour, 30 * time.Hour, 50 * time.Hour} {
+	for _, at := range []time.Time{now, now.Add(-time.Hour), now.Add(-30 * time.Hour), edge} {
 		for range 25 {
-			kept = append(kept, v7At(now.Add(-age)))
+			kept = append(kept, v7At(at))
 		}
 	}
 	b.insertIDs(t, kept...)
