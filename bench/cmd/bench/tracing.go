@@ -86,22 +86,21 @@ func (b *bench) stopOTLP() {
 func (r *report) tracingRatios() {
 	for _, p := range tracedPairs {
 		c, base := r.find(p.traced), r.find(p.base)
-		if c == nil || len(c.Rounds) == 0 || base == nil || len(base.Rounds) == 0 {
+		if !ran(c) || !ran(base) {
 			continue
 		}
-		v := 1 - c.MsgsPerSec.Median/base.MsgsPerSec.Median
-		pr := pairedRatio(c, base)
 		target, judged := tracingOverheadTargets[p.traced]
-		r.Ratios = append(r.Ratios, ratio{Name: fmt.Sprintf("tracing overhead (1 - %s / %s)", p.traced, p.base), Value: v,
-			Min: 1 - pr.Max, Max: 1 - pr.Min, Target: targetText(judged, target), Met: judged && v <= target,
-			Split: judged && split(1-pr.Max, 1-pr.Min, atMost(target))})
+		ok := unjudged
+		if judged {
+			ok = atMost(target)
+		}
+		r.overhead(c, base, fmt.Sprintf("tracing overhead (1 - %s / %s)", p.traced, p.base), targetText(judged, target), ok)
 		// Every contender is CPU-bound here: the work's CPU per drain
 		// says the same as the throughput with far less of the machine's
 		// noise (its median of paired rounds, not of medians).
 		cpu := pairedCPU(c, base)
-		r.Ratios = append(r.Ratios, ratio{Name: fmt.Sprintf("tracing CPU overhead (%s / %s CPU per drain - 1, paired)", p.traced, p.base),
-			Value: cpu.Median - 1, Min: cpu.Min - 1, Max: cpu.Max - 1, Target: targetText(judged, target), Met: judged && cpu.Median-1 <= target,
-			Split: judged && split(cpu.Min-1, cpu.Max-1, atMost(target))})
+		r.Ratios = append(r.Ratios, verdict(ratio{Name: fmt.Sprintf("tracing CPU overhead (%s / %s CPU per drain - 1, paired)", p.traced, p.base),
+			Value: cpu.Median - 1, Min: cpu.Min - 1, Max: cpu.Max - 1, Target: targetText(judged, target)}, ok))
 	}
 }
 
