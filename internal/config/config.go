@@ -185,8 +185,15 @@ type PoolConfig struct {
 	// Concurrency is the number of workers (default 4).
 	Concurrency int `yaml:"concurrency"`
 	// Prefetch is the AMQP prefetch count (default
-	// concurrency*batch.size*2, capped at 65535).
+	// concurrency*batch.size*2, capped at 65535). The daemon runs the pool
+	// with PrefetchFor's value, which MaxUnackedBytes may lower.
 	Prefetch int `yaml:"prefetch"`
+	// MaxUnackedBytes bounds the message bodies the pool may hold
+	// unacknowledged, each counted at broker.max_body_bytes (default
+	// MaxUnackedBytesDefault, 1 GiB): a prefetch that would hold more is
+	// capped (see PrefetchFor), and a budget that cannot hold one body per
+	// worker is a config error.
+	MaxUnackedBytes int `yaml:"max_unacked_bytes"`
 	// Batch bounds a worker's batch.
 	Batch BatchConfig `yaml:"batch"`
 	// Retry lists the retry delays.
@@ -200,7 +207,8 @@ type PoolConfig struct {
 
 // BatchConfig bounds a worker's batch.
 type BatchConfig struct {
-	// Size is the most deliveries in one batch (default 100).
+	// Size is the most deliveries in one batch (default 1000): a ceiling
+	// that a batch reaches only while a backlog waits.
 	Size int `yaml:"size"`
 	// Wait is how long a worker waits to fill a batch (default 5ms, at
 	// most 10s; an explicit 0 is kept).
@@ -212,6 +220,22 @@ type RetryConfig struct {
 	// Delays are the waits before each retry (default [1s, 10s, 1m, 10m]
 	// when the key is absent; an explicit empty list means no retry).
 	Delays []time.Duration `yaml:"delays"`
+}
+
+// PrefetchFor returns the prefetch the pool runs with when bodies may be
+// up to maxBodyBytes: Prefetch, lowered to MaxUnackedBytes / maxBodyBytes
+// (at least one per worker) when it would hold more bodies than that, and
+// whether it was lowered. The worst case of the bodies a pool holds is
+// then prefetch x maxBodyBytes <= MaxUnackedBytes.
+func (p PoolConfig) PrefetchFor(maxBodyBytes int) (prefetch int, capped bool) {
+	if maxBodyBytes <= 0 || p.MaxUnackedBytes <= 0 {
+		return p.Prefetch, false
+	}
+	limit := max(p.MaxUnackedBytes/maxBodyBytes, p.Concurrency, 1)
+	if p.Prefetch > limit {
+		return limit, true
+	}
+	return p.Prefetch, false
 }
 
 // Attempts is the number of times a message is tried: len(Delays)+1.

@@ -87,6 +87,9 @@ func TestLoadFullSample(t *testing.T) {
 				Prefetch:    400,
 				Batch:       BatchConfig{Size: 100, Wait: 5 * time.Millisecond},
 				Retry:       RetryConfig{Delays: delays},
+				// The sample's explicit prefetch and batch.size are kept; the
+				// budget it does not name takes its default.
+				MaxUnackedBytes: MaxUnackedBytesDefault,
 			}},
 			Outbox: OutboxConfig{Relay: true, BatchSize: OutboxBatchSizeDefault, Poll: OutboxPollDefault},
 		},
@@ -107,6 +110,9 @@ func TestLoadFullSample(t *testing.T) {
 				Prefetch:    400,
 				Batch:       BatchConfig{Size: 100, Wait: 5 * time.Millisecond},
 				Retry:       RetryConfig{Delays: delays},
+				// The sample's explicit prefetch and batch.size are kept; the
+				// budget it does not name takes its default.
+				MaxUnackedBytes: MaxUnackedBytesDefault,
 			}},
 			Outbox: OutboxConfig{Relay: true, BatchSize: OutboxBatchSizeDefault, Poll: OutboxPollDefault},
 		},
@@ -184,8 +190,14 @@ func TestDefaults(t *testing.T) {
 		p := s.Pools[0]
 		require.Equal(t, QueueQuorum, p.QueueType)
 		require.Equal(t, 4, p.Concurrency)
-		require.Equal(t, BatchConfig{Size: 100, Wait: 5 * time.Millisecond}, p.Batch)
-		require.Equal(t, 800, p.Prefetch)
+		require.Equal(t, BatchConfig{Size: 1000, Wait: 5 * time.Millisecond}, p.Batch)
+		require.Equal(t, 8000, p.Prefetch)
+		require.Equal(t, 1<<30, p.MaxUnackedBytes)
+		// At the default body limit (1 MiB) the budget holds 1,024 bodies:
+		// the pool runs with that prefetch, and the log says so.
+		prefetch, capped := p.PrefetchFor(c.Broker.MaxBodyBytes)
+		require.Equal(t, 1024, prefetch)
+		require.True(t, capped)
 		require.Equal(t, RetryDelaysDefault(), p.Retry.Delays)
 		require.Equal(t, 5, p.Retry.Attempts())
 	})
@@ -233,7 +245,7 @@ func TestDefaults(t *testing.T) {
 		require.NoError(t, err)
 		require.Equal(t, "info", c.Log.Level)
 		require.Equal(t, RetryDelaysDefault(), c.Services[0].Pools[0].Retry.Delays)
-		require.Equal(t, 100, c.Services[0].Pools[0].Batch.Size)
+		require.Equal(t, BatchSizeDefault, c.Services[0].Pools[0].Batch.Size)
 	})
 
 	t.Run("ExplicitZeroWaitKept", func(t *testing.T) {
@@ -407,4 +419,71 @@ func TestEnvExpansion(t *testing.T) {
 			tt.check(t, c)
 		})
 	}
+}
+
+// The memory budget of a pool: a prefetch that would hold more bodies of
+// broker.max_body_bytes than max_unacked_bytes runs capped, explicit
+// values are kept as written, and a body limit the budget cannot hold once
+// per worker is refused with the key's path.
+func TestMaxUnackedBytes(t *testing.T) {
+	t.Parallel()
+	pool := func(extra string) string {
+		return `services:
+  - name: stock
+    database: postgres://localhost/stock
+    pools:
+      - name: stock-events
+        queue: stock.events
+        bindings: ["order.#"]
+        handlers: [stock.reserve]
+` + extra
+	}
+
+	t.Run("SmallBodiesUncapped", func(t *testing.T) {
+		t.Parallel()
+		c, err := parseWith(t, "broker: {max_body_bytes: 65536}\n"+pool(""), nil)
+		require.NoError(t, err)
+		prefetch, capped := c.Services[0].Pools[0].PrefetchFor(c.Broker.MaxBodyBytes)
+		require.Equal(t, 8000, prefetch)
+		require.False(t, capped)
+	})
+
+	t.Run("ExplicitValuesKept", func(t *testing.T) {
+		t.Parallel()
+		c, err := parseWith(t, pool("        prefetch: 400\n        batch: {size: 100}\n        max_unacked_bytes: 4294967296\n"), nil)
+		require.NoError(t, err)
+		p := c.Services[0].Pools[0]
+		require.Equal(t, 400, p.Prefetch)
+		require.Equal(t, 100, p.Batch.Size)
+		prefetch, capped := p.PrefetchFor(c.Broker.MaxBodyBytes)
+		require.Equal(t, 400, prefetch)
+		require.False(t, capped)
+	})
+
+	t.Run("ExplicitPrefetchCapped", func(t *testing.T) {
+		t.Parallel()
+		c, err := parseWith(t, "broker: {max_body_bytes: 16777216}\n"+pool("        prefetch: 4000\n"), nil)
+		require.NoError(t, err)
+		p := c.Services[0].Pools[0]
+		require.Equal(t, 4000, p.Prefetch, "the config keeps what the user wrote")
+		prefetch, capped := p.PrefetchFor(c.Broker.MaxBodyBytes)
+		require.Equal(t, 64, prefetch, "1 GiB of 16 MiB bodies")
+		require.True(t, capped)
+	})
+
+	t.Run("BodyLimitTooLargeForTheBudget", func(t *testing.T) {
+		t.Parallel()
+		_, err := parseWith(t, "broker: {max_body_bytes: 536870912}\n"+pool(""), nil)
+		require.Equal(t, []Problem{{
+			Path: "services[0].pools[0].max_unacked_bytes",
+			Message: "1073741824 bytes hold 2 bodies of broker.max_body_bytes (536870912), fewer than one per worker (concurrency 4): " +
+				"raise max_unacked_bytes to at least 2147483648 or lower broker.max_body_bytes",
+		}}, requireProblems(t, err))
+	})
+
+	t.Run("OutOfRange", func(t *testing.T) {
+		t.Parallel()
+		_, err := parseWith(t, pool("        max_unacked_bytes: 1000\n"), nil)
+		require.Equal(t, []string{"services[0].pools[0].max_unacked_bytes"}, paths(requireProblems(t, err)))
+	})
 }

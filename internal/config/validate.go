@@ -33,6 +33,8 @@ const (
 	purgeEveryMin      = time.Second
 	purgeBatchSizeMax  = 1_000_000
 	concurrencyMax     = 256
+	maxUnackedBytesMin = 1 << 20
+	maxUnackedBytesMax = 1 << 40
 	batchWaitMax       = 10 * time.Second
 	retryDelayMin      = 100 * time.Millisecond
 	retryDelayMax      = 24 * time.Hour
@@ -423,6 +425,7 @@ func (v *validator) pool(i, j int, p *PoolConfig, names map[string]string, queue
 	case p.Prefetch < p.Batch.Size && !v.ps.isBad(pp+".batch.size"):
 		v.ps.add(pp+".prefetch", "must be at least batch.size (%d), or no batch could ever fill (got %d)", p.Batch.Size, p.Prefetch)
 	}
+	v.unackedBudget(pp, p)
 	if p.PartitionKey != "" && !jsontext.Pointer(p.PartitionKey).IsValid() {
 		v.ps.add(pp+".partition_key", "invalid JSON pointer %q: want \"/member\" or \"/member/0/member\" (RFC 6901; ~0 for ~, ~1 for /)", p.PartitionKey)
 	}
@@ -431,6 +434,26 @@ func (v *validator) pool(i, j int, p *PoolConfig, names map[string]string, queue
 			v.ps.add(fmt.Sprintf("%s.retry.delays[%d]", pp, k), "must be between %s and %s (got %s)",
 				fmtDuration(retryDelayMin), fmtDuration(retryDelayMax), fmtDuration(d))
 		}
+	}
+}
+
+// unackedBudget checks the pool's max_unacked_bytes: within range, and
+// large enough for one body of broker.max_body_bytes per worker, or the
+// body limit would let a pool hold more than its budget (the prefetch is
+// never capped below one delivery per worker).
+func (v *validator) unackedBudget(pp string, p *PoolConfig) {
+	path := pp + ".max_unacked_bytes"
+	if p.MaxUnackedBytes < maxUnackedBytesMin || p.MaxUnackedBytes > maxUnackedBytesMax {
+		v.ps.add(path, "must be between %d and %d (got %d)", maxUnackedBytesMin, maxUnackedBytesMax, p.MaxUnackedBytes)
+		return
+	}
+	body := v.c.Broker.MaxBodyBytes
+	if v.ps.isBad("broker.max_body_bytes") || v.ps.isBad(pp+".concurrency") || body <= 0 {
+		return
+	}
+	if p.MaxUnackedBytes/body < p.Concurrency {
+		v.ps.add(path, "%d bytes hold %d bodies of broker.max_body_bytes (%d), fewer than one per worker (concurrency %d): raise max_unacked_bytes to at least %d or lower broker.max_body_bytes",
+			p.MaxUnackedBytes, p.MaxUnackedBytes/body, body, p.Concurrency, body*p.Concurrency)
 	}
 }
 

@@ -138,6 +138,13 @@ func (s *service) newPool(pc config.PoolConfig) (*servicePool, error) {
 	if err != nil {
 		return nil, fmt.Errorf("pool %s: %w", pc.Name, err)
 	}
+	prefetch, capped := pc.PrefetchFor(d.cfg.Broker.MaxBodyBytes)
+	if capped {
+		d.log.Info("daemon: pool prefetch capped by its max_unacked_bytes",
+			slog.String("pool", pc.Name), slog.String("service", s.name),
+			slog.Int("prefetch", prefetch), slog.Int("prefetch_wanted", pc.Prefetch),
+			slog.Int("max_unacked_bytes", pc.MaxUnackedBytes), slog.Int("max_body_bytes", d.cfg.Broker.MaxBodyBytes))
+	}
 	consume := workers.NewConn(d.cfg.Broker.Addresses(), "platformd-"+pc.Name, d.metrics, d.log)
 	pool, err := workers.NewPool(workers.PoolConfig{
 		Name: pc.Name, Service: s.name,
@@ -145,7 +152,7 @@ func (s *service) newPool(pc config.PoolConfig) (*servicePool, error) {
 			Exchange: d.cfg.Broker.Exchange, Queue: pc.Queue, QueueType: pc.QueueType,
 			Bindings: pc.Bindings, RetryDelays: pc.Retry.Delays,
 		},
-		Concurrency: pc.Concurrency, Prefetch: pc.Prefetch,
+		Concurrency: pc.Concurrency, Prefetch: prefetch,
 		BatchSize: pc.Batch.Size, BatchWait: pc.Batch.Wait,
 		PartitionKey:  pc.PartitionKey,
 		MaxBodyBytes:  d.cfg.Broker.MaxBodyBytes,

@@ -15,6 +15,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/platformd/platformd/examples/shop"
+	"github.com/platformd/platformd/internal/config"
 	"github.com/platformd/platformd/internal/metrics"
 )
 
@@ -63,6 +64,30 @@ func TestCollectLingersOnlyWhenBusy(t *testing.T) {
 	sent = sendLater(8)
 	require.Equal(t, []uint64{7, 8}, tags(w.collect(amqp.Delivery{DeliveryTag: 7}, closeAfter(deliveries, 8))))
 	sent.Wait()
+}
+
+// A prefetch capped below a batch per worker (config's max_unacked_bytes)
+// stays capped: the worker's channel asks for its share, not for a batch,
+// and a busy worker closes its batch once the window is full instead of
+// lingering for deliveries the broker will not send.
+func TestCollectStopsAtThePrefetchWindow(t *testing.T) {
+	t.Parallel()
+	p := &Pool{cfg: PoolConfig{Concurrency: 2, Prefetch: 8, BatchSize: 1000, BatchWait: time.Minute}, log: slog.New(slog.NewTextHandler(io.Discard, nil))}
+	w := newWorker(p, 0)
+	require.Equal(t, 4, w.prefetch, "each of two workers gets half the capped prefetch")
+	w.lastBatch = 4 // busy: its last batch filled the window
+	deliveries := make(chan amqp.Delivery, 8)
+	for tag := uint64(2); tag <= 4; tag++ {
+		deliveries <- amqp.Delivery{DeliveryTag: tag}
+	}
+	done := make(chan []message, 1)
+	go func() { done <- w.collect(amqp.Delivery{DeliveryTag: 1}, deliveries) }()
+	select {
+	case batch := <-done:
+		require.Len(t, batch, 4)
+	case <-time.After(10 * time.Second):
+		t.Fatal("a busy worker waited for a batch larger than its prefetch window")
+	}
 }
 
 // An idle worker keeps a batch open while deliveries keep coming within
@@ -116,7 +141,8 @@ func closeAfter(in <-chan amqp.Delivery, last uint64) <-chan amqp.Delivery {
 func TestPoolLoneEventIsNotHeldForBatchWait(t *testing.T) {
 	t.Parallel()
 	b := newBundle(t)
-	b.cfg.Concurrency, b.cfg.BatchSize, b.cfg.BatchWait = 1, 100, time.Minute
+	b.cfg.Concurrency, b.cfg.BatchSize, b.cfg.BatchWait = 1, config.BatchSizeDefault, time.Minute
+	b.cfg.Prefetch = 2 * config.BatchSizeDefault // as the default derives it, per worker
 	b.start(shop.HandlerStockReserve)
 	for i := 1; i <= 2; i++ {
 		env, _ := b.order(1)

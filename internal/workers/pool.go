@@ -43,7 +43,8 @@ type PoolConfig struct {
 	Topology
 	Concurrency int
 	// Prefetch is the pool's total prefetch, split across its workers
-	// (each gets at least one batch).
+	// (each gets at least one delivery; zero: BatchSize per worker). A
+	// worker's batches never outgrow its share.
 	Prefetch int
 	// BatchSize is the most deliveries one transaction takes.
 	BatchSize int
@@ -157,7 +158,14 @@ func NewPool(cfg PoolConfig, deps Deps) (*Pool, error) {
 	}
 	cfg.Concurrency = cmp.Or(cfg.Concurrency, 1)
 	cfg.BatchSize = cmp.Or(cfg.BatchSize, 1)
-	cfg.Prefetch = max(cfg.Prefetch, cfg.BatchSize*cfg.Concurrency)
+	if cfg.Prefetch <= 0 {
+		cfg.Prefetch = cfg.BatchSize * cfg.Concurrency
+	}
+	// Never below one delivery per worker, but never raised to a batch
+	// each either: a prefetch capped by the pool's memory budget
+	// (config's max_unacked_bytes) must stay capped, and batch.size is a
+	// ceiling that a smaller window simply never reaches.
+	cfg.Prefetch = max(cfg.Prefetch, cfg.Concurrency)
 	cfg.QueueType = cmp.Or(cfg.QueueType, "quorum")
 	cfg.BeyondHorizon = cmp.Or(cfg.BeyondHorizon, config.BeyondHorizonDefault)
 	cfg.SoftStopTimeout = cmp.Or(cfg.SoftStopTimeout, SoftStopTimeoutDefault)

@@ -43,7 +43,7 @@ type worker struct {
 }
 
 func newWorker(p *Pool, id int) *worker {
-	prefetch := max((p.cfg.Prefetch+p.cfg.Concurrency-1)/p.cfg.Concurrency, p.cfg.BatchSize)
+	prefetch := max((p.cfg.Prefetch+p.cfg.Concurrency-1)/p.cfg.Concurrency, 1)
 	t := time.NewTimer(time.Hour)
 	t.Stop()
 	return &worker{
@@ -53,7 +53,7 @@ func newWorker(p *Pool, id int) *worker {
 		pub:      NewPublisher(p.deps.Publish, p.cfg.BatchSize),
 		prefetch: prefetch,
 		timer:    t,
-		batch:    make([]message, 0, p.cfg.BatchSize),
+		batch:    make([]message, 0, min(p.cfg.BatchSize, prefetch)),
 		// A quarter of the window: the broker keeps three quarters to
 		// send while acks are held back.
 		ackLimit:   max(prefetch/4, 1),
@@ -261,7 +261,9 @@ const idleLinger = 250 * time.Microsecond
 // which makes the worker busy again.
 func (w *worker) collect(first amqp.Delivery, deliveries <-chan amqp.Delivery) (batch []message) {
 	batch = append(w.batch[:0], message{d: first})
-	size, wait := w.pool.cfg.BatchSize, w.pool.cfg.BatchWait
+	// A batch cannot outgrow the worker's prefetch window: busy is judged
+	// against what the window lets it reach.
+	size, wait := min(w.pool.cfg.BatchSize, w.prefetch), w.pool.cfg.BatchWait
 	busy := 2*w.lastBatch >= size
 	var started time.Time
 	defer func() {

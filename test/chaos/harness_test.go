@@ -399,8 +399,8 @@ const stockService = `  - name: stock
         bindings: [order.order.placed.v1]
         handlers: [stock.reserve]
         concurrency: 3
-        prefetch: 300
-        batch: {size: 100, wait: 5ms}
+        # batch.size and prefetch unset: the defaults users run (a kill
+        # then finds a whole derived prefetch in flight)
         retry: {delays: [1s, 2s, 4s]}
 `
 

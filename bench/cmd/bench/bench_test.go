@@ -276,3 +276,34 @@ func judgedRatios(r *report) map[string]ratio {
 	}
 	return byName
 }
+
+// Issue 30's targets on CPU per message by process: the consumer within 5
+// us of raw's, the broker at most raw's, the database at most the floor's,
+// each judged on the medians with the paired rounds' range.
+func TestCPUPerMessageTargets(t *testing.T) {
+	drain := func(broker, db, consumer float64) drainResult {
+		return drainResult{MsgsPerSec: 1, CPUBroker: broker, CPUDB: db, CPUConsumer: consumer}
+	}
+	r := &report{
+		Workload: map[string]any{"messages": 100000},
+		Contenders: []*contenderReport{
+			// CPU seconds over 100,000 messages: 1 s is 10 us/msg.
+			{contender: contender{Name: "raw", Kind: kindRaw}, Rounds: []drainResult{drain(1.6, 0, 1.0), drain(1.8, 0, 1.2)}},
+			{contender: contender{Name: "floor", Kind: kindFloor}, Rounds: []drainResult{drain(1.5, 1.6, 1.0), drain(1.5, 1.8, 1.0)}},
+			{contender: contender{Name: "platformd", Kind: kindPlatformd}, Rounds: []drainResult{drain(1.4, 1.5, 1.5), drain(1.9, 1.9, 1.9)}},
+		},
+	}
+	byName := judgedRatios(r)
+	consumer := byName["platformd consumer CPU us/msg - raw's"]
+	require.InDelta(t, 17-11, consumer.Value, 1e-9) // medians 17 and 11 us/msg
+	require.False(t, consumer.Met)
+	require.True(t, consumer.Split, "rounds +5 and +7 us/msg")
+	require.Equal(t, "platformd 17.0 us/msg, raw 11.0", consumer.Note)
+	broker := byName["platformd broker CPU us/msg / raw's"]
+	require.InDelta(t, 16.5/17, broker.Value, 1e-9)
+	require.True(t, broker.Met)
+	require.True(t, broker.Split, "rounds 0.875 and 1.056")
+	db := byName["platformd database CPU us/msg / floor's"]
+	require.InDelta(t, 17.0/17, db.Value, 1e-9)
+	require.True(t, db.Met)
+}

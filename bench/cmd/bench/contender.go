@@ -67,12 +67,32 @@ type contender struct {
 // dedup reports whether the contender must apply each event exactly once.
 func (c contender) dedup() bool { return c.Kind != kindRaw && !c.SkipDedup }
 
-// prefetch is the pool's prefetch for c (all workers together).
+// prefetch is the pool's prefetch for c (all workers together); 0 leaves
+// it unset in platformd's config, for the daemon to derive.
 func (c contender) prefetch(o *options) int { return cmp.Or(c.Prefetch, o.prefetch) }
 
 // perWorkerPrefetch is c's prefetch split across -workers channels (seed,
-// peer and floor consume on one channel per worker).
-func (c contender) perWorkerPrefetch(o *options) int { return max(c.prefetch(o)/o.workers, 1) }
+// peer and floor consume on one channel per worker); unset, the prefetch
+// this build's daemon would run a pool of -workers with at the default
+// body limit.
+func (c contender) perWorkerPrefetch(o *options) int {
+	total := c.prefetch(o)
+	if total == 0 {
+		pool := config.PoolConfig{Concurrency: o.workers, MaxUnackedBytes: config.MaxUnackedBytesDefault,
+			Prefetch: config.DerivedPrefetch(o.workers, cmp.Or(c.Batch, config.BatchSizeDefault))}
+		total, _ = pool.PrefetchFor(config.MaxBodyBytesDefault)
+	}
+	return max(total/o.workers, 1)
+}
+
+// batchDesc names c's batch.size for the report: unset means the
+// binary's own default.
+func batchDesc(batch int) string {
+	if batch == 0 {
+		return fmt.Sprintf("batch.size and prefetch unset (this build's defaults: %d, prefetch derived and capped by max_unacked_bytes)", config.BatchSizeDefault)
+	}
+	return fmt.Sprintf("batch.size %d", batch)
+}
 
 // wait is the pool's batch.wait for c.
 func (c contender) wait(o *options) time.Duration { return cmp.Or(c.Wait, o.batchWait) }
@@ -82,26 +102,27 @@ func (c contender) wait(o *options) time.Duration { return cmp.Or(c.Wait, o.batc
 func (c contender) reportsDone() bool { return c.Kind == kindRaw || c.Kind == kindFloor }
 
 func contenders(o *options) []contender {
+	floorBatch := cmp.Or(o.batch, config.BatchSizeDefault)
 	return append([]contender{
 		{Name: "raw", Kind: kindRaw, Desc: fmt.Sprintf("consume+ack, no database (%d channels, prefetch %d, multiple-ack every %d)", o.rawConsumers, o.rawPrefetch, o.rawAckEvery)},
 		{Name: "seed", Kind: kindSeed, PerMessage: true, Desc: fmt.Sprintf("seed port: 1 transaction per message, %d workers", o.workers)},
 		{Name: "peer", Kind: kindPeer, PerMessage: true, Desc: fmt.Sprintf("Watermill router + AMQP subscriber, 1 transaction per message, %d handlers", o.workers)},
 		{Name: "platformd-b1", Kind: kindPlatformd, Batch: 1, PerMessage: true, Desc: "platformd as shipped, batch.size 1"},
-		{Name: "platformd", Kind: kindPlatformd, Batch: o.batch, Desc: fmt.Sprintf("platformd as shipped, batch.size %d (default)", o.batch)},
+		{Name: "platformd", Kind: kindPlatformd, Batch: o.batch, Desc: "platformd as shipped, " + batchDesc(o.batch)},
 		{Name: "platformd-nodedup", Kind: kindPlatformd, Batch: o.batch, SkipDedup: true,
-			Desc: fmt.Sprintf("platformd, batch.size %d, dedup insert OFF (bench-only switch)", o.batch)},
+			Desc: fmt.Sprintf("platformd, %s, dedup insert OFF (bench-only switch)", batchDesc(o.batch))},
 		{Name: "platformd-big", Kind: kindPlatformd, Batch: o.bigBatch, Prefetch: 8 * o.bigBatch, Wait: o.bigWait,
 			Desc: fmt.Sprintf("platformd tuned for throughput: batch.size %d, batch.wait %s, prefetch %d", o.bigBatch, o.bigWait, 8*o.bigBatch)},
 		{Name: "platformd-ceiling", Kind: kindPlatformd, Batch: o.bigBatch, Prefetch: 2 * o.workers * o.bigBatch,
 			Desc: fmt.Sprintf("the sample's batch.wait %s with batch.size %d as the ceiling (batches as big as the backlog below it) and prefetch as an unset one defaults (%d: two batches per worker)", o.batchWait, o.bigBatch, 2*o.workers*o.bigBatch)},
-		{Name: "floor", Kind: kindFloor, Batch: o.batch, Desc: fmt.Sprintf("the least a consumer with platformd's effects does: raw's loop, per up to %d deliveries (or what came within batch.wait) decode, one transaction (dedup insert, shop's batch handler), multiple-ack; %d channels", o.batch, o.workers)},
-		{Name: "floor-nodedup", Kind: kindFloor, Batch: o.batch, SkipDedup: true, Desc: "floor without the dedup insert: every delivery reserves"},
+		{Name: "floor", Kind: kindFloor, Batch: floorBatch, Desc: fmt.Sprintf("the least a consumer with platformd's effects does: raw's loop, per up to %d deliveries (or what came within batch.wait) decode, one transaction (dedup insert, shop's batch handler), multiple-ack; %d channels", floorBatch, o.workers)},
+		{Name: "floor-nodedup", Kind: kindFloor, Batch: floorBatch, SkipDedup: true, Desc: "floor without the dedup insert: every delivery reserves"},
 		{Name: "platformd-sql", Kind: kindPlatformd, Batch: o.batch, SQL: true,
-			Desc: fmt.Sprintf("platformd as shipped, batch.size %d, the stock effect as the SQL handler of examples/shop-sql (one pipeline per batch)", o.batch)},
+			Desc: fmt.Sprintf("platformd as shipped, %s, the stock effect as the SQL handler of examples/shop-sql (one pipeline per batch)", batchDesc(o.batch))},
 		{Name: "platformd-part", Kind: kindPlatformd, Batch: o.batch, Partitioned: true,
-			Desc: fmt.Sprintf("platformd, batch.size %d, processed_event partitioned daily (no processed_at index; own database)", o.batch)},
+			Desc: fmt.Sprintf("platformd, %s, processed_event partitioned daily (no processed_at index; own database)", batchDesc(o.batch))},
 		{Name: "platformd-alt", Kind: kindPlatformd, Batch: o.batch, Alt: true,
-			Desc: fmt.Sprintf("the platformd binary given with -alt-bin, batch.size %d (A/B of a change)", o.batch)},
+			Desc: fmt.Sprintf("the platformd binary given with -alt-bin, %s (A/B of a change)", batchDesc(o.batch))},
 	}, tracedContenders(o)...)
 }
 
@@ -198,15 +219,28 @@ services:
         bindings: [%s]
         handlers: [%s]
         concurrency: %d
-        prefetch: %d
-        batch: {size: %d, wait: %s}
-`, c.Name, adminPort, metricsAddr, b.o.amqpURL, b.exchange, b.dbFor(c).url, sqlHandlers, queue, b.o.queueType,
-		shop.EventOrderPlaced, handler, b.o.workers, c.prefetch(b.o), c.Batch, c.wait(b.o))
+%s`, c.Name, adminPort, metricsAddr, b.o.amqpURL, b.exchange, b.dbFor(c).url, sqlHandlers, queue, b.o.queueType,
+		shop.EventOrderPlaced, handler, b.o.workers, batchYAML(c.prefetch(b.o), c.Batch, c.wait(b.o)))
 	if c.Partitioned {
 		cfg += "    processed_event: {partitions: daily}\n"
 	}
 	path = filepath.Join(b.tmp, name+".yaml")
 	return path, metricsAddr, os.WriteFile(path, []byte(cfg), 0o600)
+}
+
+// batchYAML is a pool's prefetch and batch keys, each left out when zero
+// (unset: the daemon's own default, as in a user's config).
+func batchYAML(prefetch, size int, wait time.Duration) string {
+	var b strings.Builder
+	if prefetch > 0 {
+		fmt.Fprintf(&b, "        prefetch: %d\n", prefetch)
+	}
+	if size > 0 {
+		fmt.Fprintf(&b, "        batch: {size: %d, wait: %s}\n", size, wait)
+	} else {
+		fmt.Fprintf(&b, "        batch: {wait: %s}\n", wait)
+	}
+	return b.String()
 }
 
 // platformdCommand returns the command that runs platformd contender c

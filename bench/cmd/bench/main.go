@@ -107,8 +107,8 @@ func parseFlags(args []string) (*options, error) {
 	fs.StringVar(&o.out, "out", "results", "directory for the JSON report and the chart")
 	fs.Uint64Var(&o.seed, "seed", 1, "workload random seed")
 	fs.IntVar(&o.workers, "workers", 4, "consumers of seed and peer, platformd's pool concurrency (the sample's)")
-	fs.IntVar(&o.prefetch, "prefetch", 800, "platformd pool prefetch (the sample's); seed and peer get prefetch/workers per worker")
-	fs.IntVar(&o.batch, "batch", 100, "platformd's default batch.size")
+	fs.IntVar(&o.prefetch, "prefetch", 0, "platformd pool prefetch (0: unset, derived by each binary as a user's would be); seed and peer get prefetch/workers per worker (0: the one this build derives)")
+	fs.IntVar(&o.batch, "batch", 0, "platformd's batch.size (0: unset, each binary's own default, as a user's would be; the floor then runs this build's default)")
 	fs.DurationVar(&o.batchWait, "batch-wait", 5*time.Millisecond, "platformd's batch.wait")
 	fs.IntVar(&o.bigBatch, "big-batch", 1000, "platformd-big's batch.size (its prefetch is 8 times that)")
 	fs.DurationVar(&o.bigWait, "big-wait", 20*time.Millisecond, "platformd-big's batch.wait")
@@ -144,8 +144,11 @@ func parseFlags(args []string) (*options, error) {
 	if o.probe != probePoll && o.probe != probeNotify {
 		return nil, fmt.Errorf("-commit-probe: poll or notify, not %q", o.probe)
 	}
-	if o.rounds < 1 || o.slowRounds < 1 || o.workers < 1 || o.batch < 1 || o.latencyRate < 1 || o.poll <= 0 {
-		return nil, errors.New("-rounds, -workers, -batch, -latency-rate and -poll must be positive")
+	if o.rounds < 1 || o.slowRounds < 1 || o.workers < 1 || o.latencyRate < 1 || o.poll <= 0 {
+		return nil, errors.New("-rounds, -workers, -latency-rate and -poll must be positive")
+	}
+	if o.batch < 0 || o.prefetch < 0 {
+		return nil, errors.New("-batch and -prefetch must be 0 (unset) or positive")
 	}
 	return o, nil
 }

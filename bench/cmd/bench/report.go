@@ -132,6 +132,63 @@ func (r *report) overhead(a, base *contenderReport, name, target string, ok func
 		Min: 1 - p.Max, Max: 1 - p.Min, Target: target}, ok))
 }
 
+// cpuProcess picks one process's CPU seconds from a drain.
+type cpuProcess struct {
+	name string
+	of   func(drainResult) float64
+}
+
+var (
+	cpuBroker   = cpuProcess{"broker", func(d drainResult) float64 { return d.CPUBroker }}
+	cpuDB       = cpuProcess{"database", func(d drainResult) float64 { return d.CPUDB }}
+	cpuConsumer = cpuProcess{"consumer", func(d drainResult) float64 { return d.CPUConsumer }}
+)
+
+// cpuPerMessage adds a's CPU per message in process p against b's, in
+// microseconds: their difference (a - b) when margin is set, else their
+// ratio (a / b). Its value is on the medians, its range on the paired
+// rounds. CPU per message is what a shared 2-core machine measures more
+// steadily than msgs/s: a drain is CPU-bound, and each process's share
+// says where the time goes.
+func (r *report) cpuPerMessage(a, b *contenderReport, p cpuProcess, margin bool, name, target string, ok func(float64) bool) {
+	if !ran(a) || !ran(b) {
+		return
+	}
+	msgs := toFloat(r.Workload["messages"])
+	if msgs <= 0 {
+		return
+	}
+	us := func(d drainResult) float64 { return p.of(d) / msgs * 1e6 }
+	cmpOf := func(x, y float64) float64 {
+		if margin {
+			return x - y
+		}
+		if y <= 0 {
+			return 0
+		}
+		return x / y
+	}
+	med := func(c *contenderReport) float64 {
+		v := make([]float64, 0, len(c.Rounds))
+		for _, d := range c.Rounds {
+			v = append(v, us(d))
+		}
+		return summarize(v).Median
+	}
+	var paired []float64
+	for i := range min(len(a.Rounds), len(b.Rounds)) {
+		paired = append(paired, cmpOf(us(a.Rounds[i]), us(b.Rounds[i])))
+	}
+	ps := summarize(paired)
+	am, bm := med(a), med(b)
+	if am <= 0 || bm <= 0 {
+		return // no CPU read for one side (a report of another kind)
+	}
+	q := ratio{Name: name, Value: cmpOf(am, bm), Min: ps.Min, Max: ps.Max, Target: target,
+		Note: fmt.Sprintf("%s %.1f us/msg, %s %.1f", a.Name, am, b.Name, bm)}
+	r.Ratios = append(r.Ratios, verdict(q, ok))
+}
+
 type report struct {
 	Started    time.Time          `json:"started"`
 	Finished   time.Time          `json:"finished"`
@@ -185,6 +242,12 @@ func (r *report) computeRatios() {
 	if !ran(pd) {
 		return
 	}
+	// Issue 30: the defaults' cost per message by process, against raw
+	// (the broker's and the consumer's share of consuming) and the floor
+	// (the database's share of the same effects, same batch size).
+	r.cpuPerMessage(pd, raw, cpuConsumer, true, "platformd consumer CPU us/msg - raw's", "<= 5", atMost(5))
+	r.cpuPerMessage(pd, raw, cpuBroker, false, "platformd broker CPU us/msg / raw's", "<= 1", atMost(1))
+	r.cpuPerMessage(pd, r.find("floor"), cpuDB, false, "platformd database CPU us/msg / floor's", "<= 1", atMost(1))
 	// Issue 18: the sample's settings with batch.size as a ceiling, not a
 	// size: the drain against raw, and the latency at low load against
 	// the sample's (the batches stay small there: no worse).

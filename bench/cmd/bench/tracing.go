@@ -36,9 +36,9 @@ var tracedPairs = []struct{ traced, base string }{
 func tracedContenders(o *options) []contender {
 	return []contender{
 		{Name: otelContender, Kind: kindPlatformd, Batch: o.batch, TraceRatio: 1,
-			Desc: fmt.Sprintf("platformd as shipped, batch.size %d, traces on (sampler 1.0) to an in-process OTLP/HTTP receiver", o.batch)},
+			Desc: fmt.Sprintf("platformd as shipped, %s, traces on (sampler 1.0) to an in-process OTLP/HTTP receiver", batchDesc(o.batch))},
 		{Name: otel10Contender, Kind: kindPlatformd, Batch: o.batch, TraceRatio: 0.1,
-			Desc: fmt.Sprintf("platformd as shipped, batch.size %d, traces on (sampler 0.1) to an in-process OTLP/HTTP receiver", o.batch)},
+			Desc: fmt.Sprintf("platformd as shipped, %s, traces on (sampler 0.1) to an in-process OTLP/HTTP receiver", batchDesc(o.batch))},
 		{Name: altOtelContender, Kind: kindPlatformd, Batch: o.batch, TraceRatio: 1, Alt: true,
 			Desc: fmt.Sprintf("the -alt-bin binary as %s (A/B of a change to tracing)", otelContender)},
 		{Name: altOtel10Contender, Kind: kindPlatformd, Batch: o.batch, TraceRatio: 0.1, Alt: true,
