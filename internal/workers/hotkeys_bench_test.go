@@ -11,62 +11,72 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/platformd/platformd/examples/shop"
+	"github.com/platformd/platformd/internal/config"
 	"github.com/platformd/platformd/internal/envelope"
 )
 
 // BenchmarkHotKeys drains the same number of order status changes
-// (shipping.track_status, the sample's shipping pool: concurrency 2, batch
-// 100, prefetch 400) spread over 60 orders (hot: 100 versions each) and
-// over as many orders as events (uniform), with and without
-// partition_key: /order_id. It reports events/s and the deadlocks
-// PostgreSQL counted in the service database during the drains.
+// (shipping.track_status, the sample's shipping pool: concurrency 2) spread
+// over 60 orders (hot: 100 versions each) and over as many orders as events
+// (uniform), with and without partition_key: /order_id, at the former
+// ceiling (batch 100, prefetch 400) and at the defaults (batch
+// config.BatchSizeDefault, prefetch derived). It reports events/s and the
+// deadlocks PostgreSQL counted in the service database during the drains.
 //
 //	go test -run '^$' -bench HotKeys -benchtime 3x ./internal/workers/
 func BenchmarkHotKeys(b *testing.B) {
 	const events = 6000
-	for _, partition := range []string{"", "/order_id"} {
-		for _, orders := range []int{events, 60} {
-			name := fmt.Sprintf("orders=%d/partition_key=%q", orders, partition)
-			b.Run(name, func(b *testing.B) {
-				bb := newBundle(b)
-				bb.cfg.Bindings = []string{shop.EventOrderStatusChanged}
-				bb.cfg.Concurrency, bb.cfg.BatchSize, bb.cfg.Prefetch, bb.cfg.BatchWait = 2, 100, 400, 5*time.Millisecond
-				bb.cfg.PartitionKey = partition
-				p := bb.start(shop.HandlerShippingTrack)
-				deadlocks := func() int {
-					return bb.count(`SELECT deadlocks::int FROM pg_stat_database WHERE datname = current_database()`)
-				}
-				before := deadlocks()
-				var drained time.Duration
-				for b.Loop() {
-					b.StopTimer()
-					_, err := p.Pause(bb.ctx, "bench", "bench")
-					require.NoError(b, err)
-					settled := func() uint64 { i := p.Info(); return i.Processed + i.Duplicates + i.Failed }
-					done := settled()
-					bb.publishStatuses(orders, events)
-					bb.waitFor("loaded", func() bool { return bb.queueDepth(bb.queue) == events })
-					b.StartTimer()
-					start := time.Now()
-					_, err = p.Resume(bb.ctx, "bench")
-					require.NoError(b, err)
-					deadline := time.Now().Add(10 * time.Minute)
-					for settled() < done+events {
-						if time.Now().After(deadline) {
-							b.Fatalf("drain not done after 10 minutes: %+v", p.Info())
-						}
-						time.Sleep(time.Millisecond)
-					}
-					drained += time.Since(start)
-				}
-				b.ReportMetric(float64(events*b.N)/drained.Seconds(), "events/s")
-				b.ReportMetric(float64(deadlocks()-before), "deadlocks")
-				info := p.Info()
-				b.ReportMetric(float64(info.Retried)/float64(b.N), "retried/op")
-				b.ReportMetric(float64(info.Failed)/float64(b.N), "failed/op")
-			})
+	for _, size := range []int{100, config.BatchSizeDefault} {
+		for _, partition := range []string{"", "/order_id"} {
+			for _, orders := range []int{events, 60} {
+				benchmarkHotKeys(b, events, size, orders, partition)
+			}
 		}
 	}
+}
+
+// benchmarkHotKeys is one case of BenchmarkHotKeys.
+func benchmarkHotKeys(b *testing.B, events, size, orders int, partition string) {
+	name := fmt.Sprintf("batch=%d/orders=%d/partition_key=%q", size, orders, partition)
+	b.Run(name, func(b *testing.B) {
+		bb := newBundle(b)
+		bb.cfg.Bindings = []string{shop.EventOrderStatusChanged}
+		bb.cfg.Concurrency, bb.cfg.BatchSize, bb.cfg.BatchWait = 2, size, 5*time.Millisecond
+		bb.cfg.Prefetch = config.DerivedPrefetch(2, size)
+		bb.cfg.PartitionKey = partition
+		p := bb.start(shop.HandlerShippingTrack)
+		deadlocks := func() int {
+			return bb.count(`SELECT deadlocks::int FROM pg_stat_database WHERE datname = current_database()`)
+		}
+		before := deadlocks()
+		var drained time.Duration
+		for b.Loop() {
+			b.StopTimer()
+			_, err := p.Pause(bb.ctx, "bench", "bench")
+			require.NoError(b, err)
+			settled := func() uint64 { i := p.Info(); return i.Processed + i.Duplicates + i.Failed }
+			done := settled()
+			bb.publishStatuses(orders, events)
+			bb.waitFor("loaded", func() bool { return bb.queueDepth(bb.queue) == events })
+			b.StartTimer()
+			start := time.Now()
+			_, err = p.Resume(bb.ctx, "bench")
+			require.NoError(b, err)
+			deadline := time.Now().Add(10 * time.Minute)
+			for settled() < done+uint64(events) {
+				if time.Now().After(deadline) {
+					b.Fatalf("drain not done after 10 minutes: %+v", p.Info())
+				}
+				time.Sleep(time.Millisecond)
+			}
+			drained += time.Since(start)
+		}
+		b.ReportMetric(float64(events*b.N)/drained.Seconds(), "events/s")
+		b.ReportMetric(float64(deadlocks()-before), "deadlocks")
+		info := p.Info()
+		b.ReportMetric(float64(info.Retried)/float64(b.N), "retried/op")
+		b.ReportMetric(float64(info.Failed)/float64(b.N), "failed/op")
+	})
 }
 
 // publishStatuses queues events status changes over orders orders: version
