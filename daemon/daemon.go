@@ -9,9 +9,18 @@
 //		os.Exit(daemon.Main(os.Args[1:], reg, os.Stderr))
 //	}
 //
-// A module outside this repository needs nothing else of platformd's but
-// this package and consumer: configuration, pools, the dedup step, the
-// scheduler and the admin API come with Main.
+// A Go program that manages its own lifecycle (and its tests) uses the same
+// daemon through New, Run and Stop instead:
+//
+//	cfg, err := daemon.LoadConfig("platformd.yaml", reg)
+//	d, err := daemon.New(cfg, reg)
+//	go d.Run(ctx) // returns once ctx ends or Stop is called, after draining
+//	<-d.Ready()
+//
+// and package daemontest starts one inside a test. A module outside this
+// repository needs nothing else of platformd's but these packages and
+// consumer: configuration, pools, the dedup step, the scheduler and the
+// admin API come with them.
 package daemon
 
 import (

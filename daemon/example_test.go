@@ -30,3 +30,54 @@ func Example() {
 	// platformd: testdata/billing.yaml is valid (1 services)
 	// exit code 0
 }
+
+// A daemon in a Go program that manages its own lifecycle: load the
+// config, run it in the background, wait until it is ready, stop it (it
+// drains first). Run installs no signal handler; Main does.
+func ExampleNew() {
+	reg := consumer.NewRegistry()
+	reg.MustRegister(consumer.Registration{
+		Name:   "billing.open_invoice",
+		Events: []string{"order.order.placed.v1"},
+		Handler: consumer.HandlerFunc(func(context.Context, pgx.Tx, consumer.Event) error {
+			return nil
+		}),
+	})
+	cfg, err := daemon.ParseConfig("billing.yaml", []byte(`log: {level: error}
+admin: {listen: "127.0.0.1:0"}
+metrics: {listen: "-"}
+broker: {exchange: example.events}
+services:
+  - name: billing
+    database: postgres://postgres@127.0.0.1:5432/platformd_example
+    pools:
+      - name: billing-events
+        queue: example.billing.events
+        queue_type: classic
+        bindings: [order.order.placed.v1]
+        handlers: [billing.open_invoice]
+`), reg)
+	if err != nil {
+		fmt.Println(err)
+		return
+	}
+	d, err := daemon.New(cfg, reg, daemon.WithCreateDatabases())
+	if err != nil {
+		fmt.Println(err)
+		return
+	}
+	done := make(chan error, 1)
+	go func() { done <- d.Run(context.Background()) }()
+	select {
+	case <-d.Ready():
+		fmt.Println("ready, admin API listening:", d.AdminAddr() != "")
+	case err := <-done:
+		fmt.Println("start failed:", err)
+		return
+	}
+	d.Stop()
+	fmt.Println("stopped:", <-done)
+	// Output:
+	// ready, admin API listening: true
+	// stopped: <nil>
+}

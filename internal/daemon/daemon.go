@@ -13,6 +13,7 @@ import (
 	"os"
 	"slices"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/google/uuid"
@@ -130,6 +131,10 @@ type Options struct {
 	Catalog Catalog
 	// Reload, when it delivers, reloads the config (SIGHUP).
 	Reload <-chan os.Signal
+	// StartedFunc, when set, is called once with the daemon when every
+	// service has started and the admin API, the metrics endpoint and the
+	// console listen (an embedder's readiness); Run then blocks as usual.
+	StartedFunc func(*Daemon)
 }
 
 // Daemon is a running platformd. Its services come and go with reloads;
@@ -188,6 +193,9 @@ func Run(ctx context.Context, cfg *config.Config, reg *consumer.Registry, opts O
 	d, err := start(ctx, cfg, reg, opts, migrated, logger)
 	if err != nil {
 		return err
+	}
+	if opts.StartedFunc != nil {
+		opts.StartedFunc(d)
 	}
 	for {
 		select {
@@ -292,6 +300,26 @@ type metricsServer struct {
 	startstop.Base
 	listen  string
 	handler http.Handler
+	addr    atomic.Pointer[net.Addr] // where it listens, once started
+}
+
+// Addrs returns where the daemon listens: the admin API, the metrics
+// endpoint and the console, each nil when off or not started (a listen
+// port of 0 in the config picks a free one: this says which). Safe for
+// concurrent use.
+func (d *Daemon) Addrs() (adminAddr, metricsAddr, consoleAddr net.Addr) {
+	if d.admin != nil {
+		adminAddr = d.admin.Addr()
+	}
+	if d.httpSrv != nil {
+		if a := d.httpSrv.addr.Load(); a != nil {
+			metricsAddr = *a
+		}
+	}
+	if d.console != nil {
+		consoleAddr = d.console.Addr()
+	}
+	return adminAddr, metricsAddr, consoleAddr
 }
 
 // Start listens and serves /metrics in the background.
@@ -302,6 +330,8 @@ func (m *metricsServer) Start(ctx context.Context) error {
 		if err != nil {
 			return nil, fmt.Errorf("metrics: listen %s: %w", m.listen, err)
 		}
+		addr := lis.Addr()
+		m.addr.Store(&addr)
 		mux := http.NewServeMux()
 		mux.Handle("/metrics", m.handler)
 		srv := &http.Server{Handler: mux, ReadHeaderTimeout: 5 * time.Second}
@@ -412,4 +442,25 @@ func (c *horizonCache) get() time.Duration {
 // NOTIFY, until ctx ends.
 func (c *horizonCache) refreshEvery(ctx context.Context, every time.Duration) {
 	startstop.Tick(ctx, every, c.refresh)
+}
+
+// Serving reports whether every service is up and every pool consumes (or
+// sits paused on a live channel), its topology declared: an event
+// published now reaches its pools. A service whose database is down keeps
+// it false. Safe for concurrent use.
+func (d *Daemon) Serving() bool {
+	for _, s := range d.serviceList() {
+		if !s.up.Load() {
+			return false
+		}
+		s.mu.RLock()
+		pools := slices.Clone(s.pools)
+		s.mu.RUnlock()
+		for _, sp := range pools {
+			if sp.pool.Info().State == workers.StateConnecting {
+				return false
+			}
+		}
+	}
+	return true
 }

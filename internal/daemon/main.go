@@ -131,6 +131,10 @@ func Main(args []string, reg *consumer.Registry, stderr io.Writer) int {
 	return 0
 }
 
+// NewLogger returns the daemon's logger for the config's log block,
+// writing to w (JSON or text, at the configured level).
+func NewLogger(c config.LogConfig, w io.Writer) *slog.Logger { return newLogger(c, w) }
+
 func newLogger(c config.LogConfig, w io.Writer) *slog.Logger {
 	var level slog.Level
 	_ = level.UnmarshalText([]byte(c.Level))
