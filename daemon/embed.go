@@ -76,6 +76,7 @@ type Option func(*options)
 
 type options struct {
 	logger    *slog.Logger
+	logOutput io.Writer
 	noMigrate bool
 	createDB  bool
 	reload    <-chan os.Signal
@@ -84,6 +85,10 @@ type options struct {
 // WithLogger sends the daemon's logs to l (default: the config's log
 // block, written to stderr).
 func WithLogger(l *slog.Logger) Option { return func(o *options) { o.logger = l } }
+
+// WithLogOutput writes the daemon's logs to w in the config's log format
+// and level (default: stderr). WithLogger takes precedence.
+func WithLogOutput(w io.Writer) Option { return func(o *options) { o.logOutput = w } }
 
 // WithoutMigrations skips the migrations at start (`run -no-migrate`).
 func WithoutMigrations() Option { return func(o *options) { o.noMigrate = true } }
@@ -135,7 +140,11 @@ func New(cfg *Config, reg *consumer.Registry, opts ...Option) (*Daemon, error) {
 		o(&d.opts)
 	}
 	if d.opts.logger == nil {
-		d.opts.logger = internal.NewLogger(cfg.cfg.Log, io.Writer(os.Stderr))
+		out := d.opts.logOutput
+		if out == nil {
+			out = os.Stderr
+		}
+		d.opts.logger = internal.NewLogger(cfg.cfg.Log, out)
 	}
 	return d, nil
 }

@@ -1,5 +1,6 @@
 // Package console holds the end-to-end tests of the web console: the real
-// platformd binary, built by TestMain, against the local PostgreSQL and
+// daemon the platformd binary runs, started in the test process by
+// daemontest with the shop's handlers, against the local PostgreSQL and
 // RabbitMQ (scratch databases, an exchange and queues of their own, free
 // ports), driven over HTTP and in headless Chromium with chromedp.
 //

@@ -12,7 +12,6 @@ import (
 	"net/http/cookiejar"
 	"net/url"
 	"os"
-	"os/exec"
 	"path/filepath"
 	"regexp"
 	"strings"
@@ -25,6 +24,9 @@ import (
 	amqp "github.com/rabbitmq/amqp091-go"
 	"github.com/stretchr/testify/require"
 
+	"github.com/platformd/platformd/consumer"
+	"github.com/platformd/platformd/daemon"
+	"github.com/platformd/platformd/daemon/daemontest"
 	"github.com/platformd/platformd/examples/shop"
 	"github.com/platformd/platformd/internal/envelope"
 	"github.com/platformd/platformd/internal/testdb"
@@ -73,9 +75,8 @@ type env struct {
 	stockQueue, shipQueue string
 	adminAddr, console    string
 	caPool                *x509Pool
-	cmd                   *exec.Cmd
+	d                     *daemon.Daemon
 	stderr                *lockedBuffer
-	done                  chan error
 }
 
 func newEnv(t testing.TB, opts options) *env {
@@ -166,47 +167,21 @@ func (e *env) deleteBrokerObjects() {
 	_ = ch.ExchangeDelete(e.exchange, false, false)
 }
 
-// start runs the daemon and waits until its console answers; the process
-// is killed when the test ends.
+// start runs the daemon in the test's process (daemontest: the daemon
+// `platformd run` starts, with the shop's handlers) and waits until it is
+// ready, its console listening; it stops when the test ends.
 func (e *env) start(cfgPath string) {
 	t := e.t
 	t.Helper()
 	e.stderr = &lockedBuffer{}
-	e.done = make(chan error, 1)
-	e.cmd = exec.Command(binary, "run", "-config", cfgPath)
-	e.cmd.Stderr = e.stderr
-	require.NoError(t, e.cmd.Start())
-	go func() { e.done <- e.cmd.Wait() }()
-	t.Cleanup(func() {
-		_ = e.cmd.Process.Kill()
-		if err := <-e.done; err != nil && !strings.Contains(err.Error(), "killed") {
-			t.Logf("daemon exit: %v", err)
-		}
+	t.Cleanup(func() { // runs after the daemon's stop, registered below
 		if t.Failed() {
 			t.Logf("daemon log:\n%s", e.stderr)
 		}
 	})
-	c := e.httpClient()
-	deadline := time.Now().Add(60 * time.Second)
-	for {
-		select {
-		case err := <-e.done:
-			e.done <- err
-			t.Fatalf("daemon exited at start: %v\n%s", err, e.stderr)
-		default:
-		}
-		resp, err := c.Get(e.url("/login"))
-		if err == nil {
-			resp.Body.Close()
-			if resp.StatusCode == http.StatusOK {
-				return
-			}
-		}
-		if time.Now().After(deadline) {
-			t.Fatalf("console did not answer within 60s: %v\n%s", err, e.stderr)
-		}
-		time.Sleep(50 * time.Millisecond)
-	}
+	reg := consumer.NewRegistry()
+	require.NoError(t, shop.Register(reg))
+	e.d = daemontest.Start(t, cfgPath, reg, daemon.WithLogOutput(e.stderr))
 }
 
 // url returns the console URL of path.
