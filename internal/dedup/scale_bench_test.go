@@ -17,6 +17,7 @@ import (
 	"github.com/platformd/platformd/consumer"
 	"github.com/platformd/platformd/examples/shop"
 	"github.com/platformd/platformd/internal/dedup"
+	"github.com/platformd/platformd/internal/config"
 	"github.com/platformd/platformd/internal/migrate"
 	"github.com/platformd/platformd/internal/testdb"
 )
@@ -24,7 +25,8 @@ import (
 var (
 	scaleRows    = flag.Int("scale.rows", 200_000, "BenchmarkPurgeAtScale: processed_event rows loaded, half of them expired (docs/performance.md: 10,000,000)")
 	scaleWindow  = flag.Duration("scale.window", 10*time.Second, "BenchmarkPurgeAtScale: the consumers' baseline window, and the shortest window measured from the purge's start")
-	scaleWorkers = flag.Int("scale.workers", 4, "BenchmarkPurgeAtScale: consumers running Process in batches of 100 while the purge runs")
+	scaleWorkers = flag.Int("scale.workers", 4, "BenchmarkPurgeAtScale: consumers running Process in batches of -scale.batch while the purge runs")
+	scaleBatch   = flag.Int("scale.batch", config.BatchSizeDefault, "BenchmarkPurgeAtScale: the consumers' batch size (default: a pool's default batch.size, the ceiling a backlog fills)")
 )
 
 // scaleResult is one purge at scale, measured while consumers run.
@@ -40,7 +42,7 @@ type scaleResult struct {
 	walRateBase           float64
 }
 
-// consumers runs workers goroutines applying batches of 100 fresh shop
+// consumers runs workers goroutines applying batches of -scale.batch fresh shop
 // orders (10% copies of recent ones) through p until stop, counting
 // events and each Process call's latency.
 type consumers struct {
@@ -58,7 +60,7 @@ func startConsumers(p *dedup.Processor, workers int) *consumers {
 		c.wg.Go(func() {
 			rng := rand.New(rand.NewPCG(uint64(w), 1))
 			var recent []consumer.Event
-			batch := make([]consumer.Event, 100)
+			batch := make([]consumer.Event, *scaleBatch)
 			for {
 				select {
 				case <-c.stop:
