@@ -49,8 +49,11 @@ test: services verify unit fuzz chaos chaos-cluster ## everything CI runs: servi
 # Modules of their own inside the repository that CI builds, vets, lints and
 # tests too: examples/billing is a service's own daemon built only from the
 # public packages (consumer, daemon), so the embedding API stays usable from
-# outside. `go list ./...` at the root never includes them.
-NESTED_MODULES := examples/billing
+# outside; deploy/image (the image builder, go-containerregistry) and
+# deploy/helmcheck (the chart's lint and schema check, helm's library) keep
+# their dependencies out of the product's go.mod. `go list ./...` at the
+# root never includes them.
+NESTED_MODULES := examples/billing deploy/image
 
 .PHONY: unit
 unit: services ## go test -race on all packages (and the nested modules) but the chaos suite (run by `make chaos`)
@@ -114,7 +117,7 @@ proto-verify: ## buf lint + format check, generated code up to date, no breaking
 .PHONY: tidy-check
 tidy-check: ## fail if go mod tidy would change go.mod/go.sum (also the tool modules)
 	$(GO) mod tidy -diff
-	@for d in tools/lint tools/buf tools/buf/plugins $(NESTED_MODULES); do \
+	@for d in tools/lint tools/buf tools/buf/plugins tools/grpcurl $(NESTED_MODULES); do \
 		(cd $$d && $(GO) mod tidy -diff) || { echo "tidy-check: run 'go mod tidy' in $$d"; exit 1; }; \
 	done
 
@@ -141,6 +144,11 @@ console-shots: services ## screenshots of the console's pages at 1280 and 390 px
 	mkdir -p results/console
 	CONSOLE_SHOTS=$(CURDIR)/results/console $(GO) test -count=1 -v -run '^TestConsoleShots$$' -timeout 5m ./test/console/
 	@ls -1 results/console/*.png
+
+.PHONY: image
+image: ## container image, no daemon or registry: OCI layout bin/image/oci + tarball bin/image/platformd.tar (podman load)
+	CGO_ENABLED=0 GOOS=linux $(GO) build -trimpath -ldflags='-s -w' -o bin/image/platformd ./cmd/platformd
+	cd deploy/image && $(GO) run . -binary ../../bin/image/platformd -layout ../../bin/image/oci -tarball ../../bin/image/platformd.tar -tag platformd:$$(git describe --tags --always --dirty 2>/dev/null || echo dev) -version $$(git describe --tags --always --dirty 2>/dev/null || echo dev)
 
 .PHONY: build
 build: ## build cmd/* into bin/
