@@ -53,7 +53,7 @@ test: services verify unit fuzz chaos chaos-cluster ## everything CI runs: servi
 # deploy/helmcheck (the chart's lint and schema check, helm's library) keep
 # their dependencies out of the product's go.mod. `go list ./...` at the
 # root never includes them.
-NESTED_MODULES := examples/billing deploy/image
+NESTED_MODULES := examples/billing deploy/image deploy/helmcheck
 
 .PHONY: unit
 unit: services ## go test -race on all packages (and the nested modules) but the chaos suite (run by `make chaos`)
