@@ -19,7 +19,11 @@ FUZZTIME ?= 20s## how long `make fuzz` (part of `make test`) fuzzes FuzzDecode
 BENCHTIME ?= 1s## -benchtime for the Go micro-benchmarks in `make bench`
 BENCH_FLAGS ?=## flags for the bench program, e.g. BENCH_FLAGS='-h' to list them
 BREAKING_AGAINST ?=## buf input for `make breaking`; empty: branch main, else HEAD~1
-export GO TEST_DATABASE_URL TEST_AMQP_URL BREAKING_AGAINST
+SERVICES_NO_DEPLOY_TOOLS ?=## 1: scripts/services.sh skips promtool and systemd-analyze (their checks then skip)
+# The deploy checks fail, rather than skip, when promtool or systemd-analyze
+# is missing, unless the services script was told not to install them.
+PLATFORMD_REQUIRE_DEPLOY_TOOLS ?= $(if $(filter 1,$(SERVICES_NO_DEPLOY_TOOLS)),0,1)
+export GO TEST_DATABASE_URL TEST_AMQP_URL BREAKING_AGAINST SERVICES_NO_DEPLOY_TOOLS PLATFORMD_REQUIRE_DEPLOY_TOOLS
 
 LINT_MOD := tools/lint/go.mod
 GOLANGCI_LINT := $(GO) tool -modfile=$(LINT_MOD) golangci-lint
@@ -62,6 +66,13 @@ unit: services ## go test -race on all packages (and the nested modules) but the
 		echo "cd $$d && $(GO) test -race -count=1 ./..."; \
 		(cd $$d && $(GO) test -race -count=1 -timeout 10m ./...) || exit 1; \
 	done
+
+.PHONY: deploy-check
+deploy-check: services ## the deploy/ checks alone (part of unit): alert rules, systemd unit, image, Helm chart, dashboard vs a live /metrics
+	$(GO) test -race -count=1 ./deploy/... ./internal/deploytest/
+	$(GO) test -race -count=1 -run 'TestDeployMetricNames|TestPromqlMetricNames|TestDashboardCovers' ./cmd/platformd/
+	cd deploy/image && $(GO) test -race -count=1 ./...
+	cd deploy/helmcheck && $(GO) test -race -count=1 ./...
 
 .PHONY: fuzz
 fuzz: ## fuzz the envelope decoder (FuzzDecode) for FUZZTIME
