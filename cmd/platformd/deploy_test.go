@@ -36,6 +36,19 @@ var notDaemonMetrics = map[string]string{
 	"platformd_remote_handler_call_duration_seconds_count":  "remote-handler metrics, added in parallel",
 }
 
+// notDaemonLabels are the label names of notDaemonMetrics' families, as
+// announced for the remote-handler metrics.
+var notDaemonLabels = map[string][]string{
+	"platformd_remote_handler_up":                           {"service", "handler"},
+	"platformd_remote_handler_calls_total":                  {"service", "handler", "result"},
+	"platformd_remote_handler_call_duration_seconds_bucket": {"service", "handler", "le"},
+	"platformd_remote_handler_call_duration_seconds_sum":    {"service", "handler"},
+	"platformd_remote_handler_call_duration_seconds_count":  {"service", "handler"},
+}
+
+// targetLabels are added by Prometheus to every series it scrapes.
+var targetLabels = []string{"instance", "job"}
+
 var (
 	promqlIdent = regexp.MustCompile(`^[a-zA-Z_:][a-zA-Z0-9_:]*`)
 	// promqlWords are PromQL's keywords and the names that are not series.
@@ -52,14 +65,32 @@ var (
 	grouping = map[string]bool{"by": true, "without": true, "on": true, "ignoring": true, "group_left": true, "group_right": true}
 )
 
+// promqlSelector is a metric name in a PromQL expression and the label
+// names its {...} matchers use.
+type promqlSelector struct {
+	name   string
+	labels []string
+}
+
+var promqlMatcher = regexp.MustCompile("([a-zA-Z_][a-zA-Z0-9_]*)\\s*(?:=~|!~|!=|=)\\s*[\"'`]")
+
 // promqlMetricNames returns the metric names a PromQL expression selects.
+func promqlMetricNames(expr string) []string {
+	var names []string
+	for _, s := range promqlSelectors(expr) {
+		names = append(names, s.name)
+	}
+	return names
+}
+
+// promqlSelectors returns the metric selectors of a PromQL expression.
 // A tokenizer, not a parser (Prometheus' parser would bring the prometheus
 // module, all of it, into the product's go.mod): it drops strings, label
 // matchers {..}, ranges [..], numbers and $variables, the label lists of
 // by/without/on/ignoring/group_*, keywords and function names (an
 // identifier followed by "("); what is left are metric names.
-func promqlMetricNames(expr string) []string {
-	var names []string
+func promqlSelectors(expr string) []promqlSelector {
+	var names []promqlSelector
 	skipTo := func(i int, open, closing byte) int {
 		depth := 0
 		for ; i < len(expr); i++ {
@@ -130,7 +161,15 @@ func promqlMetricNames(expr string) []string {
 			case j < len(expr) && expr[j] == '(':
 				// a function or an aggregation
 			default:
-				names = append(names, id)
+				sel := promqlSelector{name: id}
+				if j < len(expr) && expr[j] == '{' {
+					end := skipTo(j, '{', '}')
+					for _, m := range promqlMatcher.FindAllStringSubmatch(expr[j:end], -1) {
+						sel.labels = append(sel.labels, m[1])
+					}
+					i = end
+				}
+				names = append(names, sel)
 			}
 		}
 	}
@@ -152,6 +191,10 @@ func TestPromqlMetricNames(t *testing.T) {
 	} {
 		require.Equal(t, want, promqlMetricNames(expr), expr)
 	}
+	require.Equal(t, []promqlSelector{
+		{name: "a", labels: []string{"service", "pool", "outcome"}},
+		{name: "b"},
+	}, promqlSelectors(`sum by (pool) (rate(a{service=~"$s", pool = "x,y=\"z\"", outcome!='retried'}[5m])) / on(pool) b`))
 }
 
 // dashboardQueries returns every PromQL expression of the dashboard: the
@@ -225,11 +268,12 @@ func seriesNames(family, typ string, into map[string]bool) {
 }
 
 // registeredFamilies are the families metrics.New declares, whether used
-// yet or not (a vector appears on /metrics only after its first use).
-func registeredFamilies(t *testing.T) map[string]bool {
+// yet or not (a vector appears on /metrics only after its first use), as
+// series name -> label names.
+func registeredFamilies(t *testing.T) map[string][]string {
 	t.Helper()
-	fq := regexp.MustCompile(`fqName: "([^"]+)"`)
-	out := map[string]bool{}
+	fq := regexp.MustCompile(`fqName: "([^"]+)".*constLabels: \{([^}]*)\}, variableLabels: \{([^}]*)\}`)
+	out := map[string][]string{}
 	collectorType := reflect.TypeFor[prometheus.Collector]()
 	var visit func(v reflect.Value)
 	visit = func(v reflect.Value) {
@@ -251,7 +295,25 @@ func registeredFamilies(t *testing.T) map[string]bool {
 			for d := range ch {
 				m := fq.FindStringSubmatch(d.String())
 				require.NotNil(t, m, d.String())
-				seriesNames(m[1], typ, out)
+				var labels []string
+				for _, l := range strings.Split(m[2], ",") {
+					if k, _, ok := strings.Cut(l, "="); ok {
+						labels = append(labels, k)
+					}
+				}
+				for _, l := range strings.Split(m[3], ",") {
+					if l != "" {
+						labels = append(labels, strings.TrimSuffix(strings.TrimPrefix(l, "c("), ")"))
+					}
+				}
+				series := map[string]bool{}
+				seriesNames(m[1], typ, series)
+				for n := range series {
+					out[n] = labels
+					if strings.HasSuffix(n, "_bucket") {
+						out[n] = append(slices.Clone(labels), "le")
+					}
+				}
 			}
 		}
 	}
@@ -263,7 +325,8 @@ func registeredFamilies(t *testing.T) map[string]bool {
 // purge and a reload through it, and checks that every metric name the
 // Grafana dashboard and the alert rules query is one platformd exports:
 // on its live /metrics, or (for a vector not used yet) declared by
-// internal/metrics.
+// internal/metrics; and that every label a selector matches on is one of
+// that family's (or a target label Prometheus adds).
 func TestDeployMetricNames(t *testing.T) {
 	t.Parallel()
 	e := newEnv(t)
@@ -306,16 +369,31 @@ func TestDeployMetricNames(t *testing.T) {
 	check := func(source string, exprs []string) {
 		require.NotEmpty(t, exprs, source)
 		for _, expr := range exprs {
-			names := promqlMetricNames(expr)
-			require.NotEmpty(t, names, "%s: a query with no metric: %s", source, expr)
-			for _, n := range names {
+			sels := promqlSelectors(expr)
+			require.NotEmpty(t, sels, "%s: a query with no metric: %s", source, expr)
+			for _, sel := range sels {
+				n := sel.name
 				switch {
 				case live[n]:
-				case registered[n]:
+				case registered[n] != nil:
 					fromRegistry = append(fromRegistry, n)
 				case notDaemonMetrics[n] != "":
 				default:
 					t.Errorf("%s queries %q, which platformd does not export (query: %s)", source, n, expr)
+					continue
+				}
+				// The matchers name labels the family has.
+				known := registered[n]
+				if known == nil {
+					known = notDaemonLabels[n]
+				}
+				if known == nil {
+					continue // Go and process collectors, up: not platformd's labels
+				}
+				for _, l := range sel.labels {
+					if !slices.Contains(known, l) && !slices.Contains(targetLabels, l) {
+						t.Errorf("%s matches label %q of %s, which has %v (query: %s)", source, l, n, known, expr)
+					}
 				}
 			}
 		}
