@@ -9,6 +9,7 @@
 #   promtool    Debian's prometheus package (deploy/prometheus rule tests)
 #   systemd-analyze  Debian's systemd package (deploy/systemd unit check;
 #                    installing it does not make systemd PID 1)
+#   ca-certificates, tzdata  copied into the container image (make image)
 #
 # Works on a fresh Debian 12 (installs missing packages with apt-get) and on
 # machines where systemd is not PID 1. Idempotent: a second run changes
@@ -368,7 +369,20 @@ ensure_deploy_tools() {
 	fi
 }
 
+# The container image copies the build machine's CA bundle and tzdata
+# (deploy/image); minimal Debian images may lack either.
+ensure_image_inputs() {
+	if [ -s /etc/ssl/certs/ca-certificates.crt ] && [ -e /usr/share/zoneinfo/UTC ]; then
+		say "ca-certificates, tzdata: already installed"
+		return
+	fi
+	APT_NO_RECOMMENDS=1 apt_install ca-certificates tzdata
+	[ -s /etc/ssl/certs/ca-certificates.crt ] || die "ca-certificates: installed but /etc/ssl/certs/ca-certificates.crt is missing"
+	say "ca-certificates, tzdata: installed"
+}
+
 ensure_postgres
 ensure_rabbitmq
 ensure_chromium
 ensure_deploy_tools
+ensure_image_inputs
