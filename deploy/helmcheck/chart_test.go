@@ -283,3 +283,15 @@ func TestStrictDecodeRejects(t *testing.T) {
 	badName := strings.Replace(dep, "name: platformd\n", "name: Platform_D\n", 1)
 	require.Error(t, decodeStrict(badName, &manifests{}))
 }
+
+// TestValuesSchema: values.schema.json refuses a mistyped value, in lint
+// and at render (helm install/template), offline.
+func TestValuesSchema(t *testing.T) {
+	bad := map[string]any{"replicaCount": "two", "ports": map[string]any{"admin": 70000}}
+	res := lint.RunAll(chartDir, bad, "platformd")
+	require.GreaterOrEqual(t, res.HighestSeverity, support.ErrorSev, "lint accepted %v", bad)
+	ch, err := loader.Load(chartDir)
+	require.NoError(t, err)
+	_, err = util.ToRenderValues(ch, bad, common.ReleaseOptions{Name: "platformd", Namespace: "ops"}, common.DefaultCapabilities)
+	require.ErrorContains(t, err, "replicaCount")
+}
