@@ -65,17 +65,57 @@ func TestSystemdAnalyzeVerify(t *testing.T) {
 	t.Parallel()
 	analyze := deploytest.Tool(t, "systemd-analyze", "Debian's systemd package ships it")
 	dir := t.TempDir()
-	bin := filepath.Join(dir, "platformd")
-	require.NoError(t, os.WriteFile(bin, []byte("#!/bin/sh\nexit 0\n"), 0o755))
 	raw, err := os.ReadFile(unitFile)
 	require.NoError(t, err)
-	unit := strings.ReplaceAll(string(raw), "/usr/bin/platformd", bin)
-	path := filepath.Join(dir, unitFile)
-	require.NoError(t, os.WriteFile(path, []byte(unit), 0o644))
+	path := standIn(t, dir, string(raw))
 
 	cmd := exec.Command(analyze, "verify", path)
 	cmd.Dir = dir
 	out, err := cmd.CombinedOutput()
 	require.NoError(t, err, "systemd-analyze verify:\n%s", out)
 	require.Empty(t, strings.TrimSpace(string(out)), "systemd-analyze verify warned")
+}
+
+// standIn writes the unit text to dir with the binary's path pointed at a
+// stand-in executable, and returns the unit's path.
+func standIn(t *testing.T, dir, unit string) string {
+	t.Helper()
+	bin := filepath.Join(dir, "platformd")
+	require.NoError(t, os.WriteFile(bin, []byte("#!/bin/sh\nexit 0\n"), 0o755))
+	path := filepath.Join(dir, unitFile)
+	require.NoError(t, os.WriteFile(path, []byte(strings.ReplaceAll(unit, "/usr/bin/platformd", bin)), 0o644))
+	return path
+}
+
+// securityThreshold is the highest exposure `systemd-analyze security`
+// may give the unit, in its tenths: 2.0, the top of its "OK" band.
+const securityThreshold = "20"
+
+// TestSystemdAnalyzeSecurity scores the unit's hardening offline
+// (systemd-analyze security --offline): exposure at most 2.0. The unit
+// without its hardening block scores far worse, which proves the check.
+func TestSystemdAnalyzeSecurity(t *testing.T) {
+	t.Parallel()
+	analyze := deploytest.Tool(t, "systemd-analyze", "Debian's systemd package ships it")
+	raw, err := os.ReadFile(unitFile)
+	require.NoError(t, err)
+	score := func(unit string) (string, error) {
+		dir := t.TempDir()
+		cmd := exec.Command(analyze, "security", "--offline=true", "--threshold="+securityThreshold, standIn(t, dir, unit))
+		cmd.Dir = dir
+		out, err := cmd.CombinedOutput()
+		lines := strings.Split(strings.TrimSpace(string(out)), "\n")
+		return lines[len(lines)-1], err
+	}
+	last, err := score(string(raw))
+	require.NoError(t, err, "exposure above 2.0: %s", last)
+	t.Log(last)
+
+	hardening := strings.Index(string(raw), "# Hardening.")
+	install := strings.Index(string(raw), "[Install]")
+	require.Positive(t, hardening)
+	require.Greater(t, install, hardening)
+	weak := string(raw[:hardening]) + string(raw[install:])
+	last, err = score(weak)
+	require.Error(t, err, "the unit without hardening passed the threshold: %s", last)
 }
