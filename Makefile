@@ -69,8 +69,9 @@ unit: services ## go test -race on all packages (and the nested modules) but the
 
 .PHONY: deploy-check
 deploy-check: services ## the deploy/ checks alone (part of unit): alert rules, systemd unit, image, Helm chart, dashboard vs a live /metrics
-	$(GO) test -race -count=1 ./deploy/... ./internal/deploytest/
-	$(GO) test -race -count=1 -run 'TestDeployMetricNames|TestPromqlMetricNames|TestDashboardCovers' ./cmd/platformd/
+	$(GO) test -race -count=1 ./deploy/...
+	$(GO) test -race -count=1 -run 'TestDeployMetricNames|TestPromqlMetricNames|TestDashboardCovers|TestImageRunsUnderPodman' ./cmd/platformd/
+	$(GO) test -race -count=1 -run 'TestAlertCommandsExist' ./cmd/platformctl/
 	cd deploy/image && $(GO) test -race -count=1 ./...
 	cd deploy/helmcheck && $(GO) test -race -count=1 ./...
 
