@@ -19,7 +19,11 @@ FUZZTIME ?= 20s## how long `make fuzz` (part of `make test`) fuzzes FuzzDecode
 BENCHTIME ?= 1s## -benchtime for the Go micro-benchmarks in `make bench`
 BENCH_FLAGS ?=## flags for the bench program, e.g. BENCH_FLAGS='-h' to list them
 BREAKING_AGAINST ?=## buf input for `make breaking`; empty: branch main, else HEAD~1
-export GO TEST_DATABASE_URL TEST_AMQP_URL BREAKING_AGAINST
+SERVICES_NO_DEPLOY_TOOLS ?=## 1: scripts/services.sh skips promtool and systemd-analyze (their checks then skip)
+# The deploy checks fail, rather than skip, when promtool or systemd-analyze
+# is missing, unless the services script was told not to install them.
+PLATFORMD_REQUIRE_DEPLOY_TOOLS ?= $(if $(filter 1,$(SERVICES_NO_DEPLOY_TOOLS)),0,1)
+export GO TEST_DATABASE_URL TEST_AMQP_URL BREAKING_AGAINST SERVICES_NO_DEPLOY_TOOLS PLATFORMD_REQUIRE_DEPLOY_TOOLS
 
 LINT_MOD := tools/lint/go.mod
 GOLANGCI_LINT := $(GO) tool -modfile=$(LINT_MOD) golangci-lint
@@ -49,8 +53,11 @@ test: services verify unit fuzz chaos chaos-cluster ## everything CI runs: servi
 # Modules of their own inside the repository that CI builds, vets, lints and
 # tests too: examples/billing is a service's own daemon built only from the
 # public packages (consumer, daemon), so the embedding API stays usable from
-# outside. `go list ./...` at the root never includes them.
-NESTED_MODULES := examples/billing
+# outside; deploy/image (the image builder, go-containerregistry) and
+# deploy/helmcheck (the chart's lint and schema check, helm's library) keep
+# their dependencies out of the product's go.mod. `go list ./...` at the
+# root never includes them.
+NESTED_MODULES := examples/billing deploy/image deploy/helmcheck
 
 .PHONY: unit
 unit: services ## go test -race on all packages (and the nested modules) but the chaos suite (run by `make chaos`)
@@ -59,6 +66,14 @@ unit: services ## go test -race on all packages (and the nested modules) but the
 		echo "cd $$d && $(GO) test -race -count=1 ./..."; \
 		(cd $$d && $(GO) test -race -count=1 -timeout 10m ./...) || exit 1; \
 	done
+
+.PHONY: deploy-check
+deploy-check: services ## the deploy/ checks alone (part of unit): alert rules, systemd unit, image, Helm chart, dashboard vs a live /metrics
+	$(GO) test -race -count=1 ./deploy/...
+	$(GO) test -race -count=1 -run 'TestDeployMetricNames|TestPromqlMetricNames|TestDashboardCovers|TestImageRunsUnderPodman' ./cmd/platformd/
+	$(GO) test -race -count=1 -run 'TestAlertCommandsExist' ./cmd/platformctl/
+	cd deploy/image && $(GO) test -race -count=1 ./...
+	cd deploy/helmcheck && $(GO) test -race -count=1 ./...
 
 .PHONY: fuzz
 fuzz: ## fuzz the envelope decoder (FuzzDecode) for FUZZTIME
@@ -114,7 +129,7 @@ proto-verify: ## buf lint + format check, generated code up to date, no breaking
 .PHONY: tidy-check
 tidy-check: ## fail if go mod tidy would change go.mod/go.sum (also the tool modules)
 	$(GO) mod tidy -diff
-	@for d in tools/lint tools/buf tools/buf/plugins $(NESTED_MODULES); do \
+	@for d in tools/lint tools/buf tools/buf/plugins tools/grpcurl $(NESTED_MODULES); do \
 		(cd $$d && $(GO) mod tidy -diff) || { echo "tidy-check: run 'go mod tidy' in $$d"; exit 1; }; \
 	done
 
@@ -141,6 +156,11 @@ console-shots: services ## screenshots of the console's pages at 1280 and 390 px
 	mkdir -p results/console
 	CONSOLE_SHOTS=$(CURDIR)/results/console $(GO) test -count=1 -v -run '^TestConsoleShots$$' -timeout 5m ./test/console/
 	@ls -1 results/console/*.png
+
+.PHONY: image
+image: ## container image, no daemon or registry: OCI layout bin/image/oci + tarball bin/image/platformd.tar (podman load)
+	CGO_ENABLED=0 GOOS=linux $(GO) build -trimpath -ldflags='-s -w' -o bin/image/platformd ./cmd/platformd
+	cd deploy/image && $(GO) run . -binary ../../bin/image/platformd -layout ../../bin/image/oci -tarball ../../bin/image/platformd.tar -tag platformd:$$(git describe --tags --always --dirty 2>/dev/null || echo dev) -version $$(git describe --tags --always --dirty 2>/dev/null || echo dev)
 
 .PHONY: build
 build: ## build cmd/* into bin/

@@ -6,6 +6,10 @@
 #   PostgreSQL  127.0.0.1:5432, user postgres, no password (trust)
 #   RabbitMQ    127.0.0.1:5672, guest/guest
 #   Chromium    Debian's chromium package (headless, for test/console)
+#   promtool    Debian's prometheus package (deploy/prometheus rule tests)
+#   systemd-analyze  Debian's systemd package (deploy/systemd unit check;
+#                    installing it does not make systemd PID 1)
+#   ca-certificates, tzdata  copied into the container image (make image)
 #
 # Works on a fresh Debian 12 (installs missing packages with apt-get) and on
 # machines where systemd is not PID 1. Idempotent: a second run changes
@@ -18,6 +22,8 @@
 #   PG_CLUSTER, PG_PORT Debian cluster name and port (default main, 5432; only
 #                      for testing this script against a scratch cluster)
 #   SERVICES_NO_BROWSER set to 1 to skip installing chromium
+#   SERVICES_NO_DEPLOY_TOOLS set to 1 to skip installing promtool and
+#                      systemd-analyze (make test then skips their checks)
 set -euo pipefail
 
 TIMEOUT="${SERVICES_TIMEOUT:-120}"
@@ -78,7 +84,13 @@ apt_install() {
 		own_policy=1
 	fi
 	local rc=0
-	as_root env DEBIAN_FRONTEND=noninteractive apt-get install -y -qq \
+	# APT_NO_RECOMMENDS=1 (set by a caller for one call) installs only
+	# what the package depends on.
+	local extra=()
+	if [ "${APT_NO_RECOMMENDS:-}" = 1 ]; then
+		extra=(--no-install-recommends)
+	fi
+	as_root env DEBIAN_FRONTEND=noninteractive apt-get install -y -qq "${extra[@]}" \
 		-o Dpkg::Options::=--force-confdef -o Dpkg::Options::=--force-confold \
 		"$@" </dev/null >/dev/null || rc=$?
 	if [ "$own_policy" -eq 1 ]; then
@@ -325,6 +337,52 @@ ensure_chromium() {
 	say "chromium: installed ($(chromium --version 2>/dev/null || echo 'version unknown'))"
 }
 
+# ---------------------------------------------------------------------------
+# Deploy checks' tools: promtool (alert rule tests), systemd-analyze (unit)
+# ---------------------------------------------------------------------------
+
+ensure_deploy_tools() {
+	if [ "${SERVICES_NO_DEPLOY_TOOLS:-}" = 1 ]; then
+		say "deploy tools: skipped (SERVICES_NO_DEPLOY_TOOLS=1)"
+		return
+	fi
+	if command -v promtool >/dev/null 2>&1; then
+		say "promtool: already installed"
+	else
+		# Debian ships promtool only inside the prometheus package. Without
+		# recommends (no node exporter), and with the server's unit disabled
+		# again: this machine wants the tool, not a Prometheus server at boot.
+		APT_NO_RECOMMENDS=1 apt_install prometheus
+		# --root=/ works whether or not systemd runs (it edits the links).
+		if command -v systemctl >/dev/null 2>&1; then
+			as_root systemctl --root=/ disable prometheus.service >/dev/null 2>&1 || true
+		fi
+		command -v promtool >/dev/null 2>&1 || die "promtool: installed but the promtool command is still missing"
+		say "promtool: installed ($(promtool --version 2>&1 | head -n1))"
+	fi
+	if command -v systemd-analyze >/dev/null 2>&1; then
+		say "systemd-analyze: already installed"
+	else
+		APT_NO_RECOMMENDS=1 apt_install systemd
+		command -v systemd-analyze >/dev/null 2>&1 || die "systemd-analyze: installed but the command is still missing"
+		say "systemd-analyze: installed"
+	fi
+}
+
+# The container image copies the build machine's CA bundle and tzdata
+# (deploy/image); minimal Debian images may lack either.
+ensure_image_inputs() {
+	if [ -s /etc/ssl/certs/ca-certificates.crt ] && [ -e /usr/share/zoneinfo/UTC ]; then
+		say "ca-certificates, tzdata: already installed"
+		return
+	fi
+	APT_NO_RECOMMENDS=1 apt_install ca-certificates tzdata
+	[ -s /etc/ssl/certs/ca-certificates.crt ] || die "ca-certificates: installed but /etc/ssl/certs/ca-certificates.crt is missing"
+	say "ca-certificates, tzdata: installed"
+}
+
 ensure_postgres
 ensure_rabbitmq
 ensure_chromium
+ensure_deploy_tools
+ensure_image_inputs
