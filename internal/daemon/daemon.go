@@ -13,6 +13,7 @@ import (
 	"os"
 	"slices"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/google/uuid"
@@ -373,15 +374,24 @@ func (d *Daemon) stopStages() [][]startstop.Stopper {
 	}
 }
 
-// horizonCache holds a service's horizon in force for the hot path.
+// horizonCache holds a service's horizon in force for the hot path. get
+// never waits for the database: a refresh reads the horizon outside any
+// lock the hot path takes, and only stores its answer. Refreshes run one
+// at a time, each bounded by its context.
 type horizonCache struct {
 	db       *pgxpool.Pool
 	service  string
 	def, min time.Duration
 	log      *slog.Logger
 
-	mu sync.RWMutex
-	h  time.Duration
+	refreshing chan struct{} // one refresh at a time: a late answer never overwrites a newer one
+	h          atomic.Int64  // the horizon in force, a time.Duration; 0 until the first refresh
+}
+
+// newHorizonCache returns the horizon cache of service on db, holding no
+// horizon until its first refresh.
+func newHorizonCache(db *pgxpool.Pool, service string, def, min time.Duration, log *slog.Logger) *horizonCache {
+	return &horizonCache{db: db, service: service, def: def, min: min, log: log, refreshing: make(chan struct{}, 1)}
 }
 
 // HorizonRefreshDefault is how often the cached horizon is re-read when no
@@ -389,23 +399,23 @@ type horizonCache struct {
 const HorizonRefreshDefault = 30 * time.Second
 
 func (c *horizonCache) refresh(ctx context.Context) {
+	select {
+	case c.refreshing <- struct{}{}:
+		defer func() { <-c.refreshing }()
+	case <-ctx.Done():
+		return
+	}
 	h, err := state.GetHorizon(ctx, c.db, c.service, c.def, c.min)
-	c.mu.Lock()
-	defer c.mu.Unlock()
 	if err != nil {
-		if c.h == 0 {
-			c.h = c.def
-		}
+		c.h.CompareAndSwap(0, int64(c.def))
 		c.log.WarnContext(ctx, "daemon: read horizon", slog.String("service", c.service), slog.Any("error", err))
 		return
 	}
-	c.h = horizonInForce(ctx, c.db, h.Horizon) // rounded up to whole partitions when partitioned
+	c.h.Store(int64(horizonInForce(ctx, c.db, h.Horizon))) // rounded up to whole partitions when partitioned
 }
 
 func (c *horizonCache) get() time.Duration {
-	c.mu.RLock()
-	defer c.mu.RUnlock()
-	return c.h
+	return time.Duration(c.h.Load())
 }
 
 // refreshEvery re-reads the horizon periodically, a safety net under

@@ -117,7 +117,7 @@ func (d *Daemon) newService(ctx context.Context, sc config.ServiceConfig, reg *c
 	}
 	s := &service{name: sc.Name, d: d, db: db, migrate: migrate}
 	s.setConfig(sc, reg)
-	s.horizon = &horizonCache{db: db, service: sc.Name, def: sc.Horizon, min: sc.MinHorizon, log: d.log}
+	s.horizon = newHorizonCache(db, sc.Name, sc.Horizon, sc.MinHorizon, d.log)
 	for _, pc := range sc.Pools {
 		sp, err := s.newPool(pc)
 		if err != nil {
