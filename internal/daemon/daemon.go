@@ -142,11 +142,13 @@ type Daemon struct {
 	publish    *workers.Conn // retry and failure copies of every pool
 	outboxConn *workers.Conn // every relay's publishing connection
 	killHook   func([]uuid.UUID)
-	admin      *admin.Server
-	console    *console.Server // nil when off; see console.go
-	httpSrv    *metricsServer
-	stopOnce   sync.Once
-	reloadMu   sync.Mutex // one reload at a time
+	// newPoolErrFunc, set by tests only, fails the building of a pool.
+	newPoolErrFunc func(config.PoolConfig) error
+	admin          *admin.Server
+	console        *console.Server // nil when off; see console.go
+	httpSrv        *metricsServer
+	stopOnce       sync.Once
+	reloadMu       sync.Mutex // one reload at a time
 	// stopping, under reloadMu, is set once Stop has taken the services
 	// to stop: a reload waiting behind it must not start others then.
 	stopping bool

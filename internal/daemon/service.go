@@ -134,6 +134,11 @@ func (d *Daemon) newService(ctx context.Context, sc config.ServiceConfig, reg *c
 // newPool builds one pool of s (not started).
 func (s *service) newPool(pc config.PoolConfig) (*servicePool, error) {
 	d := s.d
+	if d.newPoolErrFunc != nil { // tests: a pool that cannot be built
+		if err := d.newPoolErrFunc(pc); err != nil {
+			return nil, err
+		}
+	}
 	routes, err := dedup.RoutesFor(s.registry(), pc.Handlers)
 	if err != nil {
 		return nil, fmt.Errorf("pool %s: %w", pc.Name, err)
