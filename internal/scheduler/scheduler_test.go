@@ -278,7 +278,7 @@ func TestFirstRunAfterOnePeriod(t *testing.T) {
 	b.seed(t, 10, 2*time.Hour)
 	start := time.Now()
 	require.NoError(t, s.Start(context.Background()))
-	require.NoError(t, s.Start(context.Background()), "starting twice does nothing")
+	require.ErrorIs(t, s.Start(context.Background()), startstop.ErrStarted, "a second Start is refused, and changes nothing")
 	time.Sleep(300 * time.Millisecond)
 	require.Equal(t, 10, b.rows(t))
 	require.Equal(t, 0, b.count(t, `SELECT count(*) FROM platform.purge_run`))
