@@ -107,8 +107,9 @@ fmt: ## format Go code (gofmt + goimports via golangci-lint fmt)
 	$(GOLANGCI_LINT) fmt ./...
 
 .PHONY: vet
-vet: ## go vet ./... (and the nested modules)
+vet: ## go vet ./... (and the nested modules, and the test hooks' build)
 	$(GO) vet ./...
+	$(GO) vet -tags platformd_testhooks ./internal/daemon/
 	@for d in $(NESTED_MODULES); do (cd $$d && $(GO) vet ./...) || exit 1; done
 
 .PHONY: lint

@@ -288,6 +288,21 @@ func (e *env) publish(n int, dupEvery int) (int, error) {
 	return n, nil
 }
 
+// queueState is queue's ready messages and consumers, as the broker
+// counts them.
+func queueState(t *testing.T, queue string) (ready, consumers int) {
+	t.Helper()
+	conn, err := amqp.Dial(amqpURL())
+	require.NoError(t, err)
+	defer conn.Close()
+	ch, err := conn.Channel()
+	require.NoError(t, err)
+	defer ch.Close()
+	q, err := ch.QueueDeclarePassive(queue, true, false, false, false, nil)
+	require.NoError(t, err)
+	return q.Messages, q.Consumers
+}
+
 func count(t *testing.T, dsn, q string) int {
 	t.Helper()
 	db, err := pgxpool.New(context.Background(), dsn)
@@ -434,8 +449,17 @@ func TestAdminAcrossDaemons(t *testing.T) {
 		r, err := cliB.ListPools(ctx, &adminv1.ListPoolsRequest{Service: "stock"})
 		return err == nil && r.GetPools()[0].GetState() == adminv1.PoolState_POOL_STATE_PAUSED
 	}, 10*time.Second, 50*time.Millisecond)
+	// Paused workers cancel their consumers: once the queue has none, the
+	// broker can deliver nothing, and every order published stays ready.
+	queue := "e2e.stock." + e.suffix
+	require.Eventually(t, func() bool {
+		_, consumers := queueState(t, queue)
+		return consumers == 0
+	}, 10*time.Second, 20*time.Millisecond, "the paused pools still consume")
 	sent := e.publishOrders(t, 50, 0)
-	time.Sleep(700 * time.Millisecond)
+	ready, consumers := queueState(t, queue)
+	require.Equal(t, sent, ready, "nothing delivered while paused")
+	require.Zero(t, consumers)
 	require.Zero(t, count(t, e.stockDSN, `SELECT count(*) FROM reservation`), "nothing consumed while paused")
 	_, err = cliB.ResumePool(ctx, &adminv1.ResumePoolRequest{Pool: pool})
 	require.NoError(t, err)
@@ -543,16 +567,33 @@ func TestAdminAcrossDaemons(t *testing.T) {
 }
 
 // The binary as built has no way to run handlers without the dedup insert:
-// neither the environment switch the bench once used nor the no-dedup
-// build's code (tag platformd_nodedup, which only the bench builds) is in it.
+// the no-dedup build's code (tag platformd_nodedup, which only the bench
+// builds) is not in it. Each mark is first found in a no-dedup build, so
+// that the check can fail.
 func TestShippedBinaryCannotSkipTheDedupInsert(t *testing.T) {
+	t.Parallel()
+	nodedup := filepath.Join(t.TempDir(), "platformd-nodedup")
+	out, err := exec.Command("go", "build", "-tags", "platformd_nodedup", "-o", nodedup, ".").CombinedOutput()
+	require.NoError(t, err, "%s", out)
+	const warning = "the dedup insert is OFF"
+	for bin, nd := range map[string]bool{binary: false, nodedup: true} {
+		data, err := os.ReadFile(bin)
+		require.NoError(t, err)
+		require.Equal(t, nd, strings.Contains(string(data), warning), "%s: the no-dedup build's warning", bin)
+		out, err := exec.Command("go", "version", "-m", bin).CombinedOutput()
+		require.NoError(t, err, "%s", out)
+		require.Equal(t, nd, strings.Contains(string(out), "platformd_nodedup"), "%s: the build tag", bin)
+	}
+}
+
+// The binary as built never kills itself between an outbox confirm and its
+// delete: that hook is in test builds only (tag platformd_testhooks).
+func TestShippedBinaryHasNoKillHook(t *testing.T) {
 	t.Parallel()
 	data, err := os.ReadFile(binary)
 	require.NoError(t, err)
-	for _, s := range []string{"PLATFORMD_BENCH_SKIP_DEDUP_INSERT", "the dedup insert is OFF"} {
-		require.NotContains(t, string(data), s)
-	}
+	require.NotContains(t, string(data), "SIGKILLs itself between an outbox confirm")
 	out, err := exec.Command("go", "version", "-m", binary).CombinedOutput()
 	require.NoError(t, err, "%s", out)
-	require.NotContains(t, string(out), "platformd_nodedup")
+	require.NotContains(t, string(out), "platformd_testhooks")
 }

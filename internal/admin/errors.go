@@ -32,6 +32,9 @@ var (
 	// ErrNeedsRestart is a config change a running daemon cannot apply:
 	// codes.FailedPrecondition.
 	ErrNeedsRestart = errors.New("needs a restart")
+	// ErrReloadFailed is a reload applied in part: a service or pool of the
+	// new config did not start: codes.Internal, with what did not start.
+	ErrReloadFailed = errors.New("reload failed")
 )
 
 // ConfigError is a configuration that does not validate (or whose SQL does
@@ -91,6 +94,9 @@ func (s *Server) toStatus(ctx context.Context, method string, err error) error {
 		return status.Error(codes.InvalidArgument, err.Error())
 	case errors.Is(err, ErrBelowMinHorizon):
 		return status.Error(codes.FailedPrecondition, err.Error())
+	case errors.Is(err, ErrReloadFailed):
+		s.logger.ErrorContext(ctx, "admin: reload failed", slog.String("method", method), slog.Any("error", err))
+		return status.Error(codes.Internal, err.Error())
 	case errors.Is(err, ErrUnavailable):
 		return status.Error(codes.Unavailable, err.Error())
 	case errors.Is(err, context.Canceled):

@@ -12,6 +12,7 @@ import (
 	"github.com/goccy/go-yaml"
 	"github.com/goccy/go-yaml/ast"
 	"github.com/goccy/go-yaml/parser"
+	"github.com/goccy/go-yaml/token"
 )
 
 var durationType = reflect.TypeFor[time.Duration]()
@@ -27,15 +28,22 @@ const maxMergeDepth = 32
 type decoder struct {
 	ps      *problems
 	lookup  func(string) (string, bool)
-	anchors map[string]ast.Node
+	anchors map[string][]anchorDef // every anchor of a name, in document order
 	set     map[string]bool
+}
+
+// anchorDef is one anchor of a name: where it stands and the node it
+// names.
+type anchorDef struct {
+	line, col int
+	node      ast.Node
 }
 
 // decodeYAML parses data and decodes it into out (a pointer to a struct).
 // It returns the set of paths present in the document with a non-null
 // value.
 func decodeYAML(ps *problems, data []byte, out any, lookup func(string) (string, bool)) map[string]bool {
-	d := &decoder{ps: ps, lookup: lookup, anchors: make(map[string]ast.Node), set: make(map[string]bool)}
+	d := &decoder{ps: ps, lookup: lookup, anchors: make(map[string][]anchorDef), set: make(map[string]bool)}
 	file, err := parser.ParseBytes(data, 0)
 	if err != nil {
 		d.syntaxError(err)
@@ -74,14 +82,17 @@ func (d *decoder) syntaxError(err error) {
 }
 
 // collectAnchors registers every anchor of the tree by name, in document
-// order (a later anchor of the same name replaces an earlier one).
+// order: an alias names the latest anchor of its name before it (YAML 1.2,
+// 3.2.2.2), so a redefined anchor keeps every definition.
 func (d *decoder) collectAnchors(n ast.Node, depth int) {
 	if n == nil || depth > 1000 {
 		return
 	}
 	switch v := n.(type) {
 	case *ast.AnchorNode:
-		d.anchors[v.Name.GetToken().Value] = v.Value
+		name := v.Name.GetToken().Value
+		line, col := tokenPos(v.Start)
+		d.anchors[name] = append(d.anchors[name], anchorDef{line: line, col: col, node: v.Value})
 		d.collectAnchors(v.Value, depth+1)
 	case *ast.TagNode:
 		d.collectAnchors(v.Value, depth+1)
@@ -97,6 +108,27 @@ func (d *decoder) collectAnchors(n ast.Node, depth int) {
 			d.collectAnchors(e, depth+1)
 		}
 	}
+}
+
+// anchorBefore returns the node of the latest anchor name that stands
+// before the alias token at, and false when there is none.
+func (d *decoder) anchorBefore(name string, at *token.Token) (ast.Node, bool) {
+	line, col := tokenPos(at)
+	defs := d.anchors[name]
+	for i := len(defs) - 1; i >= 0; i-- {
+		if defs[i].line < line || defs[i].line == line && defs[i].col < col {
+			return defs[i].node, true
+		}
+	}
+	return nil, false
+}
+
+// tokenPos is where tk stands, line and column (0, 0 when unknown).
+func tokenPos(tk *token.Token) (line, col int) {
+	if tk == nil || tk.Position == nil {
+		return 0, 0
+	}
+	return tk.Position.Line, tk.Position.Column
 }
 
 // resolve strips anchors and tags off n and follows aliases. It returns the
@@ -115,9 +147,13 @@ func (d *decoder) resolve(path string, n ast.Node) (ast.Node, string, bool) {
 			n = v.Value
 		case *ast.AliasNode:
 			name := v.Value.GetToken().Value
-			target, ok := d.anchors[name]
+			target, ok := d.anchorBefore(name, v.Start)
 			if !ok {
-				d.ps.decodeErr(path, "unknown alias *%s", name)
+				if _, later := d.anchors[name]; later {
+					d.ps.decodeErr(path, "alias *%s before its anchor &%s", name, name)
+				} else {
+					d.ps.decodeErr(path, "unknown alias *%s", name)
+				}
 				return nil, "", false
 			}
 			n = target

@@ -172,6 +172,46 @@ func TestDecodeAnchorsAndMerge(t *testing.T) {
 	require.Equal(t, 8*50*2, p1.Prefetch)
 }
 
+// An anchor defined twice: each alias names the latest anchor before it
+// (YAML 1.2, 3.2.2.2), not the last one of the document.
+func TestDecodeRedefinedAnchor(t *testing.T) {
+	t.Parallel()
+	const data = `services:
+  - name: stock
+    database: postgres://localhost/stock
+    pools:
+      - name: stock-events
+        queue: stock.events
+        bindings: [order.order.placed.v1]
+        handlers: [stock.reserve]
+        concurrency: &n 2
+        batch:
+          size: *n
+      - name: stock-release
+        queue: stock.release
+        bindings: [order.order.cancelled.v1, order.order.expired.v1]
+        handlers: [stock.release]
+        concurrency: &n 3
+        batch:
+          size: *n
+`
+	c, err := parseWith(t, data, nil)
+	require.NoError(t, err)
+	p0, p1 := c.Services[0].Pools[0], c.Services[0].Pools[1]
+	require.Equal(t, 2, p0.Batch.Size, "the alias names the anchor before it, not the last of the document")
+	require.Equal(t, 3, p1.Batch.Size)
+}
+
+// An alias before its anchor names nothing: an error at the alias's key
+// path, not the anchor that comes later.
+func TestDecodeForwardAlias(t *testing.T) {
+	t.Parallel()
+	data := edit(t, baseYAML, "queue_type: quorum", "queue_type: *qt", "concurrency: 4", "concurrency: 4\n        x-later: &qt quorum")
+	_, err := parseWith(t, data, nil)
+	problems := requireProblems(t, err)
+	require.Contains(t, problems, Problem{Path: "services[0].pools[0].queue_type", Message: "alias *qt before its anchor &qt"})
+}
+
 func TestDecodeScalarsIntoStrings(t *testing.T) {
 	t.Parallel()
 	// A scalar that YAML reads as a number or a boolean keeps its source

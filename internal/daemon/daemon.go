@@ -146,11 +146,13 @@ type Daemon struct {
 	publish    *workers.Conn // retry and failure copies of every pool
 	outboxConn *workers.Conn // every relay's publishing connection
 	killHook   func([]uuid.UUID)
-	admin      *admin.Server
-	console    *console.Server // nil when off; see console.go
-	httpSrv    *metricsServer
-	stopOnce   sync.Once
-	reloadMu   sync.Mutex // one reload at a time
+	// newPoolErrFunc, set by tests only, fails the building of a pool.
+	newPoolErrFunc func(config.PoolConfig) error
+	admin          *admin.Server
+	console        *console.Server // nil when off; see console.go
+	httpSrv        *metricsServer
+	stopOnce       sync.Once
+	reloadMu       sync.Mutex // one reload at a time
 	// stopping, under reloadMu, is set once Stop has taken the services
 	// to stop: a reload waiting behind it must not start others then.
 	stopping bool
@@ -403,15 +405,24 @@ func (d *Daemon) stopStages() [][]startstop.Stopper {
 	}
 }
 
-// horizonCache holds a service's horizon in force for the hot path.
+// horizonCache holds a service's horizon in force for the hot path. get
+// never waits for the database: a refresh reads the horizon outside any
+// lock the hot path takes, and only stores its answer. Refreshes run one
+// at a time, each bounded by its context.
 type horizonCache struct {
 	db       *pgxpool.Pool
 	service  string
 	def, min time.Duration
 	log      *slog.Logger
 
-	mu sync.RWMutex
-	h  time.Duration
+	refreshing chan struct{} // one refresh at a time: a late answer never overwrites a newer one
+	h          atomic.Int64  // the horizon in force, a time.Duration; 0 until the first refresh
+}
+
+// newHorizonCache returns the horizon cache of service on db, holding no
+// horizon until its first refresh.
+func newHorizonCache(db *pgxpool.Pool, service string, def, min time.Duration, log *slog.Logger) *horizonCache {
+	return &horizonCache{db: db, service: service, def: def, min: min, log: log, refreshing: make(chan struct{}, 1)}
 }
 
 // HorizonRefreshDefault is how often the cached horizon is re-read when no
@@ -419,23 +430,23 @@ type horizonCache struct {
 const HorizonRefreshDefault = 30 * time.Second
 
 func (c *horizonCache) refresh(ctx context.Context) {
+	select {
+	case c.refreshing <- struct{}{}:
+		defer func() { <-c.refreshing }()
+	case <-ctx.Done():
+		return
+	}
 	h, err := state.GetHorizon(ctx, c.db, c.service, c.def, c.min)
-	c.mu.Lock()
-	defer c.mu.Unlock()
 	if err != nil {
-		if c.h == 0 {
-			c.h = c.def
-		}
+		c.h.CompareAndSwap(0, int64(c.def))
 		c.log.WarnContext(ctx, "daemon: read horizon", slog.String("service", c.service), slog.Any("error", err))
 		return
 	}
-	c.h = horizonInForce(ctx, c.db, h.Horizon) // rounded up to whole partitions when partitioned
+	c.h.Store(int64(horizonInForce(ctx, c.db, h.Horizon))) // rounded up to whole partitions when partitioned
 }
 
 func (c *horizonCache) get() time.Duration {
-	c.mu.RLock()
-	defer c.mu.RUnlock()
-	return c.h
+	return time.Duration(c.h.Load())
 }
 
 // refreshEvery re-reads the horizon periodically, a safety net under

@@ -58,6 +58,12 @@ func (d *Daemon) Reload(ctx context.Context, actor string) (admin.ReloadResult, 
 		result = metrics.ReloadFailed
 	}
 	d.metrics.ConfigReloads.WithLabelValues(result).Inc()
+	if errors.Is(err, admin.ErrReloadFailed) { // applied, but for what did not start
+		d.log.ErrorContext(ctx, "daemon: config reload applied in part", slog.String("actor", actor),
+			slog.String("result", result), slog.Any("error", err))
+		d.auditReload(ctx, actor, res)
+		return res, err
+	}
 	if err != nil {
 		d.log.WarnContext(ctx, "daemon: config reload refused; nothing changed", slog.String("actor", actor),
 			slog.String("result", result), slog.Any("error", err))
@@ -99,7 +105,7 @@ func (d *Daemon) reload(ctx context.Context) (admin.ReloadResult, error) {
 	if err != nil {
 		return admin.ReloadResult{}, err
 	}
-	return d.applyReload(ctx, cfg, reg, plan, migrated), nil
+	return d.applyReload(ctx, cfg, reg, plan, migrated)
 }
 
 // needsRestart returns the keys whose change a running daemon cannot apply.
@@ -275,9 +281,12 @@ func (d *Daemon) prepareReload(ctx context.Context, cfg *config.Config, reg *con
 }
 
 // applyReload applies plan: stops first (in parallel), then starts, then
-// the config in force becomes cfg.
-func (d *Daemon) applyReload(ctx context.Context, cfg *config.Config, reg *consumer.Registry, plan *reloadPlan, migrated map[string]bool) admin.ReloadResult {
+// the config in force becomes cfg. A service or pool that does not start
+// is left out of the result and named in the error, which wraps
+// admin.ErrReloadFailed.
+func (d *Daemon) applyReload(ctx context.Context, cfg *config.Config, reg *consumer.Registry, plan *reloadPlan, migrated map[string]bool) (admin.ReloadResult, error) {
 	var res admin.ReloadResult
+	var failed []error
 	var stopping []startstop.Stopper
 	for _, s := range plan.remove {
 		stopping = append(stopping, s)
@@ -310,12 +319,19 @@ func (d *Daemon) applyReload(ctx context.Context, cfg *config.Config, reg *consu
 	for _, sc := range cfg.Services {
 		s, kept := running[sc.Name]
 		if p, ok := plan.pools[sc.Name]; ok {
-			s.attach(ctx, sc, reg, p)
+			notStarted := s.attach(ctx, sc, reg, p)
+			for _, err := range notStarted {
+				failed = append(failed, err)
+			}
 			for _, pc := range p.add {
-				res.PoolsAdded = append(res.PoolsAdded, pc.Name)
+				if notStarted[pc.Name] == nil {
+					res.PoolsAdded = append(res.PoolsAdded, pc.Name)
+				}
 			}
 			for _, pc := range p.restart {
-				res.PoolsRestarted = append(res.PoolsRestarted, pc.Name)
+				if notStarted[pc.Name] == nil {
+					res.PoolsRestarted = append(res.PoolsRestarted, pc.Name)
+				}
 			}
 			res.PoolsRemoved = append(res.PoolsRemoved, p.remove...)
 			res.PoolsUnchanged = append(res.PoolsUnchanged, p.unchanged...)
@@ -323,13 +339,13 @@ func (d *Daemon) applyReload(ctx context.Context, cfg *config.Config, reg *consu
 			continue
 		}
 		ns, err := d.newService(ctx, sc, reg, !migrated[sc.Name])
+		if err == nil {
+			err = ns.Start(ctx)
+		}
 		if err != nil {
 			// Validated already: only a DSN pgx cannot parse gets here.
 			d.log.ErrorContext(ctx, "daemon: reload: service not started", slog.String("service", sc.Name), slog.Any("error", err))
-			continue
-		}
-		if err := ns.Start(ctx); err != nil {
-			d.log.ErrorContext(ctx, "daemon: reload: service not started", slog.String("service", sc.Name), slog.Any("error", err))
+			failed = append(failed, fmt.Errorf("service %s not started: %w", sc.Name, err))
 			continue
 		}
 		if !kept {
@@ -340,6 +356,9 @@ func (d *Daemon) applyReload(ctx context.Context, cfg *config.Config, reg *consu
 		}
 		services = append(services, ns)
 	}
+	if len(failed) > 0 {
+		cfg = inForce(cfg, services)
+	}
 	d.mu.Lock()
 	d.cfg, d.services = cfg, services
 	d.mu.Unlock()
@@ -347,7 +366,23 @@ func (d *Daemon) applyReload(ctx context.Context, cfg *config.Config, reg *consu
 		res.PoolsAdded, res.PoolsRemoved, res.PoolsRestarted, res.PoolsUnchanged} {
 		slices.Sort(l)
 	}
-	return res
+	if len(failed) > 0 {
+		slices.SortFunc(failed, func(a, b error) int { return strings.Compare(a.Error(), b.Error()) })
+		return res, fmt.Errorf("%w: %w", admin.ErrReloadFailed, errors.Join(failed...))
+	}
+	return res, nil
+}
+
+// inForce is cfg as far as it was applied: only the services that run,
+// each with the pools it runs (its config in force). A reload after a
+// failed one then finds what did not start new, and tries it again.
+func inForce(cfg *config.Config, services []*service) *config.Config {
+	c := *cfg
+	c.Services = nil
+	for _, s := range services {
+		c.Services = append(c.Services, s.config())
+	}
+	return &c
 }
 
 // detach is the first half of a reload's pool plan for a service that
@@ -378,19 +413,26 @@ func (s *service) detach(p *poolPlan) {
 
 // attach is the second half, once every service's detach is done: the new
 // and changed pools start (once the service is up; before, its bring-up
-// starts them).
-func (s *service) attach(ctx context.Context, sc config.ServiceConfig, reg *consumer.Registry, p *poolPlan) {
+// starts them). It returns the pools that could not be built, by name.
+func (s *service) attach(ctx context.Context, sc config.ServiceConfig, reg *consumer.Registry, p *poolPlan) map[string]error {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	s.setConfig(sc, reg)
 	var started []*servicePool
+	notStarted := map[string]error{}
 	for _, pc := range append(slices.Clone(p.add), p.restart...) {
 		sp, err := s.newPool(pc)
 		if err != nil {
 			s.d.log.ErrorContext(ctx, "daemon: reload: pool not started", slog.String("pool", pc.Name), slog.Any("error", err))
+			notStarted[pc.Name] = fmt.Errorf("pool %s not started: %w", pc.Name, err)
 			continue
 		}
 		started = append(started, sp)
+	}
+	if len(notStarted) > 0 {
+		// Not in force: the next reload finds them new and tries again.
+		sc.Pools = slices.DeleteFunc(slices.Clone(sc.Pools), func(pc config.PoolConfig) bool { return notStarted[pc.Name] != nil })
+		s.setConfig(sc, reg)
 	}
 	// Keep the config's order.
 	all := append(s.pools, started...)
@@ -401,7 +443,7 @@ func (s *service) attach(ctx context.Context, sc config.ServiceConfig, reg *cons
 	slices.SortFunc(all, func(a, b *servicePool) int { return order[a.cfg.Name] - order[b.cfg.Name] })
 	s.pools = all
 	if !s.up.Load() {
-		return // the bring-up starts every pool of s.pools
+		return notStarted // the bring-up starts every pool of s.pools
 	}
 	for _, sp := range started {
 		// Bounded as at start: s.mu is held, and admin calls wait on it.
@@ -413,6 +455,7 @@ func (s *service) attach(ctx context.Context, sc config.ServiceConfig, reg *cons
 		}
 		_ = sp.pool.Start(ctx)
 	}
+	return notStarted
 }
 
 // auditReload records an applied reload in every service's database.

@@ -2,6 +2,7 @@ package daemon
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"io"
 	"log/slog"
@@ -13,13 +14,21 @@ import (
 	"time"
 
 	"github.com/jackc/pgx/v5"
+	"github.com/prometheus/client_golang/prometheus/testutil"
 	amqp "github.com/rabbitmq/amqp091-go"
 	"github.com/stretchr/testify/require"
+	"google.golang.org/grpc"
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/credentials/insecure"
+	"google.golang.org/grpc/metadata"
+	"google.golang.org/grpc/status"
 
+	adminv1 "github.com/platformd/platformd/api/gen/platform/admin/v1"
 	"github.com/platformd/platformd/consumer"
 	"github.com/platformd/platformd/examples/shop"
 	"github.com/platformd/platformd/internal/admin"
 	"github.com/platformd/platformd/internal/config"
+	"github.com/platformd/platformd/internal/metrics"
 	"github.com/platformd/platformd/internal/testdb"
 )
 
@@ -326,4 +335,43 @@ func mustPools(t *testing.T, d *Daemon) []admin.PoolInfo {
 	pools, err := (&backend{d: d}).ListPools(context.Background(), "")
 	require.NoError(t, err)
 	return pools
+}
+
+// A pool that cannot be built during a reload fails the reload: the metric
+// counts it `failed` and ReloadConfig answers INTERNAL naming the pool,
+// not `applied` and OK.
+func TestReloadWithAPoolNotBuiltFails(t *testing.T) {
+	t.Parallel()
+	e := newReloadEnv(t, testdb.New(t, "reload_fail"))
+	e.write(t, "", "")
+	d := e.start(t)
+	defer d.Stop()
+	d.reloadMu.Lock()
+	d.newPoolErrFunc = func(pc config.PoolConfig) error {
+		if pc.Name == "stock-status" {
+			return errors.New("no room for it")
+		}
+		return nil
+	}
+	d.reloadMu.Unlock()
+
+	e.write(t, e.statusPool(), "")
+	conn, err := grpc.NewClient(e.admin, grpc.WithTransportCredentials(insecure.NewCredentials()))
+	require.NoError(t, err)
+	defer conn.Close()
+	ctx := metadata.AppendToOutgoingContext(context.Background(), "authorization", "Bearer admin-token-0123456789")
+	_, err = adminv1.NewAdminServiceClient(conn).ReloadConfig(ctx, &adminv1.ReloadConfigRequest{})
+	require.Equal(t, codes.Internal, status.Code(err), "%v", err)
+	require.ErrorContains(t, err, "pool stock-status not started: no room for it")
+	require.InDelta(t, 1, testutil.ToFloat64(d.metrics.ConfigReloads.WithLabelValues(metrics.ReloadFailed)), 0)
+	require.InDelta(t, 0, testutil.ToFloat64(d.metrics.ConfigReloads.WithLabelValues(metrics.ReloadApplied)), 0)
+
+	// What did not start is not in force: the next reload tries it again.
+	d.reloadMu.Lock()
+	d.newPoolErrFunc = nil
+	d.reloadMu.Unlock()
+	res, err := d.Reload(context.Background(), "test")
+	require.NoError(t, err)
+	require.Equal(t, []string{"stock-status"}, res.PoolsAdded)
+	require.Len(t, mustPools(t, d), 2)
 }

@@ -117,7 +117,7 @@ func (d *Daemon) newService(ctx context.Context, sc config.ServiceConfig, reg *c
 	}
 	s := &service{name: sc.Name, d: d, db: db, migrate: migrate}
 	s.setConfig(sc, reg)
-	s.horizon = &horizonCache{db: db, service: sc.Name, def: sc.Horizon, min: sc.MinHorizon, log: d.log}
+	s.horizon = newHorizonCache(db, sc.Name, sc.Horizon, sc.MinHorizon, d.log)
 	for _, pc := range sc.Pools {
 		sp, err := s.newPool(pc)
 		if err != nil {
@@ -134,6 +134,11 @@ func (d *Daemon) newService(ctx context.Context, sc config.ServiceConfig, reg *c
 // newPool builds one pool of s (not started).
 func (s *service) newPool(pc config.PoolConfig) (*servicePool, error) {
 	d := s.d
+	if d.newPoolErrFunc != nil { // tests: a pool that cannot be built
+		if err := d.newPoolErrFunc(pc); err != nil {
+			return nil, err
+		}
+	}
 	routes, err := dedup.RoutesFor(s.registry(), pc.Handlers)
 	if err != nil {
 		return nil, fmt.Errorf("pool %s: %w", pc.Name, err)

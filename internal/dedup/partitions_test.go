@@ -163,6 +163,49 @@ func TestPartitionedRefusesOutOfRangeIDs(t *testing.T) {
 	require.True(t, res[0].BeyondHorizon)
 }
 
+// A burst of refused ids in one batch is settled on the batch's own
+// connection: on a pool of one connection the replay never waits for a
+// second one to read the partitions.
+func TestPartitionedRefusalsNeedNoSecondConnection(t *testing.T) {
+	t.Parallel()
+	b := setup(t)
+	ctx := context.Background()
+	now := b.partitioned(t)
+	one, err := dedup.Connect(ctx, b.dsn, dedup.PoolConfig{MaxConns: 1})
+	require.NoError(t, err)
+	t.Cleanup(one.Close)
+	routes, err := dedup.RoutesFor(b.reg, []string{shop.HandlerStockReserve})
+	require.NoError(t, err)
+	p := dedup.NewProcessor(one, dedup.ProcessorConfig{Routes: routes})
+
+	var evs []consumer.Event
+	for i := range 20 {
+		ev := orderEvent(t, 1)
+		switch i % 4 {
+		case 0:
+			ev.ID = v7At(now.Add(-10 * 24 * time.Hour)) // older than every partition
+		case 1:
+			ev.ID = v7At(now.Add(30 * 24 * time.Hour)) // no partition yet
+		}
+		evs = append(evs, ev)
+	}
+	pctx, cancel := context.WithTimeout(ctx, 10*time.Second)
+	defer cancel()
+	res, err := p.Process(pctx, evs)
+	require.NoError(t, err, "the replay waited for a second connection")
+	for i, r := range res {
+		switch i % 4 {
+		case 0:
+			require.True(t, r.BeyondHorizon, "event %d", i)
+			require.Contains(t, r.Err.Error(), "older than the oldest partition")
+		case 1:
+			require.Contains(t, r.Err.Error(), "no partition of processed_event yet")
+		default:
+			require.Equal(t, dedup.OutcomeProcessed, r.Outcome, "event %d", i)
+		}
+	}
+}
+
 // The purge drops the partitions wholly older than the horizon in force
 // (rounded up to whole days), counts their rows, finalizes a detach left
 // pending and drops a partition left detached; a dry run drops nothing.

@@ -2,7 +2,6 @@ package dedup
 
 import (
 	"context"
-	"time"
 
 	"go.opentelemetry.io/otel/attribute"
 	"go.opentelemetry.io/otel/codes"
@@ -10,7 +9,6 @@ import (
 	"go.opentelemetry.io/otel/trace"
 
 	"github.com/platformd/platformd/consumer"
-	"github.com/platformd/platformd/internal/tracing"
 )
 
 // Span names of a batch's trace. A batch is one trace of its own, its
@@ -44,23 +42,13 @@ const (
 type tracer struct {
 	t     trace.Tracer
 	attrs []attribute.KeyValue // set on every batch span
-	// batch records the batch spans outside the SDK's span objects
-	// (tracing.Spans: pooled, attrs encoded once, and the room of a
-	// batch's links kept from one batch to the next, where the SDK grew
-	// a link queue per batch: a third of what tracing allocated), nil when
-	// t cannot: then t starts them.
-	batch *tracing.Spans
 }
 
 func newTracer(cfg ProcessorConfig) tracer {
 	if cfg.Tracer == nil {
 		return tracer{}
 	}
-	tr := tracer{t: cfg.Tracer, attrs: append([]attribute.KeyValue{semconv.DBSystemNamePostgreSQL}, cfg.TraceAttributes...)}
-	if tt, ok := cfg.Tracer.(*tracing.Tracer); ok {
-		tr.batch = tt.Spans(SpanBatch, trace.SpanKindInternal, tr.attrs)
-	}
-	return tr
+	return tracer{t: cfg.Tracer, attrs: append([]attribute.KeyValue{semconv.DBSystemNamePostgreSQL}, cfg.TraceAttributes...)}
 }
 
 // startBatch starts the batch span, linked to the delivery span of every
@@ -71,20 +59,8 @@ func (tr tracer) startBatch(ctx context.Context, events []consumer.Event) (conte
 	if tr.t == nil {
 		return ctx, nil
 	}
-	var span trace.Span
-	if tr.batch != nil {
-		s, sc := tr.batch.Start(ctx, time.Now())
-		if s == nil {
-			// Dropped: a non-recording span of the context the SDK's
-			// would have, for the children to follow (and be dropped).
-			ctx = trace.ContextWithSpanContext(ctx, sc)
-			return ctx, trace.SpanFromContext(ctx)
-		}
-		// The children need only its context: the pooled span itself
-		// must not outlive the batch in a ctx somebody keeps.
-		span = s
-		ctx = trace.ContextWithSpanContext(ctx, s.SpanContext())
-	} else if ctx, span = tr.t.Start(ctx, SpanBatch); !span.IsRecording() {
+	ctx, span := tr.t.Start(ctx, SpanBatch)
+	if !span.IsRecording() {
 		return ctx, span
 	}
 	for i := range events {
@@ -114,9 +90,7 @@ func (tr tracer) endBatch(span trace.Span, size int, results []Result, err error
 			}
 		}
 		attrs := make([]attribute.KeyValue, 0, len(tr.attrs)+4)
-		if tr.batch == nil {
-			attrs = append(attrs, tr.attrs...) // tracing.Spans' span has them
-		}
+		attrs = append(attrs, tr.attrs...)
 		span.SetAttributes(append(attrs, attrBatchSize.Int(size), attrProcessed.Int(processed),
 			attrDuplicates.Int(dups), attrFailed.Int(failed))...)
 	}

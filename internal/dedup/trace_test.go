@@ -36,7 +36,7 @@ type traceBundle struct {
 func setupTrace(t *testing.T) *traceBundle {
 	b := &traceBundle{testBundle: setup(t), seen: map[uuid.UUID]map[string]any{}}
 	b.rcv = tracingtest.New(t)
-	// The daemon's provider: its batch spans are tracing.Spans'.
+	// The daemon's provider: the SDK's tracer, batch processor and exporter.
 	tp, err := tracing.New(context.Background(), tracing.Config{Endpoint: b.rcv.HTTPEndpoint, Logger: slog.New(slog.DiscardHandler)})
 	require.NoError(t, err)
 	t.Cleanup(tp.Stop)

@@ -47,8 +47,9 @@ var (
 	// (on this daemon or another one sharing the database) holds its purge
 	// lock.
 	ErrPurgeInProgress = errors.New("purge already in progress")
-	// ErrStopped is the error of Start and RunNow after Stop.
-	ErrStopped = errors.New("scheduler stopped")
+	// ErrStopped is the error of Start and RunNow after Stop; it is
+	// startstop.ErrStopped too (errors.Is).
+	ErrStopped = fmt.Errorf("scheduler: %w", startstop.ErrStopped)
 )
 
 // ServiceConfig is one service whose processed_event table is purged.
@@ -194,8 +195,9 @@ func defaultDaemon() string {
 
 // Start schedules the jobs and returns; they run in the background until
 // Stop, or until ctx ends (which cancels the running purges and stops
-// scheduling; Stop must still be called). Starting a started Scheduler does
-// nothing; after Stop, Start returns ErrStopped.
+// scheduling; Stop must still be called). As every startstop service, a
+// second Start returns startstop.ErrStarted, and a Start after Stop
+// ErrStopped.
 func (s *Scheduler) Start(ctx context.Context) error {
 	err := s.StartFunc(func() (func(), error) {
 		cron, err := gocron.NewScheduler(gocron.WithLogger(s.logger), gocron.WithStopTimeout(stopTimeout))
@@ -211,7 +213,7 @@ func (s *Scheduler) Start(ctx context.Context) error {
 		return func() { stopWatch(); s.stop(cron) }, nil
 	})
 	if errors.Is(err, startstop.ErrStarted) {
-		return nil
+		return fmt.Errorf("scheduler: %w", err)
 	}
 	if errors.Is(err, startstop.ErrStopped) {
 		return ErrStopped

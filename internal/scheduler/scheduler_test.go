@@ -16,6 +16,7 @@ import (
 	"github.com/platformd/platformd/internal/dedup"
 	"github.com/platformd/platformd/internal/metrics"
 	"github.com/platformd/platformd/internal/scheduler"
+	"github.com/platformd/platformd/internal/startstop"
 	"github.com/platformd/platformd/internal/state"
 )
 
@@ -277,7 +278,7 @@ func TestFirstRunAfterOnePeriod(t *testing.T) {
 	b.seed(t, 10, 2*time.Hour)
 	start := time.Now()
 	require.NoError(t, s.Start(context.Background()))
-	require.NoError(t, s.Start(context.Background()), "starting twice does nothing")
+	require.ErrorIs(t, s.Start(context.Background()), startstop.ErrStarted, "a second Start is refused, and changes nothing")
 	time.Sleep(300 * time.Millisecond)
 	require.Equal(t, 10, b.rows(t))
 	require.Equal(t, 0, b.count(t, `SELECT count(*) FROM platform.purge_run`))
@@ -406,12 +407,14 @@ func TestStopBeforeStartAndTwice(t *testing.T) {
 	s.Stop()
 	s.Stop()
 	require.ErrorIs(t, s.Start(context.Background()), scheduler.ErrStopped)
+	require.ErrorIs(t, s.Start(context.Background()), startstop.ErrStopped)
 	_, err = s.RunNow(context.Background(), "stock", false, "ops")
 	require.ErrorIs(t, err, scheduler.ErrStopped)
 
 	s2, err := scheduler.New(scheduler.Config{Services: []scheduler.ServiceConfig{service(b.db, time.Hour)}})
 	require.NoError(t, err)
 	require.NoError(t, s2.Start(context.Background()))
+	require.ErrorIs(t, s2.Start(context.Background()), startstop.ErrStarted, "a second Start, as startstop.Base answers it")
 	var wg sync.WaitGroup
 	for range 3 {
 		wg.Go(s2.Stop)

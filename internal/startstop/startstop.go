@@ -8,8 +8,8 @@
 //     once, concurrently, and before Start (then Start is refused).
 //
 // A service embeds Base, which keeps that bookkeeping in one place, and
-// gives it the service's own start and stop through StartFunc. StartAll and
-// StopAllParallel handle a group; Stages stops groups in a stated order.
+// gives it the service's own start and stop through StartFunc. StopAllParallel
+// handles a group; Stages stops groups in a stated order.
 package startstop
 
 import (
@@ -109,20 +109,6 @@ func (b *Base) Running() bool {
 	b.mu.Lock()
 	defer b.mu.Unlock()
 	return b.started && !b.stopping
-}
-
-// StartAll starts services in order. If one fails, it stops those already
-// started, in reverse order, and returns that error.
-func StartAll(ctx context.Context, services ...Service) error {
-	for i, s := range services {
-		if err := s.Start(ctx); err != nil {
-			for j := i - 1; j >= 0; j-- {
-				services[j].Stop()
-			}
-			return err
-		}
-	}
-	return nil
 }
 
 // StopAllParallel stops every service at once and returns when all have

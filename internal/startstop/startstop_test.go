@@ -109,20 +109,6 @@ func TestBase(t *testing.T) {
 	})
 }
 
-func TestStartAllStopsWhatStartedWhenOneFails(t *testing.T) {
-	t.Parallel()
-	var mu sync.Mutex
-	var log []string
-	a := &svc{name: "a", log: &log, logMu: &mu}
-	b := &svc{name: "b", log: &log, logMu: &mu}
-	c := &svc{name: "c", fail: errors.New("c broke")}
-	d := &svc{name: "d"}
-	err := startstop.StartAll(context.Background(), a, b, c, d)
-	require.ErrorContains(t, err, "c broke")
-	require.Equal(t, []string{"b", "a"}, log, "stopped in reverse order of start")
-	require.Zero(t, d.starts.Load(), "nothing after the failure starts")
-}
-
 func TestStagesStopInOrder(t *testing.T) {
 	t.Parallel()
 	var mu sync.Mutex

@@ -10,7 +10,6 @@ import (
 	"time"
 
 	"go.opentelemetry.io/otel"
-	"go.opentelemetry.io/otel/exporters/otlp/otlptrace"
 	"go.opentelemetry.io/otel/exporters/otlp/otlptrace/otlptracegrpc"
 	"go.opentelemetry.io/otel/exporters/otlp/otlptrace/otlptracehttp"
 	"go.opentelemetry.io/otel/sdk/resource"
@@ -63,34 +62,31 @@ type Config struct {
 }
 
 // Provider is platformd's tracer provider: an OpenTelemetry SDK provider
-// with a batching OTLP exporter when tracing is on, nothing at all when
-// off. Its methods are safe for concurrent use.
+// with a batch span processor and an OTLP exporter when tracing is on,
+// nothing at all when off. Its methods are safe for concurrent use.
 type Provider struct {
 	sdk    *sdktrace.TracerProvider // nil when off
-	tracer *Tracer                  // nil when off
+	tracer trace.Tracer             // nil when off
 	log    *slog.Logger
 	once   sync.Once
 }
 
-// newExporter creates the OTLP exporter (a variable so that a test can see
-// whether New creates one at all): the OTel exporters' client for the
-// protocol, under platformd's encoder (exporter).
+// newExporter creates the OTLP exporter for the protocol, the OTel
+// exporters' own (a variable so that a test can see whether New creates
+// one at all).
 var newExporter = func(ctx context.Context, s settings) (sdktrace.SpanExporter, error) {
-	var client otlptrace.Client
 	if s.protocol == ProtocolGRPC {
 		var opts []otlptracegrpc.Option
 		if s.endpointURL != "" {
 			opts = append(opts, otlptracegrpc.WithEndpointURL(s.endpointURL))
 		}
-		client = otlptracegrpc.NewClient(opts...)
-	} else {
-		var opts []otlptracehttp.Option
-		if s.endpointURL != "" {
-			opts = append(opts, otlptracehttp.WithEndpointURL(s.endpointURL))
-		}
-		client = otlptracehttp.NewClient(opts...)
+		return otlptracegrpc.New(ctx, opts...)
 	}
-	return newOTLPExporter(ctx, client)
+	var opts []otlptracehttp.Option
+	if s.endpointURL != "" {
+		opts = append(opts, otlptracehttp.WithEndpointURL(s.endpointURL))
+	}
+	return otlptracehttp.New(ctx, opts...)
 }
 
 // New returns the Provider that cfg and the environment describe. Off (no
@@ -125,16 +121,12 @@ func New(ctx context.Context, cfg Config) (*Provider, error) {
 	if !s.linkLimitSet {
 		limits.LinkCountLimit = LinkCountLimitDefault
 	}
-	// The sampler in force, built from the environment or the config
-	// (resolve), is given to the SDK so that the Tracer's Presample, the
-	// delivery spans' and the SDK decide alike.
+	// The sampler in force is built from the environment or the config
+	// (resolve): the environment's standard samplers, or a parent-based
+	// ratio of the config's.
 	sdk := sdktrace.NewTracerProvider(sdktrace.WithSpanProcessor(bsp), sdktrace.WithResource(newResource(ctx, log)),
-		sdktrace.WithRawSpanLimits(limits), sdktrace.WithSampler(s.sampler), sdktrace.WithIDGenerator(idGenerator{}))
-	t := &Tracer{Tracer: sdk.Tracer(ScopeName, trace.WithInstrumentationVersion(Version())), sampler: s.sampler, dropsRoots: s.dropsRoots}
-	if limitsAllow(limits) {
-		t.rec = newRecorder(t.Tracer, s.sampler, bsp, sdk, limits)
-	}
-	p := &Provider{sdk: sdk, log: log, tracer: t}
+		sdktrace.WithRawSpanLimits(limits), sdktrace.WithSampler(s.sampler))
+	p := &Provider{sdk: sdk, log: log, tracer: sdk.Tracer(ScopeName, trace.WithInstrumentationVersion(Version()))}
 	log.InfoContext(ctx, "tracing: exporting spans over OTLP", slog.String("endpoint", s.endpoint), slog.String("protocol", s.protocol),
 		slog.String("sampler", s.sampler.Description()))
 	return p, nil
@@ -180,7 +172,7 @@ func Version() string {
 // Enabled reports whether spans are exported.
 func (p *Provider) Enabled() bool { return p != nil && p.sdk != nil }
 
-// Tracer returns platformd's tracer, a *Tracer, or nil when tracing is off:
+// Tracer returns platformd's tracer, the SDK's, or nil when tracing is off:
 // the hot path checks for nil and then does no tracing work at all.
 func (p *Provider) Tracer() trace.Tracer {
 	if !p.Enabled() {

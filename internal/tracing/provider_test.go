@@ -254,8 +254,8 @@ func TestStopBoundedWhenCollectorDown(t *testing.T) {
 	require.Less(t, time.Since(start), ShutdownTimeoutDefault+2*time.Second)
 }
 
-// The environment's sampler is the SDK's, built by platformd (Presample
-// asks it): each standard name with its argument, the config's ratio when
+// The environment's sampler is the SDK's, built by platformd: each
+// standard name with its argument, the config's ratio when
 // it names none. A bad sampler variable of a tracing that is off stops
 // nothing.
 func TestSamplerOf(t *testing.T) {
@@ -278,13 +278,6 @@ func TestSamplerOf(t *testing.T) {
 		require.Contains(t, s.Description(), tc.want, "%s %s", tc.name, tc.arg)
 		require.Equal(t, tc.drops, drops, "%s %s", tc.name, tc.arg)
 	}
-	// Where no root is dropped, the tracer does not presample: it would
-	// only add to every span's cost.
-	cleanEnv(t)
-	on, err := New(context.Background(), Config{Endpoint: "http://127.0.0.1:1", Logger: quiet()})
-	require.NoError(t, err)
-	require.False(t, on.Tracer().(*Tracer).DropsRoots())
-	on.Stop()
 	cleanEnv(t)
 	t.Setenv(envSampler, "nonsense")
 	p, err := New(context.Background(), Config{Logger: quiet()})

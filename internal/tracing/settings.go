@@ -58,9 +58,6 @@ type settings struct {
 	// sampler is the sampler in force: the environment's, else
 	// parent-based at ratio.
 	sampler sdktrace.Sampler
-	// dropsRoots is false when sampler samples every span without a
-	// parent: presampling (Tracer) would only add to every span's cost.
-	dropsRoots bool
 	// linkLimitSet is true when OTEL_SPAN_LINK_COUNT_LIMIT is set: the
 	// SDK's link limit is then the environment's, not platformd's.
 	linkLimitSet bool
@@ -116,7 +113,7 @@ func resolve(cfg Config, lookup func(string) (string, bool)) (settings, error) {
 	// Read only when tracing is on: a variable of a tracing that is off
 	// stops nothing.
 	var err error
-	if s.sampler, s.dropsRoots, err = samplerOf(get(envSampler), get(envSamplerArg), ratio); err != nil {
+	if s.sampler, _, err = samplerOf(get(envSampler), get(envSamplerArg), ratio); err != nil {
 		return settings{}, err
 	}
 	_, s.linkLimitSet = lookup(envLinkCountLimit)
@@ -158,9 +155,9 @@ func (s *settings) resolveEndpoint(cfg Config, get func(string) string) error {
 // samplerOf is the sampler OTEL_TRACES_SAMPLER (name) and its argument
 // name, as the SDK reads them, or parent-based at ratio when name is
 // empty, and whether it drops any span without a parent. platformd builds
-// it itself, and gives it to the SDK, so that a Tracer can ask it before
-// starting a span; a name or argument the SDK would ignore (falling back
-// to its default with a logged error) stops the start instead.
+// it itself, and gives it to the SDK, so that a name or argument the SDK
+// would ignore (falling back to its default with a logged error) stops the
+// start instead.
 func samplerOf(name, arg string, ratio float64) (sdktrace.Sampler, bool, error) {
 	lower := strings.ToLower(name)
 	if lower == "" {

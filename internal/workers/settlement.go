@@ -2,6 +2,7 @@ package workers
 
 import (
 	"fmt"
+	"strings"
 	"time"
 
 	"github.com/google/uuid"
@@ -142,10 +143,7 @@ func (r rules) settlementOf(d *amqp.Delivery, ev consumer.Event, res dedup.Resul
 	case dedup.OutcomeDuplicate:
 		s.kind, s.outcome, s.source = settleAck, metrics.OutcomeDuplicate, duplicateSource(d)
 	default:
-		s.err = res.Err.Error()
-		if res.Handler != "" {
-			s.err = res.Handler + ": " + s.err
-		}
+		s.err = handlerErrorText(res)
 		switch {
 		case res.BeyondHorizon: // refused by a partitioned processed_event
 			s.kind, s.reason, s.outcome = settleFail, ReasonBeyondHorizon, metrics.OutcomeRejected
@@ -158,4 +156,16 @@ func (r rules) settlementOf(d *amqp.Delivery, ev consumer.Event, res dedup.Resul
 		}
 	}
 	return s
+}
+
+// handlerErrorText is the x-error text of a failed result: the error,
+// prefixed with the failing handler's name once, whether or not the
+// handler's own error already starts with it (the shop's handlers write
+// "stock.reserve: event ...: payload: ...").
+func handlerErrorText(res dedup.Result) string {
+	text := res.Err.Error()
+	if res.Handler == "" || strings.HasPrefix(text, res.Handler+": ") {
+		return text
+	}
+	return res.Handler + ": " + text
 }

@@ -9,10 +9,13 @@ import (
 	"testing"
 	"time"
 
+	"github.com/google/uuid"
 	"github.com/prometheus/client_golang/prometheus/testutil"
 	amqp "github.com/rabbitmq/amqp091-go"
 	"github.com/stretchr/testify/require"
 
+	"github.com/platformd/platformd/consumer"
+	"github.com/platformd/platformd/internal/dedup"
 	"github.com/platformd/platformd/internal/metrics"
 )
 
@@ -265,4 +268,24 @@ func TestSettleNoCopiesOnADeadChannel(t *testing.T) {
 	require.False(t, b.st.settle(context.Background(), []message{msg(1, retry(1)), msg(2, failure(ReasonPermanent))}, always))
 	require.Empty(t, b.pub.sent)
 	require.Zero(t, b.outcome(metrics.OutcomeRetried)+b.outcome(metrics.OutcomeFailed))
+}
+
+// x-error names the failing handler once: prefixed by the worker when the
+// handler's error does not name it, left alone when it already does (the
+// shop's "stock.reserve: event ...: payload: ...").
+func TestSettleXErrorNamesTheHandlerOnce(t *testing.T) {
+	t.Parallel()
+	b := newSettleBundle(t, 100)
+	r := rules{pool: "p", queue: "q"}
+	id := uuid.New()
+	d := amqp.Delivery{DeliveryTag: 1, RoutingKey: "order.order.placed.v1", Body: []byte(`{}`)}
+	fail := func(err error) message {
+		res := dedup.Result{Outcome: dedup.OutcomeFailed, Permanent: true, Handler: "stock.reserve", Err: err}
+		return message{d: d, s: r.settlementOf(&d, consumer.Event{ID: id}, res)}
+	}
+	named := fmt.Errorf("stock.reserve: event %s: payload: %w", id, errors.New("lines[0].quantity: must be positive"))
+	require.True(t, b.st.settle(context.Background(), []message{fail(named), fail(errors.New("boom"))}, never))
+	require.Len(t, b.pub.sent, 2)
+	require.Equal(t, "stock.reserve: event "+id.String()+": payload: lines[0].quantity: must be positive", b.pub.sent[0].Msg.Headers[HeaderError])
+	require.Equal(t, "stock.reserve: boom", b.pub.sent[1].Msg.Headers[HeaderError])
 }

@@ -14,7 +14,6 @@ import (
 	"go.opentelemetry.io/otel/trace"
 
 	"github.com/platformd/platformd/consumer"
-	"github.com/platformd/platformd/internal/tracing"
 )
 
 // Attributes of a delivery span beyond the messaging conventions' (DESIGN.md,
@@ -50,15 +49,7 @@ const (
 // tracer is a worker's tracing of its deliveries; t is nil when tracing is
 // off, and then no step of it runs.
 type tracer struct {
-	t trace.Tracer
-	// ds records the delivery spans outside the SDK's span objects
-	// (tracing.Spans: a sampled span is one allocation, its pool's
-	// attributes encoded once), nil when t cannot: then t starts them.
-	ds *tracing.Spans
-	// pre is t's presampling (tracing.Tracer's), nil when t has none or
-	// its sampler drops no root: a delivery span its sampler drops is then
-	// never started. Unused with ds, which presamples itself.
-	pre  presampler
+	t    trace.Tracer
 	name string                // "process <queue>"
 	kind trace.SpanStartOption // CONSUMER
 	// pool are the pool's attributes, the same on every span.
@@ -69,48 +60,30 @@ type tracer struct {
 	attrs []attribute.KeyValue
 }
 
-// presampler is a tracer that tells, before a span starts, whether its
-// sampler drops it (tracing.Tracer.Presample): a dropped delivery span then
-// costs a span context, where the SDK's Start makes a non-recording span
-// and a context for it (half a microsecond per delivery, most of them at a
-// sampler of 0.1).
-type presampler interface {
-	Presample(parent context.Context, name string, kind trace.SpanKind) (context.Context, trace.SpanContext, bool)
-	DropsRoots() bool
-}
-
 func newTracer(cfg PoolConfig, t trace.Tracer) tracer {
 	if t == nil {
 		return tracer{}
 	}
-	tr := tracer{
+	return tracer{
 		t: t, name: "process " + cfg.Queue, kind: trace.WithSpanKind(trace.SpanKindConsumer),
 		pool: []attribute.KeyValue{semconv.MessagingSystemRabbitMQ, semconv.MessagingOperationTypeProcess,
 			semconv.MessagingDestinationName(cfg.Queue), AttrService.String(cfg.Service), AttrPool.String(cfg.Name)},
 	}
-	if tt, ok := t.(*tracing.Tracer); ok {
-		tr.ds = tt.Spans(tr.name, trace.SpanKindConsumer, tr.pool)
-	}
-	if pre, ok := t.(presampler); ok && pre.DropsRoots() {
-		tr.pre = pre
-	}
-	return tr
 }
 
 // startSpans starts the span of every delivery of batch (decoded), each a
 // child of its traceparent header when it has one, and gives the events
-// that run (events, in batch order) their span's context.
+// that run (events, in batch order) their span's context. A span the
+// sampler drops is the SDK's non-recording span: its context still
+// propagates, with the sampled flag clear.
 func (w *worker) startSpans(batch []message, events []consumer.Event, start time.Time) {
 	tr := &w.tr
 	if tr.t == nil {
 		return
 	}
-	var opts []trace.SpanStartOption
-	if tr.ds == nil {
-		// One options slice per batch: a variadic call through an
-		// interface would allocate one per span.
-		opts = []trace.SpanStartOption{tr.kind, trace.WithTimestamp(start)}
-	}
+	// One options slice per batch: a variadic call through an interface
+	// would allocate one per span.
+	opts := []trace.SpanStartOption{tr.kind, trace.WithTimestamp(start)}
 	k := 0
 	for i := range batch {
 		m := &batch[i]
@@ -118,33 +91,13 @@ func (w *worker) startSpans(batch []message, events []consumer.Event, start time
 		if _, ok := m.d.Headers[consumer.HeaderTraceParent]; ok {
 			parent = propagation.TraceContext{}.Extract(parent, consumer.HeaderCarrier(m.d.Headers))
 		}
-		if tr.ds != nil {
-			var span *tracing.Span
-			if span, m.sc = tr.ds.Start(parent, start); span != nil {
-				m.span = span
-			}
-		} else {
-			tr.startSDKSpan(m, parent, opts)
-		}
+		_, m.span = tr.t.Start(parent, tr.name, opts...)
+		m.sc = m.span.SpanContext()
 		if m.runs() {
 			events[k].SpanContext = m.sc
 			k++
 		}
 	}
-}
-
-// startSDKSpan starts m's delivery span with the SDK's tracer, under parent.
-func (tr *tracer) startSDKSpan(m *message, parent context.Context, opts []trace.SpanStartOption) {
-	if tr.pre != nil {
-		// Dropped: m.sc is the context to propagate and no span
-		// starts; parent comes back unchanged.
-		var sampled bool
-		if parent, m.sc, sampled = tr.pre.Presample(parent, tr.name, trace.SpanKindConsumer); !sampled {
-			return
-		}
-	}
-	_, m.span = tr.t.Start(parent, tr.name, opts...)
-	m.sc = m.span.SpanContext()
 }
 
 // stampCopies gives the retry and failure copies of batch whose delivery
@@ -182,7 +135,7 @@ func (w *worker) endSpans(batch []message, batchErr error, alive bool) {
 	end := []trace.SpanEndOption{trace.WithTimestamp(time.Now())} // settled together
 	for i := range batch {
 		m := &batch[i]
-		if m.span != nil { // nil: dropped by the sampler, never started
+		if m.span != nil {
 			if m.span.IsRecording() {
 				w.recordSettlement(m, batchErr, alive)
 			}
@@ -200,10 +153,7 @@ var settlementNames = [...]attribute.KeyValue{
 
 func (w *worker) recordSettlement(m *message, batchErr error, alive bool) {
 	s, span := m.s, m.span
-	attrs := w.tr.attrs[:0]
-	if w.tr.ds == nil {
-		attrs = append(attrs, w.tr.pool...) // the tracing.Spans' span has them
-	}
+	attrs := append(w.tr.attrs[:0], w.tr.pool...)
 	// A decoded delivery's event holds its routing key and attempt
 	// already (toEvent); one that did not decode is read from the
 	// delivery.

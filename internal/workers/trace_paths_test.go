@@ -20,29 +20,20 @@ import (
 	"github.com/platformd/platformd/internal/tracing/tracingtest"
 )
 
-// The delivery spans recorded outside the SDK (tracing.Spans) export
-// what the SDK's own spans export for the same batch, settlement for
-// settlement: every kind of settlement, undecoded deliveries, producers'
-// sampled and unsampled parents with trace state, retries, failures,
-// requeues and a channel lost before the acks. Only the random ids and the
-// instants taken at the calls differ. Under a span limit tighter than the
-// defaults the SDK records them (here: a value length limit, which also
-// checks that the fallback exports the same).
-func TestDeliverySpansMatchTheSDK(t *testing.T) {
+// Every kind of settlement, undecoded deliveries, producers' sampled and
+// unsampled parents with trace state, retries, failures, requeues and a
+// channel lost before the acks: each delivery propagates a valid span
+// context and exports at most one span, which names its routing key.
+// (This compared platformd's own span recorder with the SDK while there
+// were two paths; the SDK is now the only one.)
+func TestDeliverySpansOfEverySettlement(t *testing.T) {
 	rcv := tracingtest.New(t)
-	fast := runTracedBatches(t, rcv, false)
-	t.Setenv("OTEL_SPAN_ATTRIBUTE_VALUE_LENGTH_LIMIT", "1000000")
-	sdk := runTracedBatches(t, rcv, true)
-
-	require.Len(t, fast.contexts, len(sdk.contexts))
-	for k, want := range sdk.contexts {
-		got, ok := fast.contexts[k]
-		require.True(t, ok, "no context propagated for %s", k)
-		require.Equal(t, want, got, "context propagated for %s", k)
-	}
+	sdk := runTracedBatches(t, rcv)
+	require.Len(t, sdk.contexts, 36) // nine deliveries, four ways
 	require.NotEmpty(t, sdk.spans)
-	tracingtest.RequireSameSpans(t, sdk.spans, fast.spans)
-	require.Equal(t, sdk.resource, fast.resource)
+	for rk := range sdk.spans {
+		require.Contains(t, sdk.contexts, rk)
+	}
 }
 
 // tracedRun is what one run of the batches exported and propagated, keyed
@@ -53,7 +44,7 @@ type tracedRun struct {
 	resource map[string]string
 }
 
-func runTracedBatches(t *testing.T, rcv *tracingtest.Receiver, wantSDK bool) tracedRun {
+func runTracedBatches(t *testing.T, rcv *tracingtest.Receiver) tracedRun {
 	t.Helper()
 	before := len(rcv.Spans())
 	tp, err := tracing.New(context.Background(), tracing.Config{Endpoint: rcv.HTTPEndpoint, Logger: slog.New(slog.DiscardHandler)})
@@ -62,7 +53,6 @@ func runTracedBatches(t *testing.T, rcv *tracingtest.Receiver, wantSDK bool) tra
 	p := &Pool{cfg: PoolConfig{Name: "stock-events", Service: "stock", Topology: Topology{Queue: "stock.events",
 		RetryDelays: []time.Duration{time.Second, time.Minute}}}}
 	w := &worker{pool: p, tr: newTracer(p.cfg, tp.Tracer())}
-	require.Equal(t, wantSDK, w.tr.ds == nil, "the path under test")
 
 	sampled := "00-0af7651916cd43dd8448eb211c80319c-b7ad6b7169203331-01"
 	unsampled := "00-1af7651916cd43dd8448eb211c80319c-c7ad6b7169203331-00"

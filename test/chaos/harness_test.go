@@ -51,7 +51,9 @@ func TestMain(m *testing.M) {
 	code := func() int {
 		defer os.RemoveAll(dir)
 		bin := filepath.Join(dir, "platformd")
-		args := []string{"build", "-o", bin}
+		// Tag platformd_testhooks: the outbox test kills a daemon between a
+		// confirm and its delete (daemon.TestOutboxKillAfterConfirmEnv).
+		args := []string{"build", "-tags", "platformd_testhooks", "-o", bin}
 		if os.Getenv("CHAOS_DAEMON_RACE") == "1" {
 			args = append(args, "-race")
 		}

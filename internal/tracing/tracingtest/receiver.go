@@ -151,25 +151,6 @@ type TB interface {
 	Cleanup(func())
 }
 
-// RequireSameSpans fails t unless got holds a span for every key of want
-// and no other, each equal to want's (proto.Equal): what two ways of
-// recording the same work exported, keyed by the caller.
-func RequireSameSpans(t TB, want, got map[string]*tracepb.Span) {
-	t.Helper()
-	if len(got) != len(want) {
-		t.Fatal(fmt.Sprintf("%d spans, want %d", len(got), len(want)))
-	}
-	for k, w := range want {
-		g, ok := got[k]
-		if !ok {
-			t.Fatal(fmt.Sprintf("no span for %s", k))
-		}
-		if !proto.Equal(w, g) {
-			t.Fatal(fmt.Sprintf("span %s:\nwant: %v\ngot:  %v", k, w, g))
-		}
-	}
-}
-
 // New starts a Receiver closed when t ends.
 func New(t TB) *Receiver {
 	t.Helper()

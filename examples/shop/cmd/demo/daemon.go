@@ -44,13 +44,15 @@ func goCommand() string {
 	return "go"
 }
 
-// buildDaemon builds ./cmd/platformd into dir and returns the binary's path.
+// buildDaemon builds ./cmd/platformd into dir, with tag platformd_testhooks
+// (the demo kills a run between an outbox confirm and its delete), and
+// returns the binary's path.
 func buildDaemon(ctx context.Context, root, dir string) (string, error) {
 	bin := filepath.Join(dir, "platformd")
-	cmd := exec.CommandContext(ctx, goCommand(), "build", "-o", bin, "./cmd/platformd")
+	cmd := exec.CommandContext(ctx, goCommand(), "build", "-tags", "platformd_testhooks", "-o", bin, "./cmd/platformd")
 	cmd.Dir = root
 	if out, err := cmd.CombinedOutput(); err != nil {
-		return "", fmt.Errorf("go build ./cmd/platformd: %w\n%s", err, out)
+		return "", fmt.Errorf("go build -tags platformd_testhooks ./cmd/platformd: %w\n%s", err, out)
 	}
 	return bin, nil
 }

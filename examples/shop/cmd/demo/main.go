@@ -14,8 +14,8 @@
 // and shipping tracks statuses and prepares one parcel per order.
 // Meanwhile the demo provokes the three causes of duplicates for real:
 //
-//   - relay republish: platformd runs with
-//     PLATFORMD_TEST_OUTBOX_KILL_AFTER_CONFIRM and SIGKILLs itself after a
+//   - relay republish: platformd, built with tag platformd_testhooks, runs
+//     with PLATFORMD_TEST_OUTBOX_KILL_AFTER_CONFIRM and SIGKILLs itself after a
 //     batch of outbox rows was confirmed by the broker and before the rows
 //     were deleted; restarted, its relay publishes them again;
 //   - broker redelivery: mid-stream, platformd loses its broker connection
