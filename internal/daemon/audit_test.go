@@ -11,6 +11,7 @@ import (
 
 	"github.com/platformd/platformd/examples/shop"
 	"github.com/platformd/platformd/internal/admin"
+	"github.com/platformd/platformd/internal/faultproxy"
 	"github.com/platformd/platformd/internal/testdb"
 )
 
@@ -24,9 +25,11 @@ func TestListAuditWithADatabaseAway(t *testing.T) {
 	shipDSN := testdb.New(t, "audit_shipping")
 	cc, err := pgx.ParseConfig(shipDSN)
 	require.NoError(t, err)
-	px := newTCPProxy(t, "127.0.0.1:5432")
+	px, err := faultproxy.New("127.0.0.1:5432", faultproxy.Options{})
+	require.NoError(t, err)
+	t.Cleanup(px.Close)
 	e := newReloadEnv(t, stockDSN)
-	e.write(t, "", serviceYAML("shipping", fmt.Sprintf("postgres://postgres@%s/%s?connect_timeout=2&sslmode=disable", px.addr, cc.Database),
+	e.write(t, "", serviceYAML("shipping", fmt.Sprintf("postgres://postgres@%s/%s?connect_timeout=2&sslmode=disable", px.Addr(), cc.Database),
 		e.poolYAML("shipping-status", "status", shop.EventOrderStatusChanged, shop.HandlerShippingTrack, "")))
 	d := e.start(t)
 	defer d.Stop()
@@ -45,7 +48,7 @@ func TestListAuditWithADatabaseAway(t *testing.T) {
 	require.Len(t, all.Entries, 2)
 	require.Empty(t, all.Unavailable)
 
-	px.off()
+	px.Off()
 	all, err = b.ListAudit(ctx, "", 10)
 	require.NoError(t, err)
 	require.Equal(t, []string{"shipping"}, all.Unavailable)

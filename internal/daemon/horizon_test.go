@@ -2,7 +2,6 @@ package daemon
 
 import (
 	"context"
-	"io"
 	"log/slog"
 	"net"
 	"strconv"
@@ -17,99 +16,25 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/platformd/platformd/consumer"
+	"github.com/platformd/platformd/internal/faultproxy"
 	"github.com/platformd/platformd/internal/migrate"
 	"github.com/platformd/platformd/internal/testdb"
 )
 
-// blackHole is a TCP proxy to a PostgreSQL server that forwards both ways
-// until cut, then swallows every byte: a database that stops answering
-// without closing anything.
-type blackHole struct {
-	ln      net.Listener
-	target  string
-	cutOnce sync.Once
-	cut     chan struct{}
-	wg      sync.WaitGroup
-	mu      sync.Mutex
-	conns   []net.Conn
-}
-
-func startBlackHole(t *testing.T, target string) *blackHole {
-	t.Helper()
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
-	require.NoError(t, err)
-	p := &blackHole{ln: ln, target: target, cut: make(chan struct{})}
-	p.wg.Go(p.accept)
-	t.Cleanup(p.Close)
-	return p
-}
-
-// Close closes the proxy and every connection through it.
-func (p *blackHole) Close() {
-	_ = p.ln.Close()
-	p.mu.Lock()
-	for _, c := range p.conns {
-		_ = c.Close()
-	}
-	p.mu.Unlock()
-	p.wg.Wait()
-}
-
-func (p *blackHole) accept() {
-	for {
-		c, err := p.ln.Accept()
-		if err != nil {
-			return
-		}
-		up, err := net.Dial("tcp", p.target)
-		if err != nil {
-			_ = c.Close()
-			continue
-		}
-		p.mu.Lock()
-		p.conns = append(p.conns, c, up)
-		p.mu.Unlock()
-		p.wg.Go(func() { p.pipe(up, c) })
-		p.wg.Go(func() { p.pipe(c, up) })
-	}
-}
-
-// pipe copies from src to dst until src closes, dropping what it reads
-// once the proxy is cut.
-func (p *blackHole) pipe(dst io.Writer, src io.Reader) {
-	buf := make([]byte, 32<<10)
-	for {
-		n, err := src.Read(buf)
-		select {
-		case <-p.cut:
-		default:
-			if n > 0 {
-				if _, werr := dst.Write(buf[:n]); werr != nil {
-					return
-				}
-			}
-		}
-		if err != nil {
-			return
-		}
-	}
-}
-
-func (p *blackHole) Cut() { p.cutOnce.Do(func() { close(p.cut) }) }
-
-// cutOnQuery is a pgx query tracer that cuts the proxy when a query
-// containing match starts, and reports it on started.
+// cutOnQuery is a pgx query tracer that black-holes the proxy when a
+// query containing match starts (a database that stops answering without
+// closing anything), and reports it on started.
 type cutOnQuery struct {
 	armed   atomic.Bool
 	match   string
-	proxy   *blackHole
+	proxy   *faultproxy.Proxy
 	started chan struct{}
 	once    sync.Once
 }
 
 func (c *cutOnQuery) TraceQueryStart(ctx context.Context, _ *pgx.Conn, data pgx.TraceQueryStartData) context.Context {
 	if c.armed.Load() && strings.Contains(data.SQL, c.match) {
-		c.proxy.Cut()
+		c.proxy.Blackhole()
 		c.once.Do(func() { close(c.started) })
 	}
 	return ctx
@@ -130,8 +55,9 @@ func TestHorizonCacheGetNeverWaitsForADeadDatabase(t *testing.T) {
 
 	cfg, err := pgxpool.ParseConfig(dsn)
 	require.NoError(t, err)
-	proxy := startBlackHole(t, net.JoinHostPort(cfg.ConnConfig.Host, strconv.Itoa(int(cfg.ConnConfig.Port))))
-	host, port, err := net.SplitHostPort(proxy.ln.Addr().String())
+	proxy, err := faultproxy.New(net.JoinHostPort(cfg.ConnConfig.Host, strconv.Itoa(int(cfg.ConnConfig.Port))), faultproxy.Options{})
+	require.NoError(t, err)
+	host, port, err := net.SplitHostPort(proxy.Addr())
 	require.NoError(t, err)
 	cfg.ConnConfig.Host = host
 	p, err := strconv.ParseUint(port, 10, 16)

@@ -28,6 +28,7 @@ import (
 	"github.com/platformd/platformd/examples/shop"
 	"github.com/platformd/platformd/internal/admin"
 	"github.com/platformd/platformd/internal/config"
+	"github.com/platformd/platformd/internal/faultproxy"
 	"github.com/platformd/platformd/internal/metrics"
 	"github.com/platformd/platformd/internal/testdb"
 )
@@ -173,13 +174,15 @@ func TestReloadAddingAPoolWhileItsDatabaseIsAway(t *testing.T) {
 	dsn := testdb.New(t, "reload_away")
 	cc, err := pgx.ParseConfig(dsn)
 	require.NoError(t, err)
-	px := newTCPProxy(t, "127.0.0.1:5432")
-	e := newReloadEnv(t, fmt.Sprintf("postgres://postgres@%s/%s?connect_timeout=2&sslmode=disable", px.addr, cc.Database))
+	px, err := faultproxy.New("127.0.0.1:5432", faultproxy.Options{})
+	require.NoError(t, err)
+	t.Cleanup(px.Close)
+	e := newReloadEnv(t, fmt.Sprintf("postgres://postgres@%s/%s?connect_timeout=2&sslmode=disable", px.Addr(), cc.Database))
 	e.write(t, "", "")
 	d := e.start(t)
 	defer d.Stop()
 
-	px.off()
+	px.Off()
 	e.write(t, e.statusPool(), "")
 	_, err = d.Reload(context.Background(), "test")
 	require.ErrorIs(t, err, admin.ErrUnavailable)
@@ -188,7 +191,7 @@ func TestReloadAddingAPoolWhileItsDatabaseIsAway(t *testing.T) {
 	require.NoError(t, err)
 	require.Len(t, pools, 1, "no pool added")
 
-	px.on(t)
+	require.NoError(t, px.On())
 	res, err := d.Reload(context.Background(), "test")
 	require.NoError(t, err)
 	require.Equal(t, []string{"stock-status"}, res.PoolsAdded)
@@ -198,70 +201,6 @@ func TestReloadAddingAPoolWhileItsDatabaseIsAway(t *testing.T) {
 	var table *string
 	require.NoError(t, conn.QueryRow(context.Background(), `SELECT to_regclass('order_status')::text`).Scan(&table))
 	require.NotNil(t, table, "the new handler's migrations ran")
-}
-
-// tcpProxy forwards a local port to target until off; on listens again on
-// the same port.
-type tcpProxy struct {
-	addr, target string
-	mu           sync.Mutex
-	lis          net.Listener
-	conns        []net.Conn
-}
-
-func newTCPProxy(t *testing.T, target string) *tcpProxy {
-	t.Helper()
-	l, err := net.Listen("tcp", "127.0.0.1:0")
-	require.NoError(t, err)
-	p := &tcpProxy{target: target, addr: l.Addr().String()}
-	p.serve(l)
-	t.Cleanup(p.off)
-	return p
-}
-
-func (p *tcpProxy) serve(l net.Listener) {
-	p.mu.Lock()
-	p.lis = l
-	p.mu.Unlock()
-	go func() {
-		for {
-			c, err := l.Accept()
-			if err != nil {
-				return
-			}
-			u, err := net.Dial("tcp", p.target)
-			if err != nil {
-				_ = c.Close()
-				continue
-			}
-			p.mu.Lock()
-			p.conns = append(p.conns, c, u)
-			p.mu.Unlock()
-			go func() { _, _ = io.Copy(u, c); _ = u.Close() }()
-			go func() { _, _ = io.Copy(c, u); _ = c.Close() }()
-		}
-	}()
-}
-
-// off stops listening and cuts every forwarded connection.
-func (p *tcpProxy) off() {
-	p.mu.Lock()
-	defer p.mu.Unlock()
-	if p.lis != nil {
-		_ = p.lis.Close()
-		p.lis = nil
-	}
-	for _, c := range p.conns {
-		_ = c.Close()
-	}
-	p.conns = nil
-}
-
-func (p *tcpProxy) on(t *testing.T) {
-	t.Helper()
-	l, err := net.Listen("tcp", p.addr)
-	require.NoError(t, err)
-	p.serve(l)
 }
 
 // A pool moved from one service to another, here to one earlier in the

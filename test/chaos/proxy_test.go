@@ -3,29 +3,26 @@ package chaos
 import (
 	"bytes"
 	"encoding/binary"
-	"net"
 	"sync"
 	"sync/atomic"
 	"testing"
+
+	"github.com/platformd/platformd/internal/faultproxy"
 )
 
-// proxy is a TCP proxy the daemon's DSN points at. In black-hole mode it
-// stops forwarding bytes in both directions (and stops passing on closes)
-// without closing anything, like a network partition: bytes already sent
-// wait, as TCP retransmission would, and flow again when the hole heals.
+// proxy is the fault proxy (internal/faultproxy) the daemon's DSN points
+// at, with what the chaos suite reads of PostgreSQL's protocol on top. In
+// black-hole mode it stops forwarding bytes in both directions (and stops
+// passing on closes) without closing anything, like a network partition:
+// bytes already sent wait, as TCP retransmission would, and flow again when
+// the hole heals.
 type proxy struct {
-	ln     net.Listener
-	target string
-	done   chan struct{}
-	wg     sync.WaitGroup
+	*faultproxy.Proxy
 
 	mu    sync.Mutex
-	open  chan struct{} // closed while forwarding
 	armed chan struct{} // set by blackholeOnTraffic, closed once the hole opens
 	armN  int           // client chunks still to forward before it opens
 	armDB string        // counting only sessions on this database
-	conns map[net.Conn]struct{}
-	ports map[int]bool // local ports of live upstream connections
 
 	cutN    int         // COMMITs still to cut, set by cutAfterCommit
 	cutDB   string      // counting only sessions on this database
@@ -34,33 +31,39 @@ type proxy struct {
 
 func newProxy(t *testing.T, target string) *proxy {
 	t.Helper()
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	p := &proxy{}
+	fp, err := faultproxy.New(target, faultproxy.Options{NewConn: p.hooks})
 	if err != nil {
 		t.Fatalf("proxy: %v", err)
 	}
-	p := &proxy{ln: ln, target: target, done: make(chan struct{}), open: make(chan struct{}),
-		conns: map[net.Conn]struct{}{}, ports: map[int]bool{}}
-	close(p.open)
-	p.wg.Add(1)
-	go p.accept()
-	t.Cleanup(p.close)
+	p.Proxy = fp
+	t.Cleanup(fp.Close)
 	return p
 }
 
-func (p *proxy) addr() string { return p.ln.Addr().String() }
+func (p *proxy) addr() string { return p.Addr() }
 
 // blackhole stops all forwarding until heal (and disarms
 // blackholeOnTraffic).
 func (p *proxy) blackhole() {
 	p.mu.Lock()
-	defer p.mu.Unlock()
 	p.armed = nil
-	select {
-	case <-p.open:
-		p.open = make(chan struct{})
-	default: // already black-holed
-	}
+	p.mu.Unlock()
+	p.Blackhole()
 }
+
+// heal forwards again, starting with what waited, and disarms
+// blackholeOnTraffic.
+func (p *proxy) heal() {
+	p.mu.Lock()
+	p.armed = nil
+	p.mu.Unlock()
+	p.Heal()
+}
+
+// upstreamPorts are the local ports of the proxy's connections to the
+// server: pg_stat_activity.client_port of the sessions behind the proxy.
+func (p *proxy) upstreamPorts() []int { return p.UpstreamPorts() }
 
 // blackholeOnTraffic opens the black hole once n statements that follow a
 // BEGIN on sessions of database db have been forwarded to the server from
@@ -214,201 +217,65 @@ func (p *proxy) trip(db string) {
 	close(armed)
 }
 
-// heal forwards again, starting with what waited, and disarms
-// blackholeOnTraffic.
-func (p *proxy) heal() {
-	p.mu.Lock()
-	defer p.mu.Unlock()
-	p.armed = nil
-	select {
-	case <-p.open:
-	default:
-		close(p.open)
+// hooks reads one session's protocol as it passes: its database, its
+// transactions' BEGIN and COMMIT, whether the server returned an event id
+// (recorded) and whether the client used a savepoint (isolated); it trips
+// the armed black hole and cuts the COMMITs cutAfterCommit asked for.
+func (p *proxy) hooks(conn faultproxy.Conn) faultproxy.Hooks {
+	// A cut COMMIT: its answer is reported on cutTags, and the
+	// client-to-server side leaves the server's connection open for the
+	// server-to-client side to close once the answer came.
+	var cutMu sync.Mutex
+	var cutTags chan string
+	cutPending := func() chan string {
+		cutMu.Lock()
+		defer cutMu.Unlock()
+		return cutTags
 	}
-}
-
-// upstreamPorts are the local ports of the proxy's connections to the
-// server: pg_stat_activity.client_port of the sessions behind the proxy.
-func (p *proxy) upstreamPorts() []int {
-	p.mu.Lock()
-	defer p.mu.Unlock()
-	out := make([]int, 0, len(p.ports))
-	for port := range p.ports {
-		out = append(out, port)
-	}
-	return out
-}
-
-// gate blocks while the proxy is black-holed; false once it closes.
-func (p *proxy) gate() bool {
-	p.mu.Lock()
-	open := p.open
-	p.mu.Unlock()
-	select {
-	case <-open:
-		return true
-	case <-p.done:
-		return false
-	}
-}
-
-func (p *proxy) accept() {
-	defer p.wg.Done()
-	for {
-		c, err := p.ln.Accept()
-		if err != nil {
-			return
-		}
-		up, err := net.Dial("tcp", p.target)
-		if err != nil {
-			_ = c.Close()
-			continue
-		}
-		port := up.LocalAddr().(*net.TCPAddr).Port
-		p.mu.Lock()
-		select {
-		case <-p.done:
-			p.mu.Unlock()
-			_ = c.Close()
-			_ = up.Close()
-			return
-		default:
-		}
-		p.conns[c], p.conns[up], p.ports[port] = struct{}{}, struct{}{}, true
-		p.mu.Unlock()
-		var pair sync.WaitGroup
-		pair.Add(2)
-		p.wg.Add(1)
-		go func() {
-			defer p.wg.Done()
-			pair.Wait()
-			p.mu.Lock()
-			delete(p.conns, c)
-			delete(p.conns, up)
-			delete(p.ports, port)
-			p.mu.Unlock()
-		}()
-		// A cut COMMIT: its answer is reported on cutTags, and the
-		// client-to-server side leaves the server's connection open for
-		// the server-to-client side to close once the answer came.
-		var cutMu sync.Mutex
-		var cutTags chan string
-		cutPending := func() chan string {
-			cutMu.Lock()
-			defer cutMu.Unlock()
-			return cutTags
-		}
-		// What the session's open transaction did: the server returned an
-		// event id (recorded), the client used a savepoint (isolated).
-		var recorded, isolated atomic.Bool
-		p.wg.Add(2)
-		go func() {
-			defer p.wg.Done()
-			defer pair.Done()
-			db, first, afterBegin := "", true, false
-			p.pipe(up, c, pipeHooks{after: func(chunk []byte) {
-				if !first && hasSavepoint(chunk) {
-					isolated.Store(true)
+	var recorded, isolated atomic.Bool
+	db, first, afterBegin := "", true, false // the client-to-server side's own
+	var fr pgFramer                          // the server-to-client side's own
+	return faultproxy.Hooks{
+		ToServer: func(chunk []byte) {
+			if !first && hasSavepoint(chunk) {
+				isolated.Store(true)
+			}
+			switch {
+			case first:
+				first, db = false, startupDatabase(chunk)
+			case isBegin(chunk):
+				afterBegin = true
+				recorded.Store(false)
+				isolated.Store(false)
+			case isCommit(chunk):
+				if !recorded.Load() || isolated.Load() {
+					break
 				}
-				switch {
-				case first:
-					first, db = false, startupDatabase(chunk)
-				case isBegin(chunk):
-					afterBegin = true
-					recorded.Store(false)
-					isolated.Store(false)
-				case isCommit(chunk):
-					if !recorded.Load() || isolated.Load() {
-						break
-					}
-					if tags, ok := p.takeCut(db); ok {
-						cutMu.Lock()
-						cutTags = tags
-						cutMu.Unlock()
-						_ = c.Close()
-					}
-				case afterBegin:
-					afterBegin = false
-					p.trip(db)
-				}
-			}, keepDst: func() bool { return cutPending() != nil }})
-		}()
-		go func() {
-			defer p.wg.Done()
-			defer pair.Done()
-			var fr pgFramer
-			p.pipe(c, up, pipeHooks{peek: func(chunk []byte) {
-				fr.feed(chunk, func(typ byte, body []byte) {
-					if isEventIDRow(typ, body) {
-						recorded.Store(true)
-					}
-				})
-				if tags := cutPending(); tags != nil {
+				if tags, ok := p.takeCut(db); ok {
 					cutMu.Lock()
-					cutTags = nil
+					cutTags = tags
 					cutMu.Unlock()
-					tags <- commandTag(chunk)
-					_ = up.Close() // the answer came: the commit ran to its end
+					_ = conn.Client.Close()
 				}
-			}})
-		}()
-	}
-}
-
-// pipeHooks are what pipe calls besides copying (each may be nil).
-type pipeHooks struct {
-	peek    func([]byte) // each chunk read, before it is forwarded
-	after   func([]byte) // each chunk forwarded
-	keepDst func() bool  // at the end: true leaves dst open
-}
-
-// pipe copies src to dst, holding every chunk (and the end of the stream)
-// while the proxy is black-holed.
-func (p *proxy) pipe(dst, src net.Conn, h pipeHooks) {
-	buf := make([]byte, 32<<10)
-	for {
-		if !p.gate() {
-			break
-		}
-		n, err := src.Read(buf)
-		if n > 0 {
-			if h.peek != nil {
-				h.peek(buf[:n])
+			case afterBegin:
+				afterBegin = false
+				p.trip(db)
 			}
-			if !p.gate() {
-				break
+		},
+		ToClient: func(chunk []byte) {
+			fr.feed(chunk, func(typ byte, body []byte) {
+				if isEventIDRow(typ, body) {
+					recorded.Store(true)
+				}
+			})
+			if tags := cutPending(); tags != nil {
+				cutMu.Lock()
+				cutTags = nil
+				cutMu.Unlock()
+				tags <- commandTag(chunk)
+				_ = conn.Server.Close() // the answer came: the commit ran to its end
 			}
-			if _, werr := dst.Write(buf[:n]); werr != nil {
-				break
-			}
-			if h.after != nil {
-				h.after(buf[:n])
-			}
-		}
-		if err != nil { // EOF, reset or closed: end both directions
-			break
-		}
+		},
+		KeepServerOpen: func() bool { return cutPending() != nil },
 	}
-	p.gate()
-	if h.keepDst == nil || !h.keepDst() {
-		_ = dst.Close()
-	}
-	_ = src.Close()
-}
-
-func (p *proxy) close() {
-	p.mu.Lock()
-	select {
-	case <-p.done:
-		p.mu.Unlock()
-		return
-	default:
-	}
-	close(p.done)
-	_ = p.ln.Close()
-	for c := range p.conns {
-		_ = c.Close()
-	}
-	p.mu.Unlock()
-	p.wg.Wait()
 }

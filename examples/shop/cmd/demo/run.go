@@ -23,6 +23,7 @@ import (
 	"github.com/platformd/platformd/examples/shop"
 	"github.com/platformd/platformd/internal/config"
 	pdaemon "github.com/platformd/platformd/internal/daemon"
+	"github.com/platformd/platformd/internal/faultproxy"
 	"github.com/platformd/platformd/internal/metrics"
 	"github.com/platformd/platformd/internal/migrate"
 	"github.com/platformd/platformd/internal/outbox"
@@ -159,7 +160,7 @@ type demo struct {
 	started         time.Time
 	// proxy, when not nil, relays the broker traffic of the runs the demo
 	// kills; proxyEnv is their environment, pointing them at it.
-	proxy    *proxy
+	proxy    *faultproxy.Proxy
 	proxyEnv []string
 	// approx is set when a killed run's last counts may be missing.
 	approx     bool
@@ -222,7 +223,7 @@ func run(ctx context.Context, o options, out io.Writer) (err error) {
 			return err
 		}
 		if dm.proxy != nil {
-			defer dm.proxy.close()
+			defer dm.proxy.Close()
 		}
 	}
 
@@ -501,7 +502,7 @@ func (dm *demo) produce(ctx context.Context) error {
 		}
 		if dm.proxy != nil {
 			dm.note("platformd loses its broker connection mid-stream: it commits what it holds, its acks are lost")
-			dm.proxy.freeze()
+			dm.proxy.Freeze() // what platformd sends (its acks) is held, never delivered
 			if last, err = dm.settle(ctx, done, &prodDone); err != nil {
 				return err
 			}
@@ -512,7 +513,10 @@ func (dm *demo) produce(ctx context.Context) error {
 		}
 		dm.d.kill()
 		if dm.proxy != nil {
-			dm.proxy.cut()
+			// Every connection closes with the acks it held: the broker
+			// requeues what it never saw acknowledged, flagged redelivered.
+			dm.proxy.Cut()
+			dm.proxy.Heal()
 		}
 		dm.past = dm.past.add(last)
 		rows, err := dm.countRows(ctx)
@@ -586,12 +590,12 @@ func (dm *demo) setupProxy(cfgPath string) error {
 	if u.Port() == "" {
 		upstream = net.JoinHostPort(u.Hostname(), "5672")
 	}
-	p, err := newProxy(upstream)
+	p, err := faultproxy.New(upstream, faultproxy.Options{})
 	if err != nil {
 		return fmt.Errorf("broker proxy: %w", err)
 	}
 	pu := *u
-	pu.Host = p.addr()
+	pu.Host = p.Addr()
 	// Does the config read the variable? Load it again with it set.
 	old, had := os.LookupEnv(envURL)
 	_ = os.Setenv(envURL, pu.String())
@@ -602,7 +606,7 @@ func (dm *demo) setupProxy(cfgPath string) error {
 		_ = os.Unsetenv(envURL)
 	}
 	if err != nil || cfg.Broker.URL != pu.String() {
-		_ = p.close()
+		p.Close()
 		return nil
 	}
 	dm.proxy, dm.proxyEnv = p, append(os.Environ(), envURL+"="+pu.String())
