@@ -6,9 +6,9 @@ import (
 	"errors"
 	"fmt"
 	"regexp"
-	"strings"
 
 	"github.com/google/uuid"
+	"github.com/jackc/pgerrcode"
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgconn"
 )
@@ -78,7 +78,7 @@ func Publish(ctx context.Context, tx pgx.Tx, m Message) (uuid.UUID, error) {
 		err = fmt.Errorf("consumer.Publish %q: insert into platform.outbox: %w", m.Name, err)
 		// The database refusing the message itself (22: a \u0000 in the
 		// payload's jsonb; 23: a constraint) refuses it every time.
-		if pe := (*pgconn.PgError)(nil); errors.As(err, &pe) && (strings.HasPrefix(pe.Code, "22") || strings.HasPrefix(pe.Code, "23")) {
+		if pe := (*pgconn.PgError)(nil); errors.As(err, &pe) && (pgerrcode.IsDataException(pe.Code) || pgerrcode.IsIntegrityConstraintViolation(pe.Code)) {
 			err = Permanent(err)
 		}
 		return uuid.Nil, err

@@ -17,8 +17,8 @@ import (
 	"errors"
 	"fmt"
 	"io/fs"
-	"strings"
 
+	"github.com/jackc/pgerrcode"
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgconn"
 
@@ -88,7 +88,7 @@ func OpenInvoice(ctx context.Context, tx pgx.Tx, ev consumer.Event) error {
 		// number) or a constraint the content breaks (class 23) will be
 		// refused again: no retry can help. Anything else may pass later.
 		var pgErr *pgconn.PgError
-		if errors.As(err, &pgErr) && (strings.HasPrefix(pgErr.Code, "22") || strings.HasPrefix(pgErr.Code, "23")) {
+		if errors.As(err, &pgErr) && (pgerrcode.IsDataException(pgErr.Code) || pgerrcode.IsIntegrityConstraintViolation(pgErr.Code)) {
 			return consumer.Permanent(err)
 		}
 		return err

@@ -4,6 +4,7 @@ go 1.26.8
 
 require (
 	github.com/google/uuid v1.6.0
+	github.com/jackc/pgerrcode v0.0.0-20250907135507-afb5586c32a6
 	github.com/jackc/pgx/v5 v5.12.0
 	github.com/platformd/platformd v0.0.0-00010101000000-000000000000
 	github.com/rabbitmq/amqp091-go v1.16.0

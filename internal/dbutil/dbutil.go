@@ -8,13 +8,10 @@ package dbutil
 
 import (
 	"context"
-	"errors"
 	"fmt"
-	"strings"
 	"time"
 
 	"github.com/jackc/pgx/v5"
-	"github.com/jackc/pgx/v5/pgconn"
 )
 
 // RollbackTimeout bounds a rollback. A rollback runs after the work's own
@@ -94,13 +91,4 @@ func finish[T any](ctx context.Context, tx pgx.Tx, fn func(ctx context.Context, 
 		return zero, fmt.Errorf("commit: %w", err)
 	}
 	return v, nil
-}
-
-// DataError reports whether err is PostgreSQL refusing the data itself:
-// SQLSTATE class 22 (data exception) or 23 (integrity constraint
-// violation). The same statement with the same values is refused every
-// time, so no retry can fix it.
-func DataError(err error) bool {
-	var pgErr *pgconn.PgError
-	return errors.As(err, &pgErr) && (strings.HasPrefix(pgErr.Code, "22") || strings.HasPrefix(pgErr.Code, "23"))
 }

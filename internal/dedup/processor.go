@@ -1,20 +1,16 @@
 package dedup
 
 import (
-	"bytes"
 	"cmp"
 	"context"
 	"errors"
 	"fmt"
 	"math/rand/v2"
-	"runtime/debug"
 	"slices"
-	"sync"
 	"time"
 
 	"github.com/google/uuid"
 	"github.com/jackc/pgx/v5"
-	"github.com/jackc/pgx/v5/pgconn"
 	"github.com/jackc/pgx/v5/pgxpool"
 	"go.opentelemetry.io/otel/attribute"
 	"go.opentelemetry.io/otel/trace"
@@ -22,77 +18,6 @@ import (
 	"github.com/platformd/platformd/consumer"
 	"github.com/platformd/platformd/internal/dbutil"
 )
-
-// Outcome is what happened to one event of a batch.
-type Outcome uint8
-
-// The outcomes of Process.
-const (
-	// OutcomeProcessed: the id was new; every handler succeeded and the
-	// effects committed with the processed_event row.
-	OutcomeProcessed Outcome = iota + 1
-	// OutcomeDuplicate: the id was already recorded (or appeared earlier in
-	// the same batch); no handler was called.
-	OutcomeDuplicate
-	// OutcomeFailed: a handler failed; the event's effects and its
-	// processed_event row were rolled back.
-	OutcomeFailed
-)
-
-// String returns the outcome's name.
-func (o Outcome) String() string {
-	switch o {
-	case OutcomeProcessed:
-		return "processed"
-	case OutcomeDuplicate:
-		return "duplicate"
-	case OutcomeFailed:
-		return "failed"
-	}
-	return fmt.Sprintf("Outcome(%d)", uint8(o))
-}
-
-// Result is the outcome of one event.
-type Result struct {
-	Outcome Outcome
-	// Err is the handler's error when Outcome is OutcomeFailed.
-	Err error
-	// Permanent is true when Err was marked with consumer.Permanent: no
-	// retry can succeed.
-	Permanent bool
-	// Handler names the handler that failed.
-	Handler string
-	// BeyondHorizon is true when the database refused the event's id
-	// because it is older than every partition of a partitioned
-	// processed_event: its row may have been purged, so it cannot be
-	// proven new (the beyond-horizon guard's case, decided by the
-	// database). Permanent is then true too.
-	BeyondHorizon bool
-}
-
-// durable reports whether the event's processed_event row is committed
-// (or will be, with its transaction): processed or duplicate.
-func (r Result) durable() bool {
-	return r.Outcome == OutcomeProcessed || r.Outcome == OutcomeDuplicate
-}
-
-// ErrNoHandler is the permanent failure of an event no handler handles.
-var ErrNoHandler = errors.New("no handler for event")
-
-// PanicError is the failure of a handler that panicked.
-type PanicError struct {
-	Value any
-	Stack []byte
-}
-
-// Error returns the panic value.
-func (e *PanicError) Error() string { return fmt.Sprintf("handler panicked: %v", e.Value) }
-
-// Route is one handler of an event name, in registration order.
-type Route struct {
-	Name    string
-	Handler consumer.Handler
-}
 
 // ProcessorConfig configures a Processor.
 type ProcessorConfig struct {
@@ -135,7 +60,8 @@ type Observer interface {
 type nopObserver struct{}
 
 func (nopObserver) Conflict(string) {}
-func (nopObserver) Replay()         {}
+
+func (nopObserver) Replay() {}
 
 // Processor runs batches of one service's events. It is safe for
 // concurrent use; each call uses one pooled connection.
@@ -158,92 +84,6 @@ type Processor struct {
 type task struct {
 	ev     *consumer.Event
 	result Result
-}
-
-// inflight is the set of event ids that Process calls of one Processor
-// (the workers of one pool) hold in open transactions. A relay republish
-// often reaches a worker while its original is still in another worker's
-// transaction; in the database the copy's insert would wait on the
-// original's row lock inside its own transaction, holding the locks of
-// its whole batch meanwhile (other workers then queue behind it). The copy
-// is instead left out of its batch's transaction and waits here, after
-// that transaction, for the original's outcome: committed, it is a
-// duplicate without a round trip; not committed, it is processed then.
-// Daemons sharing a database still meet on the row lock, as the seed says.
-type inflight struct {
-	mu  sync.Mutex
-	ids map[uuid.UUID]claim
-}
-
-// batchClaim is one Process call's hold on the ids it runs: done is closed
-// once their outcome is known, failed set before when the call's
-// transaction did not commit. One per batch, so that claiming costs a map
-// entry per event and no allocation.
-type batchClaim struct {
-	done   chan struct{}
-	failed bool
-}
-
-// claim is an id's entry: the holding batch and the task running the id.
-type claim struct {
-	batch *batchClaim
-	t     *task
-}
-
-// wait blocks until the holder's outcome is known and reports whether the
-// event's row is durable, or returns ctx's error.
-func (c claim) wait(ctx context.Context) (bool, error) {
-	select {
-	case <-c.batch.done:
-		// The holder's tasks are final once done is closed.
-		return !c.batch.failed && c.t.result.durable(), nil
-	case <-ctx.Done():
-		return false, ctx.Err()
-	}
-}
-
-// contended is a task whose id another Process call holds.
-type contended struct {
-	t     *task
-	claim claim
-}
-
-// claim claims the ids of ts not held by another call and returns the
-// call's claim, the tasks claimed and those to wait for. A later copy of an
-// id this call already claimed is a duplicate of the first (its result set).
-func (f *inflight) claim(ts []*task) (own *batchClaim, mine []*task, waits []contended) {
-	own = &batchClaim{done: make(chan struct{})}
-	f.mu.Lock()
-	defer f.mu.Unlock()
-	if f.ids == nil {
-		f.ids = make(map[uuid.UUID]claim)
-	}
-	mine = make([]*task, 0, len(ts))
-	for _, t := range ts {
-		if c, held := f.ids[t.ev.ID]; held {
-			if c.batch == own {
-				t.result = Result{Outcome: OutcomeDuplicate}
-				continue
-			}
-			waits = append(waits, contended{t: t, claim: c})
-			continue
-		}
-		f.ids[t.ev.ID] = claim{batch: own, t: t}
-		mine = append(mine, t)
-	}
-	return own, mine, waits
-}
-
-// release publishes the outcome of the claimed tasks: their results, and
-// whether their transaction committed (err nil).
-func (f *inflight) release(own *batchClaim, mine []*task, err error) {
-	own.failed = err != nil
-	f.mu.Lock()
-	for _, t := range mine {
-		delete(f.ids, t.ev.ID)
-	}
-	f.mu.Unlock()
-	close(own.done)
 }
 
 // NewProcessor returns a Processor over db.
@@ -271,22 +111,6 @@ func NewProcessor(db *pgxpool.Pool, cfg ProcessorConfig) *Processor {
 		}
 	}
 	return p
-}
-
-// RoutesFor builds the routes of the named handlers from reg, in the order
-// given.
-func RoutesFor(reg *consumer.Registry, handlerNames []string) (map[string][]Route, error) {
-	routes := map[string][]Route{}
-	for _, name := range handlerNames {
-		r, err := reg.Lookup(name)
-		if err != nil {
-			return nil, fmt.Errorf("dedup routes: %w", err)
-		}
-		for _, ev := range r.Events {
-			routes[ev] = append(routes[ev], Route{Name: r.Name, Handler: r.Handler})
-		}
-	}
-	return routes, nil
 }
 
 // Handles reports whether some handler handles eventName.
@@ -376,83 +200,6 @@ func firstCopies(ts []*task) []*task {
 	return first
 }
 
-// handlerFailure rolls a transaction back because a handler failed: the
-// event's fault, not the database's. The failing task's result is set when
-// it is known (a batch call's failure names no event).
-type handlerFailure struct{ cause error }
-
-func (e *handlerFailure) Error() string { return "dedup: handler failed: " + e.cause.Error() }
-func (e *handlerFailure) Unwrap() error { return e.cause }
-
-// refusal rolls a transaction back because the database refused an id
-// (a partitioned processed_event's CHECK or partition bounds, SQLSTATE
-// 23514): the event's fault, settled by its result, never a reason to
-// requeue the batch.
-type refusal struct{ cause error }
-
-func (e *refusal) Error() string { return "dedup: processed_event refused an id: " + e.cause.Error() }
-func (e *refusal) Unwrap() error { return e.cause }
-
-// ErrRefused is the error of an event whose id a partitioned
-// processed_event refused (Result.Err wraps it).
-var ErrRefused = errors.New("processed_event refused the event id")
-
-// refusedByTable reports whether the dedup insert failed because the table
-// refused a row: no partition for it, or the v7 CHECK.
-func refusedByTable(err error) bool {
-	var pgErr *pgconn.PgError
-	return errors.As(err, &pgErr) && pgErr.Code == "23514"
-}
-
-// partitionSpan answers PartitionSpan once for a replay, on the replay's
-// own transaction: a burst of refused ids costs one catalog query and no
-// connection but the batch's.
-type partitionSpan struct {
-	done     bool
-	from, to time.Time
-	ok       bool
-	err      error
-}
-
-func (s *partitionSpan) get(ctx context.Context, tx pgx.Tx) (from, to time.Time, ok bool, err error) {
-	if !s.done {
-		// In a savepoint of its own: a failed read leaves tx usable.
-		s.err = dbutil.WithSavepoint(ctx, tx, func(ctx context.Context, sp pgx.Tx) error {
-			var err error
-			s.from, s.to, s.ok, err = PartitionSpan(ctx, sp)
-			return err
-		})
-		s.done = true
-	}
-	return s.from, s.to, s.ok, s.err
-}
-
-// refusedResult is the result of an event whose id the table refused: not
-// a v7 id (permanent), older than every partition (beyond the horizon,
-// permanent), or in a partition not created yet (retried: the scheduler
-// creates partitions ahead). The partitions are read through span in tx,
-// the replay's transaction.
-func refusedResult(ctx context.Context, tx pgx.Tx, span *partitionSpan, id uuid.UUID, cause error) Result {
-	if !IsV7(id) {
-		err := consumer.Permanent(fmt.Errorf("%w: event id %s is a UUID version %d; this service's processed_event is partitioned by the ids' time and accepts UUID v7 ids only (%w)",
-			ErrRefused, id, id.Version(), cause))
-		return Result{Outcome: OutcomeFailed, Err: err, Permanent: true}
-	}
-	at := V7Time(id).UTC()
-	from, to, ok, err := span.get(ctx, tx)
-	if err == nil && ok && at.Before(from) {
-		err := consumer.Permanent(fmt.Errorf("%w: event id %s from %s is older than the oldest partition of processed_event (from %s): its row may have been purged with its partition",
-			ErrRefused, id, at.Format(time.RFC3339), from.Format(time.RFC3339)))
-		return Result{Outcome: OutcomeFailed, Err: err, Permanent: true, BeyondHorizon: true}
-	}
-	parts := "no partition"
-	if ok {
-		parts = fmt.Sprintf("partitions from %s to %s", from.Format(time.RFC3339), to.Format(time.RFC3339))
-	}
-	return Result{Outcome: OutcomeFailed, Err: fmt.Errorf("%w: event id %s from %s has no partition of processed_event yet (%s; they are created ahead by the purge)",
-		ErrRefused, id, at.Format(time.RFC3339), parts)}
-}
-
 // run applies ts (distinct ids) in one transaction. A transaction aborted
 // by a deadlock or a serialization failure is tried again at once, up to
 // the configured retries; when a handler fails (or the conflicts go on),
@@ -540,28 +287,6 @@ func (p *Processor) tryBatch(ctx context.Context, ts []*task) error {
 	return err
 }
 
-// conflictCode returns the SQLSTATE of err when it is a deadlock or a
-// serialization failure.
-func conflictCode(err error) (string, bool) {
-	var pgErr *pgconn.PgError
-	if err == nil || !errors.As(err, &pgErr) {
-		return "", false
-	}
-	switch pgErr.Code {
-	case "40P01", "40001":
-		return pgErr.Code, true
-	}
-	return "", false
-}
-
-// isEventFault reports whether err rolled back for one event's sake (a
-// failing handler, an id the table refused), which its result settles.
-func isEventFault(err error) bool {
-	var hf *handlerFailure
-	var rf *refusal
-	return errors.As(err, &hf) || errors.As(err, &rf)
-}
-
 // runIsolated replays ts with one savepoint per event: each event's insert
 // and handlers succeed or roll back on their own. A task whose failure the
 // first try already saw is not run again. With immediate (the batch's
@@ -611,210 +336,4 @@ func (p *Processor) runIsolated(ctx context.Context, ts []*task, immediate bool)
 		return fmt.Errorf("dedup: %w", err)
 	}
 	return nil
-}
-
-// record inserts the ids of ts in tx, marks the tasks whose id was already
-// there duplicates and returns the others (all of ts in bench builds that
-// skip the insert).
-func (p *Processor) record(ctx context.Context, tx pgx.Tx, ts []*task) ([]*task, error) {
-	if skipDedupInsert {
-		return ts, nil
-	}
-	// [16]byte encodes directly; pgtype.UUID goes through its Valuer and
-	// allocates per element.
-	ids := make([][16]byte, len(ts))
-	for i, t := range ts {
-		ids[i] = t.ev.ID
-	}
-	ictx, span := p.tr.start(ctx, SpanInsert, insertAttrs...)
-	inserted, err := RecordIDs(ictx, tx, ids)
-	endInsert(span, len(inserted), err)
-	if err != nil {
-		if refusedByTable(err) {
-			return nil, &refusal{cause: err}
-		}
-		return nil, fmt.Errorf("insert processed_event: %w", err)
-	}
-	fresh := make([]*task, 0, len(ts))
-	for _, t := range ts {
-		if _, ok := inserted[t.ev.ID]; !ok {
-			t.result = Result{Outcome: OutcomeDuplicate}
-			continue
-		}
-		fresh = append(fresh, t)
-	}
-	return fresh, nil
-}
-
-const insertSQL = `INSERT INTO processed_event (event_id, processed_at)
-SELECT unnest($1::uuid[]), now()
-ON CONFLICT (event_id) DO NOTHING
-RETURNING event_id`
-
-// RecordIDs is the dedup step's statement: it inserts ids into
-// processed_event in tx with one INSERT ... ON CONFLICT DO NOTHING and
-// returns those that were not there (an id given twice is inserted once).
-// It sorts ids in place.
-func RecordIDs(ctx context.Context, tx pgx.Tx, ids [][16]byte) (map[uuid.UUID]struct{}, error) {
-	// Lock rows in one global order: two daemons inserting overlapping
-	// ids (relay republishes) in different orders would deadlock (40P01).
-	slices.SortFunc(ids, func(a, b [16]byte) int { return bytes.Compare(a[:], b[:]) })
-	rows, err := tx.Query(ctx, insertSQL, ids)
-	if err != nil {
-		return nil, err
-	}
-	inserted := make(map[uuid.UUID]struct{}, len(ids))
-	var id [16]byte
-	_, err = pgx.ForEachRow(rows, []any{&id}, func() error {
-		inserted[id] = struct{}{}
-		return nil
-	})
-	if err != nil {
-		return nil, err
-	}
-	return inserted, nil
-}
-
-// eventsScratch is runHandlers' working memory, reused across batches: a
-// batch's events gathered per handler were the largest allocation of the
-// hot path.
-type eventsScratch struct{ events []consumer.Event }
-
-var scratchPool = sync.Pool{New: func() any { return new(eventsScratch) }}
-
-// runHandlers runs the handlers of the new events: handler by handler in
-// registration order, a BatchHandler once over all its events, any other
-// handler event by event. A handler's failure returns a *handlerFailure
-// (with the failing task's result set when one event's call failed); any
-// other error is the database's or the caller's.
-func (p *Processor) runHandlers(ctx context.Context, tx pgx.Tx, fresh []*task) error {
-	s := scratchPool.Get().(*eventsScratch)
-	defer func() {
-		clear(s.events[:cap(s.events)]) // drop the references to the deliveries' bodies
-		s.events = s.events[:0]
-		scratchPool.Put(s)
-	}()
-	for _, h := range p.order {
-		s.events = s.events[:0]
-		for _, t := range fresh {
-			if routed(p.routes[t.ev.Name], h.Name) {
-				s.events = append(s.events, *t.ev)
-			}
-		}
-		if len(s.events) == 0 {
-			continue
-		}
-		hctx, span := p.tr.startHandler(ctx, h.Name, len(s.events))
-		if bh, ok := h.Handler.(consumer.BatchHandler); ok && len(s.events) > 1 {
-			err := call(func() error { return bh.HandleBatch(hctx, tx, s.events) })
-			endSpan(span, err)
-			if err != nil {
-				return handlerError(ctx, tx, h.Name, err, nil)
-			}
-			continue
-		}
-		for _, t := range fresh {
-			if !routed(p.routes[t.ev.Name], h.Name) {
-				continue
-			}
-			if err := call(func() error { return h.Handler.Handle(consumer.EventContext(ctx, *t.ev), tx, *t.ev) }); err != nil {
-				endSpan(span, err)
-				return handlerError(ctx, tx, h.Name, err, t)
-			}
-		}
-		endSpan(span, nil)
-	}
-	return nil
-}
-
-// runEvent calls every handler of t's event in order, stopping at the first
-// failure (see runHandlers for the errors).
-func (p *Processor) runEvent(ctx context.Context, tx pgx.Tx, t *task) error {
-	for _, r := range p.routes[t.ev.Name] {
-		_, span := p.tr.startHandler(ctx, r.Name, 1)
-		err := call(func() error { return r.Handler.Handle(consumer.EventContext(ctx, *t.ev), tx, *t.ev) })
-		endSpan(span, err)
-		if err != nil {
-			return handlerError(ctx, tx, r.Name, err, t)
-		}
-	}
-	return nil
-}
-
-// handlerError sorts a handler's error: the database's or the caller's
-// fault is returned wrapped (the batch's outcome is unknown); the event's
-// is recorded on t, when known, and returned as a *handlerFailure.
-func handlerError(ctx context.Context, tx pgx.Tx, handler string, err error, t *task) error {
-	if infra(ctx, tx, err) {
-		return fmt.Errorf("handler %s: %w", handler, err)
-	}
-	if t != nil {
-		t.result = Result{Outcome: OutcomeFailed, Err: err, Permanent: consumer.IsPermanent(err), Handler: handler}
-	}
-	return &handlerFailure{cause: err}
-}
-
-func routed(routes []Route, name string) bool {
-	for _, r := range routes {
-		if r.Name == name {
-			return true
-		}
-	}
-	return false
-}
-
-// call is the one recovery point of handler code: it runs fn and turns a
-// panic into a PanicError. The panicked flag also catches a handler that
-// ends its goroutine with runtime.Goexit (a test's t.FailNow): that cannot
-// be stopped, but it is then reported as a failure of the event rather
-// than vanishing.
-func call(fn func() error) (err error) {
-	panicked := true
-	defer func() {
-		if v := recover(); v != nil || panicked {
-			if v == nil {
-				v = "runtime.Goexit"
-			}
-			err = &PanicError{Value: v, Stack: debug.Stack()}
-		}
-	}()
-	err = fn()
-	panicked = false
-	return err
-}
-
-// infra reports whether err is not the event's fault but the database's or
-// the caller's: then the batch's outcome is unknown and nothing is acked.
-// A deadline or cancellation of the handler's own (its HTTP call timing
-// out) is the handler's failure, retried through the delay queues like
-// any other: only the batch's ctx ending, or the connection closed (pgx
-// closes it when a query's context ends mid-query), is infrastructure.
-func infra(ctx context.Context, tx pgx.Tx, err error) bool {
-	if ctx.Err() != nil {
-		return true
-	}
-	if tx.Conn() == nil || tx.Conn().IsClosed() {
-		return true
-	}
-	if pgconn.Timeout(err) {
-		return true
-	}
-	var pgErr *pgconn.PgError
-	if errors.As(err, &pgErr) {
-		if pgErr.Code == "57014" {
-			// query_canceled: the handler's own statement ran past
-			// statement_timeout; retry the event like any handler error.
-			return false
-		}
-		switch pgErr.Code[:2] {
-		case "08", // connection exception
-			"53", // insufficient resources
-			"57", // operator intervention: admin or crash shutdown
-			"58": // system error
-			return true
-		}
-		return false
-	}
-	var connErr *pgconn.ConnectError
-	return errors.As(err, &connErr)
 }

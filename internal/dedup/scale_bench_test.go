@@ -16,8 +16,8 @@ import (
 
 	"github.com/platformd/platformd/consumer"
 	"github.com/platformd/platformd/examples/shop"
-	"github.com/platformd/platformd/internal/dedup"
 	"github.com/platformd/platformd/internal/config"
+	"github.com/platformd/platformd/internal/dedup"
 	"github.com/platformd/platformd/internal/migrate"
 	"github.com/platformd/platformd/internal/testdb"
 )

@@ -5,11 +5,11 @@ import (
 	"errors"
 	"fmt"
 	"io"
-	"strings"
 	"time"
 
 	"github.com/jackc/pgx/v5/pgconn"
 	"github.com/jackc/pgx/v5/pgxpool"
+	"github.com/platformd/platformd/internal/dbutil"
 )
 
 // PurgeLockName returns the name the purge lock of service is derived
@@ -43,9 +43,8 @@ func tryPurgeLock(ctx context.Context, db *pgxpool.Pool, service string) (*purge
 
 // deadConn reports whether err says the connection itself was lost.
 func deadConn(err error) bool {
-	var pgErr *pgconn.PgError
-	if errors.As(err, &pgErr) {
-		return pgErr.Code == "57P01" || strings.HasPrefix(pgErr.Code, "08")
+	if dbutil.ConnectionLost(err) {
+		return true
 	}
 	return pgconn.SafeToRetry(err) || errors.Is(err, io.EOF) || errors.Is(err, io.ErrUnexpectedEOF)
 }
