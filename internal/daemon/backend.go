@@ -9,6 +9,7 @@ import (
 	"github.com/google/uuid"
 
 	"github.com/platformd/platformd/internal/admin"
+	"github.com/platformd/platformd/internal/broker"
 	"github.com/platformd/platformd/internal/dedup"
 	"github.com/platformd/platformd/internal/outbox"
 	"github.com/platformd/platformd/internal/scheduler"
@@ -267,7 +268,7 @@ func (b *backend) ListFailedMessages(ctx context.Context, name string, limit int
 	if err != nil {
 		return nil, err
 	}
-	msgs, err := workers.ListFailed(ctx, b.d.amqpURLs(), p.Config().Queue, limit)
+	msgs, err := broker.ListFailed(ctx, b.d.amqpURLs(), p.Config().Queue, limit)
 	if err != nil {
 		return nil, unavailable(err)
 	}
@@ -284,7 +285,7 @@ func (b *backend) RetryFailedMessages(ctx context.Context, name string, ids []uu
 	if err != nil {
 		return 0, err
 	}
-	n, err := workers.RetryFailed(ctx, b.d.amqpURLs(), p.Config().Queue, ids, all, override, actor)
+	n, err := broker.RetryFailed(ctx, b.d.amqpURLs(), p.Config().Queue, ids, all, override, actor)
 	b.auditRetry(ctx, svc, name, ids, all, override, actor, n, err)
 	return n, unavailable(err)
 }

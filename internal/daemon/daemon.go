@@ -22,6 +22,7 @@ import (
 
 	"github.com/platformd/platformd/consumer"
 	"github.com/platformd/platformd/internal/admin"
+	"github.com/platformd/platformd/internal/broker"
 	"github.com/platformd/platformd/internal/config"
 	"github.com/platformd/platformd/internal/console"
 	"github.com/platformd/platformd/internal/dedup"
@@ -143,8 +144,8 @@ type Daemon struct {
 	log        *slog.Logger
 	metrics    *metrics.Metrics
 	opts       Options
-	publish    *workers.Conn // retry and failure copies of every pool
-	outboxConn *workers.Conn // every relay's publishing connection
+	publish    *broker.Conn // retry and failure copies of every pool
+	outboxConn *broker.Conn // every relay's publishing connection
 	killHook   func([]uuid.UUID)
 	// newPoolErrFunc, set by tests only, fails the building of a pool.
 	newPoolErrFunc func(config.PoolConfig) error
@@ -231,8 +232,8 @@ func start(ctx context.Context, cfg *config.Config, reg *consumer.Registry, opts
 	if err := d.startTracing(ctx); err != nil {
 		return nil, err
 	}
-	d.publish = workers.NewConn(cfg.Broker.Addresses(), "platformd-publish", d.metrics, logger)
-	d.outboxConn = workers.NewConn(cfg.Broker.Addresses(), "platformd-outbox", d.metrics, logger)
+	d.publish = broker.NewConn(cfg.Broker.Addresses(), "platformd-publish", d.metrics, logger)
+	d.outboxConn = broker.NewConn(cfg.Broker.Addresses(), "platformd-outbox", d.metrics, logger)
 	d.killHook = killAfterConfirm(logger)
 	if err := d.startMetrics(ctx); err != nil {
 		return nil, err
@@ -391,7 +392,7 @@ func (d *Daemon) stopStages() [][]startstop.Stopper {
 		services = append(services, s)
 	}
 	var conns []startstop.Stopper
-	for _, c := range []*workers.Conn{d.publish, d.outboxConn} {
+	for _, c := range []*broker.Conn{d.publish, d.outboxConn} {
 		if c != nil {
 			conns = append(conns, startstop.StopFunc(c.Close))
 		}

@@ -14,6 +14,7 @@ import (
 	"github.com/jackc/pgx/v5/pgxpool"
 
 	"github.com/platformd/platformd/consumer"
+	"github.com/platformd/platformd/internal/broker"
 	"github.com/platformd/platformd/internal/config"
 	"github.com/platformd/platformd/internal/dedup"
 	"github.com/platformd/platformd/internal/outbox"
@@ -101,7 +102,7 @@ func (s *service) setConfig(sc config.ServiceConfig, reg *consumer.Registry) {
 type servicePool struct {
 	cfg     config.PoolConfig
 	pool    *workers.Pool
-	consume *workers.Conn
+	consume *broker.Conn
 }
 
 // newService builds a service (not started) over its own database pool;
@@ -150,10 +151,10 @@ func (s *service) newPool(pc config.PoolConfig) (*servicePool, error) {
 			slog.Int("prefetch", prefetch), slog.Int("prefetch_wanted", pc.Prefetch),
 			slog.Int("max_unacked_bytes", pc.MaxUnackedBytes), slog.Int("max_body_bytes", d.cfg.Broker.MaxBodyBytes))
 	}
-	consume := workers.NewConn(d.cfg.Broker.Addresses(), "platformd-"+pc.Name, d.metrics, d.log)
+	consume := broker.NewConn(d.cfg.Broker.Addresses(), "platformd-"+pc.Name, d.metrics, d.log)
 	pool, err := workers.NewPool(workers.PoolConfig{
 		Name: pc.Name, Service: s.name,
-		Topology: workers.Topology{
+		Topology: broker.Topology{
 			Exchange: d.cfg.Broker.Exchange, Queue: pc.Queue, QueueType: pc.QueueType,
 			Bindings: pc.Bindings, RetryDelays: pc.Retry.Delays,
 		},

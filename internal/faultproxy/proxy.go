@@ -29,6 +29,10 @@ type Hooks struct {
 	ToServer func(chunk []byte)
 	// ToClient sees each chunk the server sent, before it is forwarded.
 	ToClient func(chunk []byte)
+	// FilterToClient, when set, returns what to forward of each chunk the
+	// server sent (after ToClient saw it): fewer bytes to hold some back,
+	// more to send what it held. It must not keep chunk.
+	FilterToClient func(chunk []byte) []byte
 	// KeepServerOpen, asked when the client's side ends, leaves the
 	// server's connection open when it answers true (for the server's
 	// answer to arrive, seen by ToClient, which may then close it).
@@ -235,11 +239,11 @@ func (p *Proxy) accept(ln net.Listener) {
 		})
 		p.wg.Go(func() {
 			defer pair.Done()
-			p.pipe(up, c, true, nil, h.ToServer, h.KeepServerOpen)
+			p.pipe(up, c, true, nil, nil, h.ToServer, h.KeepServerOpen)
 		})
 		p.wg.Go(func() {
 			defer pair.Done()
-			p.pipe(c, up, false, h.ToClient, nil, nil)
+			p.pipe(c, up, false, h.ToClient, h.FilterToClient, nil, nil)
 		})
 	}
 }
@@ -264,8 +268,9 @@ func (p *Proxy) gate(toServer bool) bool {
 
 // pipe copies src to dst, holding every chunk (and the end of the stream)
 // while its direction is held. peek sees a chunk before it is forwarded,
-// after once it was; keepDst, at the end, leaves dst open.
-func (p *Proxy) pipe(dst, src net.Conn, toServer bool, peek, after func([]byte), keepDst func() bool) {
+// filter says what of it to forward, after sees it once forwarded;
+// keepDst, at the end, leaves dst open.
+func (p *Proxy) pipe(dst, src net.Conn, toServer bool, peek func([]byte), filter func([]byte) []byte, after func([]byte), keepDst func() bool) {
 	buf := make([]byte, 32<<10)
 	for {
 		if !p.gate(toServer) {
@@ -279,7 +284,11 @@ func (p *Proxy) pipe(dst, src net.Conn, toServer bool, peek, after func([]byte),
 			if !p.gate(toServer) {
 				break
 			}
-			if _, werr := dst.Write(buf[:n]); werr != nil {
+			out := buf[:n]
+			if filter != nil {
+				out = filter(out)
+			}
+			if _, werr := dst.Write(out); len(out) > 0 && werr != nil {
 				break
 			}
 			if after != nil {

@@ -10,10 +10,9 @@ import (
 	"time"
 
 	"github.com/google/uuid"
+	"github.com/platformd/platformd/internal/broker"
 	amqp "github.com/rabbitmq/amqp091-go"
 	"github.com/stretchr/testify/require"
-
-	"github.com/platformd/platformd/internal/workers"
 )
 
 // outboxBenchRows is how many rows each throughput round drains
@@ -60,15 +59,15 @@ func BenchmarkOutboxThroughput(b *testing.B) {
 	for range b.N {
 		// Raw: the envelopes the relay would build, published in batches.
 		b.StopTimer()
-		msgs := make([]workers.Outgoing, rows)
+		msgs := make([]broker.Outgoing, rows)
 		for i := range msgs {
 			id := uuid.Must(uuid.NewV7())
 			r := row{id: id, name: "bench.outbox.v1", occurredAt: time.Now(), finite: true, payload: `{"order_id": "` + uuid.NewString() + `", "n": 1}`, headers: "{}"}
 			m, err := r.message(0)
 			require.NoError(b, err)
-			msgs[i] = workers.Outgoing{Exchange: bb.exchange, RoutingKey: r.name, Msg: m}
+			msgs[i] = broker.Outgoing{Exchange: bb.exchange, RoutingKey: r.name, Msg: m}
 		}
-		pub := workers.NewPublisher(bb.broker, BatchSizeDefault)
+		pub := broker.NewPublisher(bb.broker, BatchSizeDefault)
 		b.StartTimer()
 		start := time.Now()
 		for i := 0; i < rows; i += BatchSizeDefault {

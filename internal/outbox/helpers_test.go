@@ -17,11 +17,11 @@ import (
 	"github.com/stretchr/testify/require"
 	"go.uber.org/goleak"
 
+	"github.com/platformd/platformd/internal/broker"
 	"github.com/platformd/platformd/internal/dedup"
 	"github.com/platformd/platformd/internal/metrics"
 	"github.com/platformd/platformd/internal/migrate"
 	"github.com/platformd/platformd/internal/testdb"
-	"github.com/platformd/platformd/internal/workers"
 	"github.com/platformd/platformd/migrations"
 )
 
@@ -68,7 +68,7 @@ type bundle struct {
 	queue    string
 	url      string // the broker, with the bundle's vhost if any
 	vhost    string
-	broker   *workers.Conn
+	broker   *broker.Conn
 	metrics  *metrics.Metrics
 	logs     *syncBuffer
 	logger   *slog.Logger
@@ -134,7 +134,7 @@ func setup(t testing.TB, opts ...setupOpt) *bundle {
 		}
 	})
 	b.bind("test.#")
-	b.broker = workers.NewConn([]string{b.url}, "outbox-test-"+id, nil, b.logger)
+	b.broker = broker.NewConn([]string{b.url}, "outbox-test-"+id, nil, b.logger)
 	t.Cleanup(b.broker.Close)
 	return b
 }

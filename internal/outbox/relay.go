@@ -16,10 +16,10 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 	amqp "github.com/rabbitmq/amqp091-go"
 
+	"github.com/platformd/platformd/internal/broker"
 	"github.com/platformd/platformd/internal/envelope"
 	"github.com/platformd/platformd/internal/metrics"
 	"github.com/platformd/platformd/internal/startstop"
-	"github.com/platformd/platformd/internal/workers"
 )
 
 // Defaults of Config.
@@ -64,7 +64,7 @@ type Config struct {
 	// DB is the service database.
 	DB *pgxpool.Pool
 	// Broker is the publishing connection.
-	Broker *workers.Conn
+	Broker *broker.Conn
 	// Exchange is broker.exchange.
 	Exchange string
 	// BatchSize is the most rows per pass (default BatchSizeDefault).
@@ -94,7 +94,7 @@ type Relay struct {
 	startstop.Base
 	cfg Config
 	log *slog.Logger
-	pub *workers.Publisher
+	pub *broker.Publisher
 
 	pending, oldest, active   prometheus.Gauge
 	publishedTotal            prometheus.Counter
@@ -125,7 +125,7 @@ func New(cfg Config) (*Relay, error) {
 	r := &Relay{
 		cfg:            cfg,
 		log:            cfg.Logger.With(slog.String("service", cfg.Service)),
-		pub:            workers.NewPublisher(cfg.Broker, cfg.BatchSize),
+		pub:            broker.NewPublisher(cfg.Broker, cfg.BatchSize),
 		pending:        m.Pending.WithLabelValues(cfg.Service),
 		oldest:         m.Oldest.WithLabelValues(cfg.Service),
 		active:         m.Active.WithLabelValues(cfg.Service),
@@ -428,7 +428,7 @@ func (r *Relay) pass(ctx context.Context, conn *pgx.Conn) (int, error, error) {
 	if len(rows) == 0 {
 		return 0, nil, nil
 	}
-	out := make([]workers.Outgoing, 0, len(rows))
+	out := make([]broker.Outgoing, 0, len(rows))
 	outRows := make([]row, 0, len(rows))
 	for _, rw := range rows {
 		msg, err := rw.message(r.cfg.MaxBodyBytes)
@@ -436,7 +436,7 @@ func (r *Relay) pass(ctx context.Context, conn *pgx.Conn) (int, error, error) {
 			r.hold(ctx, rw, metrics.HeldInvalid, err)
 			continue
 		}
-		out = append(out, workers.Outgoing{Exchange: r.cfg.Exchange, RoutingKey: rw.name, Msg: msg})
+		out = append(out, broker.Outgoing{Exchange: r.cfg.Exchange, RoutingKey: rw.name, Msg: msg})
 		outRows = append(outRows, rw)
 	}
 	pctx, cancel := context.WithTimeout(ctx, PublishTimeoutDefault)
@@ -454,7 +454,7 @@ func (r *Relay) pass(ctx context.Context, conn *pgx.Conn) (int, error, error) {
 				r.log.InfoContext(ctx, "outbox: held row published", slog.String("event_id", rw.id.String()),
 					slog.String("event_name", rw.name))
 			}
-		case errors.Is(perr, workers.ErrReturned):
+		case errors.Is(perr, broker.ErrReturned):
 			r.hold(ctx, rw, metrics.HeldReturned, perr)
 		default:
 			pubErr = cmp.Or(pubErr, perr)

@@ -21,13 +21,11 @@
 // covered, and losing a held ack only redelivers committed events, which
 // the dedup step skips.
 //
-// amqp091-go does not reconnect safely by itself (its opt-in recovery can
-// ack a stale tag on a new channel), so the package runs its own loop with
-// backoff and jitter, with fresh connection and channel objects each time,
-// and declares the topology again on each new channel. A Conn spans the
-// nodes of a cluster (broker.urls): it starts at one chosen at random and
-// moves to the next when its connection is lost. Deliveries of a dead
-// channel are never acked on another.
+// The broker itself (connections, publishing with confirms, topology,
+// headers, the failure queue's tools) is internal/broker's. A pool's
+// workers reconnect through a broker.Conn, open fresh channels each time
+// and declare the topology again on each; deliveries of a dead channel are
+// never acked on another.
 //
 // Pause and resume cancel and restart consumption without dropping the work
 // in hand; the pause state lives in the service database so it holds

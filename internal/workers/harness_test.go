@@ -24,6 +24,7 @@ import (
 
 	"github.com/platformd/platformd/consumer"
 	"github.com/platformd/platformd/examples/shop"
+	"github.com/platformd/platformd/internal/broker"
 	"github.com/platformd/platformd/internal/dedup"
 	"github.com/platformd/platformd/internal/envelope"
 	"github.com/platformd/platformd/internal/metrics"
@@ -60,8 +61,8 @@ type bundle struct {
 	reg      *consumer.Registry
 	metrics  *metrics.Metrics
 	logger   *slog.Logger
-	consume  *Conn
-	publish  *Conn
+	consume  *broker.Conn
+	publish  *broker.Conn
 	pool     *Pool
 	pubConn  *amqp.Connection
 	pubCh    *amqp.Channel
@@ -126,7 +127,7 @@ func newBundle(t testing.TB, opts ...bundleOpt) *bundle {
 
 	b.cfg = PoolConfig{
 		Name: "stock-" + suffix, Service: "stock",
-		Topology: Topology{
+		Topology: broker.Topology{
 			Exchange: b.exchange, Queue: b.queue, QueueType: "classic",
 			Bindings: []string{shop.EventOrderPlaced}, RetryDelays: []time.Duration{100 * time.Millisecond, 200 * time.Millisecond},
 		},
@@ -140,7 +141,7 @@ func newBundle(t testing.TB, opts ...bundleOpt) *bundle {
 	require.NoError(t, b.pubCh.Confirm(false))
 	t.Cleanup(func() {
 		if ch, err := b.pubConn.Channel(); err == nil {
-			for _, q := range []string{b.queue, FailedQueue(b.queue), RetryQueue(b.queue, 100*time.Millisecond), RetryQueue(b.queue, 200*time.Millisecond)} {
+			for _, q := range []string{b.queue, broker.FailedQueue(b.queue), broker.RetryQueue(b.queue, 100*time.Millisecond), broker.RetryQueue(b.queue, 200*time.Millisecond)} {
 				_, _ = ch.QueueDelete(q, false, false, false)
 			}
 			_ = ch.ExchangeDelete(b.exchange, false, false)
@@ -170,8 +171,8 @@ func (b *bundle) startPool(wait bool, handlers ...string) *Pool {
 	b.t.Helper()
 	routes, err := dedup.RoutesFor(b.reg, handlers)
 	require.NoError(b.t, err)
-	b.consume = NewConn([]string{b.url}, "test-consume", b.metrics, b.logger)
-	b.publish = NewConn([]string{b.url}, "test-publish", b.metrics, b.logger)
+	b.consume = broker.NewConn([]string{b.url}, "test-consume", b.metrics, b.logger)
+	b.publish = broker.NewConn([]string{b.url}, "test-publish", b.metrics, b.logger)
 	p, err := NewPool(b.cfg, Deps{
 		Processor: dedup.NewProcessor(b.db, dedup.ProcessorConfig{
 			Routes: routes, Observer: NewConflictObserver(b.metrics, b.cfg.Service, b.cfg.Name, b.logger), Tracer: b.tracer,
@@ -298,7 +299,7 @@ func (b *bundle) getFailed() []amqp.Delivery {
 	defer ch.Close()
 	var out []amqp.Delivery
 	for {
-		d, ok, err := ch.Get(FailedQueue(b.queue), true)
+		d, ok, err := ch.Get(broker.FailedQueue(b.queue), true)
 		require.NoError(b.t, err)
 		if !ok {
 			return out

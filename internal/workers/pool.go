@@ -14,6 +14,7 @@ import (
 	"github.com/jackc/pgx/v5/pgxpool"
 	"go.opentelemetry.io/otel/trace"
 
+	"github.com/platformd/platformd/internal/broker"
 	"github.com/platformd/platformd/internal/config"
 	"github.com/platformd/platformd/internal/dedup"
 	"github.com/platformd/platformd/internal/metrics"
@@ -40,7 +41,7 @@ const (
 type PoolConfig struct {
 	Name    string
 	Service string
-	Topology
+	broker.Topology
 	Concurrency int
 	// Prefetch is the pool's total prefetch, split across its workers
 	// (each gets at least one delivery; zero: BatchSize per worker). A
@@ -83,9 +84,9 @@ type Deps struct {
 	// DB is the service database (pause state).
 	DB *pgxpool.Pool
 	// Consume is the pool's consuming connection.
-	Consume *Conn
+	Consume *broker.Conn
 	// Publish is the daemon's publishing connection.
-	Publish *Conn
+	Publish *broker.Conn
 	Metrics *metrics.Metrics
 	Logger  *slog.Logger
 	// Tracer, when set, traces every delivery (a "process <queue>" span);
@@ -247,7 +248,7 @@ func (p *Pool) Start(ctx context.Context) error {
 // readState reads the stored pause state, again and again with backoff
 // while the database cannot be reached; false when ctx ended first.
 func (p *Pool) readState(ctx context.Context) bool {
-	backoff := BackoffMinDefault
+	backoff := broker.BackoffMinDefault
 	for {
 		st, err := state.GetPoolState(ctx, p.deps.DB, p.cfg.Name)
 		if err == nil {
@@ -263,9 +264,9 @@ func (p *Pool) readState(ctx context.Context) bool {
 		select {
 		case <-ctx.Done():
 			return false
-		case <-time.After(jitter(backoff)):
+		case <-time.After(broker.Jitter(backoff)):
 		}
-		backoff = min(backoff*2, BackoffMaxDefault)
+		backoff = min(backoff*2, broker.BackoffMaxDefault)
 	}
 }
 

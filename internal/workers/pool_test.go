@@ -13,6 +13,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/platformd/platformd/examples/shop"
+	"github.com/platformd/platformd/internal/broker"
 	"github.com/platformd/platformd/internal/config"
 	"github.com/platformd/platformd/internal/metrics"
 )
@@ -32,7 +33,7 @@ func TestPoolRepublishedEventAppliedOnce(t *testing.T) {
 	env, o := b.order(2)
 	b.publishEnv(env, nil)
 	b.publishEnv(env, nil)
-	b.publishEnv(env, amqp.Table{HeaderReplay: "ops"})
+	b.publishEnv(env, amqp.Table{broker.HeaderReplay: "ops"})
 	b.waitFor("3 settled", func() bool { i := b.pool.Info(); return i.Processed+i.Duplicates == 3 })
 	require.Equal(t, 2, b.count(`SELECT count(*) FROM reservation WHERE order_id = $1`, o.OrderID))
 	require.Equal(t, 1, b.count(`SELECT count(*) FROM processed_event`))
@@ -105,19 +106,19 @@ func TestPoolRetriesAndFailureQueue(t *testing.T) {
 	require.Len(t, failed, 2)
 	byReason := map[string]amqp.Delivery{}
 	for _, d := range failed {
-		byReason[d.Headers[HeaderFailureReason].(string)] = d
-		require.Equal(t, b.cfg.Name, d.Headers[HeaderPool])
-		require.Equal(t, shop.EventOrderPlaced, d.Headers[HeaderOriginalRoutingKey])
-		_, err := time.Parse(time.RFC3339, d.Headers[HeaderFailedAt].(string))
+		byReason[d.Headers[broker.HeaderFailureReason].(string)] = d
+		require.Equal(t, b.cfg.Name, d.Headers[broker.HeaderPool])
+		require.Equal(t, shop.EventOrderPlaced, d.Headers[broker.HeaderOriginalRoutingKey])
+		_, err := time.Parse(time.RFC3339, d.Headers[broker.HeaderFailedAt].(string))
 		require.NoError(t, err)
-		require.NotEmpty(t, d.Headers[HeaderError])
+		require.NotEmpty(t, d.Headers[broker.HeaderError])
 	}
-	require.Contains(t, byReason, ReasonRetriesExhausted)
-	require.Contains(t, byReason, ReasonPermanent)
-	require.EqualValues(t, 2, byReason[ReasonRetriesExhausted].Headers[HeaderAttempt])
-	require.EqualValues(t, 0, byReason[ReasonPermanent].Headers[HeaderAttempt])
+	require.Contains(t, byReason, broker.ReasonRetriesExhausted)
+	require.Contains(t, byReason, broker.ReasonPermanent)
+	require.EqualValues(t, 2, byReason[broker.ReasonRetriesExhausted].Headers[broker.HeaderAttempt])
+	require.EqualValues(t, 0, byReason[broker.ReasonPermanent].Headers[broker.HeaderAttempt])
 	body, _ := encodeForTest(t, always)
-	require.Equal(t, body, byReason[ReasonRetriesExhausted].Body) // body unchanged
+	require.Equal(t, body, byReason[broker.ReasonRetriesExhausted].Body) // body unchanged
 	require.Equal(t, 0, b.count(`SELECT count(*) FROM processed_event WHERE event_id = ANY($1)`, []string{always.EventID.String(), perm.EventID.String()}))
 }
 
@@ -146,9 +147,9 @@ func TestPoolRejectsBadMessages(t *testing.T) {
 	require.Equal(t, 4, b.reservations())
 	reasons := map[string]int{}
 	for _, d := range b.getFailed() {
-		reasons[d.Headers[HeaderFailureReason].(string)]++
+		reasons[d.Headers[broker.HeaderFailureReason].(string)]++
 	}
-	require.Equal(t, map[string]int{ReasonDecode: 4, ReasonNoHandler: 1}, reasons)
+	require.Equal(t, map[string]int{broker.ReasonDecode: 4, broker.ReasonNoHandler: 1}, reasons)
 	require.InDelta(t, 5, testutil.ToFloat64(b.metrics.MessagesTotal.WithLabelValues("stock", b.cfg.Name, metrics.OutcomeRejected)), 0)
 }
 
@@ -172,12 +173,12 @@ func TestPoolBeyondHorizonGuard(t *testing.T) {
 			forced.OccurredAt = old.OccurredAt
 			b.publishEnv(old, nil)
 			b.publishEnv(fresh, nil)
-			b.publishEnv(forced, amqp.Table{HeaderBeyondHorizonOverride: "true"})
+			b.publishEnv(forced, amqp.Table{broker.HeaderBeyondHorizonOverride: "true"})
 			if policy == config.BeyondHorizonQuarantine {
 				b.waitFor("settled", func() bool { i := b.pool.Info(); return i.Processed == 2 && i.Failed == 1 })
 				f := b.getFailed()
 				require.Len(t, f, 1)
-				require.Equal(t, ReasonBeyondHorizon, f[0].Headers[HeaderFailureReason])
+				require.Equal(t, broker.ReasonBeyondHorizon, f[0].Headers[broker.HeaderFailureReason])
 				require.Equal(t, 2, b.reservations())
 				require.Equal(t, 0, b.count(`SELECT count(*) FROM processed_event WHERE event_id = $1`, old.EventID))
 				return
@@ -339,18 +340,18 @@ func TestFailedListAndRetry(t *testing.T) {
 	b.waitFor("two failed", func() bool { return b.pool.Info().Failed == 2 })
 
 	for range 2 {
-		list, err := ListFailed(b.ctx, []string{b.url}, b.queue, 10)
+		list, err := broker.ListFailed(b.ctx, []string{b.url}, b.queue, 10)
 		require.NoError(t, err)
 		require.Len(t, list, 2)
 		require.Equal(t, old.EventID.String(), list[0].EventID)
-		require.Equal(t, ReasonBeyondHorizon, list[0].Reason)
-		require.Equal(t, ReasonRetriesExhausted, list[1].Reason)
+		require.Equal(t, broker.ReasonBeyondHorizon, list[0].Reason)
+		require.Equal(t, broker.ReasonRetriesExhausted, list[1].Reason)
 		require.Equal(t, 2, list[1].Attempt)
 		require.Equal(t, shop.EventOrderPlaced, list[1].RoutingKey)
 	}
-	require.Equal(t, 2, b.queueDepth(FailedQueue(b.queue)))
+	require.Equal(t, 2, b.queueDepth(broker.FailedQueue(b.queue)))
 
-	n, err := RetryFailed(b.ctx, []string{b.url}, b.queue, []uuid.UUID{flaky.EventID}, false, false, "ops")
+	n, err := broker.RetryFailed(b.ctx, []string{b.url}, b.queue, []uuid.UUID{flaky.EventID}, false, false, "ops")
 	require.NoError(t, err)
 	require.Equal(t, 1, n)
 	b.waitFor("flaky processed", func() bool { return b.pool.Info().Processed == 1 })
@@ -361,14 +362,14 @@ func TestFailedListAndRetry(t *testing.T) {
 
 	// Without the override the old event is quarantined again; with it,
 	// it is applied.
-	n, err = RetryFailed(b.ctx, []string{b.url}, b.queue, nil, true, false, "ops")
+	n, err = broker.RetryFailed(b.ctx, []string{b.url}, b.queue, nil, true, false, "ops")
 	require.NoError(t, err)
 	require.Equal(t, 1, n)
-	b.waitFor("quarantined again", func() bool { return b.pool.Info().Failed == 3 && b.queueDepth(FailedQueue(b.queue)) == 1 })
-	n, err = RetryFailed(b.ctx, []string{b.url}, b.queue, []uuid.UUID{old.EventID}, false, true, "ops")
+	b.waitFor("quarantined again", func() bool { return b.pool.Info().Failed == 3 && b.queueDepth(broker.FailedQueue(b.queue)) == 1 })
+	n, err = broker.RetryFailed(b.ctx, []string{b.url}, b.queue, []uuid.UUID{old.EventID}, false, true, "ops")
 	require.NoError(t, err)
 	require.Equal(t, 1, n)
 	b.waitFor("old applied", func() bool { return b.pool.Info().Processed == 2 })
-	require.Equal(t, 0, b.queueDepth(FailedQueue(b.queue)))
+	require.Equal(t, 0, b.queueDepth(broker.FailedQueue(b.queue)))
 	require.Equal(t, 2, b.reservations())
 }

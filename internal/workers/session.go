@@ -7,6 +7,7 @@ import (
 	"log/slog"
 	"time"
 
+	"github.com/platformd/platformd/internal/broker"
 	amqp "github.com/rabbitmq/amqp091-go"
 )
 
@@ -28,7 +29,7 @@ type consumeFunc func(tag string, deliveries <-chan amqp.Delivery, changed <-cha
 // a failure, until fetchCtx ends: amqp091-go does not reconnect by itself,
 // and every session gets a fresh channel.
 func (p *Pool) keepSession(fetchCtx context.Context, log *slog.Logger, session func() error) {
-	backoff := BackoffMinDefault
+	backoff := broker.BackoffMinDefault
 	for fetchCtx.Err() == nil {
 		start := time.Now()
 		err := session()
@@ -36,15 +37,15 @@ func (p *Pool) keepSession(fetchCtx context.Context, log *slog.Logger, session f
 			return
 		}
 		if time.Since(start) > time.Minute {
-			backoff = BackoffMinDefault
+			backoff = broker.BackoffMinDefault
 		}
 		log.WarnContext(fetchCtx, "workers: consumer session ended, restarting", slog.Any("error", err), slog.Duration("backoff", backoff))
 		select {
 		case <-fetchCtx.Done():
 			return
-		case <-time.After(jitter(backoff)):
+		case <-time.After(broker.Jitter(backoff)):
 		}
-		backoff = min(backoff*2, BackoffMaxDefault)
+		backoff = min(backoff*2, broker.BackoffMaxDefault)
 	}
 }
 

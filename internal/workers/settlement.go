@@ -10,6 +10,7 @@ import (
 	"go.opentelemetry.io/otel/trace"
 
 	"github.com/platformd/platformd/consumer"
+	"github.com/platformd/platformd/internal/broker"
 	"github.com/platformd/platformd/internal/dedup"
 	"github.com/platformd/platformd/internal/envelope"
 	"github.com/platformd/platformd/internal/metrics"
@@ -89,19 +90,19 @@ func (r rules) decode(batch []message, now time.Time, events []consumer.Event) [
 		m.s = settlement{}
 		env, err := envelope.Decode(m.d.Body, r.maxBodyBytes)
 		if err != nil {
-			m.s = settlement{kind: settleFail, reason: ReasonDecode, err: err.Error(), outcome: metrics.OutcomeRejected}
+			m.s = settlement{kind: settleFail, reason: broker.ReasonDecode, err: err.Error(), outcome: metrics.OutcomeRejected}
 			continue
 		}
 		m.ev = toEvent(env, &m.d, r.pool, r.queue)
 		id := m.ev.ID
 		if !r.handles(m.ev.Name) {
-			m.s = settlement{kind: settleFail, reason: ReasonNoHandler, eventID: id, outcome: metrics.OutcomeRejected,
+			m.s = settlement{kind: settleFail, reason: broker.ReasonNoHandler, eventID: id, outcome: metrics.OutcomeRejected,
 				err: fmt.Sprintf("no handler of pool %s handles event %q", r.pool, m.ev.Name)}
 			continue
 		}
-		if r.horizon > 0 && r.quarantine && !beyondHorizonOverride(&m.d) {
+		if r.horizon > 0 && r.quarantine && !broker.BeyondHorizonOverride(&m.d) {
 			if at := eventTime(m.ev); now.Sub(at) > r.horizon {
-				m.s = settlement{kind: settleFail, reason: ReasonBeyondHorizon, eventID: id, outcome: metrics.OutcomeRejected,
+				m.s = settlement{kind: settleFail, reason: broker.ReasonBeyondHorizon, eventID: id, outcome: metrics.OutcomeRejected,
 					err: fmt.Sprintf("event from %s is older than the service's %s replay horizon: its processed_event row may have been purged",
 						at.UTC().Format(time.RFC3339), r.horizon)}
 				continue
@@ -146,13 +147,13 @@ func (r rules) settlementOf(d *amqp.Delivery, ev consumer.Event, res dedup.Resul
 		s.err = handlerErrorText(res)
 		switch {
 		case res.BeyondHorizon: // refused by a partitioned processed_event
-			s.kind, s.reason, s.outcome = settleFail, ReasonBeyondHorizon, metrics.OutcomeRejected
+			s.kind, s.reason, s.outcome = settleFail, broker.ReasonBeyondHorizon, metrics.OutcomeRejected
 		case res.Permanent:
-			s.kind, s.reason, s.outcome = settleFail, ReasonPermanent, metrics.OutcomeFailed
+			s.kind, s.reason, s.outcome = settleFail, broker.ReasonPermanent, metrics.OutcomeFailed
 		case ev.Attempt < len(r.delays):
 			s.kind, s.attempt, s.outcome = settleRetry, ev.Attempt+1, metrics.OutcomeRetried
 		default:
-			s.kind, s.reason, s.outcome = settleFail, ReasonRetriesExhausted, metrics.OutcomeFailed
+			s.kind, s.reason, s.outcome = settleFail, broker.ReasonRetriesExhausted, metrics.OutcomeFailed
 		}
 	}
 	return s

@@ -10,6 +10,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/platformd/platformd/consumer"
+	"github.com/platformd/platformd/internal/broker"
 	"github.com/platformd/platformd/internal/dedup"
 	"github.com/platformd/platformd/internal/envelope"
 	"github.com/platformd/platformd/internal/metrics"
@@ -59,21 +60,21 @@ func TestDecodeSettlesWhatCannotRun(t *testing.T) {
 		{name: "a valid event of a handled name runs",
 			d: amqp.Delivery{Body: body(t, fresh, "order.order.placed.v1", now)}, runs: true},
 		{name: "a body that is not an envelope is rejected with reason decode",
-			d: amqp.Delivery{Body: []byte(`{"event_id": 1}`)}, reason: ReasonDecode, outcome: metrics.OutcomeRejected},
+			d: amqp.Delivery{Body: []byte(`{"event_id": 1}`)}, reason: broker.ReasonDecode, outcome: metrics.OutcomeRejected},
 		{name: "an event no handler of the pool handles is rejected with reason no_handler",
 			d:      amqp.Delivery{Body: body(t, fresh, "order.order.cancelled.v1", now)},
-			reason: ReasonNoHandler, outcome: metrics.OutcomeRejected, contains: `"order.order.cancelled.v1"`},
+			reason: broker.ReasonNoHandler, outcome: metrics.OutcomeRejected, contains: `"order.order.cancelled.v1"`},
 		{name: "an event older than the horizon by its v7 id is quarantined with reason beyond_horizon",
 			d:      amqp.Delivery{Body: body(t, old, "order.order.placed.v1", now)},
-			reason: ReasonBeyondHorizon, outcome: metrics.OutcomeRejected, contains: "replay horizon"},
+			reason: broker.ReasonBeyondHorizon, outcome: metrics.OutcomeRejected, contains: "replay horizon"},
 		{name: "the operator's override header lets an old event through the guard",
-			d: amqp.Delivery{Body: body(t, old, "order.order.placed.v1", now), Headers: amqp.Table{HeaderBeyondHorizonOverride: true}}, runs: true},
+			d: amqp.Delivery{Body: body(t, old, "order.order.placed.v1", now), Headers: amqp.Table{broker.HeaderBeyondHorizonOverride: true}}, runs: true},
 		{name: "with the process policy an old event runs",
 			d: amqp.Delivery{Body: body(t, old, "order.order.placed.v1", now)}, runs: true,
 			mutate: func(r *rules) { r.quarantine = false }},
 		{name: "a v4 id is judged by occurred_at",
 			d:      amqp.Delivery{Body: body(t, uuid.New(), "order.order.placed.v1", now.Add(-25*time.Hour))},
-			reason: ReasonBeyondHorizon, outcome: metrics.OutcomeRejected},
+			reason: broker.ReasonBeyondHorizon, outcome: metrics.OutcomeRejected},
 	}
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {
@@ -116,7 +117,7 @@ func TestDecideTurnsResultsIntoSettlements(t *testing.T) {
 			d: amqp.Delivery{Redelivered: true}, res: dedup.Result{Outcome: dedup.OutcomeDuplicate},
 			want: settlement{kind: settleAck, outcome: metrics.OutcomeDuplicate, source: metrics.SourceRedelivery}},
 		{name: "a duplicate sent back by replay tooling counts as a replay, redelivered or not",
-			d: amqp.Delivery{Redelivered: true, Headers: amqp.Table{HeaderReplay: "x"}}, res: dedup.Result{Outcome: dedup.OutcomeDuplicate},
+			d: amqp.Delivery{Redelivered: true, Headers: amqp.Table{broker.HeaderReplay: "x"}}, res: dedup.Result{Outcome: dedup.OutcomeDuplicate},
 			want: settlement{kind: settleAck, outcome: metrics.OutcomeDuplicate, source: metrics.SourceReplay}},
 		{name: "any other duplicate is a republish",
 			res:  dedup.Result{Outcome: dedup.OutcomeDuplicate},
@@ -129,10 +130,10 @@ func TestDecideTurnsResultsIntoSettlements(t *testing.T) {
 			want: settlement{kind: settleRetry, attempt: 2, err: "boom", outcome: metrics.OutcomeRetried}},
 		{name: "a failure of the last attempt goes to the failure queue as retries_exhausted",
 			attempt: 2, res: dedup.Result{Outcome: dedup.OutcomeFailed, Err: boom, Handler: "h"},
-			want: settlement{kind: settleFail, reason: ReasonRetriesExhausted, err: "h: boom", outcome: metrics.OutcomeFailed}},
+			want: settlement{kind: settleFail, reason: broker.ReasonRetriesExhausted, err: "h: boom", outcome: metrics.OutcomeFailed}},
 		{name: "a permanent failure goes to the failure queue at once",
 			res:  dedup.Result{Outcome: dedup.OutcomeFailed, Err: consumer.Permanent(boom), Permanent: true, Handler: "h"},
-			want: settlement{kind: settleFail, reason: ReasonPermanent, err: "h: boom", outcome: metrics.OutcomeFailed}},
+			want: settlement{kind: settleFail, reason: broker.ReasonPermanent, err: "h: boom", outcome: metrics.OutcomeFailed}},
 	}
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {
@@ -155,7 +156,7 @@ func TestNegativeAttemptIsAFirstDelivery(t *testing.T) {
 	for _, h := range []any{int32(-1), int64(-7), "-3"} {
 		r := testRules()
 		batch := []message{{d: amqp.Delivery{Body: body(t, uuid.Must(uuid.NewV7()), "order.order.placed.v1", now),
-			Headers: amqp.Table{HeaderAttempt: h}}}}
+			Headers: amqp.Table{broker.HeaderAttempt: h}}}}
 		events := r.decode(batch, now, nil)
 		require.Len(t, events, 1)
 		require.Zero(t, events[0].Attempt, "%T %v", h, h)
@@ -168,7 +169,7 @@ func TestNegativeAttemptIsAFirstDelivery(t *testing.T) {
 
 func TestDecideMatchesResultsToTheMessagesThatRan(t *testing.T) {
 	t.Parallel()
-	rejected := settlement{kind: settleFail, reason: ReasonDecode, outcome: metrics.OutcomeRejected}
+	rejected := settlement{kind: settleFail, reason: broker.ReasonDecode, outcome: metrics.OutcomeRejected}
 	batch := []message{{s: rejected}, {ev: consumer.Event{ID: uuid.New()}}, {s: rejected}, {ev: consumer.Event{ID: uuid.New()}}}
 	testRules().decide(batch, []dedup.Result{{Outcome: dedup.OutcomeDuplicate}, {Outcome: dedup.OutcomeProcessed}}, nil)
 	require.Equal(t, rejected, batch[0].s, "a settlement decided at decode stays")
@@ -179,7 +180,7 @@ func TestDecideMatchesResultsToTheMessagesThatRan(t *testing.T) {
 
 func TestDecideRequeuesEverythingThatRanWhenTheOutcomeIsUnknown(t *testing.T) {
 	t.Parallel()
-	rejected := settlement{kind: settleFail, reason: ReasonNoHandler, outcome: metrics.OutcomeRejected}
+	rejected := settlement{kind: settleFail, reason: broker.ReasonNoHandler, outcome: metrics.OutcomeRejected}
 	batch := []message{{ev: consumer.Event{ID: uuid.New()}}, {s: rejected}}
 	testRules().decide(batch, nil, errors.New("connection reset"))
 	require.Equal(t, settleRequeue, batch[0].s.kind)

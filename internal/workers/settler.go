@@ -5,6 +5,7 @@ import (
 	"log/slog"
 	"time"
 
+	"github.com/platformd/platformd/internal/broker"
 	amqp "github.com/rabbitmq/amqp091-go"
 )
 
@@ -20,7 +21,7 @@ type acker interface {
 // (*Publisher): one error per copy, nil only once the broker confirmed it
 // and did not return it.
 type copier interface {
-	Publish(ctx context.Context, out []Outgoing) []error
+	Publish(ctx context.Context, out []broker.Outgoing) []error
 }
 
 // settler settles one channel's batches, in order, one at a time. Its ack
@@ -121,7 +122,7 @@ func (st *settler) settle(ctx context.Context, batch []message, more func() bool
 // for their confirms; a copy that is not confirmed turns its original's
 // settlement into a requeue. It reports whether the batch had copies.
 func (st *settler) publishCopies(ctx context.Context, batch []message) bool {
-	var out []Outgoing
+	var out []broker.Outgoing
 	var of []*message // the message of each copy
 	now := time.Now()
 	for i := range batch {
@@ -129,10 +130,10 @@ func (st *settler) publishCopies(ctx context.Context, batch []message) bool {
 		switch m.s.kind {
 		case settleRetry:
 			delay := st.delays[m.s.attempt-1]
-			out = append(out, Outgoing{RoutingKey: RetryQueue(st.queue, delay), Msg: retryCopy(&m.d, m.s.attempt, m.s.err)})
+			out = append(out, broker.Outgoing{RoutingKey: broker.RetryQueue(st.queue, delay), Msg: broker.RetryCopy(&m.d, m.s.attempt, m.s.err)})
 			of = append(of, m)
 		case settleFail:
-			out = append(out, Outgoing{RoutingKey: FailedQueue(st.queue), Msg: failureCopy(&m.d, st.pool, m.s.reason, m.s.err, now)})
+			out = append(out, broker.Outgoing{RoutingKey: broker.FailedQueue(st.queue), Msg: broker.FailureCopy(&m.d, st.pool, m.s.reason, m.s.err, now)})
 			of = append(of, m)
 		}
 	}
@@ -202,4 +203,4 @@ func (st *settler) logCopy(ctx context.Context, s settlement) {
 
 var _ acker = (*amqp.Channel)(nil)
 
-var _ copier = (*Publisher)(nil)
+var _ copier = (*broker.Publisher)(nil)

@@ -15,6 +15,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/platformd/platformd/consumer"
+	"github.com/platformd/platformd/internal/broker"
 	"github.com/platformd/platformd/internal/dedup"
 	"github.com/platformd/platformd/internal/metrics"
 )
@@ -54,10 +55,10 @@ func (c *fakeChannel) IsClosed() bool { return c.closed }
 type fakeCopier struct {
 	ch     *fakeChannel
 	refuse map[string]error
-	sent   []Outgoing
+	sent   []broker.Outgoing
 }
 
-func (p *fakeCopier) Publish(_ context.Context, out []Outgoing) []error {
+func (p *fakeCopier) Publish(_ context.Context, out []broker.Outgoing) []error {
 	errs := make([]error, len(out))
 	for i, o := range out {
 		p.sent = append(p.sent, o)
@@ -167,31 +168,31 @@ func TestSettleFlushSendsTheHeldAck(t *testing.T) {
 func TestSettleCopiesAreConfirmedBeforeTheirOriginalsAreAcked(t *testing.T) {
 	t.Parallel()
 	b := newSettleBundle(t, 100)
-	ok := b.st.settle(context.Background(), []message{msg(1, processed), msg(2, retry(2)), msg(3, failure(ReasonPermanent))}, always)
+	ok := b.st.settle(context.Background(), []message{msg(1, processed), msg(2, retry(2)), msg(3, failure(broker.ReasonPermanent))}, always)
 	require.True(t, ok)
 	require.Equal(t, []string{"publish q.retry.10s", "publish q.failed", "ack 3 multiple=true"}, b.ch.ops,
 		"copies first; a batch with copies never holds its ack")
 	require.Equal(t, 1, b.outcome(metrics.OutcomeProcessed))
 	require.Equal(t, 1, b.outcome(metrics.OutcomeRetried))
 	require.Equal(t, 1, b.outcome(metrics.OutcomeFailed))
-	require.InDelta(t, 1, testutil.ToFloat64(b.metrics.FailuresTotal.WithLabelValues("svc", "p", ReasonPermanent)), 0)
+	require.InDelta(t, 1, testutil.ToFloat64(b.metrics.FailuresTotal.WithLabelValues("svc", "p", broker.ReasonPermanent)), 0)
 
 	retried, failed := b.pub.sent[0].Msg, b.pub.sent[1].Msg
-	require.EqualValues(t, 2, retried.Headers[HeaderAttempt], "the retry copy carries its attempt")
-	require.Equal(t, "flaky: boom", retried.Headers[HeaderError])
-	require.Equal(t, "order.order.placed.v1", retried.Headers[HeaderOriginalRoutingKey])
-	require.Equal(t, ReasonPermanent, failed.Headers[HeaderFailureReason])
-	require.Equal(t, "bad: boom", failed.Headers[HeaderError])
-	require.Equal(t, "p", failed.Headers[HeaderPool])
-	require.NotEmpty(t, failed.Headers[HeaderFailedAt])
+	require.EqualValues(t, 2, retried.Headers[broker.HeaderAttempt], "the retry copy carries its attempt")
+	require.Equal(t, "flaky: boom", retried.Headers[broker.HeaderError])
+	require.Equal(t, "order.order.placed.v1", retried.Headers[broker.HeaderOriginalRoutingKey])
+	require.Equal(t, broker.ReasonPermanent, failed.Headers[broker.HeaderFailureReason])
+	require.Equal(t, "bad: boom", failed.Headers[broker.HeaderError])
+	require.Equal(t, "p", failed.Headers[broker.HeaderPool])
+	require.NotEmpty(t, failed.Headers[broker.HeaderFailedAt])
 	require.Equal(t, amqp.Persistent, failed.DeliveryMode)
 }
 
 func TestSettleAnUnconfirmedCopyRequeuesItsOriginal(t *testing.T) {
 	t.Parallel()
 	b := newSettleBundle(t, 100)
-	b.pub.refuse["q.failed"] = ErrReturned
-	ok := b.st.settle(context.Background(), []message{msg(1, processed), msg(2, failure(ReasonRetriesExhausted)), msg(3, retry(1))}, always)
+	b.pub.refuse["q.failed"] = broker.ErrReturned
+	ok := b.st.settle(context.Background(), []message{msg(1, processed), msg(2, failure(broker.ReasonRetriesExhausted)), msg(3, retry(1))}, always)
 	require.True(t, ok)
 	require.Equal(t, []string{"publish q.failed", "publish q.retry.1s", "nack 2 multiple=false requeue=true", "ack 3 multiple=true"}, b.ch.ops,
 		"the original of a copy not confirmed goes back to its queue; the others are acked")
@@ -265,7 +266,7 @@ func TestSettleNoCopiesOnADeadChannel(t *testing.T) {
 	t.Parallel()
 	b := newSettleBundle(t, 100)
 	b.ch.closed = true
-	require.False(t, b.st.settle(context.Background(), []message{msg(1, retry(1)), msg(2, failure(ReasonPermanent))}, always))
+	require.False(t, b.st.settle(context.Background(), []message{msg(1, retry(1)), msg(2, failure(broker.ReasonPermanent))}, always))
 	require.Empty(t, b.pub.sent)
 	require.Zero(t, b.outcome(metrics.OutcomeRetried)+b.outcome(metrics.OutcomeFailed))
 }
@@ -286,6 +287,6 @@ func TestSettleXErrorNamesTheHandlerOnce(t *testing.T) {
 	named := fmt.Errorf("stock.reserve: event %s: payload: %w", id, errors.New("lines[0].quantity: must be positive"))
 	require.True(t, b.st.settle(context.Background(), []message{fail(named), fail(errors.New("boom"))}, never))
 	require.Len(t, b.pub.sent, 2)
-	require.Equal(t, "stock.reserve: event "+id.String()+": payload: lines[0].quantity: must be positive", b.pub.sent[0].Msg.Headers[HeaderError])
-	require.Equal(t, "stock.reserve: boom", b.pub.sent[1].Msg.Headers[HeaderError])
+	require.Equal(t, "stock.reserve: event "+id.String()+": payload: lines[0].quantity: must be positive", b.pub.sent[0].Msg.Headers[broker.HeaderError])
+	require.Equal(t, "stock.reserve: boom", b.pub.sent[1].Msg.Headers[broker.HeaderError])
 }

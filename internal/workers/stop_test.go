@@ -7,6 +7,8 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/platformd/platformd/examples/shop"
+	"github.com/platformd/platformd/internal/broker"
+	"github.com/platformd/platformd/internal/broker/brokertest"
 )
 
 // A broker that stops answering without closing anything (a partition, a
@@ -21,7 +23,7 @@ import (
 func TestPoolStopReturnsOnABlackHoledBroker(t *testing.T) {
 	t.Parallel()
 	b := newBundle(t)
-	node, direct := b.commitBehindAFault(t, (*stubNode).hole)
+	node, direct := b.commitBehindAFault(t, (*brokertest.Node).Hole)
 
 	start := time.Now()
 	b.pool.Stop()
@@ -30,9 +32,9 @@ func TestPoolStopReturnsOnABlackHoledBroker(t *testing.T) {
 	b.pool = nil
 	stopped := time.Since(start)
 	t.Logf("stopped in %v on a black-holed broker", stopped.Round(time.Millisecond))
-	require.Less(t, stopped, min(b.cfg.SoftStopTimeout, HeartbeatDefault*3/2)+3*time.Second,
+	require.Less(t, stopped, min(b.cfg.SoftStopTimeout, broker.HeartbeatDefault*3/2)+3*time.Second,
 		"Stop must end at its soft stop or once the heartbeat finds the broker dead")
-	node.heal()
+	node.Heal()
 
 	b.requireEachOnceAfterRestart(direct)
 }
@@ -48,7 +50,7 @@ func TestPoolStopReturnsOnAStalledBroker(t *testing.T) {
 	t.Parallel()
 	b := newBundle(t)
 	b.cfg.SoftStopTimeout = 2 * time.Second
-	node, direct := b.commitBehindAFault(t, (*stubNode).stall)
+	node, direct := b.commitBehindAFault(t, (*brokertest.Node).Stall)
 
 	start := time.Now()
 	done := make(chan struct{})
@@ -56,7 +58,7 @@ func TestPoolStopReturnsOnAStalledBroker(t *testing.T) {
 	select {
 	case <-done:
 	case <-time.After(b.cfg.SoftStopTimeout + 10*time.Second):
-		node.unstall() // let the blocked Stop end, to fail rather than hang
+		node.Unstall() // let the blocked Stop end, to fail rather than hang
 		<-done
 		t.Fatalf("Stop still blocked %v after its soft stop timed out", 10*time.Second)
 	}
@@ -67,8 +69,8 @@ func TestPoolStopReturnsOnAStalledBroker(t *testing.T) {
 	b.pool = nil
 	t.Logf("stopped in %v, connections closed in %v, on a stalled broker", stopped.Round(time.Millisecond), closed.Round(time.Millisecond))
 	require.Less(t, stopped, b.cfg.SoftStopTimeout+3*time.Second, "Stop must end once its soft stop times out")
-	require.Less(t, closed, 2*CloseTimeoutDefault+2*time.Second, "each Close is bounded")
-	node.unstall()
+	require.Less(t, closed, 2*broker.CloseTimeoutDefault+2*time.Second, "each Close is bounded")
+	node.Unstall()
 
 	b.requireEachOnceAfterRestart(direct)
 }
@@ -81,11 +83,11 @@ const faultEvents = 30
 // its handlers, applies fault to the node and lets the batch commit: its
 // ack cannot reach the broker. It returns the node and the broker's direct
 // URL, for the restart.
-func (b *bundle) commitBehindAFault(t *testing.T, fault func(*stubNode)) (*stubNode, string) {
+func (b *bundle) commitBehindAFault(t *testing.T, fault func(*brokertest.Node)) (*brokertest.Node, string) {
 	t.Helper()
-	node := newStubNode(t, brokerTarget(t))
+	node := brokertest.NewNode(t, brokertest.Target(t))
 	direct := b.url
-	b.url = node.url()
+	b.url = node.URL()
 	b.start(shop.HandlerStockReserve, "test.probe")
 	release := b.holdHandlers()
 	for range faultEvents {

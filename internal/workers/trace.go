@@ -14,6 +14,7 @@ import (
 	"go.opentelemetry.io/otel/trace"
 
 	"github.com/platformd/platformd/consumer"
+	"github.com/platformd/platformd/internal/broker"
 )
 
 // Attributes of a delivery span beyond the messaging conventions' (DESIGN.md,
@@ -162,8 +163,8 @@ func (w *worker) recordSettlement(m *message, batchErr error, alive bool) {
 		attrs = append(attrs, semconv.MessagingRabbitMQDestinationRoutingKey(m.ev.Delivery.RoutingKey),
 			semconv.MessagingMessageID(m.ev.ID.String()))
 	} else {
-		attrs = append(attrs, semconv.MessagingRabbitMQDestinationRoutingKey(originalRoutingKey(&m.d)))
-		attempt = attemptOf(m.d.Headers)
+		attrs = append(attrs, semconv.MessagingRabbitMQDestinationRoutingKey(broker.OriginalRoutingKey(&m.d)))
+		attempt = broker.AttemptOf(m.d.Headers)
 	}
 	if attempt > 0 {
 		attrs = append(attrs, AttrAttempt.Int(attempt))
@@ -182,11 +183,11 @@ func (w *worker) recordSettlement(m *message, batchErr error, alive bool) {
 	w.tr.attrs = attrs[:0]
 	switch s.kind {
 	case settleRetry:
-		queue := RetryQueue(w.pool.cfg.Queue, w.pool.cfg.RetryDelays[s.attempt-1])
+		queue := broker.RetryQueue(w.pool.cfg.Queue, w.pool.cfg.RetryDelays[s.attempt-1])
 		span.RecordError(errors.New(s.err))
 		span.AddEvent(EventRetryCopy, trace.WithAttributes(semconv.MessagingDestinationName(queue), AttrAttempt.Int(s.attempt)))
 	case settleFail:
-		span.AddEvent(EventFailureCopy, trace.WithAttributes(semconv.MessagingDestinationName(FailedQueue(w.pool.cfg.Queue)),
+		span.AddEvent(EventFailureCopy, trace.WithAttributes(semconv.MessagingDestinationName(broker.FailedQueue(w.pool.cfg.Queue)),
 			AttrFailureReason.String(s.reason)))
 		span.SetStatus(codes.Error, s.reason+": "+s.err)
 	case settleRequeue:

@@ -12,6 +12,7 @@ import (
 	"go.opentelemetry.io/otel/trace"
 
 	"github.com/platformd/platformd/consumer"
+	"github.com/platformd/platformd/internal/broker"
 	"github.com/platformd/platformd/internal/metrics"
 	"github.com/platformd/platformd/internal/tracing"
 	"github.com/platformd/platformd/internal/tracing/tracingtest"
@@ -83,7 +84,7 @@ type benchWorker struct {
 }
 
 func newBenchWorker(tr trace.Tracer) *benchWorker {
-	p := &Pool{cfg: PoolConfig{Name: "stock-events", Service: "stock", Topology: Topology{Queue: "stock.events",
+	p := &Pool{cfg: PoolConfig{Name: "stock-events", Service: "stock", Topology: broker.Topology{Queue: "stock.events",
 		RetryDelays: []time.Duration{time.Second}}}}
 	bw := &benchWorker{w: &worker{pool: p, tr: newTracer(p.cfg, tr)}, msgs: make([]message, benchBatchSize),
 		events: make([]consumer.Event, benchBatchSize), ids: make([]uuid.UUID, benchBatchSize)}

@@ -15,6 +15,7 @@ import (
 	"google.golang.org/protobuf/proto"
 
 	"github.com/platformd/platformd/consumer"
+	"github.com/platformd/platformd/internal/broker"
 	"github.com/platformd/platformd/internal/metrics"
 	"github.com/platformd/platformd/internal/tracing"
 	"github.com/platformd/platformd/internal/tracing/tracingtest"
@@ -50,7 +51,7 @@ func runTracedBatches(t *testing.T, rcv *tracingtest.Receiver) tracedRun {
 	tp, err := tracing.New(context.Background(), tracing.Config{Endpoint: rcv.HTTPEndpoint, Logger: slog.New(slog.DiscardHandler)})
 	require.NoError(t, err)
 	defer tp.Stop()
-	p := &Pool{cfg: PoolConfig{Name: "stock-events", Service: "stock", Topology: Topology{Queue: "stock.events",
+	p := &Pool{cfg: PoolConfig{Name: "stock-events", Service: "stock", Topology: broker.Topology{Queue: "stock.events",
 		RetryDelays: []time.Duration{time.Second, time.Minute}}}}
 	w := &worker{pool: p, tr: newTracer(p.cfg, tp.Tracer())}
 
@@ -76,11 +77,11 @@ func runTracedBatches(t *testing.T, rcv *tracingtest.Receiver) tracedRun {
 			s: settlement{kind: settleAck, outcome: metrics.OutcomeProcessed}},
 		{rk: "retry.first", decoded: true, s: settlement{kind: settleRetry, attempt: 1, err: "stock service: timeout",
 			outcome: metrics.OutcomeRetried}},
-		{rk: "retry.second", decoded: true, attempt: 1, headers: amqp.Table{"traceparent": sampled, HeaderAttempt: int32(1)},
+		{rk: "retry.second", decoded: true, attempt: 1, headers: amqp.Table{"traceparent": sampled, broker.HeaderAttempt: int32(1)},
 			s: settlement{kind: settleRetry, attempt: 2, err: "again", outcome: metrics.OutcomeRetried}},
 		{rk: "fail.handler", decoded: true, attempt: 2, s: settlement{kind: settleFail, reason: "handler", err: "no stock",
 			outcome: metrics.OutcomeFailed}},
-		{rk: "fail.undecoded", headers: amqp.Table{HeaderAttempt: int32(3)},
+		{rk: "fail.undecoded", headers: amqp.Table{broker.HeaderAttempt: int32(3)},
 			s: settlement{kind: settleFail, reason: "decode", err: "not JSON", outcome: metrics.OutcomeRejected}},
 		{rk: "requeue", decoded: true, s: settlement{kind: settleRequeue}},
 	}

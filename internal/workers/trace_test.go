@@ -17,6 +17,7 @@ import (
 
 	"github.com/platformd/platformd/consumer"
 	"github.com/platformd/platformd/examples/shop"
+	"github.com/platformd/platformd/internal/broker"
 	"github.com/platformd/platformd/internal/dedup"
 	"github.com/platformd/platformd/internal/envelope"
 	"github.com/platformd/platformd/internal/tracing"
@@ -277,7 +278,7 @@ func TestTraceRetriedAcrossAttempts(t *testing.T) {
 	ev, ok := wp[0].Event(EventRetryCopy)
 	require.True(t, ok)
 	q, _ := tracingtest.EventAttr(ev, "messaging.destination.name")
-	require.Equal(t, RetryQueue(r.queue, 100*time.Millisecond), q)
+	require.Equal(t, broker.RetryQueue(r.queue, 100*time.Millisecond), q)
 	ex, ok := wp[0].Event("exception")
 	require.True(t, ok)
 	msg, _ := tracingtest.EventAttr(ex, "exception.message")
@@ -312,11 +313,11 @@ func TestTraceFailedAndRejected(t *testing.T) {
 	require.Equal(t, p1.traceID, f[0].TraceIDHex())
 	requireAttrs(t, f[0], map[string]string{"platformd.outcome": "failed", "platformd.settlement": "failure_queue"})
 	require.Equal(t, tracepb.Status_STATUS_CODE_ERROR, f[0].GetStatus().GetCode())
-	require.Contains(t, f[0].GetStatus().GetMessage(), ReasonPermanent+": ")
+	require.Contains(t, f[0].GetStatus().GetMessage(), broker.ReasonPermanent+": ")
 	ev, ok := f[0].Event(EventFailureCopy)
 	require.True(t, ok)
 	reason, _ := tracingtest.EventAttr(ev, "platformd.failure_reason")
-	require.Equal(t, ReasonPermanent, reason)
+	require.Equal(t, broker.ReasonPermanent, reason)
 
 	var rejected tracingtest.Span
 	for _, s := range tracingtest.Named(spans, "process "+r.queue) {
@@ -331,7 +332,7 @@ func TestTraceFailedAndRejected(t *testing.T) {
 	require.False(t, hasID, "an undecodable body has no event id")
 
 	var copies int
-	require.Eventually(t, func() bool { return r.queueDepth(FailedQueue(r.queue)) == 2 }, 30*time.Second, 20*time.Millisecond)
+	require.Eventually(t, func() bool { return r.queueDepth(broker.FailedQueue(r.queue)) == 2 }, 30*time.Second, 20*time.Millisecond)
 	for _, d := range r.getFailed() {
 		tp := consumer.HeaderCarrier(d.Headers).Get("traceparent")
 		require.Contains(t, []string{p1.traceparent(), p2.traceparent()}, tp)
@@ -348,7 +349,7 @@ func TestCopiesKeepTraceContext(t *testing.T) {
 		"traceparent": "00-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-01",
 		"tracestate":  []byte("vendor=v"),
 	}, Body: []byte(`{}`)}
-	for _, c := range []amqp.Publishing{retryCopy(&d, 1, "e"), failureCopy(&d, "pool", ReasonPermanent, "e", time.Now())} {
+	for _, c := range []amqp.Publishing{broker.RetryCopy(&d, 1, "e"), broker.FailureCopy(&d, "pool", broker.ReasonPermanent, "e", time.Now())} {
 		require.Equal(t, d.Headers["traceparent"], c.Headers["traceparent"])
 		require.Equal(t, d.Headers["tracestate"], c.Headers["tracestate"])
 	}

@@ -18,6 +18,7 @@ import (
 
 	"github.com/platformd/platformd/consumer"
 	"github.com/platformd/platformd/examples/shop"
+	"github.com/platformd/platformd/internal/broker"
 	"github.com/platformd/platformd/internal/dedup"
 	"github.com/platformd/platformd/internal/envelope"
 	"github.com/platformd/platformd/internal/metrics"
@@ -50,7 +51,7 @@ func (b *bundle) startDaemon(handlers ...string) *daemon {
 	logger := slog.New(slog.NewTextHandler(d, &slog.HandlerOptions{Level: slog.LevelWarn}))
 	routes, err := dedup.RoutesFor(b.reg, handlers)
 	require.NoError(b.t, err)
-	consume, publish := NewConn([]string{b.url}, "test-consume-2", d.metrics, logger), NewConn([]string{b.url}, "test-publish-2", d.metrics, logger)
+	consume, publish := broker.NewConn([]string{b.url}, "test-consume-2", d.metrics, logger), broker.NewConn([]string{b.url}, "test-publish-2", d.metrics, logger)
 	p, err := NewPool(b.cfg, Deps{
 		Processor: dedup.NewProcessor(b.db, dedup.ProcessorConfig{
 			Routes: routes, Observer: NewConflictObserver(d.metrics, b.cfg.Service, b.cfg.Name, logger),

@@ -9,6 +9,7 @@ import (
 	amqp "github.com/rabbitmq/amqp091-go"
 
 	"github.com/platformd/platformd/consumer"
+	"github.com/platformd/platformd/internal/broker"
 	"github.com/platformd/platformd/internal/config"
 	"github.com/platformd/platformd/internal/dedup"
 )
@@ -18,7 +19,7 @@ type worker struct {
 	pool *Pool
 	id   int
 	log  *slog.Logger
-	pub  *Publisher
+	pub  *broker.Publisher
 
 	prefetch int
 	backoff  time.Duration
@@ -50,7 +51,7 @@ func newWorker(p *Pool, id int) *worker {
 		pool:     p,
 		id:       id,
 		log:      p.log.With(slog.Int("worker", id)),
-		pub:      NewPublisher(p.deps.Publish, p.cfg.BatchSize),
+		pub:      broker.NewPublisher(p.deps.Publish, p.cfg.BatchSize),
 		prefetch: prefetch,
 		timer:    t,
 		batch:    make([]message, 0, min(p.cfg.BatchSize, prefetch)),
@@ -235,7 +236,7 @@ func (w *worker) handle(workCtx, fetchCtx context.Context, st *settler, first am
 		// spin through requeued deliveries.
 		select {
 		case <-fetchCtx.Done():
-		case <-time.After(jitter(w.backoff)):
+		case <-time.After(broker.Jitter(w.backoff)):
 		}
 	}
 	return ok
@@ -359,7 +360,7 @@ func (w *worker) processBatch(workCtx context.Context, st *settler, batch []mess
 			// The database is likely away: wait longer after each batch
 			// in a row that fails, so as not to spin through requeued
 			// deliveries (at most BackoffMaxDefault), and say so in Info.
-			w.backoff = min(max(2*w.backoff, batchBackoffMin), BackoffMaxDefault)
+			w.backoff = min(max(2*w.backoff, batchBackoffMin), broker.BackoffMaxDefault)
 			if workCtx.Err() == nil {
 				p.setDatabaseError(err)
 				w.log.WarnContext(workCtx, "workers: batch outcome unknown, requeueing", slog.Int("events", len(w.events)),

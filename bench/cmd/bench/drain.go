@@ -8,8 +8,8 @@ import (
 	"syscall"
 	"time"
 
+	amqpbroker "github.com/platformd/platformd/internal/broker"
 	"github.com/platformd/platformd/internal/metrics"
-	"github.com/platformd/platformd/internal/workers"
 )
 
 // errExactlyOnce marks a failed exactly-once check: the bench stops at
@@ -270,7 +270,7 @@ func (b *bench) check(ctx context.Context, c contender, queue string, res *drain
 		return fmt.Errorf("%s: %w: %d messages back in %s after the contender stopped (not acked)", c.Name, errExactlyOnce, ready, queue)
 	}
 	if c.Kind == kindPlatformd {
-		failed, _, err := b.brk.depth(workers.FailedQueue(queue))
+		failed, _, err := b.brk.depth(amqpbroker.FailedQueue(queue))
 		if err != nil {
 			return err
 		}

@@ -31,9 +31,9 @@ import (
 	"syscall"
 	"time"
 
+	amqpbroker "github.com/platformd/platformd/internal/broker"
 	"github.com/platformd/platformd/internal/config"
 	"github.com/platformd/platformd/internal/tracing/tracingtest"
-	"github.com/platformd/platformd/internal/workers"
 )
 
 // roleArg as the first argument makes the bench binary run as one of its
@@ -474,9 +474,9 @@ func (b *bench) cleanup(ctx context.Context, selected []contender) {
 		for _, c := range selected {
 			q := b.queueOf(c)
 			// The generated config sets no retry delays: the defaults'.
-			queues = append(queues, q, workers.FailedQueue(q))
+			queues = append(queues, q, amqpbroker.FailedQueue(q))
 			for _, d := range config.RetryDelaysDefault() {
-				queues = append(queues, workers.RetryQueue(q, d))
+				queues = append(queues, amqpbroker.RetryQueue(q, d))
 			}
 		}
 		if err := b.brk.deleteQueues(queues...); err != nil {

@@ -21,13 +21,13 @@ import (
 	amqp "github.com/rabbitmq/amqp091-go"
 
 	"github.com/platformd/platformd/examples/shop"
+	"github.com/platformd/platformd/internal/broker"
 	"github.com/platformd/platformd/internal/config"
 	pdaemon "github.com/platformd/platformd/internal/daemon"
 	"github.com/platformd/platformd/internal/faultproxy"
 	"github.com/platformd/platformd/internal/metrics"
 	"github.com/platformd/platformd/internal/migrate"
 	"github.com/platformd/platformd/internal/outbox"
-	"github.com/platformd/platformd/internal/workers"
 )
 
 // Poll intervals: counters are scraped often because a SIGKILLed process
@@ -65,9 +65,9 @@ func findTarget(cfg *config.Config, handler, event string) (*target, string, err
 		}
 		for _, p := range s.Pools {
 			if slices.ContainsFunc(p.Handlers, applies) {
-				t := &target{service: s.Name, pool: p.Name, queue: p.Queue, watched: []string{p.Queue}, failed: workers.FailedQueue(p.Queue)}
+				t := &target{service: s.Name, pool: p.Name, queue: p.Queue, watched: []string{p.Queue}, failed: broker.FailedQueue(p.Queue)}
 				for _, d := range p.Retry.Delays {
-					t.watched = append(t.watched, workers.RetryQueue(p.Queue, d))
+					t.watched = append(t.watched, broker.RetryQueue(p.Queue, d))
 				}
 				return t, s.Database, nil
 			}
@@ -326,7 +326,7 @@ func run(ctx context.Context, o options, out io.Writer) (err error) {
 
 	var final counters
 	if n := len(pl.replay); n > 0 {
-		dm.say("replaying %d already-processed events with header %s: demo", n, workers.HeaderReplay)
+		dm.say("replaying %d already-processed events with header %s: demo", n, broker.HeaderReplay)
 		prod, err := newProducer(conn, dm.cfg.Broker.Exchange)
 		if err != nil {
 			return err
@@ -335,7 +335,7 @@ func run(ctx context.Context, o options, out io.Writer) (err error) {
 		if err != nil {
 			return fmt.Errorf("read platformd's metrics: %w", err)
 		}
-		err = prod.publish(ctx, pl.replay, amqp.Table{workers.HeaderReplay: "demo"})
+		err = prod.publish(ctx, pl.replay, amqp.Table{broker.HeaderReplay: "demo"})
 		prod.close()
 		if err != nil {
 			return fmt.Errorf("replay: %w", err)

@@ -1,13 +1,10 @@
-package workers
+package broker
 
 import (
-	"bufio"
 	"context"
-	"encoding/binary"
 	"io"
 	"log/slog"
 	"net"
-	"net/url"
 	"sync"
 	"testing"
 	"time"
@@ -15,6 +12,7 @@ import (
 	dto "github.com/prometheus/client_model/go"
 	"github.com/stretchr/testify/require"
 
+	"github.com/platformd/platformd/internal/broker/brokertest"
 	"github.com/platformd/platformd/internal/metrics"
 )
 
@@ -65,183 +63,6 @@ func TestDialBufferedReadsWhatHasArrived(t *testing.T) {
 	require.Equal(t, "ack", string(got))
 }
 
-// stubNode stands in for one node of a cluster: a loopback listener that
-// forwards to the real broker, so that a node can be lost (its
-// connections cut, new ones refused) and brought back without touching
-// the broker.
-type stubNode struct {
-	t      *testing.T
-	addr   string
-	target string
-
-	mu    sync.Mutex
-	ln    net.Listener
-	conns []net.Conn
-	open  chan struct{} // non-nil while black-holed: closed at heal
-	held  chan struct{} // non-nil while stalled: closed at unstall
-	wg    sync.WaitGroup
-}
-
-func newStubNode(t *testing.T, target string) *stubNode {
-	t.Helper()
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
-	require.NoError(t, err)
-	n := &stubNode{t: t, addr: ln.Addr().String(), target: target}
-	n.serve(ln)
-	// Cleanups run last first: cut everything, then wait for the copies.
-	t.Cleanup(n.wg.Wait)
-	t.Cleanup(n.down)
-	return n
-}
-
-// url is the broker's URL with the host and port of this node.
-func (n *stubNode) url() string {
-	u, err := url.Parse(amqpURL())
-	require.NoError(n.t, err)
-	u.Host = n.addr
-	return u.String()
-}
-
-func (n *stubNode) serve(ln net.Listener) {
-	n.mu.Lock()
-	n.ln = ln
-	n.mu.Unlock()
-	n.wg.Go(func() {
-		for {
-			c, err := ln.Accept()
-			if err != nil {
-				return
-			}
-			up, err := net.Dial("tcp", n.target)
-			if err != nil {
-				_ = c.Close()
-				continue
-			}
-			n.mu.Lock()
-			n.conns = append(n.conns, c, up)
-			n.mu.Unlock()
-			n.wg.Go(func() { _, _ = io.Copy(up, gatedReader{c, n}); _ = up.Close() })
-			n.wg.Go(func() { n.copyFrames(c, up); _ = c.Close() })
-		}
-	})
-}
-
-// hole stops forwarding in both directions, closing nothing: what a
-// black-holed node is to its peers (a partition, a dead host without a
-// RST). Bytes sent meanwhile wait and flow again at heal.
-func (n *stubNode) hole() { n.arm(&n.open) }
-
-// heal forwards again.
-func (n *stubNode) heal() { n.lift(&n.open) }
-
-// stall holds every frame the broker sends but heartbeats: what a node
-// that is cut off from its cluster, or stuck, can be to its clients for
-// as long as it does not pause: its connection processes answer nothing
-// that needs the cluster, while its heartbeats keep every read deadline
-// of the client's alive. unstall sends what was held.
-func (n *stubNode) stall() { n.arm(&n.held) }
-
-func (n *stubNode) unstall() { n.lift(&n.held) }
-
-// arm sets the gate *g (open or held) unless it is set.
-func (n *stubNode) arm(g *chan struct{}) {
-	n.mu.Lock()
-	defer n.mu.Unlock()
-	if *g == nil {
-		*g = make(chan struct{})
-	}
-}
-
-// lift releases what waits on the gate *g and clears it.
-func (n *stubNode) lift(g *chan struct{}) {
-	n.mu.Lock()
-	defer n.mu.Unlock()
-	if *g != nil {
-		close(*g)
-		*g = nil
-	}
-}
-
-// copyFrames copies the broker's side of a connection to the client frame
-// by frame (AMQP 0-9-1: type, channel, size, payload, frame end), holding
-// all but heartbeat frames while the node is stalled and every byte while
-// it is black-holed.
-func (n *stubNode) copyFrames(dst, src net.Conn) {
-	r := bufio.NewReader(gatedReader{src, n})
-	var held []byte
-	hdr := make([]byte, 7)
-	for {
-		if _, err := io.ReadFull(r, hdr); err != nil {
-			return
-		}
-		size := binary.BigEndian.Uint32(hdr[3:])
-		frame := make([]byte, 7+int(size)+1)
-		copy(frame, hdr)
-		if _, err := io.ReadFull(r, frame[7:]); err != nil {
-			return
-		}
-		n.mu.Lock()
-		stalled := n.held
-		n.mu.Unlock()
-		out := frame
-		switch {
-		case stalled != nil && frame[0] != 8: // 8: heartbeat
-			held = append(held, frame...) // sent with the first frame after unstall
-			continue
-		case stalled == nil && len(held) > 0:
-			out = append(held, frame...)
-			held = nil
-		}
-		if _, err := dst.Write(out); err != nil {
-			return
-		}
-	}
-}
-
-// gatedReader reads from r, waiting while its node is black-holed.
-type gatedReader struct {
-	r net.Conn
-	n *stubNode
-}
-
-func (g gatedReader) Read(p []byte) (int, error) {
-	k, err := g.r.Read(p)
-	g.n.mu.Lock()
-	open := g.n.open
-	g.n.mu.Unlock()
-	if open != nil {
-		<-open
-	}
-	return k, err
-}
-
-// down loses the node: its connections are cut and new ones refused.
-func (n *stubNode) down() {
-	n.mu.Lock()
-	defer n.mu.Unlock()
-	if n.ln != nil {
-		_ = n.ln.Close()
-		n.ln = nil
-	}
-	for _, c := range n.conns {
-		_ = c.Close()
-	}
-	n.conns = nil
-}
-
-// up brings the node back on the same address.
-func (n *stubNode) up() {
-	ln, err := net.Listen("tcp", n.addr)
-	require.NoError(n.t, err)
-	n.serve(ln)
-}
-
-func brokerTarget(t *testing.T) string {
-	u, err := url.Parse(amqpURL())
-	require.NoError(t, err)
-	return u.Host
-}
-
 func connectedGauge(t *testing.T, m *metrics.Metrics, conn, node string) float64 {
 	t.Helper()
 	g, err := m.BrokerConnected.GetMetricWithLabelValues(conn, node)
@@ -276,11 +97,11 @@ func TestConnStartsAtRandomNode(t *testing.T) {
 // comes back.
 func TestConnFailsOverToTheNextNode(t *testing.T) {
 	t.Parallel()
-	target := brokerTarget(t)
-	a, b, c := newStubNode(t, target), newStubNode(t, target), newStubNode(t, target)
-	a.down()
+	target := brokertest.Target(t)
+	a, b, c := brokertest.NewNode(t, target), brokertest.NewNode(t, target), brokertest.NewNode(t, target)
+	a.Down()
 	m := metrics.New()
-	conn := NewConn([]string{a.url(), b.url(), c.url()}, "test-failover", m, slog.New(slog.DiscardHandler))
+	conn := NewConn([]string{a.URL(), b.URL(), c.URL()}, "test-failover", m, slog.New(slog.DiscardHandler))
 	defer conn.Close()
 	conn.next = 0 // deterministic: a first
 	reconnects := 0
@@ -290,41 +111,41 @@ func TestConnFailsOverToTheNextNode(t *testing.T) {
 
 	c1, err := conn.Get(ctx)
 	require.NoError(t, err)
-	require.Equal(t, b.addr, conn.Node(), "a refuses: b")
-	require.InDelta(t, 1.0, connectedGauge(t, m, "test-failover", b.addr), 0)
+	require.Equal(t, b.Addr(), conn.Node(), "a refuses: b")
+	require.InDelta(t, 1.0, connectedGauge(t, m, "test-failover", b.Addr()), 0)
 	again, err := conn.Get(ctx)
 	require.NoError(t, err)
 	require.Same(t, c1, again, "a live connection is handed out again")
 	require.Zero(t, reconnects)
 
-	b.down()
+	b.Down()
 	require.Eventually(t, func() bool { return conn.Node() == "" }, 10*time.Second, 10*time.Millisecond,
 		"Node must say at once that the connection is gone")
-	require.InDelta(t, 0.0, connectedGauge(t, m, "test-failover", b.addr), 0)
-	b.up() // back already: the next node is still c
+	require.InDelta(t, 0.0, connectedGauge(t, m, "test-failover", b.Addr()), 0)
+	b.Up() // back already: the next node is still c
 	c2, err := conn.Get(ctx)
 	require.NoError(t, err)
 	require.NotSame(t, c1, c2)
-	require.Equal(t, c.addr, conn.Node(), "after b's loss: the next node, c")
-	require.InDelta(t, 1.0, connectedGauge(t, m, "test-failover", c.addr), 0)
+	require.Equal(t, c.Addr(), conn.Node(), "after b's loss: the next node, c")
+	require.InDelta(t, 1.0, connectedGauge(t, m, "test-failover", c.Addr()), 0)
 	require.Equal(t, 1, reconnects)
 	ch, err := c2.Channel()
 	require.NoError(t, err, "a real broker behind the new node")
 	require.NoError(t, ch.Close())
 
 	// Every node down: Get waits (backoff) until one is back.
-	c.down()
-	b.down()
+	c.Down()
+	b.Down()
 	require.Eventually(t, func() bool { return conn.Node() == "" }, 10*time.Second, 10*time.Millisecond)
 	go func() {
 		time.Sleep(500 * time.Millisecond)
-		a.up()
+		a.Up()
 	}()
 	start := time.Now()
 	c3, err := conn.Get(ctx)
 	require.NoError(t, err)
 	require.GreaterOrEqual(t, time.Since(start), 400*time.Millisecond)
-	require.Equal(t, a.addr, conn.Node())
+	require.Equal(t, a.Addr(), conn.Node())
 	require.Equal(t, 2, reconnects)
 	require.NoError(t, c3.Close())
 	require.Eventually(t, func() bool { return conn.Node() == "" }, 10*time.Second, 10*time.Millisecond)
@@ -339,28 +160,28 @@ func TestConnFailsOverToTheNextNode(t *testing.T) {
 // reports every failure instead of waiting.
 func TestConnDialOnce(t *testing.T) {
 	t.Parallel()
-	target := brokerTarget(t)
-	a, b := newStubNode(t, target), newStubNode(t, target)
-	a.down()
-	conn := NewConn([]string{a.url(), b.url()}, "test-once", nil, slog.New(slog.DiscardHandler))
+	target := brokertest.Target(t)
+	a, b := brokertest.NewNode(t, target), brokertest.NewNode(t, target)
+	a.Down()
+	conn := NewConn([]string{a.URL(), b.URL()}, "test-once", nil, slog.New(slog.DiscardHandler))
 	conn.next = 0
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
 	got, err := conn.dialOnce(ctx)
 	require.NoError(t, err)
-	require.Equal(t, b.addr, conn.Node())
+	require.Equal(t, b.Addr(), conn.Node())
 	conn.Close()
 	require.True(t, got.IsClosed(), "the connection is the Conn's: Close closes it")
 
-	b.down()
-	conn = NewConn([]string{a.url(), b.url()}, "test-once", nil, slog.New(slog.DiscardHandler))
+	b.Down()
+	conn = NewConn([]string{a.URL(), b.URL()}, "test-once", nil, slog.New(slog.DiscardHandler))
 	defer conn.Close()
 	start := time.Now()
 	_, err = conn.dialOnce(ctx)
 	require.Error(t, err)
 	require.Less(t, time.Since(start), 5*time.Second)
-	require.ErrorContains(t, err, "node "+a.addr)
-	require.ErrorContains(t, err, "node "+b.addr)
+	require.ErrorContains(t, err, "node "+a.Addr())
+	require.ErrorContains(t, err, "node "+b.Addr())
 	require.NotContains(t, err.Error(), "guest:guest", "no credentials in errors")
 }
 
@@ -413,10 +234,10 @@ func TestConnDialHonoursContextMidHandshake(t *testing.T) {
 // waiting for the broker, and Close ends the redial.
 func TestConnGetHonoursItsDeadlineBehindARedial(t *testing.T) {
 	t.Parallel()
-	target := brokerTarget(t)
-	a := newStubNode(t, target)
-	a.down()
-	conn := NewConn([]string{a.url()}, "test-behind", nil, slog.New(slog.DiscardHandler))
+	target := brokertest.Target(t)
+	a := brokertest.NewNode(t, target)
+	a.Down()
+	conn := NewConn([]string{a.URL()}, "test-behind", nil, slog.New(slog.DiscardHandler))
 	long, cancel := context.WithTimeout(context.Background(), time.Minute)
 	defer cancel()
 	first := make(chan error, 1)
@@ -451,16 +272,16 @@ func TestConnGetHonoursItsDeadlineBehindARedial(t *testing.T) {
 // the heartbeats keep its read deadline alive.
 func TestConnCloseAndAbortOnAStalledNode(t *testing.T) {
 	t.Parallel()
-	node := newStubNode(t, brokerTarget(t))
-	conn := NewConn([]string{node.url()}, "test-stalled", metrics.New(), slog.New(slog.DiscardHandler))
+	node := brokertest.NewNode(t, brokertest.Target(t))
+	conn := NewConn([]string{node.URL()}, "test-stalled", metrics.New(), slog.New(slog.DiscardHandler))
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
 	c, err := conn.Get(ctx)
 	require.NoError(t, err)
 	ch, err := c.Channel()
 	require.NoError(t, err)
-	node.stall()
-	defer node.unstall()
+	node.Stall()
+	defer node.Unstall()
 
 	// A channel close waits for its close-ok: Abort ends it.
 	closed := make(chan error, 1)
@@ -481,11 +302,11 @@ func TestConnCloseAndAbortOnAStalledNode(t *testing.T) {
 
 	// The next Get dials again (the stall lifted, or the handshake's
 	// answers would be held too); then Close on a stalled node.
-	node.unstall()
+	node.Unstall()
 	c2, err := conn.Get(ctx)
 	require.NoError(t, err)
 	require.NotSame(t, c, c2)
-	node.stall()
+	node.Stall()
 	start := time.Now()
 	conn.Close()
 	took := time.Since(start)

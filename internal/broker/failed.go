@@ -1,4 +1,4 @@
-package workers
+package broker
 
 import (
 	"context"
@@ -46,7 +46,7 @@ func peekIDs(body []byte) (id, name string) {
 }
 
 func failedOf(d *amqp.Delivery) FailedMessage {
-	m := FailedMessage{Attempt: attemptOf(d.Headers), RoutingKey: originalRoutingKey(d)}
+	m := FailedMessage{Attempt: AttemptOf(d.Headers), RoutingKey: OriginalRoutingKey(d)}
 	m.EventID, m.EventName = peekIDs(d.Body)
 	m.Reason, _ = d.Headers[HeaderFailureReason].(string)
 	m.Error, _ = d.Headers[HeaderError].(string)
@@ -138,7 +138,7 @@ func RetryFailed(ctx context.Context, urls []string, queue string, ids []uuid.UU
 			// die, goes on to another node; the originals' acks then fail).
 			pub = NewPublisher(nodes, 1)
 		}
-		msg := copyOf(d)
+		msg := CopyOf(d)
 		for _, h := range headersResetOnRetry {
 			delete(msg.Headers, h)
 		}
@@ -146,7 +146,7 @@ func RetryFailed(ctx context.Context, urls []string, queue string, ids []uuid.UU
 		if overrideBeyondHorizon {
 			msg.Headers[HeaderBeyondHorizonOverride] = true
 		}
-		msg.Headers[HeaderOriginalRoutingKey] = originalRoutingKey(d)
+		msg.Headers[HeaderOriginalRoutingKey] = OriginalRoutingKey(d)
 		if errs := pub.Publish(ctx, []Outgoing{{RoutingKey: queue, Msg: msg}}); errs[0] != nil {
 			return fmt.Errorf("retry %s to %s: %w", id, queue, errs[0])
 		}

@@ -1,4 +1,4 @@
-package workers
+package broker
 
 import (
 	"bufio"
@@ -157,7 +157,7 @@ func (c *Conn) Get(ctx context.Context) (*amqp.Connection, error) {
 			return nil, ctx.Err()
 		case <-c.done:
 			return nil, fmt.Errorf("amqp %s: closed", c.name)
-		case <-time.After(jitter(backoff)):
+		case <-time.After(Jitter(backoff)):
 		}
 		backoff = min(backoff*2, BackoffMaxDefault)
 	}
@@ -336,8 +336,9 @@ func (c *Conn) Close() {
 	}
 }
 
-// jitter returns d plus up to 50% at random.
-func jitter(d time.Duration) time.Duration {
+// Jitter returns d plus up to 50% at random: a backoff that many clients
+// of one broker or database take does not bring them back in step.
+func Jitter(d time.Duration) time.Duration {
 	return d + time.Duration(rand.Int64N(int64(d)/2+1))
 }
 

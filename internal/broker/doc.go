@@ -1,0 +1,22 @@
+// Package broker is platformd's side of RabbitMQ below the pools, the
+// relay and the admin tools, which all use it (watermill-amqp keeps the
+// same in one package):
+//
+//   - Conn: a connection that spans the nodes of a cluster (broker.urls),
+//     starts at one chosen at random, moves to the next when it is lost,
+//     and is bounded on a node that answers only heartbeats. amqp091-go
+//     does not reconnect safely by itself (its opt-in recovery can ack a
+//     stale tag on a new channel), so every reconnect is a fresh
+//     connection and fresh channels, with backoff and Jitter.
+//   - Publisher: publishing with confirms and mandatory routing, a
+//     returned message an error (ErrReturned), a negative confirm another
+//     (ErrNacked).
+//   - Topology: a pool's queue, its delay queues (RetryQueue) and its
+//     failure queue (FailedQueue), declared idempotently.
+//   - The headers of the topology contract (Header*, Reason*) and the
+//     copies built from a delivery (RetryCopy, FailureCopy).
+//   - ListFailed and RetryFailed: reading a failure queue without losing
+//     anything, and moving messages back to their queue.
+//
+// brokertest stands in for cluster nodes in tests.
+package broker

@@ -1,0 +1,131 @@
+package broker
+
+import (
+	"strconv"
+	"time"
+
+	amqp "github.com/rabbitmq/amqp091-go"
+)
+
+// maxErrorHeader bounds the x-error header.
+const maxErrorHeader = 2048
+
+// AttemptOf reads x-attempt: 0 when absent, unreadable or negative (a
+// producer's or a republisher's header; a negative one would index the
+// retry delays below zero).
+func AttemptOf(h amqp.Table) int { return max(0, headerInt(h[HeaderAttempt])) }
+
+// headerInt reads an integer header value of any AMQP integer type or as
+// decimal text; 0 otherwise.
+func headerInt(h any) int {
+	switch v := h.(type) {
+	case int:
+		return v
+	case int8:
+		return int(v)
+	case int16:
+		return int(v)
+	case int32:
+		return int(v)
+	case int64:
+		return int(v)
+	case uint8:
+		return int(v)
+	case uint16:
+		return int(v)
+	case uint32:
+		return int(v)
+	case string:
+		n, _ := strconv.Atoi(v)
+		return n
+	}
+	return 0
+}
+
+// OriginalRoutingKey is the event's routing key: a retried copy comes back
+// from its delay queue routed by queue name, so it carries the original.
+func OriginalRoutingKey(d *amqp.Delivery) string {
+	if rk, ok := d.Headers[HeaderOriginalRoutingKey].(string); ok && rk != "" {
+		return rk
+	}
+	return d.RoutingKey
+}
+
+// IsReplay reports whether d is a copy sent back by replay tooling
+// (header x-replay, any value).
+func IsReplay(d *amqp.Delivery) bool {
+	_, ok := d.Headers[HeaderReplay]
+	return ok
+}
+
+// BeyondHorizonOverride reports whether d is a copy an operator let
+// through the beyond-horizon guard (x-beyond-horizon-override: true).
+func BeyondHorizonOverride(d *amqp.Delivery) bool {
+	switch v := d.Headers[HeaderBeyondHorizonOverride].(type) {
+	case bool:
+		return v
+	case string:
+		return v == "true"
+	}
+	return false
+}
+
+// cloneHeaders copies h so a copy's headers never alias the delivery's.
+func cloneHeaders(h amqp.Table) amqp.Table {
+	out := make(amqp.Table, len(h)+8)
+	for k, v := range h {
+		if k == headerPublishID {
+			continue
+		}
+		out[k] = v
+	}
+	return out
+}
+
+// CopyOf returns a publishing with d's body and properties, unchanged
+// except for headers (cloned) and the fields a republish must not carry
+// (per-message TTL, user id checked against our connection's user).
+func CopyOf(d *amqp.Delivery) amqp.Publishing {
+	return amqp.Publishing{
+		Headers:         cloneHeaders(d.Headers),
+		ContentType:     d.ContentType,
+		ContentEncoding: d.ContentEncoding,
+		DeliveryMode:    amqp.Persistent,
+		Priority:        d.Priority,
+		CorrelationId:   d.CorrelationId,
+		ReplyTo:         d.ReplyTo,
+		MessageId:       d.MessageId,
+		Timestamp:       d.Timestamp,
+		Type:            d.Type,
+		AppId:           d.AppId,
+		Body:            d.Body,
+	}
+}
+
+// FailureCopy is d as it goes to the failure queue, with the contract's
+// headers.
+func FailureCopy(d *amqp.Delivery, pool, reason, errText string, now time.Time) amqp.Publishing {
+	p := CopyOf(d)
+	if len(errText) > maxErrorHeader {
+		errText = errText[:maxErrorHeader]
+	}
+	p.Headers[HeaderFailureReason] = reason
+	p.Headers[HeaderError] = errText
+	p.Headers[HeaderAttempt] = int32(AttemptOf(d.Headers))
+	p.Headers[HeaderFailedAt] = now.UTC().Format(time.RFC3339)
+	p.Headers[HeaderOriginalRoutingKey] = OriginalRoutingKey(d)
+	p.Headers[HeaderPool] = pool
+	return p
+}
+
+// RetryCopy is d as it goes to a delay queue for attempt.
+func RetryCopy(d *amqp.Delivery, attempt int, errText string) amqp.Publishing {
+	p := CopyOf(d)
+	if len(errText) > maxErrorHeader {
+		errText = errText[:maxErrorHeader]
+	}
+	p.Headers[HeaderAttempt] = int32(attempt)
+	p.Headers[HeaderOriginalRoutingKey] = OriginalRoutingKey(d)
+	p.Headers[HeaderError] = errText
+	return p
+}
