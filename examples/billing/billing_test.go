@@ -79,6 +79,52 @@ func eventually(t *testing.T, timeout time.Duration, cond func() bool, format st
 	}
 }
 
+// scratch gives a test a database (dropped at its end, name prefix plus a
+// random suffix), the broker's URL, and an exchange and a queue of its
+// own, deleted with the queue's retry and failure queues at its end.
+func scratch(t *testing.T, prefix string) (dsn, amqpURL, exchange, queue string) {
+	t.Helper()
+	ctx := context.Background()
+	s := suffix()
+	adminURL := getenv("TEST_DATABASE_URL", "postgres://postgres@127.0.0.1:5432/postgres")
+	u, err := url.Parse(adminURL)
+	if err != nil {
+		t.Fatal(err)
+	}
+	dbName := prefix + s
+	u.Path = "/" + dbName
+	t.Cleanup(func() {
+		conn, err := pgx.Connect(ctx, adminURL)
+		if err != nil {
+			return
+		}
+		defer conn.Close(ctx)
+		_, _ = conn.Exec(ctx, "DROP DATABASE IF EXISTS "+pgx.Identifier{dbName}.Sanitize()+" WITH (FORCE)")
+	})
+	amqpURL = getenv("TEST_AMQP_URL", "amqp://guest:guest@127.0.0.1:5672/")
+	exchange, queue = "billing.test."+s, "billing.test."+s
+	t.Cleanup(func() { deleteQueues(amqpURL, exchange, queue) })
+	return u.String(), amqpURL, exchange, queue
+}
+
+// deleteQueues removes a test's queue, its retry and failure queues and
+// its exchange.
+func deleteQueues(amqpURL, exchange, queue string) {
+	conn, err := amqp.Dial(amqpURL)
+	if err != nil {
+		return
+	}
+	defer conn.Close()
+	ch, err := conn.Channel()
+	if err != nil {
+		return
+	}
+	for _, q := range []string{queue, queue + ".failed", queue + ".retry.1s", queue + ".retry.10s", queue + ".retry.1m", queue + ".retry.10m"} {
+		_, _ = ch.QueueDelete(q, false, false, false)
+	}
+	_ = ch.ExchangeDelete(exchange, false, false)
+}
+
 // What a team outside the repository does: build its own daemon from
 // consumer and daemon, check and migrate with it (its handler's goose
 // files embedded), run it against PostgreSQL and RabbitMQ, and see a
@@ -93,40 +139,7 @@ func TestOwnDaemonAppliesEachEventOnce(t *testing.T) {
 	}
 
 	// A database, an exchange and a queue of this test's own.
-	s := suffix()
-	adminURL := getenv("TEST_DATABASE_URL", "postgres://postgres@127.0.0.1:5432/postgres")
-	u, err := url.Parse(adminURL)
-	if err != nil {
-		t.Fatal(err)
-	}
-	dbName := "billing_test_" + s
-	u.Path = "/" + dbName
-	dsn := u.String()
-	t.Cleanup(func() {
-		conn, err := pgx.Connect(ctx, adminURL)
-		if err != nil {
-			return
-		}
-		defer conn.Close(ctx)
-		_, _ = conn.Exec(ctx, "DROP DATABASE IF EXISTS "+pgx.Identifier{dbName}.Sanitize()+" WITH (FORCE)")
-	})
-	amqpURL := getenv("TEST_AMQP_URL", "amqp://guest:guest@127.0.0.1:5672/")
-	exchange, queue := "billing.test."+s, "billing.test."+s
-	t.Cleanup(func() {
-		conn, err := amqp.Dial(amqpURL)
-		if err != nil {
-			return
-		}
-		defer conn.Close()
-		ch, err := conn.Channel()
-		if err != nil {
-			return
-		}
-		for _, q := range []string{queue, queue + ".failed", queue + ".retry.1s", queue + ".retry.10s", queue + ".retry.1m", queue + ".retry.10m"} {
-			_, _ = ch.QueueDelete(q, false, false, false)
-		}
-		_ = ch.ExchangeDelete(exchange, false, false)
-	})
+	dsn, amqpURL, exchange, queue := scratch(t, "billing_test_")
 	metricsAddr := freeAddr(t)
 	env := append(os.Environ(),
 		"PLATFORMD_ADMIN_LISTEN="+freeAddr(t), "PLATFORMD_METRICS_LISTEN="+metricsAddr,

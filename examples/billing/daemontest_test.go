@@ -4,7 +4,6 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
-	"net/url"
 	"testing"
 	"time"
 
@@ -23,31 +22,14 @@ import (
 // each order gets one invoice.
 func TestHandlerUnderDaemontest(t *testing.T) {
 	ctx := context.Background()
-	s := suffix()
-	adminURL := getenv("TEST_DATABASE_URL", "postgres://postgres@127.0.0.1:5432/postgres")
-	u, err := url.Parse(adminURL)
-	if err != nil {
-		t.Fatal(err)
-	}
-	dbName := "billing_dt_" + s
-	u.Path = "/" + dbName
-	t.Cleanup(func() {
-		conn, err := pgx.Connect(ctx, adminURL)
-		if err != nil {
-			return
-		}
-		defer conn.Close(ctx)
-		_, _ = conn.Exec(ctx, "DROP DATABASE IF EXISTS "+pgx.Identifier{dbName}.Sanitize()+" WITH (FORCE)")
-	})
-	amqpURL := getenv("TEST_AMQP_URL", "amqp://guest:guest@127.0.0.1:5672/")
-	exchange, queue := "billing.dt."+s, "billing.dt."+s
-	// Cleanups run last first: the queues go after the daemon has stopped.
-	t.Cleanup(func() { deleteQueues(amqpURL, exchange, queue) })
+	// Cleanups run last first: the database and the queues go after the
+	// daemon has stopped.
+	dsn, amqpURL, exchange, queue := scratch(t, "billing_dt_")
 	t.Setenv("PLATFORMD_ADMIN_LISTEN", "127.0.0.1:0")
 	t.Setenv("PLATFORMD_METRICS_LISTEN", "127.0.0.1:0")
 	t.Setenv("PLATFORMD_AMQP_URL", amqpURL)
 	t.Setenv("PLATFORMD_EXCHANGE", exchange)
-	t.Setenv("PLATFORMD_BILLING_DB", u.String())
+	t.Setenv("PLATFORMD_BILLING_DB", dsn)
 	t.Setenv("PLATFORMD_BILLING_QUEUE", queue)
 
 	reg := consumer.NewRegistry()
@@ -86,7 +68,7 @@ func TestHandlerUnderDaemontest(t *testing.T) {
 			}
 		}
 	}
-	db, err := pgx.Connect(ctx, u.String())
+	db, err := pgx.Connect(ctx, dsn)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -103,22 +85,4 @@ func TestHandlerUnderDaemontest(t *testing.T) {
 	if n := count(`SELECT count(*) FROM invoice`); n != orders {
 		t.Fatalf("%d invoices for %d orders", n, orders)
 	}
-}
-
-// deleteQueues removes the test's queue, its retry and failure queues and
-// its exchange.
-func deleteQueues(amqpURL, exchange, queue string) {
-	conn, err := amqp.Dial(amqpURL)
-	if err != nil {
-		return
-	}
-	defer conn.Close()
-	ch, err := conn.Channel()
-	if err != nil {
-		return
-	}
-	for _, q := range []string{queue, queue + ".failed", queue + ".retry.1s", queue + ".retry.10s", queue + ".retry.1m", queue + ".retry.10m"} {
-		_, _ = ch.QueueDelete(q, false, false, false)
-	}
-	_ = ch.ExchangeDelete(exchange, false, false)
 }

@@ -7,7 +7,6 @@ import (
 	"time"
 
 	"github.com/google/uuid"
-	amqp "github.com/rabbitmq/amqp091-go"
 	"github.com/stretchr/testify/require"
 
 	"github.com/platformd/platformd/examples/shop"
@@ -88,21 +87,13 @@ func (b *bundle) publishStatuses(orders, events int) {
 	for i := range ids {
 		ids[i] = uuid.New()
 	}
-	confirms := make([]*amqp.DeferredConfirmation, 0, events)
-	for i := range events {
+	bodies := make([][]byte, events)
+	for i := range bodies {
 		payload, err := json.Marshal(shop.OrderStatusChanged{OrderID: ids[i%orders], Status: fmt.Sprintf("s%d", i/orders+1), Version: int32(i/orders + 1)})
 		require.NoError(b.t, err)
-		body, err := envelope.Encode(envelope.Envelope{EventID: uuid.Must(uuid.NewV7()), EventName: shop.EventOrderStatusChanged,
+		bodies[i], err = envelope.Encode(envelope.Envelope{EventID: uuid.Must(uuid.NewV7()), EventName: shop.EventOrderStatusChanged,
 			OccurredAt: time.Now().UTC(), Payload: payload})
 		require.NoError(b.t, err)
-		dc, err := b.pubCh.PublishWithDeferredConfirmWithContext(b.ctx, b.exchange, shop.EventOrderStatusChanged, false, false,
-			amqp.Publishing{ContentType: "application/json", DeliveryMode: amqp.Persistent, Body: body})
-		require.NoError(b.t, err)
-		confirms = append(confirms, dc)
 	}
-	for _, dc := range confirms {
-		ok, err := dc.WaitContext(b.ctx)
-		require.NoError(b.t, err)
-		require.True(b.t, ok)
-	}
+	b.publishBulk(shop.EventOrderStatusChanged, bodies)
 }

@@ -78,12 +78,23 @@ func BenchmarkPauseSettle(b *testing.B) {
 // publishOrders queues n one-line orders, confirmed in bulk.
 func (b *bundle) publishOrders(n int) {
 	b.t.Helper()
-	confirms := make([]*amqp.DeferredConfirmation, 0, n)
-	for range n {
+	bodies := make([][]byte, n)
+	for i := range bodies {
 		env, _ := b.order(1)
 		body, err := envelope.Encode(env)
 		require.NoError(b.t, err)
-		dc, err := b.pubCh.PublishWithDeferredConfirmWithContext(b.ctx, b.exchange, shop.EventOrderPlaced, false, false,
+		bodies[i] = body
+	}
+	b.publishBulk(shop.EventOrderPlaced, bodies)
+}
+
+// publishBulk publishes bodies with routingKey through the exchange, then
+// waits for every confirm.
+func (b *bundle) publishBulk(routingKey string, bodies [][]byte) {
+	b.t.Helper()
+	confirms := make([]*amqp.DeferredConfirmation, 0, len(bodies))
+	for _, body := range bodies {
+		dc, err := b.pubCh.PublishWithDeferredConfirmWithContext(b.ctx, b.exchange, routingKey, false, false,
 			amqp.Publishing{ContentType: "application/json", DeliveryMode: amqp.Persistent, Body: body})
 		require.NoError(b.t, err)
 		confirms = append(confirms, dc)
