@@ -138,6 +138,7 @@ func (s *service) newPool(pc config.PoolConfig) (*servicePool, error) {
 	if err != nil {
 		return nil, fmt.Errorf("pool %s: %w", pc.Name, err)
 	}
+	instrumentRemoteHandlers(s.registry(), pc.Handlers, d.metrics, d.tracer())
 	consume := workers.NewConn(d.cfg.Broker.Addresses(), "platformd-"+pc.Name, d.metrics, d.log)
 	pool, err := workers.NewPool(workers.PoolConfig{
 		Name: pc.Name, Service: s.name,

@@ -20,6 +20,7 @@ import (
 	"go.opentelemetry.io/otel/trace"
 
 	"github.com/platformd/platformd/consumer"
+	"github.com/platformd/platformd/internal/batchscope"
 	"github.com/platformd/platformd/internal/dbutil"
 )
 
@@ -301,6 +302,9 @@ func (p *Processor) Handles(eventName string) bool { return len(p.routes[eventNa
 func (p *Processor) Process(ctx context.Context, events []consumer.Event) (results []Result, err error) {
 	ctx, span := p.tr.startBatch(ctx, events)
 	defer func() { p.tr.endBatch(span, len(events), results, err) }()
+	// What handlers learn in this call (a remote handler's answers) is
+	// theirs for this call's tries and replay, and no longer.
+	ctx = batchscope.With(ctx)
 	tasks := make([]task, len(events))
 	run := make([]*task, 0, len(events))
 	for i := range events {
@@ -758,6 +762,10 @@ func call(fn func() error) (err error) {
 	return err
 }
 
+// unavailable is implemented by a handler's error that says the handler
+// could not answer at all (a remote handler's process unreachable).
+type unavailable interface{ HandlerUnavailable() bool }
+
 // infra reports whether err is not the event's fault but the database's or
 // the caller's: then the batch's outcome is unknown and nothing is acked.
 // A deadline or cancellation of the handler's own (its HTTP call timing
@@ -766,6 +774,13 @@ func call(fn func() error) (err error) {
 // closes it when a query's context ends mid-query), is infrastructure.
 func infra(ctx context.Context, tx pgx.Tx, err error) bool {
 	if ctx.Err() != nil {
+		return true
+	}
+	var u unavailable
+	if errors.As(err, &u) && u.HandlerUnavailable() {
+		// A remote handler that cannot be reached (refused, timed out,
+		// overloaded): no event's fault. The batch is requeued with no
+		// attempt counted and the pool waits, as for its database.
 		return true
 	}
 	if tx.Conn() == nil || tx.Conn().IsClosed() {
