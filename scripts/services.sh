@@ -6,6 +6,8 @@
 #   PostgreSQL  127.0.0.1:5432, user postgres, no password (trust)
 #   RabbitMQ    127.0.0.1:5672, guest/guest
 #   Chromium    Debian's chromium package (headless, for test/console)
+#   PHP         Debian's php-cli (php -S serves examples/billing-php, whose
+#               test runs the PHP handler for real)
 #
 # Works on a fresh Debian 12 (installs missing packages with apt-get) and on
 # machines where systemd is not PID 1. Idempotent: a second run changes
@@ -18,6 +20,7 @@
 #   PG_CLUSTER, PG_PORT Debian cluster name and port (default main, 5432; only
 #                      for testing this script against a scratch cluster)
 #   SERVICES_NO_BROWSER set to 1 to skip installing chromium
+#   SERVICES_NO_PHP    set to 1 to skip installing php-cli
 set -euo pipefail
 
 TIMEOUT="${SERVICES_TIMEOUT:-120}"
@@ -325,6 +328,25 @@ ensure_chromium() {
 	say "chromium: installed ($(chromium --version 2>/dev/null || echo 'version unknown'))"
 }
 
+# ---------------------------------------------------------------------------
+# PHP (examples/billing-php: a remote handler served by php -S)
+# ---------------------------------------------------------------------------
+
+ensure_php() {
+	if [ "${SERVICES_NO_PHP:-}" = 1 ]; then
+		say "php: skipped (SERVICES_NO_PHP=1)"
+		return
+	fi
+	if command -v php >/dev/null 2>&1; then
+		say "php: already installed"
+		return
+	fi
+	apt_install php-cli
+	command -v php >/dev/null 2>&1 || die "php: installed but the php command is still missing"
+	say "php: installed ($(php -r 'echo PHP_VERSION;' 2>/dev/null || echo 'version unknown'))"
+}
+
 ensure_postgres
 ensure_rabbitmq
 ensure_chromium
+ensure_php
