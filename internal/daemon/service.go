@@ -226,6 +226,7 @@ func (s *service) Start(ctx context.Context) error {
 				sp.consume.Close()
 			}
 			s.mu.RUnlock()
+			closeRemoteHandlers(s.registry(), serviceHandlers(s.config()))
 			s.db.Close()
 			s.d.setServiceHealth(s.name, false)
 		}, nil

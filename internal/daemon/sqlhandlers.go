@@ -210,3 +210,15 @@ func instrumentRemoteHandlers(reg *consumer.Registry, names []string, m *metrics
 		}
 	}
 }
+
+// closeRemoteHandlers closes the idle connections of the remote handlers
+// among names (their pools stopped); a later call opens new ones.
+func closeRemoteHandlers(reg *consumer.Registry, names []string) {
+	for _, name := range names {
+		if r, err := reg.Lookup(name); err == nil {
+			if h, ok := r.Handler.(*remote.Handler); ok {
+				h.Close()
+			}
+		}
+	}
+}
