@@ -27,6 +27,9 @@ import (
 )
 
 func TestMain(m *testing.M) {
+	if runBenchHandler() { // the benchmark's handler process
+		return
+	}
 	goleak.VerifyTestMain(m, goleak.IgnoreTopFunction("github.com/jackc/pgx/v5/pgxpool.(*Pool).backgroundHealthCheck"),
 		goleak.IgnoreTopFunction("internal/poll.runtime_pollWait"))
 }
