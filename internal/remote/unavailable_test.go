@@ -2,8 +2,12 @@ package remote_test
 
 import (
 	"context"
+	"encoding/pem"
 	"net"
 	"net/http"
+	"net/http/httptest"
+	"os"
+	"path/filepath"
 	"testing"
 	"time"
 
@@ -181,4 +185,35 @@ func TestKeepAlive(t *testing.T) {
 		conns[c.remote] = true
 	}
 	require.LessOrEqual(t, len(conns), 4, "40 calls over at most the pool's connections")
+}
+
+// https with the handler's CA: the call goes over h2; a handler whose
+// certificate the CA does not sign is unavailable (a TLS failure), never
+// a bad answer.
+func TestTLS(t *testing.T) {
+	t.Parallel()
+	b := setup(t)
+	protos := make(chan int, 10)
+	srv := httptest.NewUnstartedServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		protos <- r.ProtoMajor
+		b.srv.Config.Handler.ServeHTTP(w, r)
+	}))
+	srv.EnableHTTP2 = true
+	srv.StartTLS()
+	t.Cleanup(srv.Close)
+	ca := filepath.Join(t.TempDir(), "ca.pem")
+	require.NoError(t, os.WriteFile(ca, pem.EncodeToMemory(&pem.Block{Type: "CERTIFICATE", Bytes: srv.Certificate().Raw}), 0o600))
+
+	h := b.handler(func(c *remote.Config) { c.URL = srv.URL + "/handle"; c.CAFile = ca })
+	rs, err := b.processor(dedup.Route{Name: h.Name(), Handler: h}).Process(context.Background(), []consumer.Event{event(`1`)})
+	require.NoError(t, err)
+	require.Equal(t, dedup.OutcomeProcessed, rs[0].Outcome, "%v", rs[0].Err)
+	require.Equal(t, 2, <-protos, "h2 over TLS")
+
+	// Without the CA, the system's roots do not know the test's certificate.
+	h = b.handler(func(c *remote.Config) { c.URL = srv.URL + "/handle" })
+	_, err = b.processor(dedup.Route{Name: h.Name(), Handler: h}).Process(context.Background(), []consumer.Event{event(`2`)})
+	var u *remote.UnavailableError
+	require.ErrorAs(t, err, &u)
+	require.ErrorContains(t, err, "certificate")
 }
