@@ -10,6 +10,7 @@ import (
 	"slices"
 	"strings"
 
+	"github.com/go-json-experiment/json/jsontext"
 	"github.com/google/uuid"
 	"github.com/jackc/pgx/v5"
 
@@ -37,7 +38,7 @@ type effect struct {
 type outboxRow struct {
 	name    string
 	payload []byte
-	headers map[string]json.RawMessage
+	headers map[string]jsontext.Value
 }
 
 // messageNameRE is consumer.Publish's rule for a message name.
@@ -120,7 +121,7 @@ func permanent(h *Handler, format string, args ...any) *answer {
 // argValue is an arg as bound: text, or nil for NULL. A string is its
 // value, a number its literal as written, true/false, an object or array
 // its JSON text.
-func argValue(raw json.RawMessage) (any, error) {
+func argValue(raw jsontext.Value) (any, error) {
 	raw = bytes.TrimSpace(raw)
 	if len(raw) == 0 {
 		return nil, errors.New("no value")
@@ -198,11 +199,11 @@ const insertOutboxSQL = `INSERT INTO platform.outbox (event_id, event_name, payl
 
 // outboxHeaders returns a message's headers as JSON with the delivery's
 // traceparent added, unless the handler set one.
-func outboxHeaders(ev *consumer.Event, headers map[string]json.RawMessage) ([]byte, error) {
+func outboxHeaders(ev *consumer.Event, headers map[string]jsontext.Value) ([]byte, error) {
 	if tp, ok := sqlhandler.TraceParent(ev); ok {
 		if _, set := headers[consumer.HeaderTraceParent]; !set {
 			if headers == nil {
-				headers = map[string]json.RawMessage{}
+				headers = map[string]jsontext.Value{}
 			}
 			q, _ := json.Marshal(tp)
 			headers[consumer.HeaderTraceParent] = q

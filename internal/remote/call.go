@@ -11,6 +11,8 @@ import (
 	"strconv"
 	"time"
 
+	jsonv2 "github.com/go-json-experiment/json"
+	"github.com/go-json-experiment/json/jsontext"
 	"github.com/google/uuid"
 	"go.opentelemetry.io/otel/attribute"
 	"go.opentelemetry.io/otel/codes"
@@ -212,33 +214,31 @@ type (
 		Results *[]resultJSON `json:"results"`
 	}
 	resultJSON struct {
-		EventID   string          `json:"event_id"`
-		Effects   []effectJSON    `json:"effects"`
-		Publish   []publishJSON   `json:"publish"`
-		Error     json.RawMessage `json:"error"`
-		Permanent bool            `json:"permanent"`
+		EventID   string         `json:"event_id"`
+		Effects   []effectJSON   `json:"effects"`
+		Publish   []publishJSON  `json:"publish"`
+		Error     jsontext.Value `json:"error"`
+		Permanent bool           `json:"permanent"`
 	}
 	effectJSON struct {
-		Statement string                     `json:"statement"`
-		Args      map[string]json.RawMessage `json:"args"`
+		Statement string                    `json:"statement"`
+		Args      map[string]jsontext.Value `json:"args"`
 	}
 	publishJSON struct {
-		EventName string                     `json:"event_name"`
-		Payload   json.RawMessage            `json:"payload"`
-		Headers   map[string]json.RawMessage `json:"headers"`
+		EventName string                    `json:"event_name"`
+		Payload   jsontext.Value            `json:"payload"`
+		Headers   map[string]jsontext.Value `json:"headers"`
 	}
 )
 
 // decode checks an answer against the call's events and returns one
 // answer per event, in the events' order.
 func (h *Handler) decode(data []byte, evs []consumer.Event) ([]*answer, error) {
+	// json v2: exact key names, duplicate keys refused, nothing after the
+	// value, numbers kept as written (jsontext.Value), faster than v1.
 	var a answerJSON
-	dec := json.NewDecoder(bytes.NewReader(data))
-	if err := dec.Decode(&a); err != nil {
+	if err := jsonv2.Unmarshal(data, &a); err != nil {
 		return nil, h.badAnswer("not the contract's JSON: %v: %s", err, snippet(data))
-	}
-	if _, err := dec.Token(); !errors.Is(err, io.EOF) {
-		return nil, h.badAnswer("data after the JSON object")
 	}
 	if a.Results == nil {
 		return nil, h.badAnswer(`no "results" array`)
