@@ -35,9 +35,13 @@ func runRemoteHandler(ctx context.Context, args []string) error {
 	if err := fs.Parse(args); err != nil {
 		return err
 	}
+	type reserveArgs struct {
+		OrderID string          `json:"order_id"`
+		Lines   json.RawMessage `json:"lines"`
+	}
 	type effect struct {
-		Statement string         `json:"statement"`
-		Args      map[string]any `json:"args"`
+		Statement string      `json:"statement"`
+		Args      reserveArgs `json:"args"`
 	}
 	type result struct {
 		EventID string   `json:"event_id"`
@@ -62,7 +66,7 @@ func runRemoteHandler(ctx context.Context, args []string) error {
 		}{Results: make([]result, len(req.Events))}
 		for i, ev := range req.Events {
 			out.Results[i] = result{EventID: ev.EventID, Effects: []effect{{Statement: "reserve",
-				Args: map[string]any{"order_id": ev.Payload.OrderID, "lines": ev.Payload.Lines}}}}
+				Args: reserveArgs{OrderID: ev.Payload.OrderID, Lines: ev.Payload.Lines}}}}
 		}
 		w.Header().Set("Content-Type", "application/json")
 		_ = json.NewEncoder(w).Encode(out)
