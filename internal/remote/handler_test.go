@@ -22,6 +22,7 @@ import (
 	"github.com/platformd/platformd/internal/dedup"
 	"github.com/platformd/platformd/internal/migrate"
 	"github.com/platformd/platformd/internal/remote"
+	"github.com/platformd/platformd/internal/sqlhandler"
 	"github.com/platformd/platformd/internal/testdb"
 	"github.com/platformd/platformd/migrations"
 )
@@ -449,4 +450,46 @@ func TestPrepareRefusesWrongColumn(t *testing.T) {
 	require.ErrorAs(t, err, &serr)
 	require.Equal(t, "open", serr.Name)
 	require.ErrorContains(t, err, `42703 column "totl" of relation "invoice" does not exist`)
+}
+
+// Go, SQL and remote handlers mix in one pool and run in its order: a
+// SQL handler opens the invoice, the remote handler's statement notes it
+// (it sees the SQL handler's row), a Go handler after them fails one
+// event, which alone rolls back: the others keep all three effects.
+func TestMixedHandlers(t *testing.T) {
+	t.Parallel()
+	b := setup(t)
+	evs := []consumer.Event{event(`1`), event(`2`), event(`3`)}
+	b.answer = func(w http.ResponseWriter, c call) {
+		var results []string
+		for _, ev := range c.request.Events {
+			var p struct {
+				OrderID string `json:"order_id"`
+			}
+			require.NoError(t, json.Unmarshal(ev.Payload, &p))
+			results = append(results, `{"event_id": "`+ev.EventID+`", "effects": [{"statement": "note", "args": {"order_id": "`+p.OrderID+`", "note": "noted"}}]}`)
+		}
+		_, _ = io.WriteString(w, `{"results": [`+strings.Join(results, ",")+`]}`)
+	}
+	open, err := sqlhandler.New("billing.open_sql", []string{`INSERT INTO invoice (order_id, customer_id, total, event_id, opened_at)
+VALUES ((@payload->>'order_id')::uuid, (@payload->>'customer_id')::uuid, (@payload->>'total')::numeric, @event_id, @occurred_at)`})
+	require.NoError(t, err)
+	remoteH := b.handler()
+	last := consumer.HandlerFunc(func(_ context.Context, _ pgx.Tx, ev consumer.Event) error {
+		if ev.ID == evs[1].ID {
+			return consumer.Permanent(io.ErrUnexpectedEOF)
+		}
+		return nil
+	})
+	p := b.processor(dedup.Route{Name: "billing.open_sql", Handler: open}, dedup.Route{Name: remoteH.Name(), Handler: remoteH},
+		dedup.Route{Name: "billing.last", Handler: last})
+	rs, err := p.Process(context.Background(), evs)
+	require.NoError(t, err)
+	require.Equal(t, dedup.OutcomeProcessed, rs[0].Outcome, "%v", rs[0].Err)
+	require.Equal(t, dedup.OutcomeFailed, rs[1].Outcome)
+	require.Equal(t, "billing.last", rs[1].Handler)
+	require.Equal(t, dedup.OutcomeProcessed, rs[2].Outcome)
+	require.Equal(t, 2, b.count(`SELECT count(*) FROM invoice WHERE note = 'noted'`), "the remote statement ran after the SQL handler's")
+	require.Equal(t, 2, b.count(`SELECT count(*) FROM invoice`))
+	require.Equal(t, 1, b.callCount(), "asked once, replay included")
 }
