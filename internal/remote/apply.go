@@ -151,10 +151,21 @@ func (h *Handler) apply(ctx context.Context, tx pgx.Tx, evs []consumer.Event, an
 		effect string
 	}
 	var owners []owner
+	// A batch whose events each ask for one statement, the same, that has
+	// a batch form: that statement once for all (their effects are those
+	// of running it event by event: batch.go of package sqlhandler).
+	rb, name := h.batchOf(answers)
+	if rb != nil {
+		b.Queue(rb.SQL(), rb.Args(evs, func(i int, arg string) any { return answers[i].effects[0].args[arg] })...)
+		owners = append(owners, owner{-1, "statement " + name + " (once for the batch)"})
+	}
 	for i := range evs {
 		ev := &evs[i]
 		a := answers[i]
 		for _, e := range a.effects {
+			if rb != nil {
+				break // in the batch form above
+			}
 			args := e.stmt.BindRemote(ev, func(name string) any { return e.args[name] }, nil)
 			b.Queue(e.stmt.SQL(), args...)
 			owners = append(owners, owner{i, "statement " + e.name})
@@ -182,6 +193,15 @@ func (h *Handler) apply(ctx context.Context, tx pgx.Tx, evs []consumer.Event, an
 		if _, err := br.Exec(); err != nil {
 			_ = br.Close()
 			o := owners[k]
+			if o.ev < 0 {
+				// The batch form: which event failed is not known (the
+				// dedup step replays the batch event by event, where it
+				// is), or its guard refused a changed table.
+				if rb.Refused(err) {
+					return fmt.Errorf("%s refused by its guard, the table changed since start: %w", o.effect, err)
+				}
+				return fmt.Errorf("%s: %w", o.effect, err)
+			}
 			err = fmt.Errorf("event %s: %s: %w", evs[o.ev].ID, o.effect, err)
 			if dbutil.DataError(err) {
 				// The handler's values refused by the database: no retry
@@ -192,6 +212,26 @@ func (h *Handler) apply(ctx context.Context, tx pgx.Tx, evs []consumer.Event, an
 		}
 	}
 	return br.Close()
+}
+
+// batchOf returns the batch form of the statement every answer asks for
+// alone, when there are several answers, that statement has one and it
+// is on; else nil.
+func (h *Handler) batchOf(answers []*answer) (*sqlhandler.RemoteBatch, string) {
+	if len(answers) < 2 || len(answers[0].effects) != 1 {
+		return nil, ""
+	}
+	name := answers[0].effects[0].name
+	rb := h.batches[name]
+	if rb == nil || !rb.On() {
+		return nil, ""
+	}
+	for _, a := range answers[1:] {
+		if len(a.effects) != 1 || a.effects[0].name != name {
+			return nil, ""
+		}
+	}
+	return rb, name
 }
 
 // insertOutboxSQL writes one row of platform.outbox, as consumer.Publish.

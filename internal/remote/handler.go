@@ -66,6 +66,9 @@ type Handler struct {
 	headers       http.Header
 	client        *http.Client
 	stmts         map[string]*sqlhandler.Statement
+	// batches are the statements' batch forms (sqlhandler.RemoteBatch),
+	// those that have one; each runs once Prepare found it may.
+	batches map[string]*sqlhandler.RemoteBatch
 	// names lists the statements' names, sorted (Prepare's order).
 	names []string
 	inst  atomic.Pointer[instruments]
@@ -87,6 +90,7 @@ func New(cfg Config) (*Handler, error) {
 	h := &Handler{
 		service: cfg.Service, name: cfg.Name, url: cfg.URL,
 		timeout: cfg.Timeout, headers: http.Header{}, stmts: map[string]*sqlhandler.Statement{},
+		batches: map[string]*sqlhandler.RemoteBatch{},
 	}
 	if h.timeout <= 0 {
 		h.timeout = TimeoutDefault
@@ -105,6 +109,9 @@ func New(cfg Config) (*Handler, error) {
 		}
 		h.stmts[name] = s
 		h.names = append(h.names, name)
+		if rb, _ := s.RemoteBatch(); rb != nil {
+			h.batches[name] = rb
+		}
 	}
 	slices.Sort(h.names)
 	tlsCfg, err := tlsConfig(cfg)
@@ -203,7 +210,10 @@ func (e *StatementError) Unwrap() error { return e.Err }
 // Prepare asks PostgreSQL to prepare every statement on conn (nothing is
 // executed), so that a statement naming a missing column stops the start
 // instead of failing its first event. It returns a *StatementError
-// wrapping a *sqlhandler.PrepareError for the first that does not.
+// wrapping a *sqlhandler.PrepareError for the first that does not. Then
+// it turns on the batch form of each statement that may run once per
+// batch (an INSERT of a query that reads no table: the SQL handlers'
+// rule, batch.go of package sqlhandler); BatchStatements tells which.
 func (h *Handler) Prepare(ctx context.Context, conn *pgconn.PgConn) error {
 	for _, name := range h.names {
 		if err := sqlhandler.PrepareStatements(ctx, conn, []*sqlhandler.Statement{h.stmts[name]}); err != nil {
@@ -214,7 +224,26 @@ func (h *Handler) Prepare(ctx context.Context, conn *pgconn.PgConn) error {
 			return fmt.Errorf("prepare statement %s: %w", name, err)
 		}
 	}
+	for _, name := range h.names {
+		if rb := h.batches[name]; rb != nil {
+			if _, err := rb.Check(ctx, conn); err != nil {
+				return fmt.Errorf("check the batch form of statement %s: %w", name, err)
+			}
+		}
+	}
 	return nil
+}
+
+// BatchStatements returns the names of the statements that run once per
+// batch when every event of a batch asks for that statement alone.
+func (h *Handler) BatchStatements() []string {
+	var out []string
+	for _, name := range h.names {
+		if rb := h.batches[name]; rb != nil && rb.On() {
+			out = append(out, name)
+		}
+	}
+	return out
 }
 
 // memoKey is where an event's answer is kept in the batch's scope.

@@ -200,6 +200,7 @@ func TestBatchCallAppliesEffects(t *testing.T) {
 	t.Parallel()
 	b := setup(t)
 	h := b.handler()
+	require.Equal(t, []string{"open_invoice"}, h.BatchStatements(), "an INSERT of VALUES runs once per batch; the UPDATE event by event")
 	p := b.processor(dedup.Route{Name: h.Name(), Handler: h})
 	evs := []consumer.Event{event(`12.50`), event(`"0.10"`), event(`1e2`), event(`123456789012345678901234567890.000000001`)}
 	rs, err := p.Process(context.Background(), evs)
@@ -492,4 +493,27 @@ VALUES ((@payload->>'order_id')::uuid, (@payload->>'customer_id')::uuid, (@paylo
 	require.Equal(t, 2, b.count(`SELECT count(*) FROM invoice WHERE note = 'noted'`), "the remote statement ran after the SQL handler's")
 	require.Equal(t, 2, b.count(`SELECT count(*) FROM invoice`))
 	require.Equal(t, 1, b.callCount(), "asked once, replay included")
+}
+
+// A table changed since start (a trigger added) fails the batch form's
+// guard: the batch is replayed event by event with the same answers,
+// every effect applied once, and the statement runs event by event for a
+// while.
+func TestBatchFormGuard(t *testing.T) {
+	t.Parallel()
+	b := setup(t)
+	h := b.handler()
+	require.Equal(t, []string{"open_invoice"}, h.BatchStatements())
+	_, err := b.db.Exec(context.Background(), `CREATE FUNCTION audit() RETURNS trigger LANGUAGE plpgsql AS $$ BEGIN RETURN NEW; END $$;
+CREATE TRIGGER audit BEFORE INSERT ON invoice FOR EACH ROW EXECUTE FUNCTION audit()`)
+	require.NoError(t, err)
+	evs := []consumer.Event{event(`1`), event(`2`), event(`3`)}
+	rs, err := b.processor(dedup.Route{Name: h.Name(), Handler: h}).Process(context.Background(), evs)
+	require.NoError(t, err)
+	for _, r := range rs {
+		require.Equal(t, dedup.OutcomeProcessed, r.Outcome, "%v", r.Err)
+	}
+	require.Equal(t, 3, b.count(`SELECT count(*) FROM invoice`))
+	require.Equal(t, 1, b.callCount())
+	require.Empty(t, h.BatchStatements(), "off for a while after its guard failed")
 }

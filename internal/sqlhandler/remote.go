@@ -4,6 +4,9 @@ import (
 	"context"
 	"errors"
 	"strconv"
+	"strings"
+	"sync/atomic"
+	"time"
 
 	"github.com/jackc/pgx/v5/pgconn"
 
@@ -29,7 +32,7 @@ func (p *parser) arg(start, end int, name string) {
 		p.usedArgs[name] = n
 	}
 	repl := "($" + strconv.Itoa(n) + "::text)"
-	p.edits = append(p.edits, edit{outAt: p.out.Len(), outLen: len(repl), srcAt: start, srcLen: end - start, p: paramArg})
+	p.edits = append(p.edits, edit{outAt: p.out.Len(), outLen: len(repl), srcAt: start, srcLen: end - start, p: paramArg, arg: name})
 	p.out.WriteString(repl)
 	p.i = end
 }
@@ -84,4 +87,80 @@ func PrepareStatements(ctx context.Context, conn *pgconn.PgConn, stmts []*Statem
 		}
 	}
 	return nil
+}
+
+// RemoteBatch is a remote statement's batch form (batch.go): the
+// statement once for all the events of a batch whose answers each ask for
+// that statement alone, over arrays of their fields and arguments. It is
+// used only once Check found it may; its state changes through atomics:
+// it is safe for concurrent use.
+type RemoteBatch struct {
+	s  *Statement
+	f  *batchForm
+	on atomic.Bool
+	// offUntil (Unix ns) is when it may run again after its guard failed.
+	offUntil atomic.Int64
+}
+
+// RemoteBatch returns s's batch form, off until Check, or why s has none.
+func (s *Statement) RemoteBatch() (*RemoteBatch, string) {
+	f, why := newBatchForm(s)
+	if f == nil {
+		return nil, why
+	}
+	return &RemoteBatch{s: s, f: f}, ""
+}
+
+// Check tells whether the batch form may run (as Handler.Prepare does for
+// a SQL handler's), turns it on if so and returns "" or why not; err only
+// when the connection failed. conn must not be in a transaction.
+func (rb *RemoteBatch) Check(ctx context.Context, conn *pgconn.PgConn) (string, error) {
+	why, err := checkBatchForm(ctx, conn, rb.f)
+	if err != nil {
+		return "", err
+	}
+	rb.on.Store(why == "")
+	return why, nil
+}
+
+// On reports whether the batch form may run now.
+func (rb *RemoteBatch) On() bool {
+	return rb.on.Load() && time.Now().UnixNano() >= rb.offUntil.Load()
+}
+
+// SQL returns the batch form's statement.
+func (rb *RemoteBatch) SQL() string { return rb.f.sql }
+
+// Args returns the batch form's arguments for evs: one array per
+// parameter, an event field from each event, an argument from arg(i,
+// name) for event i (its text, or nil for NULL).
+func (rb *RemoteBatch) Args(evs []consumer.Event, arg func(i int, name string) any) []any {
+	out := make([]any, len(rb.s.args))
+	for k, a := range rb.s.args {
+		if a != paramArg {
+			out[k] = fields[a].all(evs)
+			continue
+		}
+		name := rb.s.argNames[k]
+		vals := make([]*string, len(evs))
+		for i := range evs {
+			if v, ok := arg(i, name).(string); ok {
+				vals[i] = &v
+			}
+		}
+		out[k] = vals
+	}
+	return out
+}
+
+// Refused reports whether err is the batch form's guard refusing its
+// table (changed since start); it then stays off for a while, as a SQL
+// handler's.
+func (rb *RemoteBatch) Refused(err error) bool {
+	var pgErr *pgconn.PgError
+	if errors.As(err, &pgErr) && strings.Contains(pgErr.Message, batchGuardMark) {
+		rb.offUntil.Store(time.Now().Add(batchRetry).UnixNano())
+		return true
+	}
+	return false
 }

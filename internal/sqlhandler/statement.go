@@ -121,6 +121,7 @@ type Statement struct {
 type edit struct {
 	outAt, outLen, srcAt, srcLen int
 	p                            param
+	arg                          string // the argument's name when p is paramArg
 }
 
 // token is one token outside parentheses: a lower-cased keyword or
