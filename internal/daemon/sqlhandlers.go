@@ -90,7 +90,7 @@ func prepareSQLHandlers(ctx context.Context, s config.ServiceConfig, reg *consum
 		return fmt.Errorf("prepare SQL handlers: %w", err)
 	}
 	defer conn.Close(context.WithoutCancel(ctx))
-	if err := prepareRemoteHandlers(ctx, s, reg, conn); err != nil {
+	if err := prepareRemoteHandlers(ctx, s, reg, conn, logger); err != nil {
 		return err
 	}
 	for _, hc := range s.SQLHandlers {
@@ -178,7 +178,7 @@ func newRemoteHandler(s config.ServiceConfig, hc config.RemoteHandlerConfig) (*r
 // statement that does not prepare stops migrate and run with its key path
 // ("...remote_handlers[0].statements.open_invoice") and PostgreSQL's
 // message.
-func prepareRemoteHandlers(ctx context.Context, s config.ServiceConfig, reg *consumer.Registry, conn *pgx.Conn) error {
+func prepareRemoteHandlers(ctx context.Context, s config.ServiceConfig, reg *consumer.Registry, conn *pgx.Conn, logger *slog.Logger) error {
 	for _, hc := range s.RemoteHandlers {
 		r, err := reg.Lookup(hc.Name)
 		if err != nil {
@@ -195,6 +195,8 @@ func prepareRemoteHandlers(ctx context.Context, s config.ServiceConfig, reg *con
 			}
 			return &keyPathError{path: hc.KeyPath(), err: err}
 		}
+		logger.InfoContext(ctx, "daemon: remote handler prepared", slog.String("service", s.Name), slog.String("handler", hc.Name),
+			slog.Any("once_per_batch", h.BatchStatements()))
 	}
 	return nil
 }
