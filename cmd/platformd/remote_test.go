@@ -296,6 +296,20 @@ func TestRemoteHandlerEndToEnd(t *testing.T) {
 			}
 		}
 	}
+
+	// A reload moving the handler to another URL: the next events go
+	// there, each applied once.
+	moved := newStockHandler(t)
+	cfgPath := filepath.Join(e.dir, "platformd-remote.yaml")
+	data, err := os.ReadFile(cfgPath)
+	require.NoError(t, err)
+	require.NoError(t, os.WriteFile(cfgPath, []byte(strings.Replace(string(data), "http://"+h.addr+"/handle", "http://"+moved.addr+"/handle", 1)), 0o600))
+	_, err = cli.ReloadConfig(ctx, &adminv1.ReloadConfigRequest{})
+	require.NoError(t, err)
+	total := reservations()
+	last := e.publishOrders(t, 20, 0)
+	require.Eventually(t, func() bool { return reservations() == total+last }, 30*time.Second, 50*time.Millisecond, "logs:\n%s", d.stderr)
+	require.Len(t, moved.askedAbout(), last, "the reloaded config's URL")
 }
 
 // The config's mistakes about remote handlers stop check and run with
