@@ -2,7 +2,14 @@ package remote_test
 
 import (
 	"context"
+	"crypto/ecdsa"
+	"crypto/elliptic"
+	"crypto/rand"
+	"crypto/tls"
+	"crypto/x509"
+	"crypto/x509/pkix"
 	"encoding/pem"
+	"math/big"
 	"net"
 	"net/http"
 	"net/http/httptest"
@@ -216,4 +223,48 @@ func TestTLS(t *testing.T) {
 	var u *remote.UnavailableError
 	require.ErrorAs(t, err, &u)
 	require.ErrorContains(t, err, "certificate")
+}
+
+// mTLS: a handler that requires a client certificate accepts the one
+// cert_file/key_file name, and refuses a call without it (unavailable).
+func TestMTLS(t *testing.T) {
+	t.Parallel()
+	b := setup(t)
+	dir := t.TempDir()
+	key, err := ecdsa.GenerateKey(elliptic.P256(), rand.Reader)
+	require.NoError(t, err)
+	tmpl := &x509.Certificate{SerialNumber: big.NewInt(1), Subject: pkix.Name{CommonName: "platformd"},
+		NotBefore: time.Now().Add(-time.Hour), NotAfter: time.Now().Add(time.Hour),
+		ExtKeyUsage: []x509.ExtKeyUsage{x509.ExtKeyUsageClientAuth}, KeyUsage: x509.KeyUsageDigitalSignature}
+	der, err := x509.CreateCertificate(rand.Reader, tmpl, tmpl, &key.PublicKey, key)
+	require.NoError(t, err)
+	client, err := x509.ParseCertificate(der)
+	require.NoError(t, err)
+	keyDER, err := x509.MarshalECPrivateKey(key)
+	require.NoError(t, err)
+	certFile, keyFile, ca := filepath.Join(dir, "client.pem"), filepath.Join(dir, "client.key"), filepath.Join(dir, "ca.pem")
+	require.NoError(t, os.WriteFile(certFile, pem.EncodeToMemory(&pem.Block{Type: "CERTIFICATE", Bytes: der}), 0o600))
+	require.NoError(t, os.WriteFile(keyFile, pem.EncodeToMemory(&pem.Block{Type: "EC PRIVATE KEY", Bytes: keyDER}), 0o600))
+
+	clients := x509.NewCertPool()
+	clients.AddCert(client)
+	srv := httptest.NewUnstartedServer(b.srv.Config.Handler)
+	srv.TLS = &tls.Config{ClientAuth: tls.RequireAndVerifyClientCert, ClientCAs: clients, MinVersion: tls.VersionTLS12}
+	srv.StartTLS()
+	t.Cleanup(srv.Close)
+	require.NoError(t, os.WriteFile(ca, pem.EncodeToMemory(&pem.Block{Type: "CERTIFICATE", Bytes: srv.Certificate().Raw}), 0o600))
+
+	h := b.handler(func(c *remote.Config) {
+		c.URL = srv.URL + "/handle"
+		c.CAFile, c.CertFile, c.KeyFile = ca, certFile, keyFile
+	})
+	rs, err := b.processor(dedup.Route{Name: h.Name(), Handler: h}).Process(context.Background(), []consumer.Event{event(`1`)})
+	require.NoError(t, err)
+	require.Equal(t, dedup.OutcomeProcessed, rs[0].Outcome, "%v", rs[0].Err)
+
+	h = b.handler(func(c *remote.Config) { c.URL = srv.URL + "/handle"; c.CAFile = ca })
+	_, err = b.processor(dedup.Route{Name: h.Name(), Handler: h}).Process(context.Background(), []consumer.Event{event(`2`)})
+	var u *remote.UnavailableError
+	require.ErrorAs(t, err, &u, "no client certificate: the handshake fails")
+	require.Equal(t, 1, b.count(`SELECT count(*) FROM invoice`))
 }
