@@ -2,6 +2,7 @@ package remote
 
 import (
 	"bytes"
+	"cmp"
 	"context"
 	"encoding/json"
 	"errors"
@@ -85,7 +86,7 @@ func (h *Handler) call(ctx context.Context, evs []consumer.Event) (answers []*an
 			if err != nil {
 				span.SetStatus(codes.Error, err.Error())
 			}
-			span.SetAttributes(attribute.String("platformd.remote.result", result))
+			span.SetAttributes(attribute.String("platformd.remote.result", cmp.Or(result, "cancelled")))
 			span.End()
 		}
 	}()
@@ -98,8 +99,9 @@ func (h *Handler) call(ctx context.Context, evs []consumer.Event) (answers []*an
 	resp, err := h.client.Do(req)
 	if err != nil {
 		if ctx.Err() != nil {
-			// The batch's own end (a stop): not the handler's doing.
-			result = metrics.RemoteUnavailable
+			// The batch's own end (a stop): not the handler's doing, and
+			// not counted.
+			result = ""
 			return nil, fmt.Errorf("remote handler %s: %w", h.name, ctx.Err())
 		}
 		result = metrics.RemoteUnavailable
@@ -124,6 +126,7 @@ func (h *Handler) call(ctx context.Context, evs []consumer.Event) (answers []*an
 			result = metrics.RemoteTimeout
 		}
 		if ctx.Err() != nil {
+			result = ""
 			return nil, fmt.Errorf("remote handler %s: %w", h.name, ctx.Err())
 		}
 		return nil, &UnavailableError{Handler: h.name, Err: fmt.Errorf("reading the answer: %w", rerr)}
@@ -143,9 +146,10 @@ func (h *Handler) call(ctx context.Context, evs []consumer.Event) (answers []*an
 	return answers, nil
 }
 
-// observe counts a call and sets the up gauge.
+// observe counts a call and sets the up gauge; result "" (the batch's own
+// end cut the call) counts nothing.
 func (in *instruments) observe(result string, d time.Duration) {
-	if in.calls == nil {
+	if in.calls == nil || result == "" {
 		return
 	}
 	in.calls[result].Inc()

@@ -115,10 +115,17 @@ func TestCallEndsWithTheBatch(t *testing.T) {
 	b.answer = func(http.ResponseWriter, call) { <-release }
 	defer close(release)
 	h := b.handler(func(c *remote.Config) { c.Timeout = time.Minute })
+	m := metrics.New()
+	h.Instrument(m, nil)
 	ctx, cancel := context.WithTimeout(context.Background(), 200*time.Millisecond)
 	defer cancel()
 	_, err := b.processor(dedup.Route{Name: h.Name(), Handler: h}).Process(ctx, []consumer.Event{event(`1`)})
 	require.ErrorIs(t, err, context.DeadlineExceeded)
+	var u *remote.UnavailableError
+	require.NotErrorAs(t, err, &u, "the batch's own end is not the handler's")
+	for _, r := range []string{metrics.RemoteOK, metrics.RemoteUnavailable, metrics.RemoteTimeout, metrics.RemoteBadAnswer} {
+		require.Zero(t, testutil.ToFloat64(m.Remote.Calls.WithLabelValues("billing", h.Name(), r)), "and is not counted as a call (%s)", r)
+	}
 }
 
 // The call is a CLIENT span under the batch's span, its context on the
