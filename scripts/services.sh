@@ -10,6 +10,8 @@
 #   systemd-analyze  Debian's systemd package (deploy/systemd unit check;
 #                    installing it does not make systemd PID 1)
 #   ca-certificates, tzdata  copied into the container image (make image)
+#   PHP         Debian's php-cli (php -S serves examples/billing-php, whose
+#               test runs the PHP handler for real)
 #
 # Works on a fresh Debian 12 (installs missing packages with apt-get) and on
 # machines where systemd is not PID 1. Idempotent: a second run changes
@@ -24,6 +26,7 @@
 #   SERVICES_NO_BROWSER set to 1 to skip installing chromium
 #   SERVICES_NO_DEPLOY_TOOLS set to 1 to skip installing promtool and
 #                      systemd-analyze (make test then skips their checks)
+#   SERVICES_NO_PHP    set to 1 to skip installing php-cli
 set -euo pipefail
 
 TIMEOUT="${SERVICES_TIMEOUT:-120}"
@@ -381,8 +384,27 @@ ensure_image_inputs() {
 	say "ca-certificates, tzdata: installed"
 }
 
+# ---------------------------------------------------------------------------
+# PHP (examples/billing-php: a remote handler served by php -S)
+# ---------------------------------------------------------------------------
+
+ensure_php() {
+	if [ "${SERVICES_NO_PHP:-}" = 1 ]; then
+		say "php: skipped (SERVICES_NO_PHP=1)"
+		return
+	fi
+	if command -v php >/dev/null 2>&1; then
+		say "php: already installed"
+		return
+	fi
+	apt_install php-cli
+	command -v php >/dev/null 2>&1 || die "php: installed but the php command is still missing"
+	say "php: installed ($(php -r 'echo PHP_VERSION;' 2>/dev/null || echo 'version unknown'))"
+}
+
 ensure_postgres
 ensure_rabbitmq
 ensure_chromium
 ensure_deploy_tools
 ensure_image_inputs
+ensure_php

@@ -148,6 +148,10 @@ type ServiceConfig struct {
 	// SQLHandlers are handlers declared as SQL statements (see
 	// SQLHandlerConfig); the service's pools reference them by name.
 	SQLHandlers []SQLHandlerConfig `yaml:"sql_handlers"`
+	// RemoteHandlers are handlers served over HTTP by a process of the
+	// service's own, in any language (see RemoteHandlerConfig); the
+	// service's pools reference them by name.
+	RemoteHandlers []RemoteHandlerConfig `yaml:"remote_handlers"`
 	// ProcessedEvent shapes the service's processed_event table (default:
 	// the contract's plain table); see processedevent.go.
 	ProcessedEvent ProcessedEventConfig `yaml:"processed_event"`

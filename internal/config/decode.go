@@ -182,6 +182,8 @@ func (d *decoder) decode(path string, n ast.Node, v reflect.Value) {
 		d.decodeStruct(path, n, v)
 	case t.Kind() == reflect.Slice:
 		d.decodeSlice(path, n, v)
+	case t.Kind() == reflect.Map && t.Key().Kind() == reflect.String:
+		d.decodeMap(path, n, v)
 	case t.Kind() == reflect.String:
 		sc, ok := d.scalar(path, n, tag)
 		if !ok {
@@ -383,6 +385,23 @@ func (d *decoder) decodeSlice(path string, n ast.Node, v reflect.Value) {
 		d.decode(fmt.Sprintf("%s[%d]", path, i), e, s.Index(i))
 	}
 	v.Set(s)
+}
+
+// decodeMap decodes a mapping into a map keyed by strings; each value's
+// path is path.key. The parser already refuses a key given twice.
+func (d *decoder) decodeMap(path string, n ast.Node, v reflect.Value) {
+	entries, ok := d.mapEntries(path, n, map[ast.Node]bool{})
+	if !ok {
+		return
+	}
+	d.set[path] = true
+	m := reflect.MakeMapWithSize(v.Type(), len(entries))
+	for _, e := range entries {
+		ev := reflect.New(v.Type().Elem()).Elem()
+		d.decode(joinPath(path, e.key), e.value, ev)
+		m.SetMapIndex(reflect.ValueOf(e.key).Convert(v.Type().Key()), ev)
+	}
+	v.Set(m)
 }
 
 func (d *decoder) decodeStruct(path string, n ast.Node, v reflect.Value) {

@@ -135,6 +135,11 @@ func (v *validator) sqlHandlers() {
 			h.keyPath = fmt.Sprintf("%s.sql_handlers[%d]", sp, j)
 			v.sqlHandler(i, h, refs)
 		}
+		for j := range s.RemoteHandlers {
+			h := &s.RemoteHandlers[j]
+			h.keyPath = fmt.Sprintf("%s.remote_handlers[%d]", sp, j)
+			v.remoteHandler(i, h, refs)
+		}
 	}
 	if len(refs) == 0 {
 		return
@@ -145,9 +150,13 @@ func (v *validator) sqlHandlers() {
 		for j, p := range s.Pools {
 			for k, name := range p.Handlers {
 				if r, ok := refs[name]; ok && r.service != i {
+					kind := "SQL handler"
+					if strings.Contains(r.path, ".remote_handlers[") {
+						kind = "remote handler"
+					}
 					v.ps.add(fmt.Sprintf("%s.handlers[%d]", poolPath(i, j), k),
-						"SQL handler %q belongs to service %q (%s): a pool runs only its own service's SQL handlers",
-						name, v.c.Services[r.service].Name, r.path)
+						"%s %q belongs to service %q (%s): a pool runs only its own service's %ss",
+						kind, name, v.c.Services[r.service].Name, r.path, kind)
 				}
 			}
 		}
@@ -186,44 +195,8 @@ func (v *validator) serviceMigrations(sp string, s *ServiceConfig) {
 // sqlHandler checks one SQL handler and records it in refs.
 func (v *validator) sqlHandler(i int, h *SQLHandlerConfig, refs map[string]sqlHandlerRef) {
 	hp := h.keyPath
-	nameOK := false
-	switch {
-	case h.Name == "":
-		v.ps.add(hp+".name", "must not be empty")
-	case !handlerNameRE.MatchString(h.Name):
-		v.ps.add(hp+".name", "invalid handler name %q: must match %s", h.Name, handlerNameRE)
-	default:
-		if other, dup := refs[h.Name]; dup {
-			v.ps.add(hp+".name", "duplicate handler name %q (also %s)", h.Name, other.path)
-			break
-		}
-		if v.handlers != nil {
-			if _, isGo := v.handlers.HandlerEvents(h.Name); isGo {
-				v.ps.add(hp+".name", "handler name %q is taken by a Go handler of this binary (SQL and Go handlers share one namespace)", h.Name)
-				break
-			}
-		}
-		nameOK = true
-	}
-
-	var events []string
-	if len(h.Events) == 0 {
-		v.ps.add(hp+".events", "at least one event name is required")
-	}
-	seen := map[string]int{}
-	for k, ev := range h.Events {
-		ep := fmt.Sprintf("%s.events[%d]", hp, k)
-		if msg := checkEventName(ev); msg != "" {
-			v.ps.add(ep, "%s", msg)
-			continue
-		}
-		if first, dup := seen[ev]; dup {
-			v.ps.add(ep, "duplicate event %q (also events[%d])", ev, first)
-			continue
-		}
-		seen[ev] = k
-		events = append(events, ev)
-	}
+	nameOK := v.handlerName(hp, h.Name, refs)
+	events := v.handlerEvents(hp, h.Events)
 
 	if len(h.SQL) == 0 {
 		v.ps.add(hp+".sql", "at least one statement is required")

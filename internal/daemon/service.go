@@ -151,6 +151,7 @@ func (s *service) newPool(pc config.PoolConfig) (*servicePool, error) {
 			slog.Int("prefetch", prefetch), slog.Int("prefetch_wanted", pc.Prefetch),
 			slog.Int("max_unacked_bytes", pc.MaxUnackedBytes), slog.Int("max_body_bytes", d.cfg.Broker.MaxBodyBytes))
 	}
+	instrumentRemoteHandlers(s.registry(), pc.Handlers, d.metrics, d.tracer())
 	consume := broker.NewConn(d.cfg.Broker.Addresses(), "platformd-"+pc.Name, d.metrics, d.log)
 	pool, err := workers.NewPool(workers.PoolConfig{
 		Name: pc.Name, Service: s.name,
@@ -238,6 +239,7 @@ func (s *service) Start(ctx context.Context) error {
 				sp.consume.Close()
 			}
 			s.mu.RUnlock()
+			closeRemoteHandlers(s.registry(), serviceHandlers(s.config()))
 			s.db.Close()
 			s.d.setServiceHealth(s.name, false)
 		}, nil

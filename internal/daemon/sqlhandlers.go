@@ -6,12 +6,16 @@ import (
 	"fmt"
 	"log/slog"
 	"os"
+	"slices"
 
 	"github.com/jackc/pgx/v5"
+	"go.opentelemetry.io/otel/trace"
 
 	"github.com/platformd/platformd/consumer"
 	"github.com/platformd/platformd/internal/config"
+	"github.com/platformd/platformd/internal/metrics"
 	"github.com/platformd/platformd/internal/migrate"
+	"github.com/platformd/platformd/internal/remote"
 	"github.com/platformd/platformd/internal/sqlhandler"
 )
 
@@ -27,6 +31,13 @@ func WithSQLHandlers(cfg *config.Config, reg *consumer.Registry) (*consumer.Regi
 			h, err := sqlhandler.New(hc.Name, hc.Statements())
 			if err != nil {
 				return nil, fmt.Errorf("%s: %w", hc.KeyPath(), err)
+			}
+			sqlRegs = append(sqlRegs, consumer.Registration{Name: hc.Name, Events: hc.Events, Handler: h})
+		}
+		for _, hc := range s.RemoteHandlers {
+			h, err := newRemoteHandler(s, hc)
+			if err != nil {
+				return nil, err
 			}
 			sqlRegs = append(sqlRegs, consumer.Registration{Name: hc.Name, Events: hc.Events, Handler: h})
 		}
@@ -71,7 +82,7 @@ func withServiceSet(s config.ServiceConfig, sets []migrate.Set) []migrate.Set {
 // each may run its statement once per batch (logged). The returned error
 // wraps PostgreSQL's when the database answered.
 func prepareSQLHandlers(ctx context.Context, s config.ServiceConfig, reg *consumer.Registry, logger *slog.Logger) error {
-	if len(s.SQLHandlers) == 0 {
+	if len(s.SQLHandlers) == 0 && len(s.RemoteHandlers) == 0 {
 		return nil
 	}
 	conn, err := pgx.Connect(ctx, s.Database)
@@ -79,6 +90,9 @@ func prepareSQLHandlers(ctx context.Context, s config.ServiceConfig, reg *consum
 		return fmt.Errorf("prepare SQL handlers: %w", err)
 	}
 	defer conn.Close(context.WithoutCancel(ctx))
+	if err := prepareRemoteHandlers(ctx, s, reg, conn, logger); err != nil {
+		return err
+	}
 	for _, hc := range s.SQLHandlers {
 		r, err := reg.Lookup(hc.Name)
 		if err != nil {
@@ -116,9 +130,97 @@ type keyPathError struct {
 func (e *keyPathError) Error() string { return e.path + ": " + e.err.Error() }
 func (e *keyPathError) Unwrap() error { return e.err }
 
+// CheckRemoteSQL implements config.RemoteSQLChecker: config.Load refuses,
+// at its key path, a remote handler's statement sqlhandler.ParseRemote
+// refuses.
+func (c Catalog) CheckRemoteSQL(statement string) error {
+	_, err := sqlhandler.ParseRemote(statement)
+	return err
+}
+
 // CheckSQL implements config.SQLChecker: config.Load refuses, at its key
 // path, a statement sqlhandler.Parse refuses.
 func (c Catalog) CheckSQL(statement string) error {
 	_, err := sqlhandler.Parse(statement)
 	return err
+}
+
+// newRemoteHandler builds the remote handler hc of service s, its
+// connections sized to the concurrency of the pools that run it.
+func newRemoteHandler(s config.ServiceConfig, hc config.RemoteHandlerConfig) (*remote.Handler, error) {
+	conns := 0
+	for _, p := range s.Pools {
+		if slices.Contains(p.Handlers, hc.Name) {
+			conns += p.Concurrency
+		}
+	}
+	stmts := make(map[string]string, len(hc.Statements))
+	for name, st := range hc.Statements {
+		stmts[name] = string(st)
+	}
+	h, err := remote.New(remote.Config{
+		Service: s.Name, Name: hc.Name, URL: hc.URL, Timeout: hc.Timeout, Headers: hc.Headers,
+		CAFile: hc.TLS.CAFile, CertFile: hc.TLS.CertFile, KeyFile: hc.TLS.KeyFile,
+		Statements: stmts, MaxConns: conns,
+	})
+	if err != nil {
+		var serr *remote.StatementError
+		if errors.As(err, &serr) {
+			return nil, &keyPathError{path: hc.KeyPath() + ".statements." + serr.Name, err: serr.Err}
+		}
+		return nil, &keyPathError{path: hc.KeyPath(), err: err}
+	}
+	return h, nil
+}
+
+// prepareRemoteHandlers prepares every statement of the service's remote
+// handlers on conn, as prepareSQLHandlers does for SQL handlers': a
+// statement that does not prepare stops migrate and run with its key path
+// ("...remote_handlers[0].statements.open_invoice") and PostgreSQL's
+// message.
+func prepareRemoteHandlers(ctx context.Context, s config.ServiceConfig, reg *consumer.Registry, conn *pgx.Conn, logger *slog.Logger) error {
+	for _, hc := range s.RemoteHandlers {
+		r, err := reg.Lookup(hc.Name)
+		if err != nil {
+			return &keyPathError{path: hc.KeyPath(), err: err}
+		}
+		h, ok := r.Handler.(*remote.Handler)
+		if !ok {
+			return &keyPathError{path: hc.KeyPath(), err: fmt.Errorf("handler %q is not the config's remote handler", hc.Name)}
+		}
+		if err := h.Prepare(ctx, conn.PgConn()); err != nil {
+			var serr *remote.StatementError
+			if errors.As(err, &serr) {
+				return &keyPathError{path: hc.KeyPath() + ".statements." + serr.Name, err: serr.Err}
+			}
+			return &keyPathError{path: hc.KeyPath(), err: err}
+		}
+		logger.InfoContext(ctx, "daemon: remote handler prepared", slog.String("service", s.Name), slog.String("handler", hc.Name),
+			slog.Any("once_per_batch", h.BatchStatements()))
+	}
+	return nil
+}
+
+// instrumentRemoteHandlers gives the remote handlers among names the
+// daemon's metrics and tracer.
+func instrumentRemoteHandlers(reg *consumer.Registry, names []string, m *metrics.Metrics, tracer trace.Tracer) {
+	for _, name := range names {
+		if r, err := reg.Lookup(name); err == nil {
+			if h, ok := r.Handler.(*remote.Handler); ok {
+				h.Instrument(m, tracer)
+			}
+		}
+	}
+}
+
+// closeRemoteHandlers closes the idle connections of the remote handlers
+// among names (their pools stopped); a later call opens new ones.
+func closeRemoteHandlers(reg *consumer.Registry, names []string) {
+	for _, name := range names {
+		if r, err := reg.Lookup(name); err == nil {
+			if h, ok := r.Handler.(*remote.Handler); ok {
+				h.Close()
+			}
+		}
+	}
 }

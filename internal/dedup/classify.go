@@ -30,6 +30,10 @@ func isEventFault(err error) bool {
 	return errors.As(err, &hf) || errors.As(err, &rf)
 }
 
+// unavailable is implemented by a handler's error that says the handler
+// could not answer at all (a remote handler's process unreachable).
+type unavailable interface{ HandlerUnavailable() bool }
+
 // infra reports whether err is not the event's fault but the database's or
 // the caller's: then the batch's outcome is unknown and nothing is acked.
 // A deadline or cancellation of the handler's own (its HTTP call timing
@@ -39,6 +43,13 @@ func isEventFault(err error) bool {
 // statement past statement_timeout (57014) is the handler's too.
 func infra(ctx context.Context, tx pgx.Tx, err error) bool {
 	if ctx.Err() != nil {
+		return true
+	}
+	var u unavailable
+	if errors.As(err, &u) && u.HandlerUnavailable() {
+		// A remote handler that cannot be reached (refused, timed out,
+		// overloaded): no event's fault. The batch is requeued with no
+		// attempt counted and the pool waits, as for its database.
 		return true
 	}
 	if tx.Conn() == nil || tx.Conn().IsClosed() {

@@ -16,6 +16,7 @@ import (
 	"go.opentelemetry.io/otel/trace"
 
 	"github.com/platformd/platformd/consumer"
+	"github.com/platformd/platformd/internal/batchscope"
 	"github.com/platformd/platformd/internal/dbutil"
 )
 
@@ -125,6 +126,9 @@ func (p *Processor) Handles(eventName string) bool { return len(p.routes[eventNa
 func (p *Processor) Process(ctx context.Context, events []consumer.Event) (results []Result, err error) {
 	ctx, span := p.tr.startBatch(ctx, events)
 	defer func() { p.tr.endBatch(span, len(events), results, err) }()
+	// What handlers learn in this call (a remote handler's answers) is
+	// theirs for this call's tries and replay, and no longer.
+	ctx = batchscope.With(ctx)
 	tasks := make([]task, len(events))
 	run := make([]*task, 0, len(events))
 	for i := range events {

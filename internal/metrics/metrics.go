@@ -92,6 +92,8 @@ type Metrics struct {
 
 	// Outbox holds the outbox relay's collectors.
 	Outbox OutboxMetrics
+	// Remote holds the remote handlers' collectors.
+	Remote RemoteMetrics
 }
 
 // New creates the collectors on a fresh registry (with Go and process
@@ -165,6 +167,7 @@ func New() *Metrics {
 		}, []string{"service"}),
 	}
 	m.Outbox = newOutboxMetrics(r)
+	m.Remote = newRemoteMetrics(r)
 	r.MustRegister(m.MessagesTotal, m.DuplicatesTotal, m.FailuresTotal, m.BatchDuration, m.BatchSize,
 		m.HandlerDuration, m.PoolPaused, m.PoolInFlight, m.Reconnects, m.BatchErrors, m.TxConflicts, m.BatchReplays, m.ConfigReloads, m.ServiceUp, m.BrokerConnected,
 		m.PurgeRowsDeleted, m.PurgeDuration, m.PurgeChunkDuration, m.PurgeLastSuccess, m.ProcessedEventRows)

@@ -131,12 +131,13 @@ func newBatchForm(s *Statement) (*batchForm, string) {
 			return nil, "it calls " + f
 		}
 	}
-	query := s.render(from, func(p param) string { return "(" + eventAlias + "." + params[p].Name + ")" })
+	query := s.render(from, func(e edit) string { return "(" + eventAlias + "." + slotName(e.p, e.arg) + ")" })
 	var unnest, names, nulls []string
 	for k, a := range s.args {
-		unnest = append(unnest, fmt.Sprintf("pg_catalog.unnest($%d::%s[])", k+1, params[a].Type))
-		names = append(names, params[a].Name)
-		nulls = append(nulls, "NULL::"+params[a].Type)
+		typ := slotType(a)
+		unnest = append(unnest, fmt.Sprintf("pg_catalog.unnest($%d::%s[])", k+1, typ))
+		names = append(names, slotName(a, s.argName(k)))
+		nulls = append(nulls, "NULL::"+typ)
 	}
 	lateral := "CROSS JOIN LATERAL (SELECT * FROM (\n" + query + "\n) AS \"platformd query\" OFFSET 0) AS " + rowsAlias
 	events := "ROWS FROM (" + strings.Join(unnest, ", ") + ") AS " + eventAlias + "(" + strings.Join(names, ", ") + ")"
@@ -174,9 +175,37 @@ func batchGuard(target string) string {
 FROM pg_catalog.pg_class c WHERE c.oid = ` + target + `)`
 }
 
+// slotName is the column of the batch form's events that parameter p (a
+// remote statement's argument arg when p is paramArg) reads: the event
+// fields' names, or "@arg" quoted (no field's name, and any arg name
+// becomes a valid identifier).
+func slotName(p param, arg string) string {
+	if p == paramArg {
+		return `"@` + arg + `"`
+	}
+	return params[p].Name
+}
+
+// slotType is the type parameter p is bound with: text for a remote
+// statement's argument.
+func slotType(p param) string {
+	if p == paramArg {
+		return "text"
+	}
+	return params[p].Type
+}
+
+// argName is the argument bound at $k+1 ("" for an event field).
+func (s *Statement) argName(k int) string {
+	if s.argNames == nil {
+		return ""
+	}
+	return s.argNames[k]
+}
+
 // render returns source[from:end] with each parameter replaced by
-// repl(p).
-func (s *Statement) render(from int, repl func(param) string) string {
+// repl(its edit).
+func (s *Statement) render(from int, repl func(edit) string) string {
 	var b strings.Builder
 	at := from
 	for _, e := range s.edits {
@@ -184,7 +213,7 @@ func (s *Statement) render(from int, repl func(param) string) string {
 			continue
 		}
 		b.WriteString(s.source[at:e.srcAt])
-		b.WriteString(repl(e.p))
+		b.WriteString(repl(e))
 		at = e.srcAt + e.srcLen
 	}
 	b.WriteString(s.source[at:s.end])

@@ -263,15 +263,5 @@ func (h *Handler) Prepare(ctx context.Context, conn *pgconn.PgConn) error {
 }
 
 func (h *Handler) prepareStatements(ctx context.Context, conn *pgconn.PgConn) error {
-	for k, s := range h.stmts {
-		if _, err := conn.Prepare(ctx, "", s.sql, nil); err != nil {
-			perr := &PrepareError{Statement: k, Err: err}
-			var pgErr *pgconn.PgError
-			if errors.As(err, &pgErr) && pgErr.Position > 0 {
-				perr.Line, perr.Column = s.sourcePosition(int(pgErr.Position))
-			}
-			return perr
-		}
-	}
-	return nil
+	return PrepareStatements(ctx, conn, h.stmts)
 }

@@ -28,6 +28,9 @@ const (
 	paramAttempt
 	paramRoutingKey
 	paramTraceParent
+	// paramArg is a remote handler's argument (ParseRemote): bound as
+	// text from the handler's answer, named in Statement.argNames.
+	paramArg param = 255
 )
 
 // params are the named parameters of the contract (DESIGN.md, "Hosting a
@@ -108,6 +111,9 @@ type Statement struct {
 	// names holds every keyword and identifier, lower-cased (quoted ones
 	// as written), for batchForm.
 	names map[string]bool
+	// argNames names, for $1, $2..., the remote handler's argument bound
+	// there ("" for an event field); nil for a SQL handler's statement.
+	argNames []string
 }
 
 // edit is one replacement: out[outAt:outAt+outLen] stands for
@@ -115,6 +121,7 @@ type Statement struct {
 type edit struct {
 	outAt, outLen, srcAt, srcLen int
 	p                            param
+	arg                          string // the argument's name when p is paramArg
 }
 
 // token is one token outside parentheses: a lower-cased keyword or
@@ -176,7 +183,14 @@ func lineCol(s string, off int) (int, int) {
 // an empty statement, several statements, an unterminated literal or
 // comment, and the statements in refused.
 func Parse(src string) (*Statement, error) {
-	p := parser{src: src, used: map[param]int{}, names: map[string]bool{}}
+	return parse(src, false)
+}
+
+func parse(src string, remote bool) (*Statement, error) {
+	p := parser{src: src, used: map[param]int{}, names: map[string]bool{}, remote: remote}
+	if remote {
+		p.usedArgs = map[string]int{}
+	}
 	if err := p.scan(); err != nil {
 		return nil, err
 	}
@@ -184,7 +198,8 @@ func Parse(src string) (*Statement, error) {
 	if p.end >= 0 {
 		end = p.end
 	}
-	return &Statement{source: src, sql: p.out.String(), args: p.args, edits: p.edits, end: end, top: p.top, names: p.names}, nil
+	return &Statement{source: src, sql: p.out.String(), args: p.args, edits: p.edits, end: end, top: p.top, names: p.names,
+		argNames: p.argNames}, nil
 }
 
 // parser is Parse's state.
@@ -209,6 +224,11 @@ type parser struct {
 	depth int
 	top   []token
 	names map[string]bool
+	// remote is set by ParseRemote: an @name that is no event field is an
+	// argument of the handler's answer (usedArgs: name -> its $n).
+	remote   bool
+	usedArgs map[string]int
+	argNames []string
 }
 
 func (p *parser) fail(off int, format string, args ...any) error {
@@ -446,12 +466,19 @@ func (p *parser) param(afterOp bool) error {
 		p.i = j
 		return nil
 	}
+	if !known && p.remote {
+		p.arg(start, j, name)
+		return nil
+	}
 	if !known {
 		return p.fail(start, "unknown parameter @%s; the parameters are %s", name, paramList())
 	}
 	n, ok := p.used[id]
 	if !ok {
 		p.args = append(p.args, id)
+		if p.remote {
+			p.argNames = append(p.argNames, "")
+		}
 		n = len(p.args)
 		p.used[id] = n
 	}

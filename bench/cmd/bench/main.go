@@ -99,7 +99,7 @@ func parseFlags(args []string) (*options, error) {
 	fs.IntVar(&o.lines, "lines", 1, "lines per order (one reservation row each)")
 	fs.IntVar(&o.rounds, "rounds", 3, "rounds; each contender drains once per round, in turns")
 	fs.IntVar(&o.slowRounds, "slow-rounds", 2, "rounds of the one-commit-per-message contenders (seed, peer, platformd-b1): the first min(rounds, slow-rounds); their drains take minutes and vary little")
-	fs.StringVar(&o.contenders, "contenders", "raw,seed,peer,platformd-b1,platformd,platformd-nodedup,platformd-big,floor,floor-nodedup", "comma-separated subset of contenders (also platformd-alt, platformd-ceiling, platformd-otel, platformd-otel10, platformd-part)")
+	fs.StringVar(&o.contenders, "contenders", "raw,seed,peer,platformd-b1,platformd,platformd-nodedup,platformd-big,floor,floor-nodedup", "comma-separated subset of contenders (also platformd-alt, platformd-ceiling, platformd-otel, platformd-otel10, platformd-part, platformd-sql, platformd-remote)")
 	fs.StringVar(&o.queueType, "queue-type", "quorum", "type of every bench queue: quorum (platformd's default) or classic")
 	fs.StringVar(&o.amqpURL, "amqp-url", envOr("TEST_AMQP_URL", "amqp://guest:guest@127.0.0.1:5672/"), "RabbitMQ URL (default $TEST_AMQP_URL)")
 	fs.StringVar(&o.databaseURL, "database-url", envOr("TEST_DATABASE_URL", "postgres://postgres@127.0.0.1:5432/postgres"),
@@ -190,6 +190,8 @@ func runRole(ctx context.Context, role string, args []string) int {
 		err = runSeed(ctx, args)
 	case "floor":
 		err = runFloor(ctx, args)
+	case "remote-handler":
+		err = runRemoteHandler(ctx, args)
 	case "platformd":
 		return runProfiledPlatformd(args) //nolint:contextcheck // daemon.Main owns its signal context, as in cmd/platformd
 	default:
@@ -215,6 +217,10 @@ type bench struct {
 	partDB   *benchDB // the partitioned contenders' database (nil without one)
 	wl       *workload
 	otlp     *tracingtest.Receiver // platformd-otel's collector
+	// remoteURL and remoteCmd are the platformd-remote contender's
+	// handler, started at its first run (role_remote.go).
+	remoteURL string
+	remoteCmd *exec.Cmd
 }
 
 // dbFor is the database contender c works on: the partitioned
@@ -281,6 +287,7 @@ func run(ctx context.Context, o *options) (int, error) {
 	rep.Machine.RabbitMQ = b.brk.version()
 	b.db, err = createBenchDB(ctx, o.databaseURL, "bench_"+b.runID)
 	defer b.cleanup(context.WithoutCancel(ctx), selected)
+	defer b.stopRemoteHandler()
 	if err != nil {
 		return 1, err
 	}

@@ -260,6 +260,10 @@ func (r *report) computeRatios() {
 	// SQL handlers (issue 13): the shop's stock effect as the SQL handler
 	// of examples/shop-sql against the Go batch handler, same batch size.
 	thr(r.find("platformd-sql"), pd, "platformd-sql / platformd (msgs/s): SQL handler vs Go batch handler", ">= 0.8", atLeast08)
+	// Remote handlers (issue 27): the same effect through a remote handler
+	// (a Go HTTP server of the bench's) against the SQL handler.
+	thr(r.find("platformd-remote"), r.find("platformd-sql"), "platformd-remote / platformd-sql (msgs/s): remote handler vs SQL handler", ">= 0.7",
+		func(v float64) bool { return v >= 0.7 })
 	thr(pd, peer, "platformd / peer (msgs/s)", ">= 5", func(v float64) bool { return v >= 5 })
 	thr(b1, seed, "platformd-b1 / seed port (msgs/s)", ">= 1", func(v float64) bool { return v >= 1 })
 	r.overhead(pd, nodedup, "dedup overhead (1 - platformd / no-dedup)", "<= 10%", atMost(0.10))

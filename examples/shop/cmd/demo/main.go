@@ -41,6 +41,12 @@
 //
 //	go run ./examples/shop/cmd/demo [-orders 2000] [-relay-kills 1]
 //	    [-replay-share 0.05] [-kills 1] [-timeout 2m] [-config F] [-keep-running]
+//	    [-billing-php]
+//
+// With -billing-php the shop gains a billing service whose handler is
+// PHP (examples/billing-php/handler.php, served by php -S and called by
+// platformd as a remote handler, examples/shop-php/platformd.yaml): the
+// report then also counts one invoice per order.
 package main
 
 import (
@@ -63,8 +69,11 @@ type options struct {
 	kills       int
 	config      string
 	keepRunning bool
-	timeout     time.Duration
-	seed        uint64
+	// billingPHP runs the shop with billing in PHP (examples/shop-php):
+	// the demo serves examples/billing-php/handler.php with php -S.
+	billingPHP bool
+	timeout    time.Duration
+	seed       uint64
 	// resultsDir holds the run's log folder (default results/ in the
 	// repository); tests set it.
 	resultsDir string
@@ -85,6 +94,7 @@ func mainRC(args []string, stdout, stderr io.Writer) int {
 	fs.Float64Var(&o.replayShare, "replay-share", 0.05, "share of the events replayed with header x-replay after the stream (0 to 1)")
 	fs.IntVar(&o.kills, "kills", 1, "times platformd loses its broker connection mid-stream, is SIGKILLed and restarted (0 to 5)")
 	fs.StringVar(&o.config, "config", "", "platformd config (default examples/shop/platformd.yaml in the repository; examples/shop-sql/platformd.yaml runs the same shop with SQL handlers)")
+	fs.BoolVar(&o.billingPHP, "billing-php", false, "add billing in PHP: examples/shop-php/platformd.yaml (unless -config), its handler served by php -S (Debian's php-cli)")
 	fs.BoolVar(&o.keepRunning, "keep-running", false, "leave platformd running at the end and print its addresses")
 	fs.DurationVar(&o.timeout, "timeout", 2*time.Minute, "give up after this long (the build of platformd is not counted)")
 	fs.Uint64Var(&o.seed, "seed", 0, "random seed for the order plan (0: a new one each run)")

@@ -148,16 +148,19 @@ type demo struct {
 	scr             *scraper
 	in              *inspector
 	stock, shipping *target
-	orderDB         *pgxpool.Pool // the producer's database
-	writer          *writer
-	relayKilled     []int    // rows confirmed and not deleted at each relay kill (-1: unknown)
-	past            counters // the counters of the runs already ended
-	runs            int
-	failedAtStart   map[string]int
-	killedAfter     []int // events processed (all runs) at each SIGKILL
-	leftover        int   // messages already waiting when the demo started
-	step, steps     int
-	started         time.Time
+	// billing, when the config has it (examples/shop-php), invoices every
+	// order through a remote handler.
+	billing       *target
+	orderDB       *pgxpool.Pool // the producer's database
+	writer        *writer
+	relayKilled   []int    // rows confirmed and not deleted at each relay kill (-1: unknown)
+	past          counters // the counters of the runs already ended
+	runs          int
+	failedAtStart map[string]int
+	killedAfter   []int // events processed (all runs) at each SIGKILL
+	leftover      int   // messages already waiting when the demo started
+	step, steps   int
+	started       time.Time
 	// proxy, when not nil, relays the broker traffic of the runs the demo
 	// kills; proxyEnv is their environment, pointing them at it.
 	proxy    *faultproxy.Proxy
@@ -179,6 +182,38 @@ func (dm *demo) note(format string, args ...any) {
 
 func (dm *demo) targets() []*target { return []*target{dm.stock, dm.shipping} }
 
+// allTargets are targets and, with a billing service in the config
+// (examples/shop-php), billing's.
+func (dm *demo) allTargets() []*target {
+	if dm.billing == nil {
+		return dm.targets()
+	}
+	return []*target{dm.stock, dm.shipping, dm.billing}
+}
+
+// findBilling finds the billing service's pool that applies
+// order.order.placed.v1 (examples/shop-php: a remote handler in PHP), or
+// nil when the config has none.
+func findBilling(cfg *config.Config) (*target, string) {
+	s, ok := cfg.Service(billingService)
+	if !ok {
+		return nil, ""
+	}
+	for _, p := range s.Pools {
+		if slices.Contains(p.Bindings, shop.EventOrderPlaced) {
+			t := &target{service: s.Name, pool: p.Name, queue: p.Queue, watched: []string{p.Queue}, failed: workers.FailedQueue(p.Queue)}
+			for _, d := range p.Retry.Delays {
+				t.watched = append(t.watched, workers.RetryQueue(p.Queue, d))
+			}
+			return t, s.Database
+		}
+	}
+	return nil, ""
+}
+
+// billingService is the optional billing service's name in the config.
+const billingService = "billing"
+
 // run is the whole demo; the deferred clean-up stops platformd on every
 // exit path unless -keep-running asked to leave it (and all went well).
 func run(ctx context.Context, o options, out io.Writer) (err error) {
@@ -188,9 +223,15 @@ func run(ctx context.Context, o options, out io.Writer) (err error) {
 		return err
 	}
 	cfgPath := o.config
-	if cfgPath == "" {
+	switch {
+	case cfgPath == "" && o.billingPHP:
+		cfgPath = filepath.Join(root, "examples", "shop-php", "platformd.yaml")
+	case cfgPath == "":
 		cfgPath = filepath.Join(root, "examples", "shop", "platformd.yaml")
-	} else if cfgPath, err = filepath.Abs(cfgPath); err != nil {
+	default:
+		cfgPath, err = filepath.Abs(cfgPath)
+	}
+	if err != nil {
 		return err
 	}
 	if dm.cfg, err = config.Load(cfgPath, nil); err != nil {
@@ -212,7 +253,16 @@ func run(ctx context.Context, o options, out io.Writer) (err error) {
 	if orderDSN, err = findProducer(dm.cfg); err != nil {
 		return err
 	}
-	if dm.scr, err = newScraper(dm.cfg.Metrics.Listen, []string{dm.stock.pool, dm.shipping.pool}); err != nil {
+	var billingDSN string
+	dm.billing, billingDSN = findBilling(dm.cfg)
+	if o.billingPHP && dm.billing == nil {
+		return fmt.Errorf("-billing-php: the config has no service %q with a pool for %s (examples/shop-php/platformd.yaml has)", billingService, shop.EventOrderPlaced)
+	}
+	pools := []string{dm.stock.pool, dm.shipping.pool}
+	if dm.billing != nil {
+		pools = append(pools, dm.billing.pool)
+	}
+	if dm.scr, err = newScraper(dm.cfg.Metrics.Listen, pools); err != nil {
 		return err
 	}
 	if dm.plan, err = newPlan(o.orders, o.replayShare, o.seed); err != nil {
@@ -291,6 +341,20 @@ func run(ctx context.Context, o options, out io.Writer) (err error) {
 		return fmt.Errorf("connect to the shipping database: %w", err)
 	}
 	defer dm.shipping.db.Close()
+	if dm.billing != nil {
+		if dm.billing.db, err = pgxpool.New(ctx, billingDSN); err != nil {
+			return fmt.Errorf("connect to the billing database: %w", err)
+		}
+		defer dm.billing.db.Close()
+	}
+	if o.billingPHP {
+		stopPHP, err := startPHP(ctx, root, dm.cfg, dm.d.logPath)
+		if err != nil {
+			return err
+		}
+		defer stopPHP()
+		dm.note("billing's handler is PHP: examples/billing-php/handler.php served by php -S, called by platformd as a remote handler")
+	}
 	if dm.orderDB, err = pgxpool.New(ctx, orderDSN); err != nil {
 		return fmt.Errorf("connect to the order database: %w", err)
 	}
@@ -386,7 +450,7 @@ func run(ctx context.Context, o options, out io.Writer) (err error) {
 // anything.
 func (dm *demo) preflight() error {
 	dm.failedAtStart = map[string]int{}
-	for _, t := range dm.targets() {
+	for _, t := range dm.allTargets() {
 		for _, q := range t.watched {
 			ready, consumers, _, err := dm.in.queue(q)
 			if err != nil {
@@ -459,7 +523,7 @@ func (dm *demo) startDaemon(ctx context.Context, detach, proxied, relayKill bool
 			continue
 		}
 		ready := true
-		for _, t := range dm.targets() {
+		for _, t := range dm.allTargets() {
 			_, consumers, _, err := dm.in.queue(t.queue)
 			if err != nil {
 				return err
@@ -726,7 +790,7 @@ func (dm *demo) drainState(ctx context.Context, c *counters, rows *[2]int, rowsD
 		return 0, fmt.Errorf("read platformd's metrics: %w", err)
 	}
 	ready := 0
-	for _, t := range dm.targets() {
+	for _, t := range dm.allTargets() {
 		for _, q := range t.watched {
 			n, _, _, err := dm.in.queue(q)
 			if err != nil {
@@ -752,6 +816,13 @@ func (dm *demo) drainState(ctx context.Context, c *counters, rows *[2]int, rowsD
 			return 0, err
 		}
 		*rowsDone = *rows == [2]int{len(dm.plan.stockIDs), len(dm.plan.shippingIDs)} && parcels == len(dm.plan.orders)
+		if *rowsDone && dm.billing != nil {
+			var n int
+			if err := dm.billing.db.QueryRow(ctx, `SELECT count(*) FROM processed_event WHERE event_id = ANY($1)`, dm.plan.stockIDs).Scan(&n); err != nil {
+				return 0, fmt.Errorf("count processed_event rows in billing: %w", err)
+			}
+			*rowsDone = n == len(dm.plan.stockIDs)
+		}
 	}
 	return ready, nil
 }

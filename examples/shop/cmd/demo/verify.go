@@ -3,11 +3,13 @@ package main
 import (
 	"context"
 	"fmt"
+	"strconv"
 	"strings"
 	"time"
 
 	"github.com/google/uuid"
 
+	"github.com/platformd/platformd/examples/shop"
 	"github.com/platformd/platformd/internal/metrics"
 )
 
@@ -17,6 +19,8 @@ type verdict struct {
 	parcels      int // parcels for this run's orders
 	latest       int // orders whose status is at their final version
 	rows         [2]int
+	invoices     int // billing's invoices for this run's orders (examples/shop-php)
+	billingRows  int // billing's processed_event rows of this run's events
 	problems     []string
 }
 
@@ -195,8 +199,14 @@ func (dm *demo) verify(ctx context.Context) (verdict, error) {
 		}
 	}
 
+	if dm.billing != nil {
+		if err := dm.verifyBilling(ctx, &v, rbOrders); err != nil {
+			return v, err
+		}
+	}
+
 	// Nothing may have ended in a failure queue.
-	for _, t := range dm.targets() {
+	for _, t := range dm.allTargets() {
 		n, _, _, err := dm.in.queue(t.failed)
 		if err != nil {
 			return v, err
@@ -237,7 +247,11 @@ func (dm *demo) report(c counters, v verdict) {
 	if dm.runs > 1 {
 		runs = fmt.Sprintf("%d platformd runs", dm.runs)
 	}
-	p("deliveries (with copies)", "%d over %s", len(pl.events)+len(pl.orders)+dups, runs)
+	deliveries := len(pl.events) + len(pl.orders) + dups
+	if dm.billing != nil {
+		deliveries += len(pl.stockIDs) // billing's copy of each order.order.placed.v1
+	}
+	p("deliveries (with copies)", "%d over %s", deliveries, runs)
 	p("duplicates skipped", "%-4d (relay republish %d, broker redelivery %d, replay %d)", dups,
 		int(c.source[metrics.SourceRepublish]), int(c.source[metrics.SourceRedelivery]), int(c.source[metrics.SourceReplay]))
 	if n := c.outcome[outRetried] + c.outcome[outFailed] + c.outcome[outRejected]; n > 0 {
@@ -248,6 +262,9 @@ func (dm *demo) report(c counters, v verdict) {
 	p("rolled-back orders", "%d written then rolled back, none delivered", len(dm.writer.rolledBackOrders))
 	p("order statuses", "%d at their latest version (expected %d)", v.latest, len(pl.orders))
 	p("processed_event rows", "stock %d, shipping %d (expected %d, %d)", v.rows[0], v.rows[1], len(pl.stockIDs), len(pl.shippingIDs))
+	if dm.billing != nil {
+		p("invoices (billing, PHP)", "%d (expected %d), by a remote handler; billing processed_event rows %d", v.invoices, len(pl.orders), v.billingRows)
+	}
 	if len(v.problems) == 0 {
 		p("exactly once", "OK")
 	} else {
@@ -303,4 +320,82 @@ func wrap(text string, width int) string {
 		n += len(word)
 	}
 	return b.String()
+}
+
+// verifyBilling checks billing's invoices (examples/shop-php): one per
+// order, whose lines and quantity are the order's, none of a rolled-back
+// order, one processed_event row per order.order.placed.v1.
+func (dm *demo) verifyBilling(ctx context.Context, v *verdict, rolledBack []uuid.UUID) error {
+	pl := dm.plan
+	type invoice struct {
+		n, lines int
+		quantity string
+	}
+	got := make(map[uuid.UUID]invoice, len(pl.orders))
+	rows, err := dm.billing.db.Query(ctx, `SELECT order_id, count(*), min(lines), min(quantity)::text FROM invoice WHERE order_id = ANY($1) GROUP BY order_id`, pl.orderIDs)
+	if err != nil {
+		return fmt.Errorf("read invoices: %w", err)
+	}
+	for rows.Next() {
+		var id uuid.UUID
+		var in invoice
+		if err := rows.Scan(&id, &in.n, &in.lines, &in.quantity); err != nil {
+			rows.Close()
+			return fmt.Errorf("read invoices: %w", err)
+		}
+		got[id] = in
+		v.invoices += in.n
+	}
+	rows.Close()
+	if err := rows.Err(); err != nil {
+		return fmt.Errorf("read invoices: %w", err)
+	}
+	twice := problemList{what: "orders invoiced twice (order.order.placed.v1 applied twice by billing)"}
+	lost := problemList{what: "orders not invoiced"}
+	wrong := problemList{what: "invoices with the wrong lines or quantity"}
+	for _, o := range pl.orders {
+		in := got[o.id]
+		switch {
+		case in.n > 1:
+			twice.add("order %s has %d invoices", o.id, in.n)
+		case in.n == 0:
+			lost.add("order %s has no invoice", o.id)
+		default:
+			want := decimal3(o.lines)
+			if in.lines != len(o.lines) || in.quantity != want {
+				wrong.add("order %s: %d lines, quantity %s (expected %d, %s)", o.id, in.lines, in.quantity, len(o.lines), want)
+			}
+		}
+	}
+	twice.flush(v)
+	lost.flush(v)
+	wrong.flush(v)
+	var leaked int
+	if err := dm.billing.db.QueryRow(ctx, `SELECT count(*) FROM invoice WHERE order_id = ANY($1)`, rolledBack).Scan(&leaked); err != nil {
+		return fmt.Errorf("check rolled-back orders in billing: %w", err)
+	}
+	if leaked > 0 {
+		v.problems = append(v.problems, fmt.Sprintf("%d invoices of rolled-back orders", leaked))
+	}
+	if err := dm.billing.db.QueryRow(ctx, `SELECT count(*) FROM processed_event WHERE event_id = ANY($1)`, pl.stockIDs).Scan(&v.billingRows); err != nil {
+		return fmt.Errorf("count processed_event rows in billing: %w", err)
+	}
+	if v.billingRows != len(pl.stockIDs) {
+		v.problems = append(v.problems, fmt.Sprintf("billing processed_event holds %d of this run's %d order.order.placed.v1 ids (events lost)", v.billingRows, len(pl.stockIDs)))
+	}
+	return nil
+}
+
+// decimal3 is the sum of the lines' quantities (decimal strings with three
+// places, as the plan writes them) with three places, as numeric(12,3)
+// prints it.
+func decimal3(lines []shop.OrderLine) string {
+	var milli int64
+	for _, l := range lines {
+		whole, frac, _ := strings.Cut(l.Quantity, ".")
+		w, _ := strconv.ParseInt(whole, 10, 64)
+		f, _ := strconv.ParseInt((frac + "000")[:3], 10, 64)
+		milli += w*1000 + f
+	}
+	return fmt.Sprintf("%d.%03d", milli/1000, milli%1000)
 }
