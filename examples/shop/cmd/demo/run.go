@@ -201,9 +201,9 @@ func findBilling(cfg *config.Config) (*target, string) {
 	}
 	for _, p := range s.Pools {
 		if slices.Contains(p.Bindings, shop.EventOrderPlaced) {
-			t := &target{service: s.Name, pool: p.Name, queue: p.Queue, watched: []string{p.Queue}, failed: workers.FailedQueue(p.Queue)}
+			t := &target{service: s.Name, pool: p.Name, queue: p.Queue, watched: []string{p.Queue}, failed: broker.FailedQueue(p.Queue)}
 			for _, d := range p.Retry.Delays {
-				t.watched = append(t.watched, workers.RetryQueue(p.Queue, d))
+				t.watched = append(t.watched, broker.RetryQueue(p.Queue, d))
 			}
 			return t, s.Database
 		}
