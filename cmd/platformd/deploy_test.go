@@ -23,28 +23,14 @@ import (
 )
 
 // notDaemonMetrics are names a query may use that platformd itself does not
-// export: `up` is Prometheus' own per target; the three remote-handler
-// families are being added in parallel (issue of the remote-handler
-// metrics) under exactly these names, so the dashboard and the alert use
-// them already. Drop them from this list once internal/metrics has them.
+// export: `up` is Prometheus' own per target.
 var notDaemonMetrics = map[string]string{
-	"up":                                   "Prometheus' scrape health series",
-	"platformd_remote_handler_up":          "remote-handler metrics, added in parallel",
-	"platformd_remote_handler_calls_total": "remote-handler metrics, added in parallel",
-	"platformd_remote_handler_call_duration_seconds_bucket": "remote-handler metrics, added in parallel",
-	"platformd_remote_handler_call_duration_seconds_sum":    "remote-handler metrics, added in parallel",
-	"platformd_remote_handler_call_duration_seconds_count":  "remote-handler metrics, added in parallel",
+	"up": "Prometheus' scrape health series",
 }
 
-// notDaemonLabels are the label names of notDaemonMetrics' families, as
-// announced for the remote-handler metrics.
-var notDaemonLabels = map[string][]string{
-	"platformd_remote_handler_up":                           {"service", "handler"},
-	"platformd_remote_handler_calls_total":                  {"service", "handler", "result"},
-	"platformd_remote_handler_call_duration_seconds_bucket": {"service", "handler", "le"},
-	"platformd_remote_handler_call_duration_seconds_sum":    {"service", "handler"},
-	"platformd_remote_handler_call_duration_seconds_count":  {"service", "handler"},
-}
+// notDaemonLabels are the label names of notDaemonMetrics' families (none:
+// `up` has only the target's labels).
+var notDaemonLabels = map[string][]string{}
 
 // targetLabels are added by Prometheus to every series it scrapes.
 var targetLabels = []string{"instance", "job"}
