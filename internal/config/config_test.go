@@ -91,7 +91,8 @@ func TestLoadFullSample(t *testing.T) {
 				// budget it does not name takes its default.
 				MaxUnackedBytes: MaxUnackedBytesDefault,
 			}},
-			Outbox: OutboxConfig{Relay: true, BatchSize: OutboxBatchSizeDefault, Poll: OutboxPollDefault},
+			Outbox:       OutboxConfig{Relay: true, BatchSize: OutboxBatchSizeDefault, Poll: OutboxPollDefault},
+			DatabasePool: DatabasePoolConfig{MaxConns: 4 + DatabasePoolSpareConns, MaxIdle: DatabasePoolMaxIdleDefault},
 		},
 		{
 			Name:          "shipping",
@@ -114,7 +115,8 @@ func TestLoadFullSample(t *testing.T) {
 				// budget it does not name takes its default.
 				MaxUnackedBytes: MaxUnackedBytesDefault,
 			}},
-			Outbox: OutboxConfig{Relay: true, BatchSize: OutboxBatchSizeDefault, Poll: OutboxPollDefault},
+			Outbox:       OutboxConfig{Relay: true, BatchSize: OutboxBatchSizeDefault, Poll: OutboxPollDefault},
+			DatabasePool: DatabasePoolConfig{MaxConns: 4 + DatabasePoolSpareConns, MaxIdle: DatabasePoolMaxIdleDefault},
 		},
 	}, c.Services)
 

@@ -107,11 +107,20 @@ type servicePool struct {
 // newService builds a service (not started) over its own database pool;
 // reg holds every handler its pools name.
 func (d *Daemon) newService(ctx context.Context, sc config.ServiceConfig, reg *consumer.Registry, migrate bool) (*service, error) {
-	conns := int32(3) // LISTEN watcher, scheduler lock, health ping
-	for _, p := range sc.Pools {
-		conns += int32(p.Concurrency)
+	// The pool follows the work: up to the pools' concurrency (plus spare
+	// for a relay pass, a purge, an admin call), nothing kept while idle;
+	// config.DatabasePoolConfig. The control session (session.go) comes on
+	// top.
+	dp := sc.DatabasePool
+	if dp.MaxConns == 0 { // a config built in Go, without the defaults
+		dp.MaxConns = config.DatabasePoolSpareConns
+		for _, p := range sc.Pools {
+			dp.MaxConns += p.Concurrency
+		}
 	}
-	db, err := dedup.Connect(ctx, sc.Database, dedup.PoolConfig{MaxConns: conns + 4})
+	db, err := dedup.Connect(ctx, sc.Database, dedup.PoolConfig{
+		MaxConns: int32(max(dp.MaxConns, 2)), MinConns: int32(dp.MinConns), MaxConnIdleTime: dp.MaxIdle, //nolint:gosec // validated: at most 1000
+	})
 	if err != nil {
 		return nil, fmt.Errorf("service %s: %w", sc.Name, err)
 	}

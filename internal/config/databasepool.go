@@ -1,0 +1,68 @@
+package config
+
+import "time"
+
+// Database pool defaults and limits (services[].database_pool).
+const (
+	// DatabasePoolMaxIdleDefault is the default database_pool.max_idle: a
+	// pooled connection unused that long is closed, so that an idle
+	// service shrinks back to its control session (docs/tenants.md).
+	DatabasePoolMaxIdleDefault = 30 * time.Second
+	// DatabasePoolSpareConns is what the derived max_conns adds to the sum
+	// of the pools' concurrency: a relay pass, a purge chunk and an admin
+	// call next to full pools.
+	DatabasePoolSpareConns = 3
+
+	databasePoolConnsMax   = 1000
+	databasePoolMaxIdleMin = time.Second
+	databasePoolMaxIdleMax = 24 * time.Hour
+)
+
+// DatabasePoolConfig sizes a service's database connection pool
+// (services[].database_pool). The pool grows with the work and shrinks
+// back when idle: an idle service holds its control session only (one
+// connection that LISTENs, pings and renews leases) plus what min_conns
+// keeps.
+type DatabasePoolConfig struct {
+	// MaxConns is the most connections of the pool, the control session
+	// not included (default: the sum of the service's pools' concurrency
+	// plus DatabasePoolSpareConns).
+	MaxConns int `yaml:"max_conns"`
+	// MinConns is how many connections the pool keeps open while idle
+	// (default 0, at most max_conns).
+	MinConns int `yaml:"min_conns"`
+	// MaxIdle is how long an unused pooled connection stays open (default
+	// 30s, 1s to 24h).
+	MaxIdle time.Duration `yaml:"max_idle"`
+}
+
+// applyDatabasePoolDefaults fills the absent keys of a service's
+// database_pool block (after its pools' defaults).
+func applyDatabasePoolDefaults(s *ServiceConfig, sp string, isSet func(string) bool) {
+	dp := &s.DatabasePool
+	if !isSet(sp + ".database_pool.max_conns") {
+		n := DatabasePoolSpareConns
+		for _, p := range s.Pools {
+			n += max(p.Concurrency, 0)
+		}
+		dp.MaxConns = min(n, databasePoolConnsMax)
+	}
+	if !isSet(sp + ".database_pool.max_idle") {
+		dp.MaxIdle = DatabasePoolMaxIdleDefault
+	}
+}
+
+// databasePool checks a service's database_pool block.
+func (v *validator) databasePool(i int, s *ServiceConfig) {
+	sp := servicePath(i) + ".database_pool"
+	dp := s.DatabasePool
+	if dp.MaxConns < 2 || dp.MaxConns > databasePoolConnsMax {
+		v.ps.add(sp+".max_conns", "must be between 2 and %d (got %d): a purge or a relay pass needs a connection beside a batch", databasePoolConnsMax, dp.MaxConns)
+	}
+	if dp.MinConns < 0 || dp.MinConns > dp.MaxConns {
+		v.ps.add(sp+".min_conns", "must be between 0 and max_conns (%d) (got %d)", dp.MaxConns, dp.MinConns)
+	}
+	if dp.MaxIdle < databasePoolMaxIdleMin || dp.MaxIdle > databasePoolMaxIdleMax {
+		v.ps.add(sp+".max_idle", "must be between %s and %s (got %s)", fmtDuration(databasePoolMaxIdleMin), fmtDuration(databasePoolMaxIdleMax), fmtDuration(dp.MaxIdle))
+	}
+}
