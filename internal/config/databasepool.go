@@ -26,7 +26,8 @@ const (
 type DatabasePoolConfig struct {
 	// MaxConns is the most connections of the pool, the control session
 	// not included (default: the sum of the service's pools' concurrency
-	// plus DatabasePoolSpareConns).
+	// plus DatabasePoolSpareConns). It is read when the service starts: a
+	// reload does not resize a running service's pool.
 	MaxConns int `yaml:"max_conns"`
 	// MinConns is how many connections the pool keeps open while idle
 	// (default 0, at most max_conns).

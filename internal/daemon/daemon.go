@@ -27,6 +27,7 @@ import (
 	"github.com/platformd/platformd/internal/dedup"
 	"github.com/platformd/platformd/internal/metrics"
 	"github.com/platformd/platformd/internal/migrate"
+	"github.com/platformd/platformd/internal/session"
 	"github.com/platformd/platformd/internal/startstop"
 	"github.com/platformd/platformd/internal/state"
 	"github.com/platformd/platformd/internal/tracing"
@@ -414,12 +415,17 @@ type horizonCache struct {
 	h  time.Duration
 }
 
-// HorizonRefreshDefault is how often the cached horizon is re-read when no
-// notification arrives.
+// HorizonRefreshDefault is how often the cached horizon (and the pools'
+// pause state) is re-read when no notification arrives: the period of the
+// service's control session's poll.
 const HorizonRefreshDefault = 30 * time.Second
 
-func (c *horizonCache) refresh(ctx context.Context) {
-	h, err := state.GetHorizon(ctx, c.db, c.service, c.def, c.min)
+func (c *horizonCache) refresh(ctx context.Context) { c.refreshOn(ctx, c.db) }
+
+// refreshOn re-reads the horizon through q (the pool, or the service's
+// control session).
+func (c *horizonCache) refreshOn(ctx context.Context, q session.Querier) {
+	h, err := state.GetHorizon(ctx, q, c.service, c.def, c.min)
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	if err != nil {
@@ -429,19 +435,13 @@ func (c *horizonCache) refresh(ctx context.Context) {
 		c.log.WarnContext(ctx, "daemon: read horizon", slog.String("service", c.service), slog.Any("error", err))
 		return
 	}
-	c.h = horizonInForce(ctx, c.db, h.Horizon) // rounded up to whole partitions when partitioned
+	c.h = horizonInForce(ctx, q, h.Horizon) // rounded up to whole partitions when partitioned
 }
 
 func (c *horizonCache) get() time.Duration {
 	c.mu.RLock()
 	defer c.mu.RUnlock()
 	return c.h
-}
-
-// refreshEvery re-reads the horizon periodically, a safety net under
-// NOTIFY, until ctx ends.
-func (c *horizonCache) refreshEvery(ctx context.Context, every time.Duration) {
-	startstop.Tick(ctx, every, c.refresh)
 }
 
 // Serving reports whether every service is up and every pool consumes (or

@@ -82,6 +82,10 @@ type Deps struct {
 	Processor *dedup.Processor
 	// DB is the service database (pause state).
 	DB *pgxpool.Pool
+	// ReadStateFunc, when set, reads the pool's stored pause state instead
+	// of a query on DB (the daemon runs it on the service's control
+	// session, so that an idle pool holds no pooled connection).
+	ReadStateFunc func(ctx context.Context, pool string) (state.PoolState, error)
 	// Consume is the pool's consuming connection.
 	Consume *Conn
 	// Publish is the daemon's publishing connection.
@@ -332,7 +336,13 @@ func (p *Pool) Resume(ctx context.Context, actor string) (Info, error) {
 // Refresh re-reads the stored pause state and applies it (called on a
 // NOTIFY from another daemon, and periodically).
 func (p *Pool) Refresh(ctx context.Context) error {
-	st, err := state.GetPoolState(ctx, p.deps.DB, p.cfg.Name)
+	read := p.deps.ReadStateFunc
+	if read == nil {
+		read = func(ctx context.Context, pool string) (state.PoolState, error) {
+			return state.GetPoolState(ctx, p.deps.DB, pool)
+		}
+	}
+	st, err := read(ctx, p.cfg.Name)
 	if err != nil {
 		if ctx.Err() == nil {
 			p.setDatabaseError(err)

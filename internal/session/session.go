@@ -1,0 +1,301 @@
+// Package session gives a service database one control session: a single
+// connection of its own that LISTENs on every channel the service watches
+// (horizon, pause, outbox wake-ups) and runs the service's small periodic
+// statements (health pings, lease renewals, an idle relay's look for rows)
+// between notifications. Everything else runs on the service's pool, which
+// shrinks to nothing when idle: an idle service costs this one connection.
+//
+// Without LISTEN (a transaction-mode pooler in front of the database),
+// there is no session: Do runs on the pool and every subscriber is called
+// every poll period instead of on notifications.
+package session
+
+import (
+	"cmp"
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"math/rand/v2"
+	"sync"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgconn"
+	"github.com/jackc/pgx/v5/pgxpool"
+
+	"github.com/platformd/platformd/internal/startstop"
+)
+
+// Defaults of Config.
+const (
+	// PollDefault is how often subscribers are called without a
+	// notification: always without LISTEN, and as a safety net with it.
+	PollDefault = 30 * time.Second
+	// PollNoListenDefault is PollDefault without LISTEN: subscribers then
+	// learn of pauses and horizons by polling only.
+	PollNoListenDefault = 2 * time.Second
+	backoffMin          = 100 * time.Millisecond
+	backoffMax          = 5 * time.Second
+)
+
+// Querier runs statements: the session's connection, or the pool. A
+// statement's rows must be read and closed before the function given to Do
+// returns.
+type Querier interface {
+	Exec(ctx context.Context, sql string, args ...any) (pgconn.CommandTag, error)
+	Query(ctx context.Context, sql string, args ...any) (pgx.Rows, error)
+	QueryRow(ctx context.Context, sql string, args ...any) pgx.Row
+}
+
+// Config configures a Session.
+type Config struct {
+	// DB is the service's pool: the session's connection is taken from it
+	// (and then leaves it), and Do falls back to it while there is no
+	// session.
+	DB *pgxpool.Pool
+	// NoListen runs without a session: no LISTEN, Do on the pool,
+	// subscribers polled (a transaction-mode pooler).
+	NoListen bool
+	// Poll is how often every subscriber is called without a
+	// notification (default PollDefault, PollNoListenDefault with
+	// NoListen).
+	Poll time.Duration
+	// Logger receives the session's warnings.
+	Logger *slog.Logger
+}
+
+// Func is a subscriber: called with a notification's payload, or "" after
+// a (re)connection and every poll period (re-read what may have changed).
+// It runs on the session's goroutine with q, the session's connection (or
+// the pool): it must not call Do, and must not block long.
+type Func func(ctx context.Context, q Querier, payload string)
+
+// Session is a service database's control session. It follows startstop's
+// lifecycle; Do, Listening and Err are safe for concurrent use.
+type Session struct {
+	startstop.Base
+	cfg  Config
+	log  *slog.Logger
+	subs map[string][]Func
+	chs  []string
+
+	mu      sync.Mutex
+	live    bool               // a connection is held and LISTENs
+	queue   []*request         // Do calls waiting for the session
+	wake    context.CancelFunc // ends the current wait for notifications
+	lastErr error
+}
+
+type request struct {
+	ctx  context.Context
+	fn   func(context.Context, Querier) error
+	done chan error
+}
+
+// New returns a stopped Session.
+func New(cfg Config) *Session {
+	def := PollDefault
+	if cfg.NoListen {
+		def = PollNoListenDefault
+	}
+	cfg.Poll = cmp.Or(cfg.Poll, def)
+	return &Session{cfg: cfg, log: cmp.Or(cfg.Logger, slog.New(slog.DiscardHandler)), subs: map[string][]Func{}}
+}
+
+// Subscribe calls fn for channel's notifications; call it before Start.
+func (s *Session) Subscribe(channel string, fn Func) {
+	if _, ok := s.subs[channel]; !ok {
+		s.chs = append(s.chs, channel)
+	}
+	s.subs[channel] = append(s.subs[channel], fn)
+}
+
+// Start runs the session in the background until Stop.
+func (s *Session) Start(ctx context.Context) error {
+	return s.StartFunc(func() (func(), error) {
+		runCtx, cancel := context.WithCancel(context.WithoutCancel(ctx))
+		done := make(chan struct{})
+		go func() {
+			defer close(done)
+			if s.cfg.NoListen {
+				s.poll(runCtx)
+				return
+			}
+			s.run(runCtx)
+		}()
+		return func() { cancel(); <-done }, nil
+	})
+}
+
+// Listening reports whether the session holds its connection now.
+func (s *Session) Listening() bool {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.live
+}
+
+// Err is why the session's connection was lost or could not be taken;
+// nil while it is held (and always without LISTEN).
+func (s *Session) Err() error {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.lastErr
+}
+
+// Do runs fn on the session's connection, between two waits for
+// notifications, or on the pool while there is no session. It returns fn's
+// error. fn gets ctx; its statements must be short (notifications wait
+// meanwhile).
+func (s *Session) Do(ctx context.Context, fn func(context.Context, Querier) error) error {
+	if q, ok := ctx.Value(onSessionKey{}).(Querier); ok {
+		return fn(ctx, q) // called by a subscriber or a Do function: already on it
+	}
+	s.mu.Lock()
+	if !s.live {
+		s.mu.Unlock()
+		return fn(ctx, s.cfg.DB)
+	}
+	r := &request{ctx: ctx, fn: fn, done: make(chan error, 1)}
+	s.queue = append(s.queue, r)
+	if s.wake != nil {
+		s.wake()
+	}
+	s.mu.Unlock()
+	return <-r.done // always answered: on the session, or on the pool once it is lost
+}
+
+// onSessionKey marks the context of what runs on the session's goroutine
+// (subscribers, Do functions), with the Querier they run on: a Do from
+// there runs at once instead of waiting for the session.
+type onSessionKey struct{}
+
+// run holds the session until ctx ends, taking it again with backoff
+// after a loss.
+func (s *Session) run(ctx context.Context) {
+	backoff := backoffMin
+	for ctx.Err() == nil {
+		held, err := s.once(ctx)
+		if ctx.Err() != nil {
+			return
+		}
+		if held {
+			backoff = backoffMin
+		}
+		s.mu.Lock()
+		s.lastErr = err
+		s.mu.Unlock()
+		s.log.WarnContext(ctx, "session: control session lost, taking it again",
+			slog.Any("error", err), slog.Duration("backoff", backoff))
+		t := time.NewTimer(backoff + time.Duration(rand.Int64N(int64(backoff))))
+		select {
+		case <-ctx.Done():
+			t.Stop()
+			return
+		case <-t.C:
+		}
+		backoff = min(backoff*2, backoffMax)
+	}
+}
+
+// once takes a connection, LISTENs, and serves notifications and Do calls
+// on it until it fails or ctx ends; held says whether it got that far.
+func (s *Session) once(ctx context.Context) (held bool, err error) {
+	pc, err := s.cfg.DB.Acquire(ctx)
+	if err != nil {
+		return false, fmt.Errorf("session: take a connection: %w", err)
+	}
+	// A LISTENing session must not go back to the pool.
+	conn := pc.Hijack()
+	defer func() {
+		cctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 5*time.Second)
+		defer cancel()
+		_ = conn.Close(cctx)
+	}()
+	for _, ch := range s.chs {
+		if _, err := conn.Exec(ctx, "LISTEN "+pgx.Identifier{ch}.Sanitize()); err != nil {
+			return false, fmt.Errorf("session: listen %s: %w", ch, err)
+		}
+	}
+	s.mu.Lock()
+	s.live, s.lastErr = true, nil
+	s.mu.Unlock()
+	defer s.lose()
+	ctx = context.WithValue(ctx, onSessionKey{}, Querier(conn))
+	s.notifyAll(ctx, conn)
+	lastPoll := time.Now()
+	for {
+		s.mu.Lock()
+		q := s.queue
+		s.queue = nil
+		var wctx context.Context
+		var cancel context.CancelFunc
+		if len(q) == 0 {
+			wctx, cancel = context.WithTimeout(ctx, max(time.Until(lastPoll.Add(s.cfg.Poll)), time.Millisecond))
+			s.wake = cancel
+		}
+		s.mu.Unlock()
+		if len(q) > 0 {
+			for i, r := range q {
+				if conn.IsClosed() {
+					s.requeue(q[i:])
+					return true, errors.New("session: connection closed")
+				}
+				r.done <- r.fn(context.WithValue(r.ctx, onSessionKey{}, Querier(conn)), conn)
+			}
+			continue
+		}
+		n, err := conn.WaitForNotification(wctx)
+		cancel()
+		switch {
+		case err == nil:
+			for _, fn := range s.subs[n.Channel] {
+				fn(ctx, conn, n.Payload)
+			}
+		case ctx.Err() != nil:
+			return true, ctx.Err()
+		case wctx.Err() != nil && !conn.IsClosed():
+			if time.Since(lastPoll) >= s.cfg.Poll {
+				s.notifyAll(ctx, conn)
+				lastPoll = time.Now()
+			}
+		default:
+			return true, fmt.Errorf("session: wait for notifications: %w", err)
+		}
+	}
+}
+
+// requeue puts back Do calls not yet run, for lose to answer.
+func (s *Session) requeue(q []*request) {
+	s.mu.Lock()
+	s.queue = append(q, s.queue...)
+	s.mu.Unlock()
+}
+
+// lose marks the session lost and runs the waiting Do calls on the pool.
+func (s *Session) lose() {
+	s.mu.Lock()
+	s.live, s.wake = false, nil
+	q := s.queue
+	s.queue = nil
+	s.mu.Unlock()
+	for _, r := range q {
+		r.done <- r.fn(r.ctx, s.cfg.DB)
+	}
+}
+
+// notifyAll calls every subscriber with an empty payload.
+func (s *Session) notifyAll(ctx context.Context, q Querier) {
+	for _, ch := range s.chs {
+		for _, fn := range s.subs[ch] {
+			fn(ctx, q, "")
+		}
+	}
+}
+
+// poll calls every subscriber every Poll on the pool (no LISTEN).
+func (s *Session) poll(ctx context.Context) {
+	ctx = context.WithValue(ctx, onSessionKey{}, Querier(s.cfg.DB))
+	s.notifyAll(ctx, s.cfg.DB)
+	startstop.Tick(ctx, s.cfg.Poll, func(ctx context.Context) { s.notifyAll(ctx, s.cfg.DB) })
+}
