@@ -44,8 +44,6 @@ const (
 	// StopTimeoutDefault bounds how long Stop lets the pass in flight
 	// finish.
 	StopTimeoutDefault = 10 * time.Second
-	// statsEvery is how often the pending and oldest gauges are refreshed.
-	statsEvery = time.Second
 	// backoffMin and backoffMax bound the wait after a database or broker
 	// fault.
 	backoffMin = 100 * time.Millisecond

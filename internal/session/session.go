@@ -225,23 +225,10 @@ func (s *Session) once(ctx context.Context) (held bool, err error) {
 	s.notifyAll(ctx, conn)
 	lastPoll := time.Now()
 	for {
-		s.mu.Lock()
-		q := s.queue
-		s.queue = nil
-		var wctx context.Context
-		var cancel context.CancelFunc
-		if len(q) == 0 {
-			wctx, cancel = context.WithTimeout(ctx, max(time.Until(lastPoll.Add(s.cfg.Poll)), time.Millisecond))
-			s.wake = cancel
-		}
-		s.mu.Unlock()
+		q, wctx, cancel := s.next(ctx, time.Until(lastPoll.Add(s.cfg.Poll)))
 		if len(q) > 0 {
-			for i, r := range q {
-				if conn.IsClosed() {
-					s.requeue(q[i:])
-					return true, errors.New("session: connection closed")
-				}
-				r.done <- r.fn(context.WithValue(r.ctx, onSessionKey{}, Querier(conn)), conn)
+			if err := s.serve(conn, q); err != nil { //nolint:contextcheck // each Do call runs under its caller's context
+				return true, err
 			}
 			continue
 		}
@@ -263,6 +250,34 @@ func (s *Session) once(ctx context.Context) (held bool, err error) {
 			return true, fmt.Errorf("session: wait for notifications: %w", err)
 		}
 	}
+}
+
+// next takes the Do calls waiting; when there are none it returns the
+// context of the next wait for notifications instead, which a Do call
+// arriving meanwhile cancels (wake), as does the end of the poll period d.
+func (s *Session) next(ctx context.Context, d time.Duration) ([]*request, context.Context, context.CancelFunc) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if q := s.queue; len(q) > 0 {
+		s.queue = nil
+		return q, nil, func() {}
+	}
+	wctx, cancel := context.WithTimeout(ctx, max(d, time.Millisecond))
+	s.wake = cancel
+	return nil, wctx, cancel
+}
+
+// serve runs Do calls on the session's connection; an error when the
+// connection closed (the calls not run are answered on the pool).
+func (s *Session) serve(conn *pgx.Conn, q []*request) error {
+	for i, r := range q {
+		if conn.IsClosed() {
+			s.requeue(q[i:])
+			return errors.New("session: connection closed")
+		}
+		r.done <- r.fn(context.WithValue(r.ctx, onSessionKey{}, Querier(conn)), conn)
+	}
+	return nil
 }
 
 // requeue puts back Do calls not yet run, for lose to answer.
