@@ -155,6 +155,9 @@ type ServiceConfig struct {
 	// derived from its pools' concurrency, shrinking to nothing when idle);
 	// see databasepool.go.
 	DatabasePool DatabasePoolConfig `yaml:"database_pool"`
+	// DatabaseMode is DatabaseModeDirect (default) or DatabaseModePooler
+	// (database names a transaction-mode pooler such as PgBouncer).
+	DatabaseMode string `yaml:"database_mode"`
 }
 
 // PurgeConfig schedules the processed_event purge.

@@ -93,6 +93,7 @@ func TestLoadFullSample(t *testing.T) {
 			}},
 			Outbox:       OutboxConfig{Relay: true, BatchSize: OutboxBatchSizeDefault, Poll: OutboxPollDefault},
 			DatabasePool: DatabasePoolConfig{MaxConns: 4 + DatabasePoolSpareConns, MaxIdle: DatabasePoolMaxIdleDefault},
+			DatabaseMode: DatabaseModeDirect,
 		},
 		{
 			Name:          "shipping",
@@ -117,6 +118,7 @@ func TestLoadFullSample(t *testing.T) {
 			}},
 			Outbox:       OutboxConfig{Relay: true, BatchSize: OutboxBatchSizeDefault, Poll: OutboxPollDefault},
 			DatabasePool: DatabasePoolConfig{MaxConns: 4 + DatabasePoolSpareConns, MaxIdle: DatabasePoolMaxIdleDefault},
+			DatabaseMode: DatabaseModeDirect,
 		},
 	}, c.Services)
 

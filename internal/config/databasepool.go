@@ -1,6 +1,10 @@
 package config
 
-import "time"
+import (
+	"net/url"
+	"strings"
+	"time"
+)
 
 // Database pool defaults and limits (services[].database_pool).
 const (
@@ -16,6 +20,23 @@ const (
 	databasePoolConnsMax   = 1000
 	databasePoolMaxIdleMin = time.Second
 	databasePoolMaxIdleMax = 24 * time.Hour
+)
+
+// Database modes (services[].database_mode).
+const (
+	// DatabaseModeDirect (the default) talks to PostgreSQL itself: the
+	// service's control session LISTENs for pauses, horizons and outbox
+	// wake-ups.
+	DatabaseModeDirect = "direct"
+	// DatabaseModePooler talks to a transaction-mode pooler (PgBouncer):
+	// only transaction-scoped state. No LISTEN (pauses, horizons and the
+	// outbox are polled), leases instead of session locks, statements
+	// described per connection and run as unnamed ones (pgx's
+	// cache_describe: no prepared statement outlives a transaction), no
+	// session settings as startup parameters (set statement_timeout and
+	// idle_in_transaction_session_timeout on the database or role), and
+	// migrations without goose's session lock.
+	DatabaseModePooler = "pooler"
 )
 
 // DatabasePoolConfig sizes a service's database connection pool
@@ -51,10 +72,44 @@ func applyDatabasePoolDefaults(s *ServiceConfig, sp string, isSet func(string) b
 	if !isSet(sp + ".database_pool.max_idle") {
 		dp.MaxIdle = DatabasePoolMaxIdleDefault
 	}
+	if !isSet(sp + ".database_mode") {
+		s.DatabaseMode = DatabaseModeDirect
+	}
+	if s.Pooler() {
+		s.Database = PoolerDSN(s.Database)
+	}
 }
 
-// databasePool checks a service's database_pool block.
+// Pooler reports whether the service's database is reached through a
+// transaction-mode pooler (database_mode: pooler).
+func (s ServiceConfig) Pooler() bool { return s.DatabaseMode == DatabaseModePooler }
+
+// PoolerQueryExecMode is the pgx query mode of database_mode: pooler:
+// statements described once per connection and run unnamed, in one round
+// trip (describe_exec takes two, which a transaction-mode pooler may send
+// to two servers outside a transaction; cache_statement leaves named
+// prepared statements on the pooler's servers).
+const PoolerQueryExecMode = "cache_describe"
+
+// PoolerDSN returns dsn with pgx's default_query_exec_mode set to
+// PoolerQueryExecMode, unless it sets one itself; every connection to the
+// service (its pool, migrations, checks) then runs statements that way.
+func PoolerDSN(dsn string) string {
+	if strings.Contains(dsn, "default_query_exec_mode") {
+		return dsn
+	}
+	if u, err := url.Parse(dsn); err == nil && (u.Scheme == "postgres" || u.Scheme == "postgresql") {
+		q := u.Query()
+		q.Set("default_query_exec_mode", PoolerQueryExecMode)
+		u.RawQuery = q.Encode()
+		return u.String()
+	}
+	return strings.TrimSpace(dsn) + " default_query_exec_mode=" + PoolerQueryExecMode
+}
+
+// databasePool checks a service's database_pool block and database_mode.
 func (v *validator) databasePool(i int, s *ServiceConfig) {
+	oneOf(v.ps, servicePath(i)+".database_mode", s.DatabaseMode, DatabaseModeDirect, DatabaseModePooler)
 	sp := servicePath(i) + ".database_pool"
 	dp := s.DatabasePool
 	if dp.MaxConns < 2 || dp.MaxConns > databasePoolConnsMax {

@@ -28,7 +28,7 @@ func wantLayout(s config.ServiceConfig) dedup.Layout {
 // the service's horizon (as stored, or configured); the caller closes the
 // pool.
 func layoutDB(ctx context.Context, s config.ServiceConfig) (*pgxpool.Pool, time.Duration, error) {
-	db, err := dedup.Connect(ctx, s.Database, dedup.PoolConfig{MaxConns: 2, ApplicationName: "platformd-migrate"})
+	db, err := dedup.Connect(ctx, s.Database, dedup.PoolConfig{MaxConns: 2, ApplicationName: "platformd-migrate", Pooler: s.Pooler()})
 	if err != nil {
 		return nil, 0, err
 	}

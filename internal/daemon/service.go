@@ -125,13 +125,19 @@ func (d *Daemon) newService(ctx context.Context, sc config.ServiceConfig, reg *c
 	}
 	db, err := dedup.Connect(ctx, sc.Database, dedup.PoolConfig{
 		MaxConns: int32(max(dp.MaxConns, 2)), MinConns: int32(dp.MinConns), MaxConnIdleTime: dp.MaxIdle, //nolint:gosec // validated: at most 1000
+		Pooler: sc.Pooler(),
 	})
 	if err != nil {
 		return nil, fmt.Errorf("service %s: %w", sc.Name, err)
 	}
 	s := &service{name: sc.Name, d: d, db: db, migrate: migrate}
 	s.setConfig(sc, reg)
-	s.ctl = session.New(session.Config{DB: db, Poll: HorizonRefreshDefault, Logger: d.log.With(slog.String("service", sc.Name))})
+	poll := HorizonRefreshDefault
+	if sc.Pooler() {
+		// No LISTEN through a pooler: pauses and horizons are polled.
+		poll = session.PollNoListenDefault
+	}
+	s.ctl = session.New(session.Config{DB: db, NoListen: sc.Pooler(), Poll: poll, Logger: d.log.With(slog.String("service", sc.Name))})
 	s.horizon = &horizonCache{db: db, service: sc.Name, def: sc.Horizon, min: sc.MinHorizon, log: d.log}
 	for _, pc := range sc.Pools {
 		sp, err := s.newPool(pc)
