@@ -31,6 +31,9 @@ const (
 	HealthCheckEveryDefault = 2 * time.Second
 	// healthCheckTimeout bounds one ping.
 	healthCheckTimeout = 2 * time.Second
+	// sessionWait bounds how long a service's start waits for its control
+	// session before it starts its pools anyway.
+	sessionWait = 5 * time.Second
 	// bringUpBackoffMax bounds the wait between two tries to migrate a
 	// service whose database cannot be reached.
 	bringUpBackoffMax = 5 * time.Second
@@ -209,7 +212,22 @@ func (s *service) Start(ctx context.Context) error {
 			if !s.bringUp(runCtx) {
 				return
 			}
-			s.horizon.refresh(runCtx)
+			// The control session first: the horizon, the pools' pause
+			// state, the relay's lease and the scheduler's estimate then
+			// run on it rather than on pooled connections (a hundred
+			// services starting together would otherwise hold two or
+			// three connections each for their first max_idle).
+			_ = s.ctl.Start(runCtx)
+			select {
+			case <-s.ctl.Held():
+			case <-time.After(sessionWait):
+			case <-runCtx.Done():
+				return
+			}
+			_ = s.ctl.Do(runCtx, func(ctx context.Context, q session.Querier) error {
+				s.horizon.refreshOn(ctx, q)
+				return nil
+			})
 			// Under the lock, so that a reload adding pools meanwhile
 			// either finds the service up and starts them, or leaves them
 			// here to be started.
@@ -219,7 +237,6 @@ func (s *service) Start(ctx context.Context) error {
 			}
 			s.up.Store(true)
 			s.mu.Unlock()
-			_ = s.ctl.Start(runCtx)
 			if err := s.startRelay(runCtx); err != nil {
 				s.d.log.ErrorContext(runCtx, "daemon: outbox relay not started", slog.String("service", s.name), slog.Any("error", err))
 			}
@@ -315,6 +332,7 @@ func (s *service) startScheduler(ctx context.Context) error {
 		Services: []scheduler.ServiceConfig{{
 			Name: s.name, DB: s.db, DefaultHorizon: c.Horizon, MinHorizon: c.MinHorizon,
 			Every: c.Purge.Every, BatchSize: c.Purge.BatchSize, Ahead: c.ProcessedEvent.Ahead,
+			ControlFunc: s.control,
 		}},
 		Logger: s.d.log, Metrics: s.d.metrics,
 	})
@@ -341,6 +359,14 @@ func (s *service) scheduler() *scheduler.Scheduler {
 // and reports it: platformd_service_up{service}, the service's
 // grpc.health.v1 status, and the error its pools show while it is down.
 func (s *service) watchHealth(ctx context.Context) {
+	// The first ping waits for the control session (bounded), so that it
+	// does not open a pooled connection that would stay for max_idle.
+	select {
+	case <-s.ctl.Held():
+	case <-time.After(sessionWait):
+	case <-ctx.Done():
+		return
+	}
 	var warned time.Time // when the database's refusal was last logged
 	check := func(ctx context.Context) {
 		pctx, cancel := context.WithTimeout(ctx, healthCheckTimeout)
@@ -406,6 +432,9 @@ func (s *service) subscribe() {
 		s.horizon.refreshOn(ctx, q)
 	})
 	s.ctl.Subscribe(state.ChannelPool, func(ctx context.Context, _ session.Querier, payload string) {
+		if !s.up.Load() {
+			return // the pools read their state as they start
+		}
 		for _, p := range s.workerPools() {
 			if payload == "" || payload == p.Name() {
 				if err := p.Refresh(ctx); err != nil && ctx.Err() == nil {

@@ -50,10 +50,12 @@ const (
 // lost (not renewed in time, or taken over).
 var ErrLost = errors.New("lease lost")
 
-// Querier runs the lease's statements: a *pgxpool.Pool, a connection, a
-// pgx.Tx.
+// Querier runs statements: a *pgxpool.Pool, a connection, a pgx.Tx. The
+// lease needs Exec and QueryRow; Query is there so that the function a
+// DoFunc runs can serve its other users too (the relay, the scheduler).
 type Querier interface {
 	Exec(ctx context.Context, sql string, args ...any) (pgconn.CommandTag, error)
+	Query(ctx context.Context, sql string, args ...any) (pgx.Rows, error)
 	QueryRow(ctx context.Context, sql string, args ...any) pgx.Row
 }
 

@@ -467,6 +467,14 @@ func (s *Scheduler) observe(service string, dryRun bool, deleted int64, took tim
 	}
 }
 
+// control runs fn through ControlFunc when set, else on DB.
+func (sc *ServiceConfig) control(ctx context.Context, fn func(context.Context, lease.Querier) error) error {
+	if sc.ControlFunc != nil {
+		return sc.ControlFunc(ctx, fn)
+	}
+	return fn(ctx, sc.DB)
+}
+
 // estimateRows is the body of a "rows:<service>" job: it sets the
 // processed_event row estimate from the planner's statistics (no scan).
 func (s *Scheduler) estimateRows(ctx context.Context, svc *ServiceConfig) {
@@ -474,7 +482,12 @@ func (s *Scheduler) estimateRows(ctx context.Context, svc *ServiceConfig) {
 		return
 	}
 	defer s.runs.Done()
-	n, err := dedup.EstimateRows(ctx, svc.DB) // partitioned: the sum of the partitions'
+	var n int64
+	err := svc.control(ctx, func(ctx context.Context, q lease.Querier) error {
+		var err error
+		n, err = dedup.EstimateRows(ctx, q) // partitioned: the sum of the partitions'
+		return err
+	})
 	if err != nil {
 		if ctx.Err() == nil {
 			s.logger.WarnContext(ctx, "scheduler: processed_event row estimate",

@@ -79,6 +79,10 @@ type Session struct {
 	log  *slog.Logger
 	subs map[string][]Func
 	chs  []string
+	// first is closed the first time the session holds its connection
+	// (at once without LISTEN).
+	first     chan struct{}
+	firstOnce sync.Once
 
 	mu      sync.Mutex
 	live    bool               // a connection is held and LISTENs
@@ -100,7 +104,8 @@ func New(cfg Config) *Session {
 		def = PollNoListenDefault
 	}
 	cfg.Poll = cmp.Or(cfg.Poll, def)
-	return &Session{cfg: cfg, log: cmp.Or(cfg.Logger, slog.New(slog.DiscardHandler)), subs: map[string][]Func{}}
+	return &Session{cfg: cfg, log: cmp.Or(cfg.Logger, slog.New(slog.DiscardHandler)), subs: map[string][]Func{},
+		first: make(chan struct{})}
 }
 
 // Subscribe calls fn for channel's notifications; call it before Start.
@@ -119,6 +124,7 @@ func (s *Session) Start(ctx context.Context) error {
 		go func() {
 			defer close(done)
 			if s.cfg.NoListen {
+				s.firstOnce.Do(func() { close(s.first) })
 				s.poll(runCtx)
 				return
 			}
@@ -127,6 +133,12 @@ func (s *Session) Start(ctx context.Context) error {
 		return func() { cancel(); <-done }, nil
 	})
 }
+
+// Held is closed the first time the session holds its connection (at
+// Start without LISTEN): a caller about to start work that uses Do may
+// wait for it, so that its first statements do not open pooled
+// connections.
+func (s *Session) Held() <-chan struct{} { return s.first }
 
 // Listening reports whether the session holds its connection now.
 func (s *Session) Listening() bool {
@@ -220,6 +232,7 @@ func (s *Session) once(ctx context.Context) (held bool, err error) {
 	s.mu.Lock()
 	s.live, s.lastErr = true, nil
 	s.mu.Unlock()
+	s.firstOnce.Do(func() { close(s.first) })
 	defer s.lose()
 	ctx = context.WithValue(ctx, onSessionKey{}, Querier(conn))
 	s.notifyAll(ctx, conn)

@@ -107,6 +107,28 @@ services:
 	require.NoError(t, err)
 	d, err := daemon.New(cfg, reg, daemon.WithCreateDatabases())
 	require.NoError(t, err)
+	// The peak while the services come up, sampled on a connection of
+	// its own.
+	sampler, err := pgx.Connect(ctx, testdb.AdminURL())
+	require.NoError(t, err)
+	defer sampler.Close(ctx)
+	peak := 0
+	sampled := make(chan struct{})
+	stopSampling := make(chan struct{})
+	go func() {
+		defer close(sampled)
+		for {
+			var c int
+			if sampler.QueryRow(ctx, `SELECT count(*) FROM pg_stat_activity WHERE datname LIKE $1 || '%'`, prefix).Scan(&c) == nil {
+				peak = max(peak, c)
+			}
+			select {
+			case <-stopSampling:
+				return
+			case <-time.After(200 * time.Millisecond): // a sampling period
+			}
+		}
+	}()
 	runCtx, cancel := context.WithCancel(ctx)
 	errc := make(chan error, 1)
 	start := time.Now()
@@ -123,7 +145,9 @@ services:
 		t.Fatalf("not all %d services up after %s", n, 3*upWithin)
 	}
 	allUp := time.Since(start)
-	t.Logf("%d services: all up after %s", n, allUp.Round(time.Millisecond))
+	close(stopSampling)
+	<-sampled
+	t.Logf("%d services: all up after %s; at most %d connections to their databases meanwhile", n, allUp.Round(time.Millisecond), peak)
 
 	admin, err := pgx.Connect(ctx, testdb.AdminURL())
 	require.NoError(t, err)
