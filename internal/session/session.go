@@ -17,6 +17,7 @@ import (
 	"fmt"
 	"log/slog"
 	"math/rand/v2"
+	"strings"
 	"sync"
 	"time"
 
@@ -38,6 +39,13 @@ const (
 	backoffMin          = 100 * time.Millisecond
 	backoffMax          = 5 * time.Second
 )
+
+// ApplicationName is the control session's application_name in
+// pg_stat_activity (the pool's connections keep the DSN's, by default
+// "platformd").
+const ApplicationName = "platformd-control"
+
+func quoteLiteral(s string) string { return "'" + strings.ReplaceAll(s, "'", "''") + "'" }
 
 // Querier runs statements: the session's connection, or the pool. A
 // statement's rows must be read and closed before the function given to Do
@@ -224,6 +232,11 @@ func (s *Session) once(ctx context.Context) (held bool, err error) {
 		defer cancel()
 		_ = conn.Close(cctx)
 	}()
+	// Named apart in pg_stat_activity: the service's one standing
+	// connection.
+	if _, err := conn.Exec(ctx, "SET application_name = "+quoteLiteral(ApplicationName)); err != nil {
+		return false, fmt.Errorf("session: set application_name: %w", err)
+	}
 	for _, ch := range s.chs {
 		if _, err := conn.Exec(ctx, "LISTEN "+pgx.Identifier{ch}.Sanitize()); err != nil {
 			return false, fmt.Errorf("session: listen %s: %w", ch, err)

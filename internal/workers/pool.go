@@ -248,12 +248,21 @@ func (p *Pool) Start(ctx context.Context) error {
 	})
 }
 
+// readStoredState reads the pool's stored pause state, through
+// ReadStateFunc when set.
+func (p *Pool) readStoredState(ctx context.Context) (state.PoolState, error) {
+	if f := p.deps.ReadStateFunc; f != nil {
+		return f(ctx, p.cfg.Name)
+	}
+	return state.GetPoolState(ctx, p.deps.DB, p.cfg.Name)
+}
+
 // readState reads the stored pause state, again and again with backoff
 // while the database cannot be reached; false when ctx ended first.
 func (p *Pool) readState(ctx context.Context) bool {
 	backoff := BackoffMinDefault
 	for {
-		st, err := state.GetPoolState(ctx, p.deps.DB, p.cfg.Name)
+		st, err := p.readStoredState(ctx)
 		if err == nil {
 			p.setDatabaseError(nil)
 			p.apply(st.Paused, st.Reason)
@@ -336,13 +345,7 @@ func (p *Pool) Resume(ctx context.Context, actor string) (Info, error) {
 // Refresh re-reads the stored pause state and applies it (called on a
 // NOTIFY from another daemon, and periodically).
 func (p *Pool) Refresh(ctx context.Context) error {
-	read := p.deps.ReadStateFunc
-	if read == nil {
-		read = func(ctx context.Context, pool string) (state.PoolState, error) {
-			return state.GetPoolState(ctx, p.deps.DB, pool)
-		}
-	}
-	st, err := read(ctx, p.cfg.Name)
+	st, err := p.readStoredState(ctx)
 	if err != nil {
 		if ctx.Err() == nil {
 			p.setDatabaseError(err)

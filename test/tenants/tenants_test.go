@@ -112,15 +112,16 @@ services:
 	sampler, err := pgx.Connect(ctx, testdb.AdminURL())
 	require.NoError(t, err)
 	defer sampler.Close(ctx)
-	peak := 0
+	peak, peakWhat := 0, ""
 	sampled := make(chan struct{})
 	stopSampling := make(chan struct{})
 	go func() {
 		defer close(sampled)
 		for {
 			var c int
-			if sampler.QueryRow(ctx, `SELECT count(*) FROM pg_stat_activity WHERE datname LIKE $1 || '%'`, prefix).Scan(&c) == nil {
-				peak = max(peak, c)
+			if sampler.QueryRow(ctx, `SELECT count(*) FROM pg_stat_activity WHERE datname LIKE $1 || '%'`, prefix).Scan(&c) == nil && c > peak {
+				peak = c
+				peakWhat = sessionsByQuery(ctx, sampler, prefix)
 			}
 			select {
 			case <-stopSampling:
@@ -147,7 +148,7 @@ services:
 	allUp := time.Since(start)
 	close(stopSampling)
 	<-sampled
-	t.Logf("%d services: all up after %s; at most %d connections to their databases meanwhile", n, allUp.Round(time.Millisecond), peak)
+	t.Logf("%d services: all up after %s; at most %d connections to their databases meanwhile:\n%s", n, allUp.Round(time.Millisecond), peak, peakWhat)
 
 	admin, err := pgx.Connect(ctx, testdb.AdminURL())
 	require.NoError(t, err)
@@ -209,6 +210,33 @@ services:
 	}
 	total, most = conns()
 	t.Logf("%d services after the fan-out: %d connections (at most %d on one)", n, total, most)
+}
+
+// sessionsByQuery says what the sessions on databases named prefix* last
+// ran, most common first.
+func sessionsByQuery(ctx context.Context, conn *pgx.Conn, prefix string) string {
+	rows, err := conn.Query(ctx, `SELECT count(*), application_name || ' ' || state, left(regexp_replace(query, '\s+', ' ', 'g'), 60)
+		FROM pg_stat_activity WHERE datname LIKE $1 || '%' GROUP BY 2, 3 ORDER BY 1 DESC LIMIT 8`, prefix)
+	if err != nil {
+		return err.Error()
+	}
+	defer rows.Close()
+	var b strings.Builder
+	for rows.Next() {
+		var c int
+		var state, query *string
+		if rows.Scan(&c, &state, &query) == nil {
+			fmt.Fprintf(&b, "    %d %v %v\n", c, deref(state), deref(query))
+		}
+	}
+	return b.String()
+}
+
+func deref(s *string) string {
+	if s == nil {
+		return "-"
+	}
+	return *s
 }
 
 // logSessions logs what the sessions on database db last ran: which
