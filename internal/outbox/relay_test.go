@@ -273,7 +273,7 @@ func TestRelayCrashBetweenConfirmAndDelete(t *testing.T) {
 			// The relay's connections die, the pass's among them: as if
 			// the process died.
 			_, err := b.check.Exec(ctx, `SELECT pg_terminate_backend(pid) FROM pg_stat_activity
-				WHERE datname = current_database() AND application_name = 'platformd'`)
+				WHERE datname = current_database() AND application_name LIKE 'platformd%'`)
 			if err != nil {
 				t.Error(err)
 			}
@@ -351,7 +351,7 @@ func TestRelayDatabaseFault(t *testing.T) {
 		require.NoError(t, err)
 		if i%25 == 10 {
 			_, err := b.check.Exec(ctx, `SELECT pg_terminate_backend(pid) FROM pg_stat_activity
-				WHERE datname = current_database() AND application_name = 'platformd'`)
+				WHERE datname = current_database() AND application_name LIKE 'platformd%'`)
 			require.NoError(t, err)
 		}
 	}

@@ -33,6 +33,10 @@ const (
 	upWithin            = 60 * time.Second
 	idleConnsPerService = 1.5
 	idleSettle          = 15 * time.Second
+	// maxIdle is the services' database_pool.max_idle: short, so that the
+	// fan-out's burst (every service's workers at once) gives its
+	// connections back quickly.
+	maxIdle = 2 * time.Second
 )
 
 const amqpURL = "amqp://guest:guest@127.0.0.1:5672/"
@@ -81,6 +85,7 @@ services:
       - name: tenant%03d.apply
         events: [tenants.thing.happened.v1]
         sql: ["INSERT INTO applied (event_id, n) VALUES (@event_id, 1) ON CONFLICT (event_id) DO UPDATE SET n = applied.n + 1"]
+    database_pool: {max_idle: %s}
     pools:
       - name: tenant%03d-events
         queue: tenants.%s.%03d
@@ -89,7 +94,7 @@ services:
         handlers: [tenant%03d.apply]
         concurrency: 2
         retry: {delays: [1s]}
-`, i, dsn, migDir, i, i, suffix, i, i)
+`, i, dsn, migDir, i, maxIdle, i, suffix, i, i)
 	}
 	t.Cleanup(func() {
 		var wg sync.WaitGroup
@@ -109,27 +114,7 @@ services:
 	require.NoError(t, err)
 	// The peak while the services come up, sampled on a connection of
 	// its own.
-	sampler, err := pgx.Connect(ctx, testdb.AdminURL())
-	require.NoError(t, err)
-	defer sampler.Close(ctx)
-	peak, peakWhat := 0, ""
-	sampled := make(chan struct{})
-	stopSampling := make(chan struct{})
-	go func() {
-		defer close(sampled)
-		for {
-			var c int
-			if sampler.QueryRow(ctx, `SELECT count(*) FROM pg_stat_activity WHERE datname LIKE $1 || '%'`, prefix).Scan(&c) == nil && c > peak {
-				peak = c
-				peakWhat = sessionsByQuery(ctx, sampler, prefix)
-			}
-			select {
-			case <-stopSampling:
-				return
-			case <-time.After(200 * time.Millisecond): // a sampling period
-			}
-		}
-	}()
+	stopSampling := samplePeak(t, prefix)
 	runCtx, cancel := context.WithCancel(ctx)
 	errc := make(chan error, 1)
 	start := time.Now()
@@ -146,8 +131,7 @@ services:
 		t.Fatalf("not all %d services up after %s", n, 3*upWithin)
 	}
 	allUp := time.Since(start)
-	close(stopSampling)
-	<-sampled
+	peak, peakWhat := stopSampling()
 	t.Logf("%d services: all up after %s; at most %d connections to their databases meanwhile:\n%s", n, allUp.Round(time.Millisecond), peak, peakWhat)
 
 	admin, err := pgx.Connect(ctx, testdb.AdminURL())
@@ -189,13 +173,23 @@ services:
 
 	// Fan-out: one event published twice reaches every queue; each service
 	// applies it once.
+	stopSampling = samplePeak(t, prefix)
 	id := uuid.New()
+	fanout := time.Now()
 	publishTwice(t, "tenants."+suffix, id)
-	pdeadline := time.Now().Add(60 * time.Second)
+	pdeadline := time.Now().Add(90 * time.Second)
+	refused := 0
 	for i := 0; i < n; {
 		dsn := testdb.WithDatabase(testdb.AdminURL(), names[i])
 		c, err := pgx.Connect(ctx, dsn)
-		require.NoError(t, err)
+		if err != nil {
+			// The server full for a moment (every service's workers at
+			// once): ask again.
+			refused++
+			require.True(t, time.Now().Before(pdeadline), "service %d: %v", i, err)
+			time.Sleep(100 * time.Millisecond) // a bounded poll
+			continue
+		}
 		var got int
 		err = c.QueryRow(ctx, `SELECT coalesce(sum(n), 0) FROM applied WHERE event_id = $1`, id).Scan(&got)
 		_ = c.Close(ctx)
@@ -208,8 +202,44 @@ services:
 		require.True(t, time.Now().Before(pdeadline), "service %d did not apply the event", i)
 		time.Sleep(100 * time.Millisecond) // a bounded poll
 	}
+	peak, peakWhat = stopSampling()
 	total, most = conns()
+	t.Logf("%d services: the event applied once in each after %s; at most %d connections meanwhile (the checker refused %d times):\n%s",
+		n, time.Since(fanout).Round(time.Millisecond), peak, refused, peakWhat)
 	t.Logf("%d services after the fan-out: %d connections (at most %d on one)", n, total, most)
+}
+
+// samplePeak samples, on a connection of its own, the connections to the
+// databases named prefix* until the returned function is called, which
+// returns the most seen and what they ran then.
+func samplePeak(t *testing.T, prefix string) func() (int, string) {
+	t.Helper()
+	ctx := context.Background()
+	sampler, err := pgx.Connect(ctx, testdb.AdminURL())
+	require.NoError(t, err)
+	peak, peakWhat := 0, ""
+	done, stop := make(chan struct{}), make(chan struct{})
+	go func() {
+		defer close(done)
+		for {
+			var c int
+			if sampler.QueryRow(ctx, `SELECT count(*) FROM pg_stat_activity WHERE datname LIKE $1 || '%'`, prefix).Scan(&c) == nil && c > peak {
+				peak = c
+				peakWhat = sessionsByQuery(ctx, sampler, prefix)
+			}
+			select {
+			case <-stop:
+				return
+			case <-time.After(200 * time.Millisecond): // a sampling period
+			}
+		}
+	}()
+	return func() (int, string) {
+		close(stop)
+		<-done
+		_ = sampler.Close(ctx)
+		return peak, peakWhat
+	}
 }
 
 // sessionsByQuery says what the sessions on databases named prefix* last
