@@ -36,8 +36,11 @@ const (
 	// PollNoListenDefault is PollDefault without LISTEN: subscribers then
 	// learn of pauses and horizons by polling only.
 	PollNoListenDefault = 2 * time.Second
-	backoffMin          = 100 * time.Millisecond
-	backoffMax          = 5 * time.Second
+	// StatementTimeout bounds what one Do call or subscriber runs on the
+	// session: its caller's cancellation does not interrupt it.
+	StatementTimeout = 5 * time.Second
+	backoffMin       = 100 * time.Millisecond
+	backoffMax       = 5 * time.Second
 )
 
 // ApplicationName is the control session's application_name in
@@ -247,7 +250,6 @@ func (s *Session) once(ctx context.Context) (held bool, err error) {
 	s.mu.Unlock()
 	s.firstOnce.Do(func() { close(s.first) })
 	defer s.lose()
-	ctx = context.WithValue(ctx, onSessionKey{}, Querier(conn))
 	s.notifyAll(ctx, conn)
 	lastPoll := time.Now()
 	for {
@@ -263,7 +265,7 @@ func (s *Session) once(ctx context.Context) (held bool, err error) {
 		switch {
 		case err == nil:
 			for _, fn := range s.subs[n.Channel] {
-				fn(ctx, conn, n.Payload)
+				_ = s.onSession(ctx, conn, func(ctx context.Context) error { fn(ctx, conn, n.Payload); return nil })
 			}
 		case ctx.Err() != nil:
 			return true, ctx.Err()
@@ -301,9 +303,24 @@ func (s *Session) serve(conn *pgx.Conn, q []*request) error {
 			s.requeue(q[i:])
 			return errors.New("session: connection closed")
 		}
-		r.done <- r.fn(context.WithValue(r.ctx, onSessionKey{}, Querier(conn)), conn)
+		if err := r.ctx.Err(); err != nil {
+			r.done <- err
+			continue
+		}
+		r.done <- s.onSession(r.ctx, conn, func(ctx context.Context) error { return r.fn(ctx, conn) })
 	}
 	return nil
+}
+
+// onSession runs fn on the session's connection under a context that
+// carries the session (a Do from fn runs at once) and that its caller's
+// cancellation does not reach: a statement cancelled half-way would cost
+// the connection (pgx closes it), so it is bounded by StatementTimeout
+// instead. The statements run there are small.
+func (s *Session) onSession(ctx context.Context, conn *pgx.Conn, fn func(context.Context) error) error {
+	ctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), StatementTimeout)
+	defer cancel()
+	return fn(context.WithValue(ctx, onSessionKey{}, Querier(conn)))
 }
 
 // requeue puts back Do calls not yet run, for lose to answer.
@@ -325,18 +342,22 @@ func (s *Session) lose() {
 	}
 }
 
-// notifyAll calls every subscriber with an empty payload.
-func (s *Session) notifyAll(ctx context.Context, q Querier) {
+// notifyAll calls every subscriber with an empty payload, on the
+// session's connection (conn) or, without LISTEN, on the pool.
+func (s *Session) notifyAll(ctx context.Context, conn *pgx.Conn) {
 	for _, ch := range s.chs {
 		for _, fn := range s.subs[ch] {
-			fn(ctx, q, "")
+			if conn == nil {
+				fn(context.WithValue(ctx, onSessionKey{}, Querier(s.cfg.DB)), s.cfg.DB, "")
+				continue
+			}
+			_ = s.onSession(ctx, conn, func(ctx context.Context) error { fn(ctx, conn, ""); return nil })
 		}
 	}
 }
 
 // poll calls every subscriber every Poll on the pool (no LISTEN).
 func (s *Session) poll(ctx context.Context) {
-	ctx = context.WithValue(ctx, onSessionKey{}, Querier(s.cfg.DB))
-	s.notifyAll(ctx, s.cfg.DB)
-	startstop.Tick(ctx, s.cfg.Poll, func(ctx context.Context) { s.notifyAll(ctx, s.cfg.DB) })
+	s.notifyAll(ctx, nil)
+	startstop.Tick(ctx, s.cfg.Poll, func(ctx context.Context) { s.notifyAll(ctx, nil) })
 }
