@@ -114,6 +114,7 @@ type Relay struct {
 	wake     chan struct{}
 	isActive atomic.Bool
 	held     map[uuid.UUID]*heldRow // used by the run goroutine only
+	busy     bool                   // rows waited at the last look; run goroutine only
 }
 
 // heldRow is a row held back: when it may be tried again.
@@ -230,19 +231,30 @@ func Stats(ctx context.Context, db lease.Querier) (pending int64, oldest time.Du
 	return pending, time.Duration(max(secs, 0) * float64(time.Second)), nil
 }
 
-// refreshStats reads the gauges (on the control session) and returns the
-// rows pending.
+// refreshStats reads the gauges and returns the rows pending.
+//
+// While the outbox was empty at the last look, the count runs on the
+// control session (an idle relay holds no pooled connection); while rows
+// wait, on the pool, where the passes run anyway: a count over a large
+// backlog must not hold up the session's pings and notifications.
 func (r *Relay) refreshStats(ctx context.Context) (int64, error) {
 	var n int64
 	var age time.Duration
-	err := r.cfg.ControlFunc(ctx, func(ctx context.Context, q lease.Querier) error {
+	stats := func(ctx context.Context, q lease.Querier) error {
 		var err error
 		n, age, err = Stats(ctx, q)
 		return err
-	})
+	}
+	var err error
+	if r.busy {
+		err = stats(ctx, r.cfg.DB)
+	} else {
+		err = r.cfg.ControlFunc(ctx, stats)
+	}
 	if err != nil {
 		return 0, err
 	}
+	r.busy = n > 0
 	r.pending.Set(float64(n))
 	r.oldest.Set(age.Seconds())
 	return n, nil
