@@ -18,6 +18,7 @@ TEST_AMQP_URL ?= amqp://guest:guest@127.0.0.1:5672/## RabbitMQ for tests and dem
 FUZZTIME ?= 20s## how long `make fuzz` (part of `make test`) fuzzes FuzzDecode
 BENCHTIME ?= 1s## -benchtime for the Go micro-benchmarks in `make bench`
 BENCH_FLAGS ?=## flags for the bench program, e.g. BENCH_FLAGS='-h' to list them
+TENANTS ?= 100## services hosted by `make tenants`
 BREAKING_AGAINST ?=## buf input for `make breaking`; empty: branch main, else HEAD~1
 SERVICES_NO_DEPLOY_TOOLS ?=## 1: scripts/services.sh skips promtool and systemd-analyze (their checks then skip)
 # The deploy checks fail, rather than skip, when promtool or systemd-analyze
@@ -141,6 +142,14 @@ generate proto: ## buf format -w, buf lint, buf generate (api/gen)
 .PHONY: breaking
 breaking: ## buf breaking against BREAKING_AGAINST, branch main, or HEAD~1
 	@bash scripts/proto.sh breaking
+
+.PHONY: tenants
+tenants: services ## many-tenants proof (docs/tenants.md): TENANTS services in one daemon, all up in 60s, <=1.5 connections each idle, fan-out once; needs the server to itself
+	PLATFORMD_TENANTS=$(TENANTS) $(GO) test -count=1 -v -run 'TestManyTenants$$' -timeout 10m ./test/tenants/
+
+.PHONY: pooler
+pooler: services ## database_mode: pooler through a real PgBouncer (scripts/pgbouncer.sh installs and starts it), exactly once across its restart
+	PLATFORMD_PGBOUNCER=1 $(GO) test -race -count=1 -v -run 'TestPoolerExactlyOnce$$' ./test/tenants/
 
 .PHONY: bench
 bench: services ## bench program (./bench/cmd/bench BENCH_FLAGS) + Go micro-benchmarks in internal/

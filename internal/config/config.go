@@ -155,6 +155,13 @@ type ServiceConfig struct {
 	// ProcessedEvent shapes the service's processed_event table (default:
 	// the contract's plain table); see processedevent.go.
 	ProcessedEvent ProcessedEventConfig `yaml:"processed_event"`
+	// DatabasePool sizes the service's database connection pool (default:
+	// derived from its pools' concurrency, shrinking to nothing when idle);
+	// see databasepool.go.
+	DatabasePool DatabasePoolConfig `yaml:"database_pool"`
+	// DatabaseMode is DatabaseModeDirect (default) or DatabaseModePooler
+	// (database names a transaction-mode pooler such as PgBouncer).
+	DatabaseMode string `yaml:"database_mode"`
 }
 
 // PurgeConfig schedules the processed_event purge.

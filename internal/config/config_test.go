@@ -91,7 +91,9 @@ func TestLoadFullSample(t *testing.T) {
 				// budget it does not name takes its default.
 				MaxUnackedBytes: MaxUnackedBytesDefault,
 			}},
-			Outbox: OutboxConfig{Relay: true, BatchSize: OutboxBatchSizeDefault, Poll: OutboxPollDefault},
+			Outbox:       OutboxConfig{Relay: true, BatchSize: OutboxBatchSizeDefault, Poll: OutboxPollDefault},
+			DatabasePool: DatabasePoolConfig{MaxConns: 4 + DatabasePoolSpareConns, MaxIdle: DatabasePoolMaxIdleDefault},
+			DatabaseMode: DatabaseModeDirect,
 		},
 		{
 			Name:          "shipping",
@@ -114,7 +116,9 @@ func TestLoadFullSample(t *testing.T) {
 				// budget it does not name takes its default.
 				MaxUnackedBytes: MaxUnackedBytesDefault,
 			}},
-			Outbox: OutboxConfig{Relay: true, BatchSize: OutboxBatchSizeDefault, Poll: OutboxPollDefault},
+			Outbox:       OutboxConfig{Relay: true, BatchSize: OutboxBatchSizeDefault, Poll: OutboxPollDefault},
+			DatabasePool: DatabasePoolConfig{MaxConns: 4 + DatabasePoolSpareConns, MaxIdle: DatabasePoolMaxIdleDefault},
+			DatabaseMode: DatabaseModeDirect,
 		},
 	}, c.Services)
 

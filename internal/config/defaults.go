@@ -127,6 +127,7 @@ func applyDefaults(c *Config, isSet func(path string) bool) {
 				p.Prefetch = DerivedPrefetch(p.Concurrency, p.Batch.Size)
 			}
 		}
+		applyDatabasePoolDefaults(s, sp, isSet)
 	}
 }
 

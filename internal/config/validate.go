@@ -358,6 +358,7 @@ func (v *validator) services() {
 		v.routingOverlap(i, s)
 		v.outbox(i, s)
 		v.processedEvent(i, s)
+		v.databasePool(i, s)
 	}
 }
 

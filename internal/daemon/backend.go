@@ -63,6 +63,13 @@ func (b *backend) ListServices(ctx context.Context) ([]admin.ServiceInfo, error)
 			info = admin.ServiceInfo{Name: s.name, Horizon: c.Horizon, MinHorizon: c.MinHorizon,
 				BeyondHorizon: c.BeyondHorizon, Error: err.Error()}
 		}
+		if info.Error == "" && !s.up.Load() {
+			// Read, yet not up: why it is not (a migration refused, a
+			// database that refused its connections a moment ago).
+			if derr := s.downError(); derr != nil {
+				info.Error = "not up: " + derr.Error()
+			}
+		}
 		out = append(out, info)
 	}
 	return out, nil

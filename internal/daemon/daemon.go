@@ -28,6 +28,7 @@ import (
 	"github.com/platformd/platformd/internal/dedup"
 	"github.com/platformd/platformd/internal/metrics"
 	"github.com/platformd/platformd/internal/migrate"
+	"github.com/platformd/platformd/internal/session"
 	"github.com/platformd/platformd/internal/startstop"
 	"github.com/platformd/platformd/internal/state"
 	"github.com/platformd/platformd/internal/tracing"
@@ -426,34 +427,34 @@ func newHorizonCache(db *pgxpool.Pool, service string, def, min time.Duration, l
 	return &horizonCache{db: db, service: service, def: def, min: min, log: log, refreshing: make(chan struct{}, 1)}
 }
 
-// HorizonRefreshDefault is how often the cached horizon is re-read when no
-// notification arrives.
+// HorizonRefreshDefault is how often the cached horizon (and the pools'
+// pause state) is re-read when no notification arrives: the period of the
+// service's control session's poll.
 const HorizonRefreshDefault = 30 * time.Second
 
-func (c *horizonCache) refresh(ctx context.Context) {
+func (c *horizonCache) refresh(ctx context.Context) { c.refreshOn(ctx, c.db) }
+
+// refreshOn re-reads the horizon through q (the pool, or the service's
+// control session), one refresh at a time: a late answer never overwrites
+// a newer one, and get never waits for a refresh.
+func (c *horizonCache) refreshOn(ctx context.Context, q session.Querier) {
 	select {
 	case c.refreshing <- struct{}{}:
 		defer func() { <-c.refreshing }()
 	case <-ctx.Done():
 		return
 	}
-	h, err := state.GetHorizon(ctx, c.db, c.service, c.def, c.min)
+	h, err := state.GetHorizon(ctx, q, c.service, c.def, c.min)
 	if err != nil {
 		c.h.CompareAndSwap(0, int64(c.def))
 		c.log.WarnContext(ctx, "daemon: read horizon", slog.String("service", c.service), slog.Any("error", err))
 		return
 	}
-	c.h.Store(int64(horizonInForce(ctx, c.db, h.Horizon))) // rounded up to whole partitions when partitioned
+	c.h.Store(int64(horizonInForce(ctx, q, h.Horizon))) // rounded up to whole partitions when partitioned
 }
 
 func (c *horizonCache) get() time.Duration {
 	return time.Duration(c.h.Load())
-}
-
-// refreshEvery re-reads the horizon periodically, a safety net under
-// NOTIFY, until ctx ends.
-func (c *horizonCache) refreshEvery(ctx context.Context, every time.Duration) {
-	startstop.Tick(ctx, every, c.refresh)
 }
 
 // Serving reports whether every service is up and every pool consumes (or

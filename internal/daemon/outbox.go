@@ -3,7 +3,9 @@ package daemon
 import (
 	"context"
 
+	"github.com/platformd/platformd/internal/lease"
 	"github.com/platformd/platformd/internal/outbox"
+	"github.com/platformd/platformd/internal/session"
 )
 
 // TestOutboxKillAfterConfirmEnv, set to N > 0, makes a daemon built with
@@ -26,6 +28,7 @@ func (s *service) startRelay(ctx context.Context) error {
 		Service: s.name, DB: s.db, Broker: d.outboxConn, Exchange: d.cfg.Broker.Exchange,
 		BatchSize: o.BatchSize, Poll: o.Poll, MaxBodyBytes: d.cfg.Broker.MaxBodyBytes,
 		Metrics: d.metrics, Logger: d.log, TestAfterConfirmFunc: d.killHook,
+		ControlFunc: s.control,
 	})
 	if err != nil {
 		return err
@@ -37,4 +40,10 @@ func (s *service) startRelay(ctx context.Context) error {
 	s.relay = r
 	s.mu.Unlock()
 	return nil
+}
+
+// control runs fn on the service's control session (see package session):
+// the relay's and the purge's leases, and an idle relay's look for rows.
+func (s *service) control(ctx context.Context, fn func(context.Context, lease.Querier) error) error {
+	return s.ctl.Do(ctx, func(ctx context.Context, q session.Querier) error { return fn(ctx, q) })
 }

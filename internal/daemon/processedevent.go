@@ -28,7 +28,7 @@ func wantLayout(s config.ServiceConfig) dedup.Layout {
 // the service's horizon (as stored, or configured); the caller closes the
 // pool.
 func layoutDB(ctx context.Context, s config.ServiceConfig) (*pgxpool.Pool, time.Duration, error) {
-	db, err := dedup.Connect(ctx, s.Database, dedup.PoolConfig{MaxConns: 2, ApplicationName: "platformd-migrate"})
+	db, err := dedup.Connect(ctx, s.Database, dedup.PoolConfig{MaxConns: 2, ApplicationName: "platformd-migrate", Pooler: s.Pooler()})
 	if err != nil {
 		return nil, 0, err
 	}
@@ -106,7 +106,7 @@ func ConvertProcessedEvent(ctx context.Context, cfg *config.Config, reg *consume
 // horizonInForce is h as the purge applies it to the service's table
 // (rounded up to whole partitions when partitioned); h when the layout
 // cannot be read.
-func horizonInForce(ctx context.Context, db *pgxpool.Pool, h time.Duration) time.Duration {
+func horizonInForce(ctx context.Context, db dedup.Querier, h time.Duration) time.Duration {
 	l, err := dedup.DetectLayout(ctx, db)
 	if err != nil {
 		return h

@@ -181,6 +181,10 @@ func (d *Daemon) planReload(old, cfg *config.Config) *reloadPlan {
 // handlers: what, changed, restarts the whole service.
 func serviceSettings(sc config.ServiceConfig) config.ServiceConfig {
 	sc.Pools, sc.SQLHandlers = nil, nil
+	// Derived from the pools' concurrency, it changes with them; a
+	// database pool is sized once, when its service starts: a reload
+	// neither resizes it nor restarts the service for it.
+	sc.DatabasePool.MaxConns = 0
 	return sc
 }
 

@@ -19,6 +19,7 @@ import (
 	"github.com/platformd/platformd/internal/dedup"
 	"github.com/platformd/platformd/internal/outbox"
 	"github.com/platformd/platformd/internal/scheduler"
+	"github.com/platformd/platformd/internal/session"
 	"github.com/platformd/platformd/internal/startstop"
 	"github.com/platformd/platformd/internal/state"
 	"github.com/platformd/platformd/internal/workers"
@@ -31,6 +32,9 @@ const (
 	HealthCheckEveryDefault = 2 * time.Second
 	// healthCheckTimeout bounds one ping.
 	healthCheckTimeout = 2 * time.Second
+	// sessionWait bounds how long a service's start waits for its control
+	// session before it starts its pools anyway.
+	sessionWait = 5 * time.Second
 	// bringUpBackoffMax bounds the wait between two tries to migrate a
 	// service whose database cannot be reached.
 	bringUpBackoffMax = 5 * time.Second
@@ -61,6 +65,10 @@ type service struct {
 	d       *Daemon
 	db      *pgxpool.Pool
 	horizon *horizonCache
+	// ctl is the service's control session: one connection for its
+	// notifications, health pings, pause-state reads and leases (see
+	// package session).
+	ctl *session.Session
 	// migrate is false when the service's migrations ran already (at the
 	// daemon's start, or before a reload applied) or `run -no-migrate`.
 	migrate bool
@@ -108,16 +116,32 @@ type servicePool struct {
 // newService builds a service (not started) over its own database pool;
 // reg holds every handler its pools name.
 func (d *Daemon) newService(ctx context.Context, sc config.ServiceConfig, reg *consumer.Registry, migrate bool) (*service, error) {
-	conns := int32(3) // LISTEN watcher, scheduler lock, health ping
-	for _, p := range sc.Pools {
-		conns += int32(p.Concurrency)
+	// The pool follows the work: up to the pools' concurrency (plus spare
+	// for a relay pass, a purge, an admin call), nothing kept while idle;
+	// config.DatabasePoolConfig. The control session (session.go) comes on
+	// top.
+	dp := sc.DatabasePool
+	if dp.MaxConns == 0 { // a config built in Go, without the defaults
+		dp.MaxConns = config.DatabasePoolSpareConns
+		for _, p := range sc.Pools {
+			dp.MaxConns += p.Concurrency
+		}
 	}
-	db, err := dedup.Connect(ctx, sc.Database, dedup.PoolConfig{MaxConns: conns + 4})
+	db, err := dedup.Connect(ctx, sc.Database, dedup.PoolConfig{
+		MaxConns: int32(max(dp.MaxConns, 2)), MinConns: int32(dp.MinConns), MaxConnIdleTime: dp.MaxIdle, //nolint:gosec // validated: at most 1000
+		Pooler: sc.Pooler(),
+	})
 	if err != nil {
 		return nil, fmt.Errorf("service %s: %w", sc.Name, err)
 	}
 	s := &service{name: sc.Name, d: d, db: db, migrate: migrate}
 	s.setConfig(sc, reg)
+	poll := HorizonRefreshDefault
+	if sc.Pooler() {
+		// No LISTEN through a pooler: pauses and horizons are polled.
+		poll = session.PollNoListenDefault
+	}
+	s.ctl = session.New(session.Config{DB: db, NoListen: sc.Pooler(), Poll: poll, Logger: d.log.With(slog.String("service", sc.Name))})
 	s.horizon = newHorizonCache(db, sc.Name, sc.Horizon, sc.MinHorizon, d.log)
 	for _, pc := range sc.Pools {
 		sp, err := s.newPool(pc)
@@ -170,7 +194,7 @@ func (s *service) newPool(pc config.PoolConfig) (*servicePool, error) {
 			Routes: routes, Observer: workers.NewConflictObserver(d.metrics, s.name, pc.Name, d.log),
 			Tracer: d.tracer(), TraceAttributes: batchTraceAttributes(s.name, pc.Name),
 		}),
-		DB: s.db, Consume: consume, Publish: d.publish, Metrics: d.metrics, Logger: d.log, Tracer: d.tracer(),
+		DB: s.db, ReadStateFunc: s.readPoolState, Consume: consume, Publish: d.publish, Metrics: d.metrics, Logger: d.log, Tracer: d.tracer(),
 	})
 	if err != nil {
 		consume.Close()
@@ -184,8 +208,7 @@ func (s *service) Start(ctx context.Context) error {
 	return s.StartFunc(func() (func(), error) {
 		runCtx, cancel := context.WithCancel(context.WithoutCancel(ctx))
 		health := startstop.NewLoop(s.watchHealth)
-		watch := startstop.NewLoop(func(ctx context.Context) { s.watch(ctx) })
-		refresh := startstop.NewLoop(func(ctx context.Context) { s.horizon.refreshEvery(ctx, HorizonRefreshDefault) })
+		s.subscribe()
 		done := make(chan struct{})
 		go func() {
 			defer close(done)
@@ -196,7 +219,22 @@ func (s *service) Start(ctx context.Context) error {
 			if !s.bringUp(runCtx) {
 				return
 			}
-			s.horizon.refresh(runCtx)
+			// The control session first: the horizon, the pools' pause
+			// state, the relay's lease and the scheduler's estimate then
+			// run on it rather than on pooled connections (a hundred
+			// services starting together would otherwise hold two or
+			// three connections each for their first max_idle).
+			_ = s.ctl.Start(runCtx)
+			select {
+			case <-s.ctl.Held():
+			case <-time.After(sessionWait):
+			case <-runCtx.Done():
+				return
+			}
+			_ = s.ctl.Do(runCtx, func(ctx context.Context, q session.Querier) error {
+				s.horizon.refreshOn(ctx, q)
+				return nil
+			})
 			// Under the lock, so that a reload adding pools meanwhile
 			// either finds the service up and starts them, or leaves them
 			// here to be started.
@@ -206,9 +244,6 @@ func (s *service) Start(ctx context.Context) error {
 			}
 			s.up.Store(true)
 			s.mu.Unlock()
-			for _, l := range []*startstop.Loop{watch, refresh} {
-				_ = l.Start(runCtx)
-			}
 			if err := s.startRelay(runCtx); err != nil {
 				s.d.log.ErrorContext(runCtx, "daemon: outbox relay not started", slog.String("service", s.name), slog.Any("error", err))
 			}
@@ -232,7 +267,7 @@ func (s *service) Start(ctx context.Context) error {
 				[]startstop.Stopper{sched},
 				pools,
 				[]startstop.Stopper{relay},
-				[]startstop.Stopper{watch, refresh, health},
+				[]startstop.Stopper{s.ctl, health},
 			)
 			s.mu.RLock()
 			for _, sp := range s.pools {
@@ -305,6 +340,7 @@ func (s *service) startScheduler(ctx context.Context) error {
 		Services: []scheduler.ServiceConfig{{
 			Name: s.name, DB: s.db, DefaultHorizon: c.Horizon, MinHorizon: c.MinHorizon,
 			Every: c.Purge.Every, BatchSize: c.Purge.BatchSize, Ahead: c.ProcessedEvent.Ahead,
+			ControlFunc: s.control,
 		}},
 		Logger: s.d.log, Metrics: s.d.metrics,
 	})
@@ -331,9 +367,21 @@ func (s *service) scheduler() *scheduler.Scheduler {
 // and reports it: platformd_service_up{service}, the service's
 // grpc.health.v1 status, and the error its pools show while it is down.
 func (s *service) watchHealth(ctx context.Context) {
+	// The first ping waits for the control session (bounded), so that it
+	// does not open a pooled connection that would stay for max_idle.
+	select {
+	case <-s.ctl.Held():
+	case <-time.After(sessionWait):
+	case <-ctx.Done():
+		return
+	}
+	var warned time.Time // when the database's refusal was last logged
 	check := func(ctx context.Context) {
 		pctx, cancel := context.WithTimeout(ctx, healthCheckTimeout)
-		err := s.db.Ping(pctx)
+		err := s.ctl.Do(pctx, func(ctx context.Context, q session.Querier) error {
+			_, err := q.Exec(ctx, "SELECT 1")
+			return err
+		})
 		cancel()
 		if ctx.Err() != nil {
 			return
@@ -345,9 +393,34 @@ func (s *service) watchHealth(ctx context.Context) {
 			s.downErr.Store(nil)
 		}
 		s.d.setServiceHealth(s.name, up)
+		warned = s.reportHealth(ctx, err, warned)
 	}
 	check(ctx)
 	startstop.Tick(ctx, HealthCheckEveryDefault, check)
+}
+
+// healthWarnEvery is how often a service whose database keeps failing its
+// health check says so again at warn.
+const healthWarnEvery = time.Minute
+
+// reportHealth logs a failed health check at warn (why: refused, "too
+// many clients", unreachable), the first time and then every
+// healthWarnEvery while it lasts, and its recovery at info; warned is when
+// it last warned (zero: not failing), and the new value is returned.
+func (s *service) reportHealth(ctx context.Context, err error, warned time.Time) time.Time {
+	switch {
+	case err == nil && !warned.IsZero():
+		s.d.log.InfoContext(ctx, "daemon: service database answers again", slog.String("service", s.name))
+		return time.Time{}
+	case err == nil:
+		return warned
+	case warned.IsZero() || time.Since(warned) >= healthWarnEvery:
+		s.d.log.WarnContext(ctx, "daemon: service database health check failed; its pools wait for it",
+			slog.String("service", s.name), slog.Any("error", err))
+		return time.Now()
+	default:
+		return warned
+	}
 }
 
 // downError is why the service is not up, or its database's last error
@@ -359,23 +432,48 @@ func (s *service) downError() error {
 	return nil
 }
 
-// watch applies pause and horizon changes announced by any daemon sharing
-// the service database.
-func (s *service) watch(ctx context.Context) {
-	state.Watch(ctx, s.db, []string{state.ChannelPool, state.ChannelHorizon}, func(channel, payload string) {
-		switch channel {
-		case state.ChannelHorizon:
-			s.horizon.refresh(ctx)
-		case state.ChannelPool:
-			for _, p := range s.workerPools() {
-				if payload == "" || payload == p.Name() {
-					if err := p.Refresh(ctx); err != nil && ctx.Err() == nil {
-						s.d.log.WarnContext(ctx, "daemon: refresh pool state", slog.String("pool", p.Name()), slog.Any("error", err))
-					}
+// subscribe applies pause and horizon changes announced by any daemon
+// sharing the service database, on its control session; with no
+// notification, the session's poll re-reads both now and then.
+func (s *service) subscribe() {
+	s.ctl.Subscribe(state.ChannelHorizon, func(ctx context.Context, q session.Querier, _ string) {
+		s.horizon.refreshOn(ctx, q)
+	})
+	s.ctl.Subscribe(state.ChannelPool, func(ctx context.Context, _ session.Querier, payload string) {
+		if !s.up.Load() {
+			return // the pools read their state as they start
+		}
+		for _, p := range s.workerPools() {
+			if payload == "" || payload == p.Name() {
+				if err := p.Refresh(ctx); err != nil && ctx.Err() == nil {
+					s.d.log.WarnContext(ctx, "daemon: refresh pool state", slog.String("pool", p.Name()), slog.Any("error", err))
 				}
 			}
 		}
-	}, s.d.log)
+	})
+	s.ctl.Subscribe(outbox.Channel, func(context.Context, session.Querier, string) {
+		if r := s.outboxRelay(); r != nil {
+			r.Wake()
+		}
+	})
+}
+
+// readPoolState reads a pool's stored pause state on the control session.
+func (s *service) readPoolState(ctx context.Context, pool string) (state.PoolState, error) {
+	var st state.PoolState
+	err := s.ctl.Do(ctx, func(ctx context.Context, q session.Querier) error {
+		var err error
+		st, err = state.GetPoolState(ctx, q, pool)
+		return err
+	})
+	return st, err
+}
+
+// outboxRelay returns the service's relay, nil until it runs.
+func (s *service) outboxRelay() *outbox.Relay {
+	s.mu.RLock()
+	defer s.mu.RUnlock()
+	return s.relay
 }
 
 // workerPools returns the service's pools, in config order.

@@ -80,10 +80,3 @@ func CheckViolation(err error) bool {
 	var pgErr *pgconn.PgError
 	return errors.As(err, &pgErr) && pgErr.Code == pgerrcode.CheckViolation
 }
-
-// ConnectionLost reports whether err says the session itself is gone: the
-// server shut it down (57P01) or the connection failed (class 08).
-func ConnectionLost(err error) bool {
-	var pgErr *pgconn.PgError
-	return errors.As(err, &pgErr) && (pgErr.Code == pgerrcode.AdminShutdown || pgerrcode.IsConnectionException(pgErr.Code))
-}

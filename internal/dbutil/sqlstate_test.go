@@ -47,9 +47,6 @@ func TestClassify(t *testing.T) {
 	require.Equal(t, dbutil.FaultOther, dbutil.Classify(errors.New("not postgres")))
 	require.True(t, dbutil.CheckViolation(&pgconn.PgError{Code: "23514"}))
 	require.False(t, dbutil.CheckViolation(&pgconn.PgError{Code: "23505"}))
-	require.True(t, dbutil.ConnectionLost(&pgconn.PgError{Code: "57P01"}))
-	require.True(t, dbutil.ConnectionLost(&pgconn.PgError{Code: "08003"}))
-	require.False(t, dbutil.ConnectionLost(&pgconn.PgError{Code: "57014"}))
 }
 
 // The errors a real server returns sort as their codes say.

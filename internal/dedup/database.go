@@ -22,8 +22,18 @@ const (
 type PoolConfig struct {
 	// MaxConns is the pool size (default 8).
 	MaxConns int32
+	// MinConns is how many connections the pool keeps open while idle
+	// (default 0).
+	MinConns int32
+	// MaxConnIdleTime closes a connection unused that long (default
+	// pgxpool's, 30 minutes); a short one lets an idle pool shrink back.
+	MaxConnIdleTime time.Duration
 	// ApplicationName is shown in pg_stat_activity (default "platformd").
 	ApplicationName string
+	// Pooler connects through a transaction-mode pooler: no session
+	// settings are sent at startup (a pooler refuses them; set them on
+	// the database or role), application_name aside.
+	Pooler bool
 	// StatementTimeout, IdleInTransactionTimeout override the defaults.
 	StatementTimeout         time.Duration
 	IdleInTransactionTimeout time.Duration
@@ -40,6 +50,10 @@ func Connect(ctx context.Context, dsn string, pc PoolConfig) (*pgxpool.Pool, err
 	} else {
 		cfg.MaxConns = 8
 	}
+	cfg.MinConns = min(max(pc.MinConns, 0), cfg.MaxConns)
+	if pc.MaxConnIdleTime > 0 {
+		cfg.MaxConnIdleTime = pc.MaxConnIdleTime
+	}
 	rp := cfg.ConnConfig.RuntimeParams
 	setDefault := func(k, v string) {
 		if _, ok := rp[k]; !ok {
@@ -47,12 +61,21 @@ func Connect(ctx context.Context, dsn string, pc PoolConfig) (*pgxpool.Pool, err
 		}
 	}
 	setDefault("application_name", firstNonEmpty(pc.ApplicationName, "platformd"))
+	// The health check also closes connections idle for MaxConnIdleTime:
+	// check often enough for a short idle time to take effect.
+	cfg.HealthCheckPeriod = min(10*time.Second, max(cfg.MaxConnIdleTime/3, time.Second))
+	if pc.Pooler {
+		return connect(ctx, cfg)
+	}
 	setDefault("statement_timeout", ms(pc.StatementTimeout, StatementTimeoutDefault))
 	setDefault("idle_in_transaction_session_timeout", ms(pc.IdleInTransactionTimeout, IdleInTransactionTimeoutDefault))
 	// The dedup race resolution described in the package doc relies on READ
 	// COMMITTED; REPEATABLE READ would turn it into 40001 failures.
 	rp["default_transaction_isolation"] = "read committed"
-	cfg.HealthCheckPeriod = 10 * time.Second
+	return connect(ctx, cfg)
+}
+
+func connect(ctx context.Context, cfg *pgxpool.Config) (*pgxpool.Pool, error) {
 	pool, err := pgxpool.NewWithConfig(ctx, cfg)
 	if err != nil {
 		return nil, fmt.Errorf("dedup: connect %s: %w", cfg.ConnConfig.Database, err)

@@ -5,7 +5,6 @@ import (
 	"fmt"
 
 	"github.com/jackc/pgx/v5"
-	"github.com/jackc/pgx/v5/pgxpool"
 )
 
 // EstimateRows returns an estimate of the rows in processed_event without
@@ -22,7 +21,7 @@ import (
 //
 // For a partitioned processed_event the estimate is the sum of its
 // partitions' estimates.
-func EstimateRows(ctx context.Context, db *pgxpool.Pool) (int64, error) {
+func EstimateRows(ctx context.Context, db Querier) (int64, error) {
 	rows, err := db.Query(ctx, `SELECT c.reltuples, c.relpages,
 			pg_relation_size(c.oid) / current_setting('block_size')::bigint, s.n_live_tup
 		FROM pg_class c LEFT JOIN pg_stat_user_tables s ON s.relid = c.oid

@@ -77,12 +77,17 @@ func tableName(set string) string {
 }
 
 // Apply applies every set, in order, to the database at dsn. It is safe to
-// call from several processes at once.
+// call from several processes at once, except through a transaction-mode
+// pooler: a dsn whose default_query_exec_mode is not cache_statement
+// (database_mode: pooler) migrates without goose's session lock, which such
+// a pooler cannot hold; run `platformd migrate` once before starting
+// several daemons together, or point it at the server.
 func Apply(ctx context.Context, dsn string, sets []Set, logger *slog.Logger) error {
 	cfg, err := pgx.ParseConfig(dsn)
 	if err != nil {
 		return fmt.Errorf("migrate: parse database url: %w", err)
 	}
+	sessionLock := cfg.DefaultQueryExecMode == pgx.QueryExecModeCacheStatement
 	if err := ensureSchema(ctx, cfg); err != nil {
 		return err
 	}
@@ -91,7 +96,7 @@ func Apply(ctx context.Context, dsn string, sets []Set, logger *slog.Logger) err
 	db.SetMaxOpenConns(4)
 
 	for _, s := range sets {
-		if err := applySet(ctx, db, s, logger.With(slog.String("database", cfg.Database))); err != nil {
+		if err := applySet(ctx, db, s, sessionLock, logger.With(slog.String("database", cfg.Database))); err != nil {
 			return err
 		}
 	}
@@ -122,7 +127,7 @@ func ensureSchema(ctx context.Context, cfg *pgx.ConnConfig) error {
 	return nil
 }
 
-func applySet(ctx context.Context, db *sql.DB, s Set, logger *slog.Logger) error {
+func applySet(ctx context.Context, db *sql.DB, s Set, sessionLock bool, logger *slog.Logger) error {
 	store, err := database.NewStore(database.DialectPostgres, tableName(s.Name))
 	if err != nil {
 		return fmt.Errorf("migrate %s: store: %w", s.Name, err)
@@ -132,11 +137,11 @@ func applySet(ctx context.Context, db *sql.DB, s Set, logger *slog.Logger) error
 	if err != nil {
 		return fmt.Errorf("migrate %s: locker: %w", s.Name, err)
 	}
-	p, err := goose.NewProvider("", db, s.FS,
-		goose.WithStore(store),
-		goose.WithSessionLocker(locker),
-		goose.WithDisableGlobalRegistry(true),
-	)
+	opts := []goose.ProviderOption{goose.WithStore(store), goose.WithDisableGlobalRegistry(true)}
+	if sessionLock {
+		opts = append(opts, goose.WithSessionLocker(locker))
+	}
+	p, err := goose.NewProvider("", db, s.FS, opts...)
 	if err != nil {
 		return fmt.Errorf("migrate %s: %w", s.Name, err)
 	}

@@ -19,8 +19,10 @@ import (
 
 	"github.com/platformd/platformd/internal/broker"
 	"github.com/platformd/platformd/internal/dedup"
+	"github.com/platformd/platformd/internal/lease"
 	"github.com/platformd/platformd/internal/metrics"
 	"github.com/platformd/platformd/internal/migrate"
+	"github.com/platformd/platformd/internal/session"
 	"github.com/platformd/platformd/internal/testdb"
 	"github.com/platformd/platformd/migrations"
 )
@@ -157,9 +159,20 @@ func (b *bundle) relay(mod func(*Config)) *Relay {
 	if mod != nil {
 		mod(&cfg)
 	}
+	// As the daemon runs it: notifications and the relay's small
+	// statements on a control session of its own.
+	ctl := session.New(session.Config{DB: b.db, Logger: b.logger})
+	if cfg.ControlFunc == nil {
+		cfg.ControlFunc = func(ctx context.Context, fn func(context.Context, lease.Querier) error) error {
+			return ctl.Do(ctx, func(ctx context.Context, q session.Querier) error { return fn(ctx, q) })
+		}
+	}
 	r, err := New(cfg)
 	require.NoError(b.t, err)
+	ctl.Subscribe(Channel, func(context.Context, session.Querier, string) { r.Wake() })
+	require.NoError(b.t, ctl.Start(context.Background()))
 	require.NoError(b.t, r.Start(context.Background()))
+	b.t.Cleanup(ctl.Stop)
 	b.t.Cleanup(r.Stop)
 	return r
 }

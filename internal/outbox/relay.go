@@ -18,6 +18,7 @@ import (
 
 	"github.com/platformd/platformd/internal/broker"
 	"github.com/platformd/platformd/internal/envelope"
+	"github.com/platformd/platformd/internal/lease"
 	"github.com/platformd/platformd/internal/metrics"
 	"github.com/platformd/platformd/internal/startstop"
 )
@@ -29,8 +30,12 @@ const (
 	// PollDefault is how often the relay looks for rows without a
 	// notification.
 	PollDefault = time.Second
-	// LockRetryDefault is how often a standby tries to take the relay lock.
+	// LockRetryDefault is how often a standby tries to take the relay
+	// lease.
 	LockRetryDefault = time.Second
+	// LeaseTTLDefault is the relay lease's life after each renewal: a
+	// standby takes over within it after the active relay died.
+	LeaseTTLDefault = lease.TTLDefault
 	// HoldMinDefault and HoldMaxDefault bound the backoff of a held row.
 	HoldMinDefault = time.Second
 	HoldMaxDefault = 5 * time.Minute
@@ -39,8 +44,6 @@ const (
 	// StopTimeoutDefault bounds how long Stop lets the pass in flight
 	// finish.
 	StopTimeoutDefault = 10 * time.Second
-	// statsEvery is how often the pending and oldest gauges are refreshed.
-	statsEvery = time.Second
 	// backoffMin and backoffMax bound the wait after a database or broker
 	// fault.
 	backoffMin = 100 * time.Millisecond
@@ -50,12 +53,11 @@ const (
 // Channel is the notification channel the outbox trigger signals.
 const Channel = "platform_outbox"
 
-// LockName is the name the relay lock is derived from (the key is
-// hashtextextended(name, 0), computed by the server). It names no service:
-// advisory locks are per database, as the outbox table is, so two service
-// entries on one database (a producer and a consumer entry, say) still
-// run one active relay on it.
-const LockName = "platformd.outbox"
+// LeaseName is the relay's lease in platform.lease (package lease). It
+// names no service: the lease table is per database, as the outbox table
+// is, so two service entries on one database (a producer and a consumer
+// entry, say) still run one active relay on it.
+const LeaseName = "platformd.outbox"
 
 // Config configures a Relay. Zero values take the defaults.
 type Config struct {
@@ -74,6 +76,14 @@ type Config struct {
 	// LockRetry is how often a standby tries to take over (default
 	// LockRetryDefault).
 	LockRetry time.Duration
+	// LeaseTTL is the relay lease's life (default LeaseTTLDefault).
+	LeaseTTL time.Duration
+	// ControlFunc, when set, runs the relay's small statements (its lease,
+	// the look for rows while idle, the gauges) instead of a pooled
+	// connection: the daemon runs them on the service's control session,
+	// so that an idle relay holds no pooled connection. A pass that has
+	// rows to publish always runs on a pooled connection.
+	ControlFunc func(ctx context.Context, fn func(context.Context, lease.Querier) error) error
 	// HoldMin and HoldMax bound the backoff of a returned or invalid row
 	// (defaults HoldMinDefault, HoldMaxDefault).
 	HoldMin, HoldMax time.Duration
@@ -100,8 +110,11 @@ type Relay struct {
 	publishedTotal            prometheus.Counter
 	heldReturned, heldInvalid prometheus.Counter
 
+	lease    *lease.Lease
+	wake     chan struct{}
 	isActive atomic.Bool
 	held     map[uuid.UUID]*heldRow // used by the run goroutine only
+	busy     bool                   // rows waited at the last look; run goroutine only
 }
 
 // heldRow is a row held back: when it may be tried again.
@@ -133,7 +146,18 @@ func New(cfg Config) (*Relay, error) {
 		heldReturned:   m.Held.WithLabelValues(cfg.Service, metrics.HeldReturned),
 		heldInvalid:    m.Held.WithLabelValues(cfg.Service, metrics.HeldInvalid),
 		held:           map[uuid.UUID]*heldRow{},
+		wake:           make(chan struct{}, 1),
 	}
+	if cfg.ControlFunc == nil {
+		db := cfg.DB
+		r.cfg.ControlFunc = func(ctx context.Context, fn func(context.Context, lease.Querier) error) error { return fn(ctx, db) }
+	}
+	l, err := lease.New(lease.Config{Name: LeaseName, TTL: cfg.LeaseTTL, RetryEvery: cfg.LockRetry,
+		DoFunc: r.cfg.ControlFunc, Logger: r.log})
+	if err != nil {
+		return nil, fmt.Errorf("outbox: %w", err)
+	}
+	r.lease = l
 	return r, nil
 }
 
@@ -159,7 +183,7 @@ func (r *Relay) Start(ctx context.Context) error {
 // abandoned (its rows stay and are published again); a pass blocked in a
 // write to a blocked broker is left to end with the broker connection
 // after another StopTimeoutDefault. It releases the relay
-// lock. Safe to call twice and before Start.
+// lease. Safe to call twice and before Start.
 func (r *Relay) Stop() { r.Base.Stop() }
 
 func (r *Relay) stop(cancel, hard context.CancelFunc, done <-chan struct{}) {
@@ -183,12 +207,21 @@ func (r *Relay) stop(cancel, hard context.CancelFunc, done <-chan struct{}) {
 	r.active.Set(0)
 }
 
-// Active reports whether this relay holds the service's relay lock.
+// Active reports whether this relay holds the service's relay lease.
 func (r *Relay) Active() bool { return r.isActive.Load() }
+
+// Wake makes an active relay look for rows now (a notification on
+// Channel: the daemon's control session delivers them). It never blocks.
+func (r *Relay) Wake() {
+	select {
+	case r.wake <- struct{}{}:
+	default:
+	}
+}
 
 // Stats returns the rows waiting in the outbox and the age of the oldest,
 // read from the database now.
-func Stats(ctx context.Context, db *pgxpool.Pool) (pending int64, oldest time.Duration, err error) {
+func Stats(ctx context.Context, db lease.Querier) (pending int64, oldest time.Duration, err error) {
 	var secs float64
 	err = db.QueryRow(ctx, `SELECT count(*), coalesce(extract(epoch FROM now() - min(created_at)), 0)::float8
 		FROM platform.outbox`).Scan(&pending, &secs)
@@ -198,139 +231,131 @@ func Stats(ctx context.Context, db *pgxpool.Pool) (pending int64, oldest time.Du
 	return pending, time.Duration(max(secs, 0) * float64(time.Second)), nil
 }
 
-func (r *Relay) refreshStats(ctx context.Context) {
-	n, age, err := Stats(ctx, r.cfg.DB)
-	if err != nil {
-		return // the relay's own loop reports database faults
+// refreshStats reads the gauges and returns the rows pending.
+//
+// While the outbox was empty at the last look, the count runs on the
+// control session (an idle relay holds no pooled connection); while rows
+// wait, on the pool, where the passes run anyway: a count over a large
+// backlog must not hold up the session's pings and notifications.
+func (r *Relay) refreshStats(ctx context.Context) (int64, error) {
+	var n int64
+	var age time.Duration
+	stats := func(ctx context.Context, q lease.Querier) error {
+		var err error
+		n, age, err = Stats(ctx, q)
+		return err
 	}
+	var err error
+	if r.busy {
+		err = stats(ctx, r.cfg.DB)
+	} else {
+		err = r.cfg.ControlFunc(ctx, stats)
+	}
+	if err != nil {
+		return 0, err
+	}
+	r.busy = n > 0
 	r.pending.Set(float64(n))
 	r.oldest.Set(age.Seconds())
+	return n, nil
 }
 
-// run holds sessions until ctx ends: take the lock, relay, and after a
-// fault back off and start again. Waits end with ctx; database and broker
-// work runs under work.
+// run campaigns for the relay lease until ctx ends and relays while it
+// holds it. Waits end with ctx; database and broker work runs under work,
+// and ends at once when the lease is lost.
 func (r *Relay) run(ctx, work context.Context) {
+	r.lease.Run(ctx, func(lctx context.Context) {
+		// The pass in flight may finish after a stop (work outlives ctx
+		// by Stop's grace), never after the lease is lost.
+		pctx, cancel := context.WithCancel(work)
+		defer cancel()
+		stop := context.AfterFunc(lctx, func() {
+			if errors.Is(context.Cause(lctx), lease.ErrLost) {
+				cancel()
+			}
+		})
+		defer stop()
+		r.isActive.Store(true)
+		r.active.Set(1)
+		defer func() {
+			r.isActive.Store(false)
+			r.active.Set(0)
+		}()
+		r.log.InfoContext(ctx, "outbox: relay active")
+		r.relay(lctx, pctx)
+	})
+}
+
+// relay runs passes while the lease is held. An idle relay only looks for
+// rows, on the control session, when woken, every poll period, or when a
+// held row is due; a pass that has rows takes a pooled connection. After a
+// fault it backs off.
+func (r *Relay) relay(ctx, work context.Context) {
 	backoff := backoffMin
-	for ctx.Err() == nil {
-		activeFor, err := r.session(ctx, work)
-		if ctx.Err() != nil {
+	declared := false
+	more := true // look at once
+	for {
+		if !more {
+			if !r.wait(ctx) {
+				return
+			}
+		}
+		// The lease is checked before each unit of work: a holder whose
+		// lease may have expired publishes nothing more.
+		if ctx.Err() != nil || !r.lease.Held() {
 			return
 		}
-		if activeFor > time.Minute {
-			backoff = backoffMin
+		if !declared {
+			declared = r.declareExchange(ctx)
 		}
-		r.log.WarnContext(ctx, "outbox: relay session lost, starting again",
-			slog.Any("error", err), slog.Duration("backoff", backoff))
+		pending, err := r.refreshStats(ctx)
+		if err == nil && pending == 0 {
+			clear(r.held)
+			more = false
+			continue
+		}
+		var n int
+		var pubErr error
+		if err == nil {
+			n, pubErr, err = r.passOnPool(work)
+		}
+		switch {
+		case ctx.Err() != nil:
+			return
+		case err != nil:
+			r.log.WarnContext(ctx, "outbox: relay pass failed, rows kept for the next pass",
+				slog.Any("error", err), slog.Duration("backoff", backoff))
+		case pubErr != nil:
+			r.log.WarnContext(ctx, "outbox: publish failed, rows kept for the next pass",
+				slog.Any("error", pubErr), slog.Duration("backoff", backoff))
+			declared = false // a missing exchange closes the channel
+		default:
+			backoff = backoffMin
+			more = n == r.cfg.BatchSize
+			continue
+		}
 		if !sleep(ctx, jitter(backoff)) {
 			return
 		}
 		backoff = min(backoff*2, backoffMax)
+		more = true
 	}
 }
 
-// session takes a dedicated connection, waits for the relay lock on it,
-// then relays over it until a fault or ctx ends. Every query of the active
-// relay runs on the lock's connection, so none runs once the session (and
-// so the lock) is gone. It returns how long it was active.
-func (r *Relay) session(ctx, work context.Context) (time.Duration, error) {
-	pc, err := r.cfg.DB.Acquire(ctx)
-	if err != nil {
-		return 0, fmt.Errorf("outbox: acquire connection: %w", err)
-	}
-	// A session holding a lock and LISTENing must never go back to the
-	// pool; closing it releases both.
-	conn := pc.Hijack()
-	defer func() {
-		cctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 5*time.Second)
+// passOnPool runs one pass on a pooled connection, its deadline the
+// lease's.
+func (r *Relay) passOnPool(ctx context.Context) (int, error, error) {
+	if dl, ok := r.lease.Deadline(); ok {
+		var cancel context.CancelFunc
+		ctx, cancel = context.WithDeadline(ctx, dl)
 		defer cancel()
-		_ = conn.Close(cctx)
-	}()
-	if err := r.waitLock(ctx, conn); err != nil {
-		return 0, err
 	}
-	r.isActive.Store(true)
-	r.active.Set(1)
-	defer func() {
-		r.isActive.Store(false)
-		r.active.Set(0)
-	}()
-	since := time.Now()
-	r.log.InfoContext(ctx, "outbox: relay active")
-	// The session only selects and deletes published rows: a delete lost
-	// in a crash only publishes its rows once more, which the contract
-	// allows, so it need not wait for its WAL flush (a few ms per pass on
-	// this disk, the largest part of a pass at low load).
-	if _, err := conn.Exec(ctx, "SET synchronous_commit = off; LISTEN "+Channel); err != nil {
-		return 0, fmt.Errorf("outbox: listen: %w", err)
+	conn, err := r.cfg.DB.Acquire(ctx)
+	if err != nil {
+		return 0, nil, fmt.Errorf("outbox: acquire connection: %w", err)
 	}
-	err = r.relay(ctx, work, conn)
-	return time.Since(since), err
-}
-
-// waitLock tries the relay lock every LockRetry until it is taken.
-func (r *Relay) waitLock(ctx context.Context, conn *pgx.Conn) error {
-	standby := false
-	for {
-		var ok bool
-		if err := conn.QueryRow(ctx, `SELECT pg_try_advisory_lock(hashtextextended($1, 0))`, LockName).Scan(&ok); err != nil {
-			return fmt.Errorf("outbox: take relay lock: %w", err)
-		}
-		if ok {
-			return nil
-		}
-		if !standby {
-			standby = true
-			r.log.InfoContext(ctx, "outbox: relay standby: another daemon's relay is active")
-		}
-		r.refreshStats(ctx)
-		if !sleep(ctx, r.cfg.LockRetry) {
-			return ctx.Err()
-		}
-	}
-}
-
-// relay runs passes until a database fault or ctx ends. After a short pass
-// it waits for a notification, the poll period or the next held row's
-// turn; after a broker fault it backs off.
-func (r *Relay) relay(ctx, work context.Context, conn *pgx.Conn) error {
-	var lastStats time.Time
-	backoff := backoffMin
-	declared := false
-	for {
-		if !declared {
-			declared = r.declareExchange(ctx)
-		}
-		if ctx.Err() != nil {
-			return ctx.Err()
-		}
-		drainNotifications(ctx, conn)
-		n, pubErr, err := r.pass(work, conn)
-		if err != nil {
-			return err
-		}
-		if time.Since(lastStats) >= statsEvery {
-			r.refreshStats(ctx)
-			lastStats = time.Now()
-		}
-		if pubErr != nil {
-			r.log.WarnContext(ctx, "outbox: publish failed, rows kept for the next pass",
-				slog.Any("error", pubErr), slog.Duration("backoff", backoff))
-			if !sleep(ctx, jitter(backoff)) {
-				return ctx.Err()
-			}
-			backoff = min(backoff*2, backoffMax)
-			declared = false // a missing exchange closes the channel
-			continue
-		}
-		backoff = backoffMin
-		if n == r.cfg.BatchSize {
-			continue
-		}
-		if err := r.wait(ctx, conn); err != nil {
-			return err
-		}
-	}
+	defer conn.Release()
+	return r.pass(ctx, conn)
 }
 
 // declareExchange declares broker.exchange (durable topic, as the pools
@@ -355,39 +380,23 @@ func (r *Relay) declareExchange(ctx context.Context) bool {
 	return true
 }
 
-// wait blocks until a notification, the poll period or the next held row
-// is due. A timeout is not an error; a broken connection is.
-func (r *Relay) wait(ctx context.Context, conn *pgx.Conn) error {
+// wait blocks until a wake-up, the poll period or the next held row is
+// due; false when ctx ended.
+func (r *Relay) wait(ctx context.Context) bool {
 	d := r.cfg.Poll
 	now := time.Now()
 	for _, h := range r.held {
 		d = min(d, max(h.due.Sub(now), time.Millisecond))
 	}
-	wctx, cancel := context.WithTimeout(ctx, d)
-	defer cancel()
-	_, err := conn.WaitForNotification(wctx)
-	switch {
-	case err == nil:
-		return nil
-	case ctx.Err() != nil:
-		return ctx.Err()
-	case wctx.Err() != nil:
-		return nil
-	default:
-		return fmt.Errorf("outbox: wait for notification: %w", err)
-	}
-}
-
-// drainNotifications discards the notifications already received: the
-// pass about to run sees every row committed before it starts.
-func drainNotifications(ctx context.Context, conn *pgx.Conn) {
-	done, cancel := context.WithCancel(ctx)
-	cancel()
-	for {
-		n, _ := conn.WaitForNotification(done)
-		if n == nil {
-			return
-		}
+	t := time.NewTimer(d)
+	defer t.Stop()
+	select {
+	case <-ctx.Done():
+		return false
+	case <-r.wake:
+		return true
+	case <-t.C:
+		return true
 	}
 }
 
@@ -401,7 +410,7 @@ FROM platform.outbox WHERE NOT (event_id = ANY($2::uuid[])) ORDER BY event_id LI
 // are not held back, and deletes those the broker confirmed. It returns
 // the rows selected, the first broker error of the batch (its rows stay),
 // and a database error (the session is then over).
-func (r *Relay) pass(ctx context.Context, conn *pgx.Conn) (int, error, error) {
+func (r *Relay) pass(ctx context.Context, conn *pgxpool.Conn) (int, error, error) {
 	now := time.Now()
 	skip := make([][16]byte, 0, len(r.held))
 	for id, h := range r.held {
@@ -470,7 +479,7 @@ func (r *Relay) pass(ctx context.Context, conn *pgx.Conn) (int, error, error) {
 	for i, id := range confirmed {
 		ids[i] = id
 	}
-	if _, err := conn.Exec(ctx, `DELETE FROM platform.outbox WHERE event_id = ANY($1::uuid[])`, ids); err != nil {
+	if err := deleteRows(ctx, conn, ids); err != nil {
 		// Confirmed but not deleted: the next active relay publishes them
 		// again, which the consumers' dedup makes harmless.
 		return len(rows), pubErr, fmt.Errorf("outbox: delete %d published rows: %w", len(ids), err)
@@ -479,7 +488,20 @@ func (r *Relay) pass(ctx context.Context, conn *pgx.Conn) (int, error, error) {
 	return len(rows), pubErr, nil
 }
 
-func (r *Relay) selectRows(ctx context.Context, conn *pgx.Conn, skip [][16]byte) ([]row, error) {
+// deleteRows deletes published rows. The transaction only deletes
+// published rows: a delete lost in a crash only publishes its rows once
+// more, which the contract allows, so it need not wait for its WAL flush
+// (a few ms per pass on this disk, the largest part of a pass at low
+// load). One round trip: set_config(..., true) holds for the batch's
+// implicit transaction only, so no session state is left behind.
+func deleteRows(ctx context.Context, conn *pgxpool.Conn, ids [][16]byte) error {
+	b := &pgx.Batch{}
+	b.Queue(`SELECT set_config('synchronous_commit', 'off', true)`)
+	b.Queue(`DELETE FROM platform.outbox WHERE event_id = ANY($1::uuid[])`, ids)
+	return conn.SendBatch(ctx, b).Close()
+}
+
+func (r *Relay) selectRows(ctx context.Context, conn *pgxpool.Conn, skip [][16]byte) ([]row, error) {
 	q, err := conn.Query(ctx, selectSQL, r.cfg.BatchSize, skip)
 	if err != nil {
 		return nil, fmt.Errorf("outbox: select rows: %w", err)

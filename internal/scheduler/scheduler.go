@@ -16,6 +16,7 @@ import (
 
 	"github.com/platformd/platformd/internal/config"
 	"github.com/platformd/platformd/internal/dedup"
+	"github.com/platformd/platformd/internal/lease"
 	"github.com/platformd/platformd/internal/metrics"
 	"github.com/platformd/platformd/internal/startstop"
 	"github.com/platformd/platformd/internal/state"
@@ -57,9 +58,14 @@ type ServiceConfig struct {
 	// Name identifies the service (unique); the jobs are named
 	// "purge:<Name>" and "rows:<Name>".
 	Name string
-	// DB is the service's database. It must allow at least two connections:
-	// a run holds one for its lock while purging through another.
+	// DB is the service's database.
 	DB *pgxpool.Pool
+	// ControlFunc, when set, runs the purge lease's statements (the daemon
+	// runs them on the service's control session); else they run on DB.
+	ControlFunc func(ctx context.Context, fn func(context.Context, lease.Querier) error) error
+	// LeaseTTL is the purge lease's life after each renewal (default
+	// lease.TTLDefault).
+	LeaseTTL time.Duration
 	// DefaultHorizon is the horizon in force while none is stored (see
 	// state.GetHorizon). Must be positive and not under MinHorizon.
 	DefaultHorizon time.Duration
@@ -132,7 +138,7 @@ type Scheduler struct {
 
 // New validates cfg, applies its defaults and returns a Scheduler that is
 // not started. It refuses a service without a name or database, named
-// twice, with a pool of fewer than two connections, with a non-positive
+// twice, with a non-positive
 // DefaultHorizon or one under its MinHorizon (state.ErrBelowMinHorizon), or
 // with a negative BatchSize or ChunkTimeout.
 func New(cfg Config) (*Scheduler, error) {
@@ -171,8 +177,6 @@ func validateService(sc ServiceConfig) error {
 		return errors.New("name is required")
 	case sc.DB == nil:
 		return errors.New("database pool is required")
-	case sc.DB.Config().MaxConns < 2:
-		return fmt.Errorf("database pool allows %d connection(s), a purge needs 2", sc.DB.Config().MaxConns)
 	case sc.DefaultHorizon <= 0:
 		return fmt.Errorf("default horizon must be positive, got %s", sc.DefaultHorizon)
 	case sc.DefaultHorizon < sc.MinHorizon:
@@ -326,24 +330,29 @@ func (s *Scheduler) scheduledPurge(ctx context.Context, svc *ServiceConfig) {
 	}
 }
 
-// purge is one run, scheduled or not: lock, record, read the horizon,
-// delete, record the outcome, unlock. Its outcome is logged here, except
-// for the lock not being acquired, which the callers handle.
+// purge is one run, scheduled or not, under the service's purge lease:
+// take it, record, read the horizon, delete, record the outcome, release.
+// Its outcome is logged here, except for the lease being held elsewhere,
+// which the callers handle.
 func (s *Scheduler) purge(ctx context.Context, svc *ServiceConfig, trigger string, dryRun bool, actor string) (state.PurgeRun, error) {
-	lock, err := tryPurgeLock(ctx, svc.DB, svc.Name)
+	var run state.PurgeRun
+	var runErr error
+	ok, err := s.withPurgeLease(ctx, svc, func(lctx context.Context) {
+		run, runErr = s.purgeLeased(lctx, svc, trigger, dryRun, actor)
+	})
 	if err != nil {
 		s.logFailure(ctx, trigger, "scheduler: purge not started", slog.String("service", svc.Name), slog.Any("error", err))
 		return state.PurgeRun{}, fmt.Errorf("scheduler: purge %s: %w", svc.Name, err)
 	}
-	if lock == nil {
+	if !ok {
 		return state.PurgeRun{}, fmt.Errorf("scheduler: purge %s: %w", svc.Name, ErrPurgeInProgress)
 	}
-	defer func() {
-		if err := lock.release(ctx); err != nil {
-			s.logger.WarnContext(ctx, "scheduler: purge lock released by closing its connection",
-				slog.String("service", svc.Name), slog.Any("error", err))
-		}
-	}()
+	return run, runErr
+}
+
+// purgeLeased is a run while the purge lease is held; ctx ends when it is
+// lost.
+func (s *Scheduler) purgeLeased(ctx context.Context, svc *ServiceConfig, trigger string, dryRun bool, actor string) (state.PurgeRun, error) {
 
 	// The run is recorded, start and end, even when ctx ends meanwhile: a
 	// start INSERT interrupted by a cancellation may have committed, and
@@ -460,6 +469,14 @@ func (s *Scheduler) observe(service string, dryRun bool, deleted int64, took tim
 	}
 }
 
+// control runs fn through ControlFunc when set, else on DB.
+func (sc *ServiceConfig) control(ctx context.Context, fn func(context.Context, lease.Querier) error) error {
+	if sc.ControlFunc != nil {
+		return sc.ControlFunc(ctx, fn)
+	}
+	return fn(ctx, sc.DB)
+}
+
 // estimateRows is the body of a "rows:<service>" job: it sets the
 // processed_event row estimate from the planner's statistics (no scan).
 func (s *Scheduler) estimateRows(ctx context.Context, svc *ServiceConfig) {
@@ -467,7 +484,12 @@ func (s *Scheduler) estimateRows(ctx context.Context, svc *ServiceConfig) {
 		return
 	}
 	defer s.runs.Done()
-	n, err := dedup.EstimateRows(ctx, svc.DB) // partitioned: the sum of the partitions'
+	var n int64
+	err := svc.control(ctx, func(ctx context.Context, q lease.Querier) error {
+		var err error
+		n, err = dedup.EstimateRows(ctx, q) // partitioned: the sum of the partitions'
+		return err
+	})
 	if err != nil {
 		if ctx.Err() == nil {
 			s.logger.WarnContext(ctx, "scheduler: processed_event row estimate",

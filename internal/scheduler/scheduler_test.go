@@ -14,6 +14,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/platformd/platformd/internal/dedup"
+	"github.com/platformd/platformd/internal/lease"
 	"github.com/platformd/platformd/internal/metrics"
 	"github.com/platformd/platformd/internal/scheduler"
 	"github.com/platformd/platformd/internal/startstop"
@@ -30,7 +31,6 @@ func histogramCount(t *testing.T, h prometheus.Observer) uint64 {
 func TestNewValidation(t *testing.T) {
 	t.Parallel()
 	b := setup(t)
-	small := b.pool(t, 1)
 	ok := service(b.db, time.Hour)
 	for name, tc := range map[string]struct {
 		mutate func(*scheduler.ServiceConfig)
@@ -38,7 +38,6 @@ func TestNewValidation(t *testing.T) {
 	}{
 		"no name":            {mutate: func(sc *scheduler.ServiceConfig) { sc.Name = "" }},
 		"no database":        {mutate: func(sc *scheduler.ServiceConfig) { sc.DB = nil }},
-		"pool of one":        {mutate: func(sc *scheduler.ServiceConfig) { sc.DB = small }},
 		"zero horizon":       {mutate: func(sc *scheduler.ServiceConfig) { sc.DefaultHorizon = 0 }},
 		"horizon under min":  {mutate: func(sc *scheduler.ServiceConfig) { sc.MinHorizon = 2 * time.Hour }, is: state.ErrBelowMinHorizon},
 		"negative batch":     {mutate: func(sc *scheduler.ServiceConfig) { sc.BatchSize = -1 }},
@@ -190,15 +189,12 @@ func TestRunNowErrors(t *testing.T) {
 	_, err := s.RunNow(ctx, "billing", false, "ops")
 	require.ErrorIs(t, err, scheduler.ErrUnknownService)
 
-	// Another session (another daemon) holds the purge lock.
-	other := b.pool(t, 2)
-	conn, err := other.Acquire(ctx)
+	// Another daemon holds the purge lease.
+	other, err := lease.New(lease.Config{Name: scheduler.PurgeLockName("stock"), Holder: "other", TTL: time.Minute, DB: b.db})
 	require.NoError(t, err)
-	defer conn.Release()
-	var locked bool
-	require.NoError(t, conn.QueryRow(ctx, `SELECT pg_try_advisory_lock(hashtextextended($1, 0))`,
-		scheduler.PurgeLockName("stock")).Scan(&locked))
-	require.True(t, locked)
+	ok, err := other.TryAcquire(ctx)
+	require.NoError(t, err)
+	require.True(t, ok)
 
 	_, err = s.RunNow(ctx, "stock", false, "ops")
 	require.ErrorIs(t, err, scheduler.ErrPurgeInProgress)
@@ -207,15 +203,13 @@ func TestRunNowErrors(t *testing.T) {
 	require.Equal(t, 0, b.count(t, `SELECT count(*) FROM platform.purge_run`), "a skipped run is not recorded")
 	require.Equal(t, 20, b.rows(t))
 
-	require.NoError(t, conn.QueryRow(ctx, `SELECT pg_advisory_unlock(hashtextextended($1, 0))`,
-		scheduler.PurgeLockName("stock")).Scan(&locked))
-	require.True(t, locked)
+	require.NoError(t, other.Release(ctx))
 	run, err := s.RunNow(ctx, "stock", false, "ops")
 	require.NoError(t, err)
 	require.EqualValues(t, 20, run.Deleted)
 
-	// The lock went with the run: no session holds it any more and the
-	// pool's connections hold no advisory lock.
+	// The lease went with the run: released, and no session lock used.
+	require.Equal(t, 0, b.count(t, `SELECT count(*) FROM platform.lease`))
 	require.Equal(t, 0, b.advisoryLocks(t))
 }
 

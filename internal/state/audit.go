@@ -86,6 +86,11 @@ type Querier interface {
 	Query(ctx context.Context, sql string, args ...any) (pgx.Rows, error)
 }
 
+// RowQuerier reads one row: a *pgxpool.Pool, a connection or a pgx.Tx.
+type RowQuerier interface {
+	QueryRow(ctx context.Context, sql string, args ...any) pgx.Row
+}
+
 // ListAudit returns at most limit entries of q's platform.audit_log
 // (ListAuditLimitDefault when limit is not positive), newest first. It is
 // safe for concurrent use.

@@ -50,7 +50,7 @@ type Horizon struct {
 // GetHorizon returns the horizon stored for service, or def (Stored false,
 // UpdatedBy HorizonUpdatedByConfig) when none is stored. min is reported as
 // MinHorizon. It is safe for concurrent use.
-func GetHorizon(ctx context.Context, db *pgxpool.Pool, service string, def, min time.Duration) (Horizon, error) {
+func GetHorizon(ctx context.Context, db RowQuerier, service string, def, min time.Duration) (Horizon, error) {
 	h := Horizon{Service: service, MinHorizon: min}
 	err := db.QueryRow(ctx, `SELECT horizon, forced, updated_at, updated_by
 		FROM platform.service_horizon WHERE service = $1`, service).

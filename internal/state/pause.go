@@ -30,7 +30,7 @@ type PoolState struct {
 
 // GetPoolState returns the stored state of pool; a pool never paused is
 // running (Paused false, zero UpdatedAt).
-func GetPoolState(ctx context.Context, db *pgxpool.Pool, pool string) (PoolState, error) {
+func GetPoolState(ctx context.Context, db RowQuerier, pool string) (PoolState, error) {
 	st := PoolState{Pool: pool}
 	err := db.QueryRow(ctx, `SELECT paused, reason, updated_at, updated_by FROM platform.pool_state WHERE pool = $1`, pool).
 		Scan(&st.Paused, &st.Reason, &st.UpdatedAt, &st.UpdatedBy)

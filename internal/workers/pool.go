@@ -83,6 +83,10 @@ type Deps struct {
 	Processor *dedup.Processor
 	// DB is the service database (pause state).
 	DB *pgxpool.Pool
+	// ReadStateFunc, when set, reads the pool's stored pause state instead
+	// of a query on DB (the daemon runs it on the service's control
+	// session, so that an idle pool holds no pooled connection).
+	ReadStateFunc func(ctx context.Context, pool string) (state.PoolState, error)
 	// Consume is the pool's consuming connection.
 	Consume *broker.Conn
 	// Publish is the daemon's publishing connection.
@@ -245,12 +249,21 @@ func (p *Pool) Start(ctx context.Context) error {
 	})
 }
 
+// readStoredState reads the pool's stored pause state, through
+// ReadStateFunc when set.
+func (p *Pool) readStoredState(ctx context.Context) (state.PoolState, error) {
+	if f := p.deps.ReadStateFunc; f != nil {
+		return f(ctx, p.cfg.Name)
+	}
+	return state.GetPoolState(ctx, p.deps.DB, p.cfg.Name)
+}
+
 // readState reads the stored pause state, again and again with backoff
 // while the database cannot be reached; false when ctx ended first.
 func (p *Pool) readState(ctx context.Context) bool {
 	backoff := broker.BackoffMinDefault
 	for {
-		st, err := state.GetPoolState(ctx, p.deps.DB, p.cfg.Name)
+		st, err := p.readStoredState(ctx)
 		if err == nil {
 			p.setDatabaseError(nil)
 			p.apply(st.Paused, st.Reason)
@@ -333,7 +346,7 @@ func (p *Pool) Resume(ctx context.Context, actor string) (Info, error) {
 // Refresh re-reads the stored pause state and applies it (called on a
 // NOTIFY from another daemon, and periodically).
 func (p *Pool) Refresh(ctx context.Context) error {
-	st, err := state.GetPoolState(ctx, p.deps.DB, p.cfg.Name)
+	st, err := p.readStoredState(ctx)
 	if err != nil {
 		if ctx.Err() == nil {
 			p.setDatabaseError(err)

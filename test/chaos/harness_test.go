@@ -919,7 +919,7 @@ func (e *env) terminateBackends() (int, error) {
 	defer conn.Close(ctx)
 	var n int
 	err = conn.QueryRow(ctx, `SELECT count(*) FILTER (WHERE pg_terminate_backend(pid))
-		FROM pg_stat_activity WHERE application_name = 'platformd' AND datname = ANY($1)`,
+		FROM pg_stat_activity WHERE application_name LIKE 'platformd%' AND datname = ANY($1)`,
 		[]string{e.stockDB, e.shipDB}).Scan(&n)
 	return n, err
 }

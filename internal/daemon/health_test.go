@@ -1,0 +1,93 @@
+package daemon
+
+import (
+	"bytes"
+	"context"
+	"log/slog"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+	"github.com/stretchr/testify/require"
+
+	"github.com/platformd/platformd/consumer"
+	"github.com/platformd/platformd/examples/shop"
+	"github.com/platformd/platformd/internal/config"
+	"github.com/platformd/platformd/internal/testdb"
+)
+
+// syncBuffer is a log sink safe for concurrent writers.
+type syncBuffer struct {
+	mu sync.Mutex
+	b  bytes.Buffer
+}
+
+func (s *syncBuffer) Write(p []byte) (int, error) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.b.Write(p)
+}
+
+func (s *syncBuffer) String() string {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.b.String()
+}
+
+// A service whose database refuses its connections says so: at warn in
+// the log, with PostgreSQL's reason, and in ListServices; and at info once
+// it answers again.
+func TestServiceDatabaseRefusalIsLogged(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	dsn := testdb.New(t, "health_refused")
+	cc, err := pgx.ParseConfig(dsn)
+	require.NoError(t, err)
+	e := newReloadEnv(t, dsn)
+	e.write(t, "", "")
+	reg := consumer.NewRegistry()
+	require.NoError(t, shop.Register(reg))
+	cat := Catalog{Registry: reg}
+	cfg, err := config.Load(e.path, cat)
+	require.NoError(t, err)
+	full, err := WithSQLHandlers(cfg, reg)
+	require.NoError(t, err)
+	logs := &syncBuffer{}
+	logger := slog.New(slog.NewTextHandler(logs, &slog.HandlerOptions{Level: slog.LevelInfo}))
+	require.NoError(t, Migrate(ctx, cfg, full, false, logger))
+	d, err := start(ctx, cfg, full, Options{ConfigPath: e.path, Catalog: cat}, map[string]bool{"stock": true}, logger)
+	require.NoError(t, err)
+	defer d.Stop()
+	require.Eventually(t, func() bool { return d.serviceList()[0].up.Load() }, 20*time.Second, 20*time.Millisecond)
+
+	admin, err := pgx.Connect(ctx, testdb.AdminURL())
+	require.NoError(t, err)
+	defer admin.Close(ctx)
+	db := pgx.Identifier{cc.Database}.Sanitize()
+	_, err = admin.Exec(ctx, "ALTER DATABASE "+db+" ALLOW_CONNECTIONS false")
+	require.NoError(t, err)
+	t.Cleanup(func() { _, _ = admin.Exec(context.Background(), "ALTER DATABASE "+db+" ALLOW_CONNECTIONS true") })
+	_, err = admin.Exec(ctx, `SELECT pg_terminate_backend(pid) FROM pg_stat_activity WHERE datname = $1`, cc.Database)
+	require.NoError(t, err)
+
+	const warn = "daemon: service database health check failed"
+	require.Eventually(t, func() bool {
+		for _, l := range strings.Split(logs.String(), "\n") {
+			if strings.Contains(l, "level=WARN") && strings.Contains(l, warn) && strings.Contains(l, "not currently accepting connections") {
+				return true
+			}
+		}
+		return false
+	}, 20*time.Second, 50*time.Millisecond, "a warn with the database's reason")
+	svcs, err := (&backend{d: d}).ListServices(ctx)
+	require.NoError(t, err)
+	require.Len(t, svcs, 1)
+	require.Contains(t, svcs[0].Error, "not currently accepting connections")
+
+	_, err = admin.Exec(ctx, "ALTER DATABASE "+db+" ALLOW_CONNECTIONS true")
+	require.NoError(t, err)
+	require.Eventually(t, func() bool { return strings.Contains(logs.String(), "daemon: service database answers again") },
+		20*time.Second, 50*time.Millisecond)
+}

@@ -1,0 +1,325 @@
+// Package lease elects the one holder of a named piece of work (a
+// service's outbox relay, its purge, a replay) across daemons through a
+// row of platform.lease in the service database: holder and expires_at,
+// by the database's clock. Unlike a session advisory lock it holds no
+// database session between statements, so it works through a
+// transaction-mode pooler and costs no connection while idle.
+//
+// The rule that keeps two holders from working at once: a holder renews
+// well before expiry (every TTL/3), and counts its own deadline from the
+// moment it sent its last successful renewal, less a margin (TTL/5); at
+// that deadline its work's context is cancelled and Held turns false,
+// before the row can expire in the database and let another take it.
+// Work checks Held (or its context) before each unit it does.
+//
+// Modelled on River's leader election (a row with an expiry,
+// river_leader), with the database's now() as the only clock that
+// decides expiry.
+package lease
+
+import (
+	"cmp"
+	"context"
+	"crypto/rand"
+	"encoding/hex"
+	"errors"
+	"fmt"
+	"log/slog"
+	"os"
+	"strconv"
+	"sync"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgconn"
+)
+
+// Defaults of Config.
+const (
+	// TTLDefault is how long a lease lasts after its last renewal.
+	TTLDefault = 15 * time.Second
+	// RetryEveryDefault is how often Run tries to take a lease another
+	// holds.
+	RetryEveryDefault = time.Second
+	// releaseTimeout bounds the release, run even when the work's context
+	// ended.
+	releaseTimeout = 5 * time.Second
+)
+
+// ErrLost is the cause of a work context cancelled because the lease was
+// lost (not renewed in time, or taken over).
+var ErrLost = errors.New("lease lost")
+
+// Querier runs statements: a *pgxpool.Pool, a connection, a pgx.Tx. The
+// lease needs Exec and QueryRow; Query is there so that the function a
+// DoFunc runs can serve its other users too (the relay, the scheduler).
+type Querier interface {
+	Exec(ctx context.Context, sql string, args ...any) (pgconn.CommandTag, error)
+	Query(ctx context.Context, sql string, args ...any) (pgx.Rows, error)
+	QueryRow(ctx context.Context, sql string, args ...any) pgx.Row
+}
+
+// Config configures a Lease. Zero values take the defaults.
+type Config struct {
+	// Name names the work (unique per database), e.g. "outbox".
+	Name string
+	// Holder names this holder (default "<host>:<pid>:<random>"): unique
+	// per Lease, so that two electors in one process are two holders.
+	Holder string
+	// TTL is the lease's life after each renewal (default TTLDefault, at
+	// least 100ms); it is renewed every TTL/3.
+	TTL time.Duration
+	// RetryEvery is how often Run tries to take the lease while another
+	// holds it (default RetryEveryDefault).
+	RetryEvery time.Duration
+	// DB runs the statements when DoFunc is nil.
+	DB Querier
+	// DoFunc, when set, runs the statements instead (e.g. on a service's
+	// control session).
+	DoFunc func(ctx context.Context, fn func(context.Context, Querier) error) error
+	// Logger receives take-overs and losses (default: discarded).
+	Logger *slog.Logger
+}
+
+// Lease is one holder's view of a named lease. Its methods are safe for
+// concurrent use.
+type Lease struct {
+	cfg Config
+	log *slog.Logger
+
+	mu    sync.Mutex
+	held  bool
+	until time.Time // local deadline (monotonic), valid while held
+}
+
+// New returns a Lease not held.
+func New(cfg Config) (*Lease, error) {
+	if cfg.Name == "" || (cfg.DB == nil && cfg.DoFunc == nil) {
+		return nil, errors.New("lease: a name and a database are required")
+	}
+	cfg.TTL = max(cmp.Or(cfg.TTL, TTLDefault), 100*time.Millisecond)
+	cfg.RetryEvery = cmp.Or(cfg.RetryEvery, RetryEveryDefault)
+	if cfg.Holder == "" {
+		cfg.Holder = DefaultHolder()
+	}
+	if cfg.DoFunc == nil {
+		db := cfg.DB
+		cfg.DoFunc = func(ctx context.Context, fn func(context.Context, Querier) error) error { return fn(ctx, db) }
+	}
+	log := cmp.Or(cfg.Logger, slog.New(slog.DiscardHandler))
+	return &Lease{cfg: cfg, log: log.With(slog.String("lease", cfg.Name), slog.String("holder", cfg.Holder))}, nil
+}
+
+// DefaultHolder returns "<host>:<pid>:<random>".
+func DefaultHolder() string {
+	host, err := os.Hostname()
+	if err != nil || host == "" {
+		host = "unknown"
+	}
+	b := make([]byte, 4)
+	_, _ = rand.Read(b)
+	return host + ":" + strconv.Itoa(os.Getpid()) + ":" + hex.EncodeToString(b)
+}
+
+// Holder returns this holder's name.
+func (l *Lease) Holder() string { return l.cfg.Holder }
+
+// Held reports whether this holder holds the lease and its local deadline
+// has not passed: check it before each unit of work.
+func (l *Lease) Held() bool {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.held && time.Now().Before(l.until)
+}
+
+// Deadline returns the local deadline of a held lease: its work must be
+// done by then unless a renewal extends it.
+func (l *Lease) Deadline() (time.Time, bool) {
+	d := l.deadline()
+	return d, !d.IsZero()
+}
+
+// margin is what the local deadline keeps short of the lease's expiry, for
+// the clocks' drift and the renewal's own latency.
+func (l *Lease) margin() time.Duration { return l.cfg.TTL / 5 }
+
+// acquireSQL takes the lease when it is free, expired or already ours; it
+// returns a row only when this holder has it. The database's clock alone
+// decides expiry.
+const acquireSQL = `INSERT INTO platform.lease AS l (name, holder, expires_at, acquired_at, renewed_at)
+VALUES ($1, $2, clock_timestamp() + $3 * interval '1 millisecond', clock_timestamp(), clock_timestamp())
+ON CONFLICT (name) DO UPDATE SET holder = excluded.holder, expires_at = excluded.expires_at,
+	acquired_at = CASE WHEN l.holder = excluded.holder THEN l.acquired_at ELSE excluded.acquired_at END,
+	renewed_at = excluded.renewed_at
+WHERE l.holder = excluded.holder OR l.expires_at < clock_timestamp()
+RETURNING holder`
+
+// renewSQL extends the lease only while this holder has it and it has not
+// expired: an expired lease is never revived by its old holder's renewal.
+const renewSQL = `UPDATE platform.lease SET expires_at = clock_timestamp() + $3 * interval '1 millisecond',
+	renewed_at = clock_timestamp()
+WHERE name = $1 AND holder = $2 AND expires_at > clock_timestamp()`
+
+// TryAcquire takes the lease if it is free, expired or already this
+// holder's, and reports whether this holder now holds it.
+func (l *Lease) TryAcquire(ctx context.Context) (bool, error) {
+	sent := time.Now()
+	var holder string
+	err := l.cfg.DoFunc(ctx, func(ctx context.Context, q Querier) error {
+		return q.QueryRow(ctx, acquireSQL, l.cfg.Name, l.cfg.Holder, l.cfg.TTL.Milliseconds()).Scan(&holder)
+	})
+	if errors.Is(err, pgx.ErrNoRows) {
+		l.setHeld(false, time.Time{})
+		return false, nil
+	}
+	if err != nil {
+		return false, fmt.Errorf("lease %s: acquire: %w", l.cfg.Name, err)
+	}
+	l.setHeld(true, sent.Add(l.cfg.TTL-l.margin()))
+	return true, nil
+}
+
+// Renew extends a held lease; false (and no error) when it is no longer
+// this holder's. An error leaves the local deadline as it was.
+func (l *Lease) Renew(ctx context.Context) (bool, error) {
+	sent := time.Now()
+	var tag pgconn.CommandTag
+	err := l.cfg.DoFunc(ctx, func(ctx context.Context, q Querier) error {
+		var err error
+		tag, err = q.Exec(ctx, renewSQL, l.cfg.Name, l.cfg.Holder, l.cfg.TTL.Milliseconds())
+		return err
+	})
+	if err != nil {
+		return false, fmt.Errorf("lease %s: renew: %w", l.cfg.Name, err)
+	}
+	if tag.RowsAffected() == 0 {
+		l.setHeld(false, time.Time{})
+		return false, nil
+	}
+	l.setHeld(true, sent.Add(l.cfg.TTL-l.margin()))
+	return true, nil
+}
+
+// Release gives the lease up (only if this holder has it), so that
+// another may take it at once. It runs even when ctx is done.
+func (l *Lease) Release(ctx context.Context) error {
+	l.setHeld(false, time.Time{})
+	ctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), releaseTimeout)
+	defer cancel()
+	err := l.cfg.DoFunc(ctx, func(ctx context.Context, q Querier) error {
+		_, err := q.Exec(ctx, `DELETE FROM platform.lease WHERE name = $1 AND holder = $2`, l.cfg.Name, l.cfg.Holder)
+		return err
+	})
+	if err != nil {
+		return fmt.Errorf("lease %s: release: %w", l.cfg.Name, err)
+	}
+	return nil
+}
+
+func (l *Lease) setHeld(held bool, until time.Time) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	l.held, l.until = held, until
+}
+
+// deadline returns the local deadline (zero when not held).
+func (l *Lease) deadline() time.Time {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	if !l.held {
+		return time.Time{}
+	}
+	return l.until
+}
+
+// Keep runs work while the lease, just taken (TryAcquire), stays held: it
+// renews it every TTL/3 and cancels work's context (cause ErrLost) at the
+// local deadline when no renewal came in time, or at once when the lease
+// was taken over. It returns once work has returned; it releases the
+// lease then, unless it was lost.
+func (l *Lease) Keep(ctx context.Context, work func(ctx context.Context)) {
+	wctx, cancel := context.WithCancelCause(ctx)
+	defer cancel(nil)
+	// The watchdog cancels the work at the local deadline whatever the
+	// renewing loop is doing (a renewal stuck behind a slow database).
+	l.mu.Lock()
+	watchdog := time.AfterFunc(time.Until(l.until), func() { cancel(ErrLost) })
+	l.mu.Unlock()
+	defer watchdog.Stop()
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		work(wctx)
+	}()
+	renew := time.NewTicker(l.cfg.TTL / 3)
+	defer renew.Stop()
+	for {
+		select {
+		case <-done:
+			l.end(ctx, wctx)
+			return
+		case <-wctx.Done():
+			<-done
+			l.end(ctx, wctx)
+			return
+		case <-renew.C:
+		}
+		rctx, rcancel := context.WithDeadline(wctx, l.deadline())
+		ok, err := l.Renew(rctx)
+		rcancel()
+		switch {
+		case err != nil:
+			if wctx.Err() == nil {
+				l.log.WarnContext(ctx, "lease: renewal failed; the work stops at the lease's deadline unless a renewal succeeds",
+					slog.Any("error", err))
+			}
+		case !ok:
+			cancel(ErrLost)
+		default:
+			l.mu.Lock()
+			if !watchdog.Reset(time.Until(l.until)) && wctx.Err() != nil {
+				// Fired before this renewal landed: the work is stopping.
+				l.held = false
+			}
+			l.mu.Unlock()
+		}
+	}
+}
+
+// end releases the lease after the work returned, unless it was lost.
+func (l *Lease) end(ctx context.Context, wctx context.Context) {
+	if errors.Is(context.Cause(wctx), ErrLost) {
+		l.setHeld(false, time.Time{})
+		l.log.WarnContext(ctx, "lease: lost; work stopped")
+		return
+	}
+	if err := l.Release(ctx); err != nil {
+		l.log.WarnContext(ctx, "lease: release failed; it expires on its own", slog.Any("error", err))
+	}
+}
+
+// Run campaigns for the lease until ctx ends: it tries to take it every
+// RetryEvery and, while it holds it, runs work under Keep. When work
+// returns on its own, the lease is released and the campaign goes on.
+func (l *Lease) Run(ctx context.Context, work func(ctx context.Context)) {
+	for ctx.Err() == nil {
+		ok, err := l.TryAcquire(ctx)
+		switch {
+		case err != nil && ctx.Err() == nil:
+			l.log.WarnContext(ctx, "lease: acquire failed", slog.Any("error", err))
+		case ok:
+			l.log.InfoContext(ctx, "lease: taken")
+			l.Keep(ctx, work)
+			if ctx.Err() != nil {
+				return
+			}
+		}
+		t := time.NewTimer(l.cfg.RetryEvery)
+		select {
+		case <-ctx.Done():
+			t.Stop()
+			return
+		case <-t.C:
+		}
+	}
+}

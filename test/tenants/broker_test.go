@@ -1,0 +1,85 @@
+package tenants
+
+import (
+	"encoding/json"
+	"fmt"
+	"os"
+	"os/exec"
+	"strconv"
+	"testing"
+	"time"
+
+	"github.com/platformd/platformd/internal/broker"
+	amqp "github.com/rabbitmq/amqp091-go"
+	"github.com/stretchr/testify/require"
+)
+
+// BrokerCostEnv names how many pools TestBrokerCostPerPool declares (of
+// each queue type); unset, the test is skipped. Quorum queues are Raft
+// groups: hundreds of them strain a small shared node, so keep N modest
+// on a broker others use (docs/tenants.md extrapolates).
+const BrokerCostEnv = "PLATFORMD_BROKER_COST"
+
+// TestBrokerCostPerPool declares N pools' topology (a queue, the sample's
+// four retry queues, a failure queue) as classic then as quorum queues,
+// and reports the declare time and the broker's memory growth per pool
+// (rabbitmqctl status, node-wide: noisy on a shared node), then deletes
+// them.
+func TestBrokerCostPerPool(t *testing.T) {
+	n, _ := strconv.Atoi(os.Getenv(BrokerCostEnv))
+	if n <= 0 {
+		t.Skip("set " + BrokerCostEnv + "=N to measure what N pools cost the broker")
+	}
+	delays := []time.Duration{time.Second, 10 * time.Second, time.Minute, 10 * time.Minute}
+	for _, typ := range []string{"classic", "quorum"} {
+		conn, err := amqp.Dial(amqpURL)
+		require.NoError(t, err)
+		ch, err := conn.Channel()
+		require.NoError(t, err)
+		suffix := strconv.FormatInt(time.Now().UnixNano()%1e9, 36)
+		before := brokerMemory(t)
+		start := time.Now()
+		var queues []string
+		for i := range n {
+			topo := broker.Topology{Exchange: "tenants.cost." + suffix, Queue: fmt.Sprintf("tenants.cost.%s.%s.%03d", typ, suffix, i),
+				QueueType: typ, Bindings: []string{"tenants.cost.v1"}, RetryDelays: delays}
+			require.NoError(t, topo.Declare(ch))
+			queues = append(queues, topo.Queue, broker.FailedQueue(topo.Queue))
+			for _, d := range delays {
+				queues = append(queues, broker.RetryQueue(topo.Queue, d))
+			}
+		}
+		took := time.Since(start)
+		after := brokerMemory(t)
+		t.Logf("%d %s pools: %d queues declared in %s (%s per pool); broker memory %+.1f MiB (%.2f MiB per pool)",
+			n, typ, len(queues), took.Round(time.Millisecond), (took / time.Duration(n)).Round(time.Microsecond),
+			float64(after-before)/(1<<20), float64(after-before)/(1<<20)/float64(n))
+		start = time.Now()
+		for _, q := range queues {
+			_, err := ch.QueueDelete(q, false, false, false)
+			require.NoError(t, err)
+		}
+		require.NoError(t, ch.ExchangeDelete("tenants.cost."+suffix, false, false))
+		t.Logf("  deleted in %s", time.Since(start).Round(time.Millisecond))
+		require.NoError(t, conn.Close())
+	}
+}
+
+// brokerMemory is the broker node's total memory (Erlang's view), from
+// rabbitmqctl status.
+func brokerMemory(t *testing.T) int64 {
+	t.Helper()
+	out, err := exec.Command("rabbitmqctl", "status", "--formatter=json").Output()
+	if err != nil {
+		t.Skipf("rabbitmqctl status: %v", err)
+	}
+	var st struct {
+		Memory struct {
+			Total struct {
+				Erlang int64 `json:"erlang"`
+			} `json:"total"`
+		} `json:"memory"`
+	}
+	require.NoError(t, json.Unmarshal(out, &st))
+	return st.Memory.Total.Erlang
+}
