@@ -312,6 +312,11 @@ func TestPoolPicksUpStoredPause(t *testing.T) {
 	require.NoError(t, err)
 	b.waitFor("paused", func() bool { return p.Info().State == StatePaused })
 	require.Equal(t, "elsewhere", p.Info().PausedReason)
+	// The state says paused as soon as the pause is read; the workers then
+	// cancel their consumers. Published before that, an event could still
+	// reach one (and be handled): wait until every worker is quiesced.
+	_, err = p.waitQuiesced(b.ctx)
+	require.NoError(t, err)
 	b.publishMany(20, 0)
 	b.waitFor("20 ready while paused", func() bool { return b.queueDepth(b.queue) == 20 })
 	require.Equal(t, 0, b.reservations())
