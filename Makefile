@@ -49,7 +49,7 @@ demo: services ## run the demo shop against local PostgreSQL and RabbitMQ
 	$(GO) run ./examples/shop/cmd/demo
 
 .PHONY: test
-test: services verify unit fuzz chaos chaos-cluster ## everything CI runs: services, verify, race tests, fuzz, chaos, chaos-cluster
+test: services verify unit pooler fuzz chaos chaos-cluster ## everything CI runs: services, verify, race tests, PgBouncer, fuzz, chaos, chaos-cluster
 
 # Modules of their own inside the repository that CI builds, vets, lints and
 # tests too: examples/billing is a service's own daemon built only from the
