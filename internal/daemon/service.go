@@ -290,6 +290,7 @@ func (s *service) startScheduler(ctx context.Context) error {
 		Services: []scheduler.ServiceConfig{{
 			Name: s.name, DB: s.db, DefaultHorizon: c.Horizon, MinHorizon: c.MinHorizon,
 			Every: c.Purge.Every, BatchSize: c.Purge.BatchSize, Ahead: c.ProcessedEvent.Ahead,
+			Archive: c.Outbox.Archive,
 		}},
 		Logger: s.d.log, Metrics: s.d.metrics,
 	})

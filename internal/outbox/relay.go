@@ -80,8 +80,12 @@ type Config struct {
 	// MaxBodyBytes is the consumers' body limit (default
 	// envelope.DefaultMaxBodyBytes).
 	MaxBodyBytes int
-	Metrics      *metrics.Metrics
-	Logger       *slog.Logger
+	// Archive, when true, moves each confirmed row into
+	// platform.outbox_archive in the transaction that deletes it
+	// (services[].outbox.archive > 0).
+	Archive bool
+	Metrics *metrics.Metrics
+	Logger  *slog.Logger
 
 	// TestAfterConfirmFunc, for tests only, runs after a batch's confirms
 	// and before its rows are deleted, with the confirmed ids.
@@ -102,6 +106,9 @@ type Relay struct {
 
 	isActive atomic.Bool
 	held     map[uuid.UUID]*heldRow // used by the run goroutine only
+	// archivedUntil is the end of the last archive partition ensured
+	// (run goroutine only).
+	archivedUntil time.Time
 }
 
 // heldRow is a row held back: when it may be tried again.
@@ -263,6 +270,14 @@ func (r *Relay) session(ctx, work context.Context) (time.Duration, error) {
 	// this disk, the largest part of a pass at low load).
 	if _, err := conn.Exec(ctx, "SET synchronous_commit = off; LISTEN "+Channel); err != nil {
 		return 0, fmt.Errorf("outbox: listen: %w", err)
+	}
+	if r.cfg.Archive {
+		// A new session ensures again: a pass that failed for want of a
+		// partition ends the session and is retried after this.
+		r.archivedUntil = time.Time{}
+		if err := r.ensureArchive(ctx); err != nil {
+			return 0, err
+		}
 	}
 	err = r.relay(ctx, work, conn)
 	return time.Since(since), err
@@ -470,13 +485,42 @@ func (r *Relay) pass(ctx context.Context, conn *pgx.Conn) (int, error, error) {
 	for i, id := range confirmed {
 		ids[i] = id
 	}
-	if _, err := conn.Exec(ctx, `DELETE FROM platform.outbox WHERE event_id = ANY($1::uuid[])`, ids); err != nil {
+	del := `DELETE FROM platform.outbox WHERE event_id = ANY($1::uuid[])`
+	if r.cfg.Archive {
+		if err := r.ensureArchive(ctx); err != nil {
+			return len(rows), pubErr, err
+		}
+		del = archiveSQL
+	}
+	if _, err := conn.Exec(ctx, del, ids); err != nil {
 		// Confirmed but not deleted: the next active relay publishes them
 		// again, which the consumers' dedup makes harmless.
 		return len(rows), pubErr, fmt.Errorf("outbox: delete %d published rows: %w", len(ids), err)
 	}
 	r.publishedTotal.Add(float64(len(confirmed)))
 	return len(rows), pubErr, nil
+}
+
+// archiveSQL deletes the confirmed rows and archives them in one statement
+// (one transaction): a row is in the outbox or in the archive, never in
+// neither, and is archived once since it is deleted once.
+const archiveSQL = `WITH d AS (DELETE FROM platform.outbox WHERE event_id = ANY($1::uuid[])
+	RETURNING event_id, event_name, occurred_at, payload, headers, created_at)
+INSERT INTO platform.outbox_archive (event_id, event_name, occurred_at, payload, headers, created_at, published_at)
+SELECT event_id, event_name, occurred_at, payload, headers, created_at, now() FROM d`
+
+// ensureArchive creates the archive's partitions ahead when the last ones
+// ensured end within half a day.
+func (r *Relay) ensureArchive(ctx context.Context) error {
+	if time.Until(r.archivedUntil) > ArchiveWidth/2 {
+		return nil
+	}
+	until, err := EnsureArchivePartitions(ctx, r.cfg.DB, ArchiveAheadDefault)
+	if err != nil {
+		return err
+	}
+	r.archivedUntil = until
+	return nil
 }
 
 func (r *Relay) selectRows(ctx context.Context, conn *pgx.Conn, skip [][16]byte) ([]row, error) {
