@@ -17,6 +17,7 @@ import (
 	"github.com/platformd/platformd/internal/config"
 	"github.com/platformd/platformd/internal/dedup"
 	"github.com/platformd/platformd/internal/outbox"
+	"github.com/platformd/platformd/internal/replay"
 	"github.com/platformd/platformd/internal/scheduler"
 	"github.com/platformd/platformd/internal/startstop"
 	"github.com/platformd/platformd/internal/state"
@@ -68,6 +69,8 @@ type service struct {
 	pools []*servicePool // in config order
 	relay *outbox.Relay
 	sched *scheduler.Scheduler
+	// replayer runs the service's replays (archive on), nil otherwise.
+	replayer *replay.Runner
 
 	up      atomic.Bool           // brought up: its pools, relay and scheduler run
 	downErr atomic.Pointer[error] // why it is not up, or its database's last error
@@ -198,6 +201,9 @@ func (s *service) Start(ctx context.Context) error {
 			if err := s.startRelay(runCtx); err != nil {
 				s.d.log.ErrorContext(runCtx, "daemon: outbox relay not started", slog.String("service", s.name), slog.Any("error", err))
 			}
+			if err := s.startReplayer(runCtx); err != nil {
+				s.d.log.ErrorContext(runCtx, "daemon: replay runner not started", slog.String("service", s.name), slog.Any("error", err))
+			}
 			if err := s.startScheduler(runCtx); err != nil {
 				s.d.log.ErrorContext(runCtx, "daemon: purge scheduler not started", slog.String("service", s.name), slog.Any("error", err))
 			}
@@ -212,12 +218,12 @@ func (s *service) Start(ctx context.Context) error {
 			for _, sp := range s.pools {
 				pools = append(pools, sp.pool)
 			}
-			relay, sched := s.relay, s.sched
+			relay, sched, replayer := s.relay, s.sched, s.replayer
 			s.mu.RUnlock()
 			startstop.Stages(
 				[]startstop.Stopper{sched},
 				pools,
-				[]startstop.Stopper{relay},
+				[]startstop.Stopper{relay, replayer},
 				[]startstop.Stopper{watch, refresh, health},
 			)
 			s.mu.RLock()

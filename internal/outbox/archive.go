@@ -1,14 +1,18 @@
 package outbox
 
 import (
+	"cmp"
 	"context"
 	"fmt"
 	"regexp"
 	"time"
 
+	"github.com/google/uuid"
 	"github.com/jackc/pgx/v5"
+	amqp "github.com/rabbitmq/amqp091-go"
 
 	"github.com/platformd/platformd/internal/dbutil"
+	"github.com/platformd/platformd/internal/envelope"
 )
 
 // ArchiveWidth is the time range of one partition of platform.outbox_archive
@@ -161,4 +165,12 @@ func PurgeArchive(ctx context.Context, db dbutil.TxStarter, keep time.Duration) 
 		return res, fmt.Errorf("outbox: purge archive: %w", err)
 	}
 	return res, nil
+}
+
+// ArchivedMessage returns the message of an archived row exactly as the
+// relay published it (envelope body, persistent, application/json, the
+// row's headers); payload and headers are the jsonb as PostgreSQL renders
+// it. A replay adds its own headers to the result.
+func ArchivedMessage(id uuid.UUID, name string, occurredAt time.Time, payload, headers string, maxBody int) (amqp.Publishing, error) {
+	return row{id: id, name: name, occurredAt: occurredAt, finite: true, payload: payload, headers: headers}.message(cmp.Or(maxBody, envelope.DefaultMaxBodyBytes))
 }

@@ -59,6 +59,7 @@ type Backend struct {
 	runs      map[string][]admin.PurgeRun        // service -> runs, oldest first
 	failed    map[string][]admin.FailedMessage   // pool -> messages
 	audit     []admin.AuditEntry                 // oldest first
+	replays   []admin.ReplayInfo                 // oldest first
 	hooks     map[string]HookFunc
 	calls     []Call
 }

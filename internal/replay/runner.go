@@ -1,0 +1,415 @@
+package replay
+
+import (
+	"cmp"
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"math/rand/v2"
+	"sort"
+	"sync/atomic"
+	"time"
+
+	"github.com/google/uuid"
+	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgxpool"
+	"github.com/prometheus/client_golang/prometheus"
+	amqp "github.com/rabbitmq/amqp091-go"
+
+	"github.com/platformd/platformd/internal/outbox"
+	"github.com/platformd/platformd/internal/startstop"
+	"github.com/platformd/platformd/internal/workers"
+)
+
+// Header names a replay sets on its copies (DESIGN.md, "Topology").
+const (
+	HeaderReplay                = workers.HeaderReplay
+	HeaderBeyondHorizonOverride = workers.HeaderBeyondHorizonOverride
+	HeaderOriginalRoutingKey    = workers.HeaderOriginalRoutingKey
+)
+
+// LockName is the advisory lock (per producer database) the active runner
+// holds on a dedicated session.
+const LockName = "platformd.replay"
+
+// Defaults of RunnerConfig.
+const (
+	// PollDefault is how often an idle active runner looks for replays.
+	PollDefault = time.Second
+	// LockRetryDefault is how often a standby runner tries the lock.
+	LockRetryDefault = time.Second
+	// ChunkMax is the most events published between two progress records.
+	ChunkMax = 100
+	// progressTimeout bounds recording a chunk's progress, which runs even
+	// when the runner is being stopped.
+	progressTimeout = 10 * time.Second
+	publishTimeout  = 30 * time.Second
+	backoffMin      = 100 * time.Millisecond
+	backoffMax      = 5 * time.Second
+)
+
+// RunnerConfig configures a Runner.
+type RunnerConfig struct {
+	// Service is the producer service.
+	Service string
+	// DB is the producer's database (archive and platform.replay).
+	DB *pgxpool.Pool
+	// Broker is the publishing connection.
+	Broker *workers.Conn
+	// Exchange is broker.exchange.
+	Exchange string
+	// TargetsFunc returns a replay's target pools as they are now (the
+	// horizon in force, the queue); for a targeted replay the one pool.
+	TargetsFunc func(r Record) ([]Target, error)
+	// MaxBodyBytes is the consumers' body limit (default the envelope's).
+	MaxBodyBytes int
+	// Published counts confirmed copies by service and replay; may be nil.
+	Published *prometheus.CounterVec
+	// Poll and LockRetry: see PollDefault and LockRetryDefault.
+	Poll, LockRetry time.Duration
+	Logger          *slog.Logger
+
+	// TestAfterChunkFunc, for tests only, runs after a chunk's progress
+	// was recorded, with the replay's record.
+	TestAfterChunkFunc func(r Record)
+}
+
+// Runner runs the replays of one producer service; one runner per
+// producer database is active across daemons. It follows startstop's
+// lifecycle and is safe for concurrent use.
+type Runner struct {
+	startstop.Base
+	cfg    RunnerConfig
+	log    *slog.Logger
+	wake   chan struct{}
+	active atomic.Bool
+}
+
+// NewRunner returns a stopped Runner.
+func NewRunner(cfg RunnerConfig) (*Runner, error) {
+	if cfg.Service == "" || cfg.DB == nil || cfg.Broker == nil || cfg.Exchange == "" || cfg.TargetsFunc == nil || cfg.Logger == nil {
+		return nil, errors.New("replay: runner needs a service, a database, a broker, an exchange, targets and a logger")
+	}
+	cfg.Poll = cmp.Or(cfg.Poll, PollDefault)
+	cfg.LockRetry = cmp.Or(cfg.LockRetry, LockRetryDefault)
+	return &Runner{cfg: cfg, log: cfg.Logger.With(slog.String("service", cfg.Service)), wake: make(chan struct{}, 1)}, nil
+}
+
+// Start runs the runner in the background until Stop.
+func (r *Runner) Start(ctx context.Context) error {
+	return r.StartFunc(func() (func(), error) {
+		rctx, cancel := context.WithCancel(context.WithoutCancel(ctx))
+		done := make(chan struct{})
+		go func() {
+			defer close(done)
+			r.run(rctx)
+		}()
+		return func() { cancel(); <-done }, nil
+	})
+}
+
+// Stop stops the runner: a chunk being published is abandoned before its
+// progress is recorded only if its publish had not been confirmed (it is
+// published again on resume); a confirmed chunk's progress is recorded.
+// Safe to call twice and before Start.
+func (r *Runner) Stop() { r.Base.Stop() }
+
+// Wake makes an idle active runner look for replays now.
+func (r *Runner) Wake() {
+	select {
+	case r.wake <- struct{}{}:
+	default:
+	}
+}
+
+// Active reports whether this runner holds the replay lock.
+func (r *Runner) Active() bool { return r.active.Load() }
+
+func (r *Runner) run(ctx context.Context) {
+	backoff := backoffMin
+	for ctx.Err() == nil {
+		err := r.session(ctx)
+		if ctx.Err() != nil {
+			return
+		}
+		r.log.WarnContext(ctx, "replay: runner session lost, starting again", slog.Any("error", err), slog.Duration("backoff", backoff))
+		if !sleep(ctx, jitter(backoff)) {
+			return
+		}
+		backoff = min(backoff*2, backoffMax)
+	}
+}
+
+// session holds the replay lock on a dedicated connection and runs the
+// running replays, oldest first, over it.
+func (r *Runner) session(ctx context.Context) error {
+	pc, err := r.cfg.DB.Acquire(ctx)
+	if err != nil {
+		return fmt.Errorf("replay: acquire connection: %w", err)
+	}
+	conn := pc.Hijack()
+	defer func() {
+		cctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 5*time.Second)
+		defer cancel()
+		_ = conn.Close(cctx)
+	}()
+	for {
+		var ok bool
+		if err := conn.QueryRow(ctx, `SELECT pg_try_advisory_lock(hashtextextended($1, 0))`, LockName).Scan(&ok); err != nil {
+			return fmt.Errorf("replay: take lock: %w", err)
+		}
+		if ok {
+			break
+		}
+		if !sleep(ctx, r.cfg.LockRetry) {
+			return ctx.Err()
+		}
+	}
+	r.active.Store(true)
+	defer r.active.Store(false)
+	pub := workers.NewPublisher(r.cfg.Broker, ChunkMax)
+	defer pub.Close()
+	for {
+		var id uuid.UUID
+		err := conn.QueryRow(ctx, `SELECT id FROM platform.replay WHERE state = 'running' ORDER BY created_at, id LIMIT 1`).Scan(&id)
+		switch {
+		case errors.Is(err, pgx.ErrNoRows):
+			t := time.NewTimer(r.cfg.Poll)
+			select {
+			case <-ctx.Done():
+				t.Stop()
+				return ctx.Err()
+			case <-r.wake:
+			case <-t.C:
+			}
+			t.Stop()
+			continue
+		case err != nil:
+			return fmt.Errorf("replay: next replay: %w", err)
+		}
+		if err := r.runOne(ctx, conn, pub, id); err != nil {
+			return err
+		}
+	}
+}
+
+// runOne runs one replay until it is done, cancelled or failed, or until
+// a fault (returned: the session starts again and resumes it).
+func (r *Runner) runOne(ctx context.Context, conn *pgx.Conn, pub *workers.Publisher, id uuid.UUID) error {
+	rec, err := Get(ctx, conn, id)
+	if err != nil {
+		return err
+	}
+	log := r.log.With(slog.String("replay", id.String()))
+	targets, err := r.cfg.TargetsFunc(rec)
+	if err != nil {
+		// The target pool is gone from the config: nothing to run.
+		log.WarnContext(ctx, "replay: failed", slog.Any("error", err))
+		return fail(ctx, conn, id, err.Error())
+	}
+	items, _, err := Select(ctx, conn, rec.Selection)
+	if err != nil {
+		return err
+	}
+	start := 0
+	if rec.Cursor != nil {
+		c := *rec.Cursor
+		start = sort.Search(len(items), func(i int) bool { return compareUUID(items[i].ID, c) > 0 })
+	}
+	log.InfoContext(ctx, "replay: running", slog.Int("remaining", len(items)-start), slog.Int64("published", rec.Published))
+	var counter prometheus.Counter
+	if r.cfg.Published != nil {
+		counter = r.cfg.Published.WithLabelValues(r.cfg.Service, id.String())
+	}
+	chunk := min(max(rec.Rate/20, 1), ChunkMax)
+	confirmed := map[uuid.UUID]bool{} // published past a failed publish, this session
+	for i := start; i < len(items); {
+		part := items[i:min(i+chunk, len(items))]
+		t0 := time.Now()
+		n, last, err := r.publishChunk(ctx, conn, pub, &rec, targets, part, confirmed)
+		if n > 0 && counter != nil {
+			counter.Add(float64(n))
+		}
+		if last >= 0 {
+			c := part[last].ID
+			rec.Cursor = &c
+		}
+		// Progress is recorded even when ctx ended: the chunk's confirms
+		// came back, so a resume must not publish it again.
+		pctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), progressTimeout)
+		perr := recordProgress(pctx, conn, &rec, err == nil && i+len(part) == len(items)) //nolint:contextcheck // detached on purpose
+		cancel()
+		if f := r.cfg.TestAfterChunkFunc; f != nil && perr == nil {
+			f(rec)
+		}
+		switch {
+		case errors.Is(perr, errNotRunning):
+			log.InfoContext(ctx, "replay: stopped", slog.String("state", rec.State), slog.Int64("published", rec.Published))
+			return nil
+		case perr != nil:
+			return perr
+		case err != nil:
+			return err
+		}
+		i += len(part)
+		// Pace: len(part) events per len(part)/rate seconds.
+		if !sleep(ctx, time.Until(t0.Add(time.Duration(len(part))*time.Second/time.Duration(rec.Rate)))) {
+			return ctx.Err()
+		}
+	}
+	if len(items) == start {
+		pctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), progressTimeout)
+		defer cancel()
+		if err := recordProgress(pctx, conn, &rec, true); err != nil && !errors.Is(err, errNotRunning) { //nolint:contextcheck // detached on purpose
+			return err
+		}
+	}
+	log.InfoContext(ctx, "replay: finished", slog.String("state", rec.State), slog.Int64("published", rec.Published))
+	return nil
+}
+
+// archivedSQL reads the chunk's rows (each id's newest publication).
+const archivedSQL = `SELECT DISTINCT ON (event_id) event_id, event_name, occurred_at, payload::text, headers::text
+FROM platform.outbox_archive WHERE event_id = ANY($1::uuid[]) ORDER BY event_id, published_at DESC`
+
+// publishChunk publishes part's events (those still archived, not already
+// confirmed, and for a targeted replay not beyond the pool's horizon
+// unless asked) and adds what the broker confirmed to rec's counts. It
+// returns how many were confirmed and the index in part of the last event
+// handled without a failure before it (-1: none), with the first publish
+// error; confirmed copies after a failure are remembered in confirmed.
+func (r *Runner) publishChunk(ctx context.Context, conn *pgx.Conn, pub *workers.Publisher, rec *Record, targets []Target,
+	part []Item, confirmed map[uuid.UUID]bool,
+) (int, int, error) {
+	ids := make([][16]byte, len(part))
+	for i, it := range part {
+		ids[i] = it.ID
+	}
+	rows, err := conn.Query(ctx, archivedSQL, ids)
+	if err != nil {
+		return 0, -1, fmt.Errorf("replay: read archived events: %w", err)
+	}
+	type archived struct {
+		name, payload, headers string
+		at                     time.Time
+	}
+	byID := make(map[uuid.UUID]archived, len(part))
+	var id [16]byte
+	var a archived
+	_, err = pgx.ForEachRow(rows, []any{&id, &a.name, &a.at, &a.payload, &a.headers}, func() error {
+		byID[id] = a
+		return nil
+	})
+	if err != nil {
+		return 0, -1, fmt.Errorf("replay: read archived events: %w", err)
+	}
+	targeted := rec.TargetPool != ""
+	now := time.Now()
+	out := make([]workers.Outgoing, 0, len(part))
+	idx := make([]int, 0, len(part)) // out[k] is part[idx[k]]
+	for i, it := range part {
+		row, ok := byID[it.ID]
+		if !ok || confirmed[it.ID] {
+			continue // dropped from the archive since, or already published
+		}
+		msg, err := outbox.ArchivedMessage(it.ID, row.name, row.at, row.payload, row.headers, r.cfg.MaxBodyBytes)
+		if err != nil {
+			r.log.WarnContext(ctx, "replay: archived event not publishable, skipped", slog.String("event_id", it.ID.String()), slog.Any("error", err))
+			continue
+		}
+		h := make(amqp.Table, len(msg.Headers)+3)
+		for k, v := range msg.Headers {
+			h[k] = v
+		}
+		h[HeaderReplay] = rec.ID.String()
+		o := workers.Outgoing{Exchange: r.cfg.Exchange, RoutingKey: row.name}
+		if targeted && len(targets) == 1 {
+			if targets[0].beyond(EventTime(it.ID, row.at), now) {
+				if !rec.IncludeBeyondHorizon {
+					continue
+				}
+				h[HeaderBeyondHorizonOverride] = true
+			}
+			// By the default exchange the routing key is the queue's name:
+			// the pool reads the event's from this header.
+			h[HeaderOriginalRoutingKey] = row.name
+			o = workers.Outgoing{RoutingKey: targets[0].Queue}
+		}
+		msg.Headers = h
+		o.Msg = msg
+		out = append(out, o)
+		idx = append(idx, i)
+	}
+	pctx, cancel := context.WithTimeout(ctx, publishTimeout)
+	errs := pub.Publish(pctx, out)
+	cancel()
+	n, last := 0, len(part)-1
+	var firstErr error
+	for k, perr := range errs {
+		if perr != nil && !errors.Is(perr, workers.ErrReturned) {
+			if firstErr == nil {
+				firstErr = fmt.Errorf("replay: publish %s: %w", part[idx[k]].ID, perr)
+				last = idx[k] - 1
+			}
+			continue
+		}
+		if perr != nil {
+			r.log.WarnContext(ctx, "replay: copy returned unroutable", slog.String("event_id", part[idx[k]].ID.String()))
+			continue
+		}
+		it := part[idx[k]]
+		n++
+		if firstErr != nil {
+			confirmed[it.ID] = true
+		}
+		rec.Published++
+		for p := range rec.Pools {
+			if targeted || poolReceives(targets, rec.Pools[p], it.Name) {
+				rec.Pools[p].Published++
+			}
+		}
+	}
+	return n, last, firstErr
+}
+
+// poolReceives reports whether the target named by pc is bound to name.
+func poolReceives(targets []Target, pc PoolCount, name string) bool {
+	for _, t := range targets {
+		if t.Pool == pc.Pool {
+			return t.Receives(name)
+		}
+	}
+	return false
+}
+
+func compareUUID(a, b uuid.UUID) int {
+	for i := range a {
+		if a[i] != b[i] {
+			if a[i] < b[i] {
+				return -1
+			}
+			return 1
+		}
+	}
+	return 0
+}
+
+// sleep waits d or until ctx ends; it reports whether d passed.
+func sleep(ctx context.Context, d time.Duration) bool {
+	if d <= 0 {
+		return ctx.Err() == nil
+	}
+	t := time.NewTimer(d)
+	defer t.Stop()
+	select {
+	case <-ctx.Done():
+		return false
+	case <-t.C:
+		return true
+	}
+}
+
+func jitter(d time.Duration) time.Duration {
+	return d + time.Duration(rand.Int64N(int64(d)/5+1))
+}
