@@ -271,4 +271,3 @@ func replayInfo(service string, r replay.Record) admin.ReplayInfo {
 	}
 	return info
 }
-
