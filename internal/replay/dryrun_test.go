@@ -2,7 +2,6 @@ package replay
 
 import (
 	"context"
-	"errors"
 	"testing"
 	"time"
 
@@ -96,7 +95,7 @@ func TestSelectionCheck(t *testing.T) {
 		t.Run(tc.name, func(t *testing.T) {
 			t.Parallel()
 			err := tc.sel.Check()
-			require.True(t, errors.Is(err, ErrInvalid))
+			require.ErrorIs(t, err, ErrInvalid)
 			require.ErrorContains(t, err, tc.msg)
 		})
 	}

@@ -68,19 +68,6 @@ func (s Selection) Check() error {
 	return nil
 }
 
-// matches reports whether name is selected by s's names.
-func (s Selection) matches(name string) bool {
-	if len(s.EventNames) == 0 {
-		return true
-	}
-	for _, p := range s.EventNames {
-		if config.TopicMatch(p, name) {
-			return true
-		}
-	}
-	return false
-}
-
 // Item is one selected archived event.
 type Item struct {
 	ID         uuid.UUID
