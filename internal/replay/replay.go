@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"slices"
 	"strings"
+	"sync"
 	"time"
 
 	"github.com/google/uuid"
@@ -201,9 +202,11 @@ type PoolCount struct {
 	Published        int64  `json:"published"`
 }
 
-// countSQL counts, of the ids given, those in processed_event: one query
-// per pool, a hash or merge join of the ids with the table.
-const countSQL = `SELECT count(*) FROM processed_event p JOIN unnest($1::uuid[]) AS u(event_id) USING (event_id)`
+// countSQL counts, of the ids given (distinct, in event_id order), those
+// in processed_event: one query per pool, one index scan with the whole
+// array (at 1M ids against 1M rows, 0.7 s where a join with unnest(),
+// planned as a nested loop, took 1.5 s to 2.6 s on the team's machine).
+const countSQL = `SELECT count(*) FROM processed_event WHERE event_id = ANY($1::uuid[])`
 
 // DryRun counts, for each target, the items it receives (all of them for
 // a targeted replay) that a copy would apply, skip as already processed,
@@ -212,32 +215,60 @@ const countSQL = `SELECT count(*) FROM processed_event p JOIN unnest($1::uuid[])
 // when its row is still in processed_event). Each target costs one query
 // against its service's processed_event.
 func DryRun(ctx context.Context, items []Item, targets []Target, targeted bool, now time.Time) ([]PoolCount, error) {
-	out := make([]PoolCount, 0, len(targets))
-	for _, t := range targets {
-		pc := PoolCount{Pool: t.Pool, Service: t.Service}
-		ids := make([][16]byte, 0, len(items))
-		for _, it := range items {
-			if !targeted && !t.Receives(it.Name) {
-				continue
-			}
-			if t.beyond(EventTime(it.ID, it.OccurredAt), now) {
-				pc.BeyondHorizon++
-				continue
-			}
-			ids = append(ids, it.ID)
-		}
-		if len(ids) > 0 {
-			if err := t.DB.QueryRow(ctx, countSQL, ids).Scan(&pc.AlreadyProcessed); err != nil {
-				return nil, fmt.Errorf("replay: count processed events of %s: %w", t.Service, err)
-			}
-		}
-		pc.WouldApply = int64(len(ids)) - pc.AlreadyProcessed
-		out = append(out, pc)
+	out := make([]PoolCount, len(targets))
+	errs := make([]error, len(targets))
+	sem := make(chan struct{}, dryRunParallel)
+	var wg sync.WaitGroup
+	for i, t := range targets {
+		wg.Go(func() {
+			sem <- struct{}{}
+			defer func() { <-sem }()
+			out[i], errs[i] = dryRunOne(ctx, items, t, targeted, now)
+		})
+	}
+	wg.Wait()
+	if err := errors.Join(errs...); err != nil {
+		return nil, err
 	}
 	slices.SortFunc(out, func(a, b PoolCount) int {
 		return cmpOr(strings.Compare(a.Service, b.Service), strings.Compare(a.Pool, b.Pool))
 	})
 	return out, nil
+}
+
+// dryRunParallel bounds the targets counted at once (each its own
+// database query).
+const dryRunParallel = 4
+
+// dryRunOne is DryRun for one target.
+func dryRunOne(ctx context.Context, items []Item, t Target, targeted bool, now time.Time) (PoolCount, error) {
+	pc := PoolCount{Pool: t.Pool, Service: t.Service}
+	ids := make([][16]byte, 0, len(items))
+	receives := map[string]bool{} // by name: a few names for a million items
+	for _, it := range items {
+		if !targeted {
+			r, ok := receives[it.Name]
+			if !ok {
+				r = t.Receives(it.Name)
+				receives[it.Name] = r
+			}
+			if !r {
+				continue
+			}
+		}
+		if t.beyond(EventTime(it.ID, it.OccurredAt), now) {
+			pc.BeyondHorizon++
+			continue
+		}
+		ids = append(ids, it.ID)
+	}
+	if len(ids) > 0 {
+		if err := t.DB.QueryRow(ctx, countSQL, ids).Scan(&pc.AlreadyProcessed); err != nil {
+			return pc, fmt.Errorf("replay: count processed events of %s: %w", t.Service, err)
+		}
+	}
+	pc.WouldApply = int64(len(ids)) - pc.AlreadyProcessed
+	return pc, nil
 }
 
 func cmpOr(a, b int) int {
