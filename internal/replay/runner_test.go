@@ -8,6 +8,8 @@ import (
 
 	"github.com/google/uuid"
 	"github.com/jackc/pgx/v5/pgxpool"
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/prometheus/client_golang/prometheus/testutil"
 	amqp "github.com/rabbitmq/amqp091-go"
 	"github.com/stretchr/testify/require"
 
@@ -29,11 +31,15 @@ func create(t testing.TB, db *pgxpool.Pool, sel Selection, targetPool string, in
 	return id
 }
 
+// published is the counter vector every test runner reports to.
+var published = prometheus.NewCounterVec(prometheus.CounterOpts{Name: "test_replay_published_total"}, []string{"service", "replay"})
+
 func runner(t testing.TB, db *pgxpool.Pool, conn *workers.Conn, exchange string, targets []Target, after func(Record)) *Runner {
 	t.Helper()
 	r, err := NewRunner(RunnerConfig{
 		Service: "order", DB: db, Broker: conn, Exchange: exchange, Poll: 50 * time.Millisecond, LockRetry: 50 * time.Millisecond,
 		TargetsFunc: func(Record) ([]Target, error) { return targets, nil }, Logger: discard, TestAfterChunkFunc: after,
+		Published: published,
 	})
 	require.NoError(t, err)
 	require.NoError(t, r.Start(context.Background()))
@@ -116,6 +122,7 @@ func TestRunnerResumesWithoutDuplicates(t *testing.T) {
 	require.Equal(t, int64(n), rec.Published)
 	require.Equal(t, int64(n), rec.Matched)
 	require.Equal(t, int64(n), rec.Pools[0].Published)
+	require.InDelta(t, float64(n), testutil.ToFloat64(published.WithLabelValues("order", id.String())), 0, "the metric counts each copy once")
 	got := collectCopies(t, copies, n)
 	seen := map[string]int{}
 	for _, m := range got {
