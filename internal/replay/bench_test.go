@@ -45,7 +45,7 @@ func BenchmarkDryRun(b *testing.B) {
 	ctx := context.Background()
 	n := benchRows()
 	one := func(prefix string) *pgxpool.Pool {
-		db := database(b, prefix)
+		db := database(b, prefix) //nolint:contextcheck // test setup: scratch databases live as long as the benchmark
 		db.Close()
 		cfg := db.Config()
 		cfg.MaxConns = 1
