@@ -73,6 +73,9 @@ type RunnerConfig struct {
 	// TestAfterChunkFunc, for tests only, runs after a chunk's progress
 	// was recorded, with the replay's record.
 	TestAfterChunkFunc func(r Record)
+	// TestAfterCommitFunc, for tests only, runs after the broker committed
+	// a chunk and before its progress is recorded.
+	TestAfterCommitFunc func(r Record)
 }
 
 // Runner runs the replays of one producer service; one runner per
@@ -168,8 +171,8 @@ func (r *Runner) session(ctx context.Context) error {
 	}
 	r.active.Store(true)
 	defer r.active.Store(false)
-	pub := workers.NewPublisher(r.cfg.Broker, ChunkMax)
-	defer pub.Close()
+	pub := &txChannel{conn: r.cfg.Broker}
+	defer pub.close()
 	for {
 		var id uuid.UUID
 		err := conn.QueryRow(ctx, `SELECT id FROM platform.replay WHERE state = 'running' ORDER BY created_at, id LIMIT 1`).Scan(&id)
@@ -196,12 +199,15 @@ func (r *Runner) session(ctx context.Context) error {
 
 // runOne runs one replay until it is done, cancelled or failed, or until
 // a fault (returned: the session starts again and resumes it).
-func (r *Runner) runOne(ctx context.Context, conn *pgx.Conn, pub *workers.Publisher, id uuid.UUID) error {
+func (r *Runner) runOne(ctx context.Context, conn *pgx.Conn, pub *txChannel, id uuid.UUID) error {
 	rec, err := Get(ctx, conn, id)
 	if err != nil {
 		return err
 	}
 	log := r.log.With(slog.String("replay", id.String()))
+	if err := r.resumeJournal(ctx, conn, pub, &rec); err != nil {
+		return err
+	}
 	targets, err := r.cfg.TargetsFunc(rec)
 	if err != nil {
 		// The target pool is gone from the config: nothing to run.
@@ -223,22 +229,28 @@ func (r *Runner) runOne(ctx context.Context, conn *pgx.Conn, pub *workers.Publis
 		counter = r.cfg.Published.WithLabelValues(r.cfg.Service, id.String())
 	}
 	chunk := min(max(rec.Rate/20, 1), ChunkMax)
-	confirmed := map[uuid.UUID]bool{} // published past a failed publish, this session
 	for i := start; i < len(items); {
 		part := items[i:min(i+chunk, len(items))]
 		t0 := time.Now()
-		n, last, err := r.publishChunk(ctx, conn, pub, &rec, targets, part, confirmed)
-		if n > 0 && counter != nil {
+		n, err := r.publishChunk(ctx, conn, pub, &rec, targets, part)
+		if err != nil {
+			// Nothing of the chunk was committed, or (a commit-ok lost)
+			// its mark is in the journal: the next session reads it.
+			return err
+		}
+		if counter != nil {
 			counter.Add(float64(n))
 		}
-		if last >= 0 {
-			c := part[last].ID
-			rec.Cursor = &c
+		if f := r.cfg.TestAfterCommitFunc; f != nil {
+			f(rec)
 		}
-		// Progress is recorded even when ctx ended: the chunk's confirms
-		// came back, so a resume must not publish it again.
+		// Progress is recorded even when ctx ended: the broker committed
+		// the chunk, so a resume must not publish it again.
 		pctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), progressTimeout)
-		perr := recordProgress(pctx, conn, &rec, err == nil && i+len(part) == len(items)) //nolint:contextcheck // detached on purpose
+		perr := recordProgress(pctx, conn, &rec, i+len(part) == len(items)) //nolint:contextcheck // detached on purpose
+		if perr == nil || errors.Is(perr, errNotRunning) {
+			perr = cmp.Or(pub.clearJournal(pctx, id), perr) //nolint:contextcheck // detached on purpose
+		}
 		cancel()
 		if f := r.cfg.TestAfterChunkFunc; f != nil && perr == nil {
 			f(rec)
@@ -246,13 +258,15 @@ func (r *Runner) runOne(ctx context.Context, conn *pgx.Conn, pub *workers.Publis
 		switch {
 		case errors.Is(perr, errNotRunning):
 			log.InfoContext(ctx, "replay: stopped", slog.String("state", rec.State), slog.Int64("published", rec.Published))
+			pub.deleteJournal(ctx, id)
 			return nil
 		case perr != nil:
 			return perr
-		case err != nil:
-			return err
 		}
 		i += len(part)
+		if i == len(items) {
+			break
+		}
 		// Pace: len(part) events per len(part)/rate seconds.
 		if !sleep(ctx, time.Until(t0.Add(time.Duration(len(part))*time.Second/time.Duration(rec.Rate)))) {
 			return ctx.Err()
@@ -265,30 +279,55 @@ func (r *Runner) runOne(ctx context.Context, conn *pgx.Conn, pub *workers.Publis
 			return err
 		}
 	}
+	pub.deleteJournal(ctx, id)
 	log.InfoContext(ctx, "replay: finished", slog.String("state", rec.State), slog.Int64("published", rec.Published))
 	return nil
+}
+
+// resumeJournal reads the replay's journal: a mark past the recorded
+// cursor is a chunk the broker committed whose progress the previous
+// runner did not record (it died in between); it is recorded now, so that
+// the chunk is not published again.
+func (r *Runner) resumeJournal(ctx context.Context, conn *pgx.Conn, pub *txChannel, rec *Record) error {
+	if err := pub.declareJournal(ctx, rec.ID); err != nil {
+		return err
+	}
+	m, err := pub.lastMark(ctx, rec.ID)
+	if err != nil || m == nil {
+		return err
+	}
+	if rec.Cursor == nil || compareUUID(m.Cursor, *rec.Cursor) > 0 {
+		c := m.Cursor
+		rec.Cursor = &c
+		rec.Published += m.Published
+		for i := range rec.Pools {
+			rec.Pools[i].Published += m.Pools[rec.Pools[i].Pool]
+		}
+		r.log.InfoContext(ctx, "replay: a chunk committed by the broker before the runner died, recorded now",
+			slog.String("replay", rec.ID.String()), slog.Int64("published", m.Published))
+		if err := recordProgress(ctx, conn, rec, false); err != nil && !errors.Is(err, errNotRunning) {
+			return err
+		}
+	}
+	return pub.clearJournal(ctx, rec.ID)
 }
 
 // archivedSQL reads the chunk's rows (each id's newest publication).
 const archivedSQL = `SELECT DISTINCT ON (event_id) event_id, event_name, occurred_at, payload::text, headers::text
 FROM platform.outbox_archive WHERE event_id = ANY($1::uuid[]) ORDER BY event_id, published_at DESC`
 
-// publishChunk publishes part's events (those still archived, not already
-// confirmed, and for a targeted replay not beyond the pool's horizon
-// unless asked) and adds what the broker confirmed to rec's counts. It
-// returns how many were confirmed and the index in part of the last event
-// handled without a failure before it (-1: none), with the first publish
-// error; confirmed copies after a failure are remembered in confirmed.
-func (r *Runner) publishChunk(ctx context.Context, conn *pgx.Conn, pub *workers.Publisher, rec *Record, targets []Target,
-	part []Item, confirmed map[uuid.UUID]bool,
-) (int, int, error) {
+// publishChunk publishes part's events (those still archived, and for a
+// targeted replay not beyond the pool's horizon unless asked) and the
+// chunk's mark in one AMQP transaction, and adds them to rec's counts and
+// cursor. It returns how many copies it published.
+func (r *Runner) publishChunk(ctx context.Context, conn *pgx.Conn, pub *txChannel, rec *Record, targets []Target, part []Item) (int, error) {
 	ids := make([][16]byte, len(part))
 	for i, it := range part {
 		ids[i] = it.ID
 	}
 	rows, err := conn.Query(ctx, archivedSQL, ids)
 	if err != nil {
-		return 0, -1, fmt.Errorf("replay: read archived events: %w", err)
+		return 0, fmt.Errorf("replay: read archived events: %w", err)
 	}
 	type archived struct {
 		name, payload, headers string
@@ -302,16 +341,16 @@ func (r *Runner) publishChunk(ctx context.Context, conn *pgx.Conn, pub *workers.
 		return nil
 	})
 	if err != nil {
-		return 0, -1, fmt.Errorf("replay: read archived events: %w", err)
+		return 0, fmt.Errorf("replay: read archived events: %w", err)
 	}
 	targeted := rec.TargetPool != ""
 	now := time.Now()
 	out := make([]workers.Outgoing, 0, len(part))
-	idx := make([]int, 0, len(part)) // out[k] is part[idx[k]]
-	for i, it := range part {
+	m := mark{Cursor: part[len(part)-1].ID, Pools: map[string]int64{}}
+	for _, it := range part {
 		row, ok := byID[it.ID]
-		if !ok || confirmed[it.ID] {
-			continue // dropped from the archive since, or already published
+		if !ok {
+			continue // dropped from the archive since
 		}
 		msg, err := outbox.ArchivedMessage(it.ID, row.name, row.at, row.payload, row.headers, r.cfg.MaxBodyBytes)
 		if err != nil {
@@ -339,38 +378,26 @@ func (r *Runner) publishChunk(ctx context.Context, conn *pgx.Conn, pub *workers.
 		msg.Headers = h
 		o.Msg = msg
 		out = append(out, o)
-		idx = append(idx, i)
+		m.Published++
+		for _, p := range rec.Pools {
+			if targeted || poolReceives(targets, p, it.Name) {
+				m.Pools[p.Pool]++
+			}
+		}
 	}
 	pctx, cancel := context.WithTimeout(ctx, publishTimeout)
-	errs := pub.Publish(pctx, out)
+	err = pub.publish(pctx, rec.ID, out, m)
 	cancel()
-	n, last := 0, len(part)-1
-	var firstErr error
-	for k, perr := range errs {
-		if perr != nil && !errors.Is(perr, workers.ErrReturned) {
-			if firstErr == nil {
-				firstErr = fmt.Errorf("replay: publish %s: %w", part[idx[k]].ID, perr)
-				last = idx[k] - 1
-			}
-			continue
-		}
-		if perr != nil {
-			r.log.WarnContext(ctx, "replay: copy returned unroutable", slog.String("event_id", part[idx[k]].ID.String()))
-			continue
-		}
-		it := part[idx[k]]
-		n++
-		if firstErr != nil {
-			confirmed[it.ID] = true
-		}
-		rec.Published++
-		for p := range rec.Pools {
-			if targeted || poolReceives(targets, rec.Pools[p], it.Name) {
-				rec.Pools[p].Published++
-			}
-		}
+	if err != nil {
+		return 0, err
 	}
-	return n, last, firstErr
+	c := m.Cursor
+	rec.Cursor = &c
+	rec.Published += m.Published
+	for i := range rec.Pools {
+		rec.Pools[i].Published += m.Pools[rec.Pools[i].Pool]
+	}
+	return len(out), nil
 }
 
 // poolReceives reports whether the target named by pc is bound to name.

@@ -34,13 +34,17 @@ func create(t testing.TB, db *pgxpool.Pool, sel Selection, targetPool string, in
 // published is the counter vector every test runner reports to.
 var published = prometheus.NewCounterVec(prometheus.CounterOpts{Name: "test_replay_published_total"}, []string{"service", "replay"})
 
-func runner(t testing.TB, db *pgxpool.Pool, conn *workers.Conn, exchange string, targets []Target, after func(Record)) *Runner {
+func runner(t testing.TB, db *pgxpool.Pool, conn *workers.Conn, exchange string, targets []Target, after func(Record), mods ...func(*RunnerConfig)) *Runner {
 	t.Helper()
-	r, err := NewRunner(RunnerConfig{
+	cfg := RunnerConfig{
 		Service: "order", DB: db, Broker: conn, Exchange: exchange, Poll: 50 * time.Millisecond, LockRetry: 50 * time.Millisecond,
 		TargetsFunc: func(Record) ([]Target, error) { return targets, nil }, Logger: discard, TestAfterChunkFunc: after,
 		Published: published,
-	})
+	}
+	for _, m := range mods {
+		m(&cfg)
+	}
+	r, err := NewRunner(cfg)
 	require.NoError(t, err)
 	require.NoError(t, r.Start(context.Background()))
 	t.Cleanup(r.Stop)
@@ -214,4 +218,56 @@ func TestCancelStopsReplay(t *testing.T) {
 	var cancelledBy string
 	require.NoError(t, db.QueryRow(ctx, `SELECT cancelled_by FROM platform.replay WHERE id = $1`, id).Scan(&cancelledBy))
 	require.Equal(t, "ops", cancelledBy)
+}
+
+// TestRunnerDiesBetweenCommitAndRecord: the runner's database session dies
+// after the broker committed a chunk and before its progress is recorded
+// (what a SIGKILL there does): the next session finds the chunk's mark in
+// the replay's journal queue, records it, and goes on; no event is
+// published twice.
+func TestRunnerDiesBetweenCommitAndRecord(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	db := database(t, "replay_window")
+	exchange := "replay-test-" + uuid.NewString()[:8]
+	_, copies := tap(t, exchange, "#")
+	now := time.Now()
+	const n = 200
+	for i := range n {
+		archive(t, db, v7At(t, now.Add(-time.Duration(i)*time.Second)), "order.order.placed.v1", now.Add(-time.Minute))
+	}
+	conn := workers.NewConn([]string{amqpURL()}, "replay-test", nil, discard)
+	t.Cleanup(conn.Close)
+	id := create(t, db, Selection{From: now.Add(-time.Hour)}, "", false, 2000, nil)
+	var once sync.Once
+	killed := make(chan struct{})
+	runner(t, db, conn, exchange, nil, nil, func(c *RunnerConfig) {
+		c.TestAfterCommitFunc = func(r Record) {
+			if r.Published < 100 {
+				return
+			}
+			once.Do(func() {
+				// The runner's session (it holds the replay lock) dies.
+				_, err := db.Exec(ctx, `SELECT pg_terminate_backend(l.pid) FROM pg_locks l
+					JOIN pg_database d ON d.oid = l.database
+					WHERE l.locktype = 'advisory' AND l.granted AND d.datname = current_database()`)
+				if err != nil {
+					t.Error(err)
+				}
+				close(killed)
+			})
+		}
+	})
+	<-killed
+	rec := waitState(t, db, id, StateDone)
+	require.Equal(t, int64(n), rec.Published)
+	got := collectCopies(t, copies, n)
+	seen := map[string]int{}
+	for _, m := range got {
+		seen[m.MessageId]++
+	}
+	require.Len(t, seen, n)
+	for mid, c := range seen {
+		require.Equal(t, 1, c, "event %s published twice", mid)
+	}
 }
