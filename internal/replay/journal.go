@@ -172,4 +172,3 @@ func (c *txChannel) publish(ctx context.Context, id uuid.UUID, out []workers.Out
 	}
 	return nil
 }
-
