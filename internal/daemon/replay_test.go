@@ -8,10 +8,13 @@ import (
 
 	"github.com/google/uuid"
 	"github.com/jackc/pgx/v5/pgxpool"
+	amqp "github.com/rabbitmq/amqp091-go"
 	"github.com/stretchr/testify/require"
 
 	"github.com/platformd/platformd/examples/shop"
 	"github.com/platformd/platformd/internal/admin"
+	"github.com/platformd/platformd/internal/envelope"
+	"github.com/platformd/platformd/internal/outbox"
 	"github.com/platformd/platformd/internal/testdb"
 )
 
@@ -19,11 +22,12 @@ import (
 // services (stock and stock2) both bound to order.order.placed.v1.
 type replayEnv struct {
 	d                  *Daemon
+	stock2Queue        string
 	b                  *backend
 	order, stock, stk2 *pgxpool.Pool
 }
 
-func newReplayEnv(t *testing.T) *replayEnv {
+func newReplayEnv(t testing.TB) *replayEnv {
 	t.Helper()
 	stockDSN := testdb.New(t, "replay_stock")
 	stock2DSN := testdb.New(t, "replay_stock2")
@@ -33,7 +37,7 @@ func newReplayEnv(t *testing.T) *replayEnv {
 		serviceYAML("stock2", stock2DSN, e.poolYAML("stock2-events", "stock2", shop.EventOrderPlaced, shop.HandlerStockReserve, "")))
 	d := e.start(t)
 	t.Cleanup(d.Stop)
-	env := &replayEnv{d: d, b: &backend{d: d}}
+	env := &replayEnv{d: d, b: &backend{d: d}, stock2Queue: "reload.stock2." + e.suffix}
 	for _, p := range []struct {
 		dsn string
 		db  **pgxpool.Pool
@@ -54,14 +58,14 @@ func newReplayEnv(t *testing.T) *replayEnv {
 	return env
 }
 
-func count(t *testing.T, db *pgxpool.Pool, sql string, args ...any) int {
+func count(t testing.TB, db *pgxpool.Pool, sql string, args ...any) int {
 	t.Helper()
 	var n int
 	require.NoError(t, db.QueryRow(context.Background(), sql, args...).Scan(&n))
 	return n
 }
 
-func (e *replayEnv) pool(t *testing.T, name string) admin.PoolInfo {
+func (e *replayEnv) pool(t testing.TB, name string) admin.PoolInfo {
 	t.Helper()
 	pools, err := e.b.ListPools(context.Background(), "")
 	require.NoError(t, err)
@@ -211,4 +215,62 @@ func TestReplayBadInput(t *testing.T) {
 	require.ErrorIs(t, err, admin.ErrNotFound)
 	_, err = e.b.CancelReplay(ctx, "order", uuid.New(), "ops")
 	require.ErrorIs(t, err, admin.ErrNotFound)
+}
+
+// BenchmarkLivePoolUnderReplay measures what a replay at its default rate
+// (500/s, targeted to stock's pool) costs a live pool of another service:
+// the time stock2's pool takes to drain a backlog of 20000 events, without
+// then with the replay running. It reports the throughput kept, in %.
+func BenchmarkLivePoolUnderReplay(b *testing.B) {
+	e := newReplayEnv(b)
+	ctx := context.Background()
+	// 50k archived events: the replay outlasts the measurement.
+	_, err := outbox.EnsureArchivePartitions(ctx, e.order, outbox.ArchiveAheadDefault)
+	require.NoError(b, err)
+	_, err = e.order.Exec(ctx, `INSERT INTO platform.outbox_archive (event_id, event_name, occurred_at, payload, created_at, published_at)
+		SELECT platform.uuid_v7(), 'order.order.placed.v1', now() - interval '1 minute', jsonb_build_object(
+			'order_id', gen_random_uuid(), 'customer_id', gen_random_uuid(),
+			'lines', jsonb_build_array(jsonb_build_object('product_id', gen_random_uuid(), 'quantity', '1.000'))), now(), now()
+		FROM generate_series(1, 50000)`)
+	require.NoError(b, err)
+	conn, err := amqp.Dial("amqp://guest:guest@127.0.0.1:5672/")
+	require.NoError(b, err)
+	defer conn.Close()
+	ch, err := conn.Channel()
+	require.NoError(b, err)
+	const k = 20000
+	drain := func() time.Duration {
+		_, err := e.b.PausePool(ctx, "stock2-events", "bench", "bench")
+		require.NoError(b, err)
+		before := e.pool(b, "stock2-events").Processed
+		for range k {
+			body, err := envelope.Encode(envelope.Envelope{EventID: uuid.Must(uuid.NewV7()), EventName: shop.EventOrderPlaced,
+				OccurredAt: time.Now(), Payload: []byte(fmt.Sprintf(`{"order_id": %q, "customer_id": %q, "lines": [{"product_id": %q, "quantity": "1.000"}]}`,
+					uuid.New(), uuid.New(), uuid.New()))})
+			require.NoError(b, err)
+			require.NoError(b, ch.PublishWithContext(ctx, "", e.stock2Queue, false, false, amqp.Publishing{ContentType: "application/json", Body: body}))
+		}
+		start := time.Now()
+		_, err = e.b.ResumePool(ctx, "stock2-events", "bench")
+		require.NoError(b, err)
+		require.Eventually(b, func() bool { return e.pool(b, "stock2-events").Processed >= before+k }, 2*time.Minute, 5*time.Millisecond)
+		return time.Since(start)
+	}
+	var alone, under time.Duration
+	for b.Loop() {
+		alone += drain()
+		info, err := e.b.ReplayEvents(ctx, admin.ReplayRequest{Service: "order", From: time.Now().Add(-time.Hour), Rate: 500,
+			TargetPool: "stock-events"}, "bench")
+		require.NoError(b, err)
+		require.Eventually(b, func() bool {
+			r, err := e.b.GetReplay(ctx, "order", uuid.MustParse(info.ID))
+			return err == nil && r.Published > 500
+		}, time.Minute, 10*time.Millisecond, "the replay running")
+		under += drain()
+		_, err = e.b.CancelReplay(ctx, "order", uuid.MustParse(info.ID), "bench")
+		require.NoError(b, err)
+	}
+	b.ReportMetric(100*alone.Seconds()/under.Seconds(), "kept-%")
+	b.ReportMetric(float64(k)*float64(b.N)/alone.Seconds(), "alone-msg/s")
+	b.ReportMetric(float64(k)*float64(b.N)/under.Seconds(), "under-replay-msg/s")
 }
