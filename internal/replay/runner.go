@@ -39,6 +39,9 @@ const (
 	PollDefault = time.Second
 	// LockRetryDefault is how often a standby runner tries the lock.
 	LockRetryDefault = time.Second
+	// StopTimeoutDefault bounds how long Stop waits for the chunk in
+	// flight.
+	StopTimeoutDefault = 10 * time.Second
 	// ChunkMax is the most events published between two progress records.
 	ChunkMax = 100
 	// progressTimeout bounds recording a chunk's progress, which runs even
@@ -108,7 +111,18 @@ func (r *Runner) Start(ctx context.Context) error {
 			defer close(done)
 			r.run(rctx)
 		}()
-		return func() { cancel(); <-done }, nil
+		return func() {
+			cancel()
+			select {
+			case <-done:
+			case <-time.After(StopTimeoutDefault):
+				// A tx.commit blocked by a broker that blocks publishers
+				// (a memory or disk alarm) heeds no context: the runner
+				// ends with the broker connection, which the daemon
+				// closes after its services.
+				r.log.Warn("replay: runner still blocked on the broker; it ends with the broker connection")
+			}
+		}, nil
 	})
 }
 
