@@ -263,7 +263,12 @@ func dryRunOne(ctx context.Context, items []Item, t Target, targeted bool, now t
 		ids = append(ids, it.ID)
 	}
 	if len(ids) > 0 {
-		if err := t.DB.QueryRow(ctx, countSQL, ids).Scan(&pc.AlreadyProcessed); err != nil {
+		// A read-only transaction: the services' databases are read, never
+		// written, and PostgreSQL holds the dry run to it.
+		err := pgx.BeginTxFunc(ctx, t.DB, pgx.TxOptions{AccessMode: pgx.ReadOnly}, func(tx pgx.Tx) error {
+			return tx.QueryRow(ctx, countSQL, ids).Scan(&pc.AlreadyProcessed)
+		})
+		if err != nil {
 			return pc, fmt.Errorf("replay: count processed events of %s: %w", t.Service, err)
 		}
 	}
