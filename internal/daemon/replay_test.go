@@ -65,9 +65,9 @@ func count(t testing.TB, db *pgxpool.Pool, sql string, args ...any) int {
 	return n
 }
 
-func (e *replayEnv) pool(t testing.TB, name string) admin.PoolInfo {
+func (e *replayEnv) pool(ctx context.Context, t testing.TB, name string) admin.PoolInfo {
 	t.Helper()
-	pools, err := e.b.ListPools(context.Background(), "")
+	pools, err := e.b.ListPools(ctx, "")
 	require.NoError(t, err)
 	for _, p := range pools {
 		if p.Name == name {
@@ -131,7 +131,7 @@ func TestReplayRestoreAfterIncident(t *testing.T) {
 	// Replayed to stock's pool only.
 	target := sel
 	target.TargetPool = "stock-events"
-	before2 := e.pool(t, "stock2-events")
+	before2 := e.pool(ctx, t, "stock2-events")
 	info, err = e.b.ReplayEvents(ctx, target, "ops")
 	require.NoError(t, err)
 	require.Equal(t, admin.ReplayStateRunning, info.State)
@@ -145,10 +145,10 @@ func TestReplayRestoreAfterIncident(t *testing.T) {
 		return count(t, e.stock, `SELECT count(*) FROM reservation`) == n
 	}, 30*time.Second, 20*time.Millisecond, "the lost reservations restored")
 	require.Eventually(t, func() bool {
-		return e.pool(t, "stock-events").DuplicatesBySource.Replay == n-5
+		return e.pool(ctx, t, "stock-events").DuplicatesBySource.Replay == n-5
 	}, 30*time.Second, 20*time.Millisecond, "the others skipped as replay duplicates")
 	require.Equal(t, n, count(t, e.stock, `SELECT count(DISTINCT order_id) FROM reservation`), "applied once")
-	after2 := e.pool(t, "stock2-events")
+	after2 := e.pool(ctx, t, "stock2-events")
 	require.Equal(t, before2.Processed, after2.Processed)
 	require.Equal(t, before2.Duplicates, after2.Duplicates, "stock2 untouched")
 	got, err := e.b.GetReplay(ctx, "order", id)
@@ -161,9 +161,9 @@ func TestReplayRestoreAfterIncident(t *testing.T) {
 	info, err = e.b.ReplayEvents(ctx, ex, "ops")
 	require.NoError(t, err)
 	require.Eventually(t, func() bool {
-		return e.pool(t, "stock2-events").DuplicatesBySource.Replay == 2
+		return e.pool(ctx, t, "stock2-events").DuplicatesBySource.Replay == 2
 	}, 30*time.Second, 20*time.Millisecond, "stock2 counts the copies as replay duplicates")
-	require.Equal(t, before2.Processed, e.pool(t, "stock2-events").Processed)
+	require.Equal(t, before2.Processed, e.pool(ctx, t, "stock2-events").Processed)
 	require.Equal(t, n, count(t, e.stk2, `SELECT count(*) FROM reservation`))
 
 	list, err := e.b.ListReplays(ctx, "order", 10)
@@ -242,7 +242,7 @@ func BenchmarkLivePoolUnderReplay(b *testing.B) {
 	drain := func() time.Duration {
 		_, err := e.b.PausePool(ctx, "stock2-events", "bench", "bench")
 		require.NoError(b, err)
-		before := e.pool(b, "stock2-events").Processed
+		before := e.pool(ctx, b, "stock2-events").Processed
 		for range k {
 			body, err := envelope.Encode(envelope.Envelope{EventID: uuid.Must(uuid.NewV7()), EventName: shop.EventOrderPlaced,
 				OccurredAt: time.Now(), Payload: []byte(fmt.Sprintf(`{"order_id": %q, "customer_id": %q, "lines": [{"product_id": %q, "quantity": "1.000"}]}`,
@@ -253,7 +253,7 @@ func BenchmarkLivePoolUnderReplay(b *testing.B) {
 		start := time.Now()
 		_, err = e.b.ResumePool(ctx, "stock2-events", "bench")
 		require.NoError(b, err)
-		require.Eventually(b, func() bool { return e.pool(b, "stock2-events").Processed >= before+k }, 2*time.Minute, 5*time.Millisecond)
+		require.Eventually(b, func() bool { return e.pool(ctx, b, "stock2-events").Processed >= before+k }, 2*time.Minute, 5*time.Millisecond)
 		return time.Since(start)
 	}
 	var alone, under time.Duration
