@@ -95,6 +95,12 @@ func EnsureArchivePartitions(ctx context.Context, db dbutil.TxStarter, ahead int
 			if _, err := tx.Exec(ctx, `CREATE TABLE `+name+` (LIKE platform.outbox_archive INCLUDING DEFAULTS INCLUDING CONSTRAINTS)`); err != nil {
 				return fmt.Errorf("create archive partition %s: %w", name, err)
 			}
+			// Rows of that day already in the default partition move in
+			// first: the attach refuses a default partition holding any.
+			if _, err := tx.Exec(ctx, `WITH m AS (DELETE FROM platform.outbox_archive_default
+				WHERE published_at >= $1 AND published_at < $2 RETURNING *) INSERT INTO `+name+` SELECT * FROM m`, day, until); err != nil {
+				return fmt.Errorf("move default rows to archive partition %s: %w", name, err)
+			}
 			if _, err := tx.Exec(ctx, fmt.Sprintf(`ALTER TABLE platform.outbox_archive ATTACH PARTITION %s FOR VALUES FROM ('%s') TO ('%s')`,
 				name, day.Format(time.RFC3339), until.Format(time.RFC3339))); err != nil {
 				return fmt.Errorf("attach archive partition %s: %w", name, err)
@@ -120,9 +126,10 @@ type ArchivePurgeResult struct {
 }
 
 // PurgeArchive drops every archive partition whose day ended at or before
-// now() minus keep (database clock): a row leaves the archive between keep
-// and keep plus one day after it was published, and the cost is one DROP
-// TABLE per day whatever the day's rows. A drop that cannot take the
+// now() minus keep (database clock), and deletes the default partition's
+// rows published before then: a row leaves the archive between keep and
+// keep plus one day after it was published, and the cost is one DROP TABLE
+// per day whatever the day's rows. A drop that cannot take the
 // parent's lock within a few seconds (a long replay read) is left to the
 // next run. Safe to call from several daemons at once.
 func PurgeArchive(ctx context.Context, db dbutil.TxStarter, keep time.Duration) (ArchivePurgeResult, error) {
@@ -159,6 +166,13 @@ func PurgeArchive(ctx context.Context, db dbutil.TxStarter, keep time.Duration) 
 			res.Dropped = append(res.Dropped, archivePartName(day))
 			res.Rows += n
 		}
+		// The default partition holds few rows (days without their
+		// partition): those past the period go row by row.
+		tag, err := tx.Exec(ctx, `DELETE FROM platform.outbox_archive_default WHERE published_at < $1`, res.Cutoff)
+		if err != nil {
+			return fmt.Errorf("trim the archive's default partition: %w", err)
+		}
+		res.Rows += tag.RowsAffected()
 		return nil
 	})
 	if err != nil {

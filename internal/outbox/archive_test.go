@@ -164,3 +164,38 @@ func TestPurgeArchive(t *testing.T) {
 	require.NoError(t, err)
 	require.Empty(t, res.Dropped)
 }
+
+// TestArchiveDefaultPartition: a row of a day without its partition (a
+// row written by hand, a clock far off) lands in the default partition;
+// creating its day's partition moves it in; retention deletes those past
+// the period.
+func TestArchiveDefaultPartition(t *testing.T) {
+	t.Parallel()
+	b := setup(t)
+	ctx := context.Background()
+	insert := func(age time.Duration) {
+		_, err := b.check.Exec(ctx, `INSERT INTO platform.outbox_archive (event_id, event_name, occurred_at, payload, created_at, published_at)
+			VALUES (gen_random_uuid(), 'test.x', now(), '{}', now(), now() - make_interval(secs => $1))`, age.Seconds())
+		require.NoError(t, err)
+	}
+	inDefault := func() int {
+		var n int
+		require.NoError(t, b.check.QueryRow(ctx, `SELECT count(*) FROM platform.outbox_archive_default`).Scan(&n))
+		return n
+	}
+	insert(40 * 24 * time.Hour) // long past
+	insert(-5 * 24 * time.Hour) // five days ahead
+	insert(0)                   // today, before any partition exists
+	require.Equal(t, 3, inDefault())
+
+	_, err := EnsureArchivePartitions(ctx, b.check, 6)
+	require.NoError(t, err)
+	require.Equal(t, 1, inDefault(), "today's and the future day's rows moved to their partitions")
+	res, err := PurgeArchive(ctx, b.check, 30*24*time.Hour)
+	require.NoError(t, err)
+	require.Equal(t, int64(1), res.Rows)
+	require.Zero(t, inDefault())
+	var n int
+	require.NoError(t, b.check.QueryRow(ctx, `SELECT count(*) FROM platform.outbox_archive`).Scan(&n))
+	require.Equal(t, 2, n)
+}

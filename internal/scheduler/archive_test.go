@@ -38,7 +38,7 @@ func TestArchiveJobDropsPastDays(t *testing.T) {
 	require.NoError(t, s.Start(ctx))
 	partitions := func() int {
 		var n int
-		require.NoError(t, b.db.QueryRow(ctx, `SELECT count(*) FROM pg_inherits WHERE inhparent = 'platform.outbox_archive'::regclass`).Scan(&n))
+		require.NoError(t, b.db.QueryRow(ctx, `SELECT count(*) FROM pg_inherits i JOIN pg_class c ON c.oid = i.inhrelid WHERE i.inhparent = 'platform.outbox_archive'::regclass AND c.relname LIKE 'outbox_archive_p%'`).Scan(&n))
 		return n
 	}
 	require.Eventually(t, func() bool {

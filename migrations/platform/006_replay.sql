@@ -6,10 +6,10 @@
 -- one of the two tables, and is archived once (the delete happens once).
 -- It is range-partitioned by day on published_at: retention drops whole
 -- partitions (the relay and the scheduler create them ahead), which costs
--- the same at ten rows as at ten million. There is no default partition: a
--- row without its day's partition fails the relay's pass, which ensures the
--- partition and tries again; a default partition would also forbid DETACH
--- ... CONCURRENTLY.
+-- the same at ten rows as at ten million. The default partition takes rows
+-- of a day without its partition (written by hand, or a clock far off):
+-- creating that day's partition moves them in, and retention deletes those
+-- past the period.
 --
 -- The primary key must hold the partition key, so event_id alone is not
 -- unique across days: a producer that wrote an already archived id to the
@@ -31,6 +31,7 @@ CREATE TABLE platform.outbox_archive (
     published_at timestamptz NOT NULL,
     PRIMARY KEY (event_id, published_at)
 ) PARTITION BY RANGE (published_at);
+CREATE TABLE platform.outbox_archive_default PARTITION OF platform.outbox_archive DEFAULT;
 CREATE INDEX outbox_archive_occurred_at_idx ON platform.outbox_archive (occurred_at, event_id);
 CREATE INDEX outbox_archive_event_name_idx ON platform.outbox_archive (event_name, occurred_at);
 
