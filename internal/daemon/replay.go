@@ -24,7 +24,7 @@ func (s *service) startReplayer(ctx context.Context) error {
 	}
 	d := s.d
 	r, err := replay.NewRunner(replay.RunnerConfig{
-		Service: s.name, DB: s.db, Broker: d.outboxConn, Exchange: d.cfg.Broker.Exchange,
+		Service: s.name, DB: s.db, Broker: d.outboxConn, Exchange: d.cfg.Broker.Exchange, Archive: s.config().Outbox.Archive,
 		TargetsFunc: d.replayTargets, MaxBodyBytes: d.cfg.Broker.MaxBodyBytes,
 		Published: d.metrics.Outbox.ReplayPublished, Logger: d.log,
 	})
@@ -114,7 +114,7 @@ func (b *backend) ReplayEvents(ctx context.Context, req admin.ReplayRequest, act
 	if err != nil {
 		return admin.ReplayInfo{}, err
 	}
-	items, perName, err := replay.Select(ctx, s.db, sel)
+	items, perName, err := replay.Select(ctx, s.db, sel, s.config().Outbox.Archive)
 	if err != nil {
 		return admin.ReplayInfo{}, unavailable(err)
 	}

@@ -98,7 +98,7 @@ func BenchmarkDryRun(b *testing.B) {
 			before += backendCPU(b, db)
 		}
 		t0 := time.Now()
-		items, _, err := Select(ctx, producer, sel)
+		items, _, err := Select(ctx, producer, sel, 24*time.Hour)
 		require.NoError(b, err)
 		t1 := time.Now()
 		counts, err := DryRun(ctx, items, Targets(items, targets), false, time.Now())

@@ -52,7 +52,7 @@ func TestDryRunMixedState(t *testing.T) {
 	}
 	sel := Selection{EventNames: []string{"order.order.placed.v1", "order.*.status_changed.v1"}, From: now.Add(-2 * time.Hour), To: now}
 	require.NoError(t, sel.Check())
-	items, perName, err := Select(ctx, producer, sel)
+	items, perName, err := Select(ctx, producer, sel, 24*time.Hour)
 	require.NoError(t, err)
 	require.Len(t, items, 19)
 	require.Equal(t, []int{13, 6}, perName)
@@ -70,8 +70,18 @@ func TestDryRunMixedState(t *testing.T) {
 	require.NoError(t, err)
 	require.Equal(t, []PoolCount{{Pool: "stock-events", Service: "stock", WouldApply: 12, AlreadyProcessed: 4, BeyondHorizon: 3}}, counts)
 
+	// An event published before the archive's period is not replayed,
+	// even while its day's partition waits to be dropped.
+	stale := v7At(t, now.Add(-time.Minute))
+	archive(t, producer, stale, "order.order.placed.v1", now.Add(-time.Hour))
+	_, err = producer.Exec(ctx, `UPDATE platform.outbox_archive SET published_at = now() - interval '25 hours' WHERE event_id = $1`, stale)
+	require.NoError(t, err)
+	again, _, err := Select(ctx, producer, sel, 24*time.Hour)
+	require.NoError(t, err)
+	require.Len(t, again, 19, "the stale event is past the period")
+
 	// By ids: one of each state for stock.
-	items, _, err = Select(ctx, producer, Selection{EventIDs: []uuid.UUID{placed[0], placed[9], old[1], uuid.New()}})
+	items, _, err = Select(ctx, producer, Selection{EventIDs: []uuid.UUID{placed[0], placed[9], old[1], uuid.New()}}, 24*time.Hour)
 	require.NoError(t, err)
 	require.Len(t, items, 3)
 	counts, err = DryRun(ctx, items, targets[:1], false, now)

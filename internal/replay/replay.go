@@ -93,22 +93,26 @@ type Querier interface {
 
 // selectSQL reads the selected events once each (an id archived twice, by
 // a producer that reused it, is taken from its newest publication), in
-// event_id order.
+// event_id order, among those published within the archive's period
+// (rows past it wait for their day's partition to be dropped; a replay
+// never sees them).
 const selectSQL = `SELECT DISTINCT ON (event_id) event_id, event_name, occurred_at
 FROM platform.outbox_archive
 WHERE ($1::timestamptz IS NULL OR occurred_at >= $1)
   AND ($2::timestamptz IS NULL OR occurred_at < $2)
   AND (cardinality($3::uuid[]) = 0 OR event_id = ANY($3::uuid[]))
+  AND published_at >= now() - make_interval(secs => $4)
 ORDER BY event_id, published_at DESC`
 
-// Select reads the events s matches from the producer's archive, in
-// event_id order, and for each of s's names how many events it matched.
-func Select(ctx context.Context, db Querier, s Selection) ([]Item, []int, error) {
+// Select reads the events s matches from the producer's archive, among
+// those published within the last keep, in event_id order, and for each
+// of s's names how many events it matched.
+func Select(ctx context.Context, db Querier, s Selection, keep time.Duration) ([]Item, []int, error) {
 	ids := make([][16]byte, len(s.EventIDs))
 	for i, id := range s.EventIDs {
 		ids[i] = id
 	}
-	rows, err := db.Query(ctx, selectSQL, timeOrNil(s.From), timeOrNil(s.To), ids)
+	rows, err := db.Query(ctx, selectSQL, timeOrNil(s.From), timeOrNil(s.To), ids, keep.Seconds())
 	if err != nil {
 		return nil, nil, fmt.Errorf("replay: select archived events: %w", err)
 	}

@@ -62,6 +62,9 @@ type RunnerConfig struct {
 	Broker *workers.Conn
 	// Exchange is broker.exchange.
 	Exchange string
+	// Archive is the producer's archive period: events published before
+	// it are not replayed.
+	Archive time.Duration
 	// TargetsFunc returns a replay's target pools as they are now (the
 	// horizon in force, the queue); for a targeted replay the one pool.
 	TargetsFunc func(r Record) ([]Target, error)
@@ -94,8 +97,8 @@ type Runner struct {
 
 // NewRunner returns a stopped Runner.
 func NewRunner(cfg RunnerConfig) (*Runner, error) {
-	if cfg.Service == "" || cfg.DB == nil || cfg.Broker == nil || cfg.Exchange == "" || cfg.TargetsFunc == nil || cfg.Logger == nil {
-		return nil, errors.New("replay: runner needs a service, a database, a broker, an exchange, targets and a logger")
+	if cfg.Service == "" || cfg.DB == nil || cfg.Broker == nil || cfg.Exchange == "" || cfg.Archive <= 0 || cfg.TargetsFunc == nil || cfg.Logger == nil {
+		return nil, errors.New("replay: runner needs a service, a database, a broker, an exchange, an archive period, targets and a logger")
 	}
 	cfg.Poll = cmp.Or(cfg.Poll, PollDefault)
 	cfg.LockRetry = cmp.Or(cfg.LockRetry, LockRetryDefault)
@@ -228,7 +231,7 @@ func (r *Runner) runOne(ctx context.Context, conn *pgx.Conn, pub *txChannel, id 
 		log.WarnContext(ctx, "replay: failed", slog.Any("error", err))
 		return fail(ctx, conn, id, err.Error())
 	}
-	items, _, err := Select(ctx, conn, rec.Selection)
+	items, _, err := Select(ctx, conn, rec.Selection, r.cfg.Archive)
 	if err != nil {
 		return err
 	}

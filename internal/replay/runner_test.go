@@ -20,7 +20,7 @@ import (
 func create(t testing.TB, db *pgxpool.Pool, sel Selection, targetPool string, include bool, rate int, pools []PoolCount) uuid.UUID {
 	t.Helper()
 	ctx := context.Background()
-	items, _, err := Select(ctx, db, sel)
+	items, _, err := Select(ctx, db, sel, 24*time.Hour)
 	require.NoError(t, err)
 	id := uuid.New()
 	tx, err := db.Begin(ctx)
@@ -37,7 +37,7 @@ var published = prometheus.NewCounterVec(prometheus.CounterOpts{Name: "test_repl
 func runner(t testing.TB, db *pgxpool.Pool, conn *workers.Conn, exchange string, targets []Target, after func(Record), mods ...func(*RunnerConfig)) *Runner {
 	t.Helper()
 	cfg := RunnerConfig{
-		Service: "order", DB: db, Broker: conn, Exchange: exchange, Poll: 50 * time.Millisecond, LockRetry: 50 * time.Millisecond,
+		Service: "order", DB: db, Broker: conn, Exchange: exchange, Archive: 24 * time.Hour, Poll: 50 * time.Millisecond, LockRetry: 50 * time.Millisecond,
 		TargetsFunc: func(Record) ([]Target, error) { return targets, nil }, Logger: discard, TestAfterChunkFunc: after,
 		Published: published,
 	}
