@@ -19,6 +19,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/google/uuid"
 	"github.com/spf13/cobra"
 	"github.com/stretchr/testify/require"
 	"go.uber.org/goleak"
@@ -495,4 +496,55 @@ func TestReload(t *testing.T) {
 	r = b.run(t, asAdmin, "reload")
 	require.Equal(t, 4, r.code)
 	require.Contains(t, r.stderr, "FailedPrecondition: admin.listen: needs a restart")
+}
+
+func TestReplay(t *testing.T) {
+	t.Parallel()
+	b := setup(t, nil)
+
+	r := b.run(t, asAdmin, "replay", "start", "stock", "--from", "2026-01-01T00:00:00Z", "--to", "2026-01-02T00:00:00Z",
+		"--event-name", "order.#", "--dry-run")
+	require.Equal(t, 0, r.code, r.stderr)
+	require.Equal(t, [][]string{
+		{"ID", "SERVICE", "STATE", "MATCHED", "PUBLISHED", "TARGET_POOL", "RATE", "CREATED_AT", "FINISHED_AT", "ERROR"},
+		{"-", "stock", "dry_run", "10", "0", "-", "500", "-", "-", "-"},
+		{},
+		{"POOL", "SERVICE", "WOULD_APPLY", "ALREADY_PROCESSED", "BEYOND_HORIZON", "PUBLISHED"},
+		{"shipping-events", "shipping", "0", "4", "6", "0"},
+		{"stock-events", "stock", "7", "3", "0", "0"},
+	}, tableRows(r.stdout))
+	call := b.backend.CallsTo("ReplayEvents")[0]
+	require.True(t, call.DryRun)
+
+	r = b.run(t, asAdmin, "replay", "start", "stock", "--event-id", admintest.StockEventID.String(), "--target-pool", "stock-events", "-o", "json")
+	require.Equal(t, 0, r.code, r.stderr)
+	var resp adminv1.ReplayEventsResponse
+	require.NoError(t, protojson.Unmarshal([]byte(r.stdout), &resp))
+	require.Equal(t, adminv1.ReplayState_REPLAY_STATE_RUNNING, resp.GetReplay().GetState())
+	id := resp.GetReplay().GetId()
+	require.Equal(t, []uuid.UUID{admintest.StockEventID}, b.backend.CallsTo("ReplayEvents")[1].IDs)
+
+	r = b.run(t, asReader, "replay", "get", "stock", id)
+	require.Equal(t, 0, r.code, r.stderr)
+	require.Equal(t, "running", tableRows(r.stdout)[1][2])
+
+	r = b.run(t, asReader, "replay", "list", "stock")
+	require.Equal(t, 0, r.code, r.stderr)
+	rows := tableRows(r.stdout)
+	require.Len(t, rows, 3)
+	require.Equal(t, id, rows[1][0])
+	require.Equal(t, admintest.ReplayID.String(), rows[2][0])
+
+	r = b.run(t, asReader, "replay", "cancel", "stock", id)
+	require.Equal(t, 5, r.code, r.stderr) // PermissionDenied
+	r = b.run(t, asAdmin, "replay", "cancel", "stock", id)
+	require.Equal(t, 0, r.code, r.stderr)
+	require.Equal(t, "cancelled", tableRows(r.stdout)[1][2])
+
+	r = b.run(t, asAdmin, "replay", "start", "stock", "--from", "yesterday")
+	require.Equal(t, 4, r.code, r.stderr)
+	require.Contains(t, r.stderr, "--from")
+	r = b.run(t, asAdmin, "replay", "start", "stock", "--from", "2026-01-02T00:00:00Z", "--to", "2026-01-01T00:00:00Z")
+	require.Equal(t, 4, r.code, r.stderr)
+	require.Contains(t, r.stderr, "from")
 }

@@ -176,6 +176,7 @@ func newRootCmd(a *app) *cobra.Command {
 		newPurgeCmd(a),
 		newFailedCmd(a),
 		newReloadCmd(a),
+		newReplayCmd(a),
 	)
 	return root
 }

@@ -34,6 +34,8 @@ var readMethods = map[string]bool{
 	adminv1.AdminService_ListFailedMessages_FullMethodName: true,
 	adminv1.AdminService_DescribeService_FullMethodName:    true,
 	adminv1.AdminService_ListAudit_FullMethodName:          true,
+	adminv1.AdminService_GetReplay_FullMethodName:          true,
+	adminv1.AdminService_ListReplays_FullMethodName:        true,
 }
 
 // Method prefixes of the services reachable without a token.

@@ -112,6 +112,22 @@ func TestAuthRoles(t *testing.T) {
 			_, err := b.client.ListAudit(ctx, &adminv1.ListAuditRequest{})
 			return err
 		},
+		"ReplayEvents": func(ctx context.Context) error {
+			_, err := b.client.ReplayEvents(ctx, &adminv1.ReplayEventsRequest{Service: "stock", EventIds: []string{id}, DryRun: true})
+			return err
+		},
+		"GetReplay": func(ctx context.Context) error {
+			_, err := b.client.GetReplay(ctx, &adminv1.GetReplayRequest{Service: "stock", Id: admintest.ReplayID.String()})
+			return err
+		},
+		"ListReplays": func(ctx context.Context) error {
+			_, err := b.client.ListReplays(ctx, &adminv1.ListReplaysRequest{Service: "stock"})
+			return err
+		},
+		"CancelReplay": func(ctx context.Context) error {
+			_, err := b.client.CancelReplay(ctx, &adminv1.CancelReplayRequest{Service: "stock", Id: admintest.ReplayID.String()})
+			return err
+		},
 		"ReloadConfig": func(ctx context.Context) error {
 			_, err := b.client.ReloadConfig(ctx, &adminv1.ReloadConfigRequest{})
 			return err
@@ -120,7 +136,7 @@ func TestAuthRoles(t *testing.T) {
 	readAllowed := map[string]bool{
 		"ListServices": true, "ListPools": true, "LookupEvent": true,
 		"GetHorizon": true, "ListPurgeRuns": true, "ListFailedMessages": true,
-		"DescribeService": true, "ListAudit": true,
+		"DescribeService": true, "ListAudit": true, "GetReplay": true, "ListReplays": true,
 	}
 	require.Len(t, calls, len(adminv1.AdminService_ServiceDesc.Methods), "every RPC is covered")
 

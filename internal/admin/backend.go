@@ -70,6 +70,18 @@ type Backend interface {
 	// *ConfigError and changes nothing; a change that needs a restart
 	// wraps ErrNeedsRestart.
 	ReloadConfig(ctx context.Context, actor string) (ReloadResult, error)
+	// ReplayEvents counts (dry run) or starts a replay of a producer's
+	// archived events, audited as replay.start (ErrNotFound for an unknown
+	// service, pool or pattern; ErrInvalidArgument for a bad selection;
+	// ErrFailedPrecondition for a service without archive or a selection
+	// matching nothing).
+	ReplayEvents(ctx context.Context, req ReplayRequest, actor string) (ReplayInfo, error)
+	// GetReplay returns one replay of a producer service.
+	GetReplay(ctx context.Context, service string, id uuid.UUID) (ReplayInfo, error)
+	// ListReplays returns a producer's newest replays, at most limit.
+	ListReplays(ctx context.Context, service string, limit int) ([]ReplayInfo, error)
+	// CancelReplay cancels a running replay, audited as replay.cancel.
+	CancelReplay(ctx context.Context, service string, id uuid.UUID, actor string) (ReplayInfo, error)
 }
 
 // Pool states reported in PoolInfo.State.

@@ -35,6 +35,10 @@ var (
 	// ErrReloadFailed is a reload applied in part: a service or pool of the
 	// new config did not start: codes.Internal, with what did not start.
 	ErrReloadFailed = errors.New("reload failed")
+	// ErrFailedPrecondition is a request the system's state refuses (a
+	// replay of a service without archive, a selection matching nothing):
+	// codes.FailedPrecondition.
+	ErrFailedPrecondition = errors.New("failed precondition")
 )
 
 // ConfigError is a configuration that does not validate (or whose SQL does
@@ -86,7 +90,7 @@ func (s *Server) toStatus(ctx context.Context, method string, err error) error {
 		return nil
 	case errors.As(err, &cfgErr):
 		return cfgErr.status()
-	case errors.Is(err, ErrNeedsRestart):
+	case errors.Is(err, ErrNeedsRestart), errors.Is(err, ErrFailedPrecondition):
 		return status.Error(codes.FailedPrecondition, err.Error())
 	case errors.Is(err, ErrNotFound):
 		return status.Error(codes.NotFound, err.Error())

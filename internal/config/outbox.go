@@ -9,6 +9,9 @@ const (
 	// OutboxPollDefault is the default outbox.poll.
 	OutboxPollDefault = time.Second
 
+	// outboxArchiveMin is the shortest archive period: the archive is kept
+	// in daily partitions, dropped whole.
+	outboxArchiveMin   = time.Hour
 	outboxBatchSizeMax = 10_000
 	outboxPollMin      = 10 * time.Millisecond
 	outboxPollMax      = time.Hour
@@ -26,6 +29,10 @@ type OutboxConfig struct {
 	// Poll is how often the relay looks for rows when no notification
 	// woke it (default 1s).
 	Poll time.Duration `yaml:"poll"`
+	// Archive is how long the rows the relay published are kept in
+	// platform.outbox_archive for replays, after their publication
+	// (default 0: no archive). Rows leave within a day after it.
+	Archive time.Duration `yaml:"archive"`
 	// Configured is true when the service has an outbox block: a producer
 	// service, which needs no pools.
 	Configured bool `yaml:"-"`
@@ -56,6 +63,9 @@ func (v *validator) outbox(i int, s *ServiceConfig) {
 	}
 	if o.Poll < outboxPollMin || o.Poll > outboxPollMax {
 		v.ps.add(sp+".outbox.poll", "must be between %s and %s (got %s)", fmtDuration(outboxPollMin), fmtDuration(outboxPollMax), fmtDuration(o.Poll))
+	}
+	if o.Archive != 0 && o.Archive < outboxArchiveMin {
+		v.ps.add(sp+".outbox.archive", "must be 0 (off) or at least %s (got %s)", fmtDuration(outboxArchiveMin), fmtDuration(o.Archive))
 	}
 	if len(s.Pools) > 0 || v.ps.badUnder(sp+".pools") {
 		return

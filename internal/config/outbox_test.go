@@ -26,6 +26,11 @@ func TestOutboxProducerService(t *testing.T) {
 	s, _ = c.Service("order")
 	require.Equal(t, OutboxConfig{Relay: true, BatchSize: OutboxBatchSizeDefault, Poll: OutboxPollDefault, Configured: true}, s.Outbox)
 
+	c, err = parseWith(t, baseYAML+producerService+"    outbox: {archive: 720h}\n", nil)
+	require.NoError(t, err)
+	s, _ = c.Service("order")
+	require.Equal(t, 720*time.Hour, s.Outbox.Archive)
+
 	// Consumer services relay by default too (their handlers may publish).
 	stock, _ := c.Service("stock")
 	require.True(t, stock.Outbox.Relay)
@@ -41,6 +46,8 @@ func TestOutboxValidation(t *testing.T) {
 		{"NoPoolsRelayOff", producerService + "    outbox: {relay: false}\n", "services[2].outbox.relay", "must run its relay"},
 		{"BatchSize", producerService + "    outbox: {batch_size: 0}\n", "services[2].outbox.batch_size", "must be between 1 and 10000 (got 0)"},
 		{"Poll", producerService + "    outbox: {poll: 1ms}\n", "services[2].outbox.poll", "must be between 10ms and 1h (got 1ms)"},
+		{"ArchiveShort", producerService + "    outbox: {archive: 30m}\n", "services[2].outbox.archive", "must be 0 (off) or at least 1h (got 30m)"},
+		{"ArchiveNegative", producerService + "    outbox: {archive: -1h}\n", "services[2].outbox.archive", "must be 0 (off) or at least 1h"},
 		{"UnknownKey", producerService + "    outbox: {relays: true}\n", "services[2].outbox.relays", "unknown key"},
 		{"RelayNotBool", producerService + "    outbox: {relay: yes please}\n", "services[2].outbox.relay", "must be a boolean"},
 	} {

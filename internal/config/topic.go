@@ -65,3 +65,12 @@ func matchWords(pat, key []string) bool {
 	}
 	return len(key) == 0
 }
+
+// CheckTopicPattern returns why pattern is not a valid topic pattern (an
+// event name, or words with "*" and "#" as whole words), or "".
+func CheckTopicPattern(pattern string) string { return checkBinding(pattern) }
+
+// TopicMatch reports whether routingKey is routed by the binding pattern
+// under RabbitMQ topic-exchange semantics: "*" matches exactly one word,
+// "#" zero or more words.
+func TopicMatch(pattern, routingKey string) bool { return topicMatch(pattern, routingKey) }

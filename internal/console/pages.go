@@ -33,7 +33,7 @@ func (h *Handler) backendError(ctx context.Context, op string, err error) (int, 
 		return http.StatusNotFound, err.Error()
 	case errors.Is(err, admin.ErrInvalidArgument):
 		return http.StatusBadRequest, err.Error()
-	case errors.Is(err, admin.ErrBelowMinHorizon):
+	case errors.Is(err, admin.ErrBelowMinHorizon), errors.Is(err, admin.ErrFailedPrecondition):
 		return http.StatusConflict, err.Error()
 	case errors.Is(err, admin.ErrUnavailable):
 		return http.StatusServiceUnavailable, err.Error()

@@ -18,7 +18,7 @@ import (
 
 // pageNames are the templates/*.html files that are pages; each is parsed
 // with layout.html.
-var pageNames = []string{"login", "error", "overview", "pool", "service", "lookup", "audit", "confirm"}
+var pageNames = []string{"login", "error", "overview", "pool", "service", "lookup", "audit", "confirm", "replay"}
 
 // pageTemplate is one page's template set.
 type pageTemplate struct{ t *template.Template }

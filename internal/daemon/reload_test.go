@@ -39,7 +39,7 @@ type reloadEnv struct {
 	path, admin, broker, dsn, suffix string
 }
 
-func newReloadEnv(t *testing.T, dsn string) *reloadEnv {
+func newReloadEnv(t testing.TB, dsn string) *reloadEnv {
 	t.Helper()
 	l, err := net.Listen("tcp", "127.0.0.1:0")
 	require.NoError(t, err)
@@ -51,7 +51,7 @@ func newReloadEnv(t *testing.T, dsn string) *reloadEnv {
 
 // write writes the config: stock's pool, then extraPools under stock and
 // extraServices after it.
-func (e *reloadEnv) write(t *testing.T, extraPools, extraServices string) {
+func (e *reloadEnv) write(t testing.TB, extraPools, extraServices string) {
 	t.Helper()
 	cfg := fmt.Sprintf(`admin:
   listen: %s
@@ -89,7 +89,7 @@ func (e *reloadEnv) statusPool() string {
 	return e.poolYAML("stock-status", "status", shop.EventOrderStatusChanged, shop.HandlerShippingTrack, "")
 }
 
-func (e *reloadEnv) start(t *testing.T) *Daemon {
+func (e *reloadEnv) start(t testing.TB) *Daemon {
 	t.Helper()
 	reg := consumer.NewRegistry()
 	require.NoError(t, shop.Register(reg))

@@ -18,6 +18,7 @@ import (
 	"github.com/platformd/platformd/internal/config"
 	"github.com/platformd/platformd/internal/dedup"
 	"github.com/platformd/platformd/internal/outbox"
+	"github.com/platformd/platformd/internal/replay"
 	"github.com/platformd/platformd/internal/scheduler"
 	"github.com/platformd/platformd/internal/session"
 	"github.com/platformd/platformd/internal/startstop"
@@ -77,6 +78,8 @@ type service struct {
 	pools []*servicePool // in config order
 	relay *outbox.Relay
 	sched *scheduler.Scheduler
+	// replayer runs the service's replays (archive on), nil otherwise.
+	replayer *replay.Runner
 
 	up      atomic.Bool           // brought up: its pools, relay and scheduler run
 	downErr atomic.Pointer[error] // why it is not up, or its database's last error
@@ -247,6 +250,9 @@ func (s *service) Start(ctx context.Context) error {
 			if err := s.startRelay(runCtx); err != nil {
 				s.d.log.ErrorContext(runCtx, "daemon: outbox relay not started", slog.String("service", s.name), slog.Any("error", err))
 			}
+			if err := s.startReplayer(runCtx); err != nil {
+				s.d.log.ErrorContext(runCtx, "daemon: replay runner not started", slog.String("service", s.name), slog.Any("error", err))
+			}
 			if err := s.startScheduler(runCtx); err != nil {
 				s.d.log.ErrorContext(runCtx, "daemon: purge scheduler not started", slog.String("service", s.name), slog.Any("error", err))
 			}
@@ -261,12 +267,12 @@ func (s *service) Start(ctx context.Context) error {
 			for _, sp := range s.pools {
 				pools = append(pools, sp.pool)
 			}
-			relay, sched := s.relay, s.sched
+			relay, sched, replayer := s.relay, s.sched, s.replayer
 			s.mu.RUnlock()
 			startstop.Stages(
 				[]startstop.Stopper{sched},
 				pools,
-				[]startstop.Stopper{relay},
+				[]startstop.Stopper{relay, replayer},
 				[]startstop.Stopper{s.ctl, health},
 			)
 			s.mu.RLock()
@@ -341,6 +347,7 @@ func (s *service) startScheduler(ctx context.Context) error {
 			Name: s.name, DB: s.db, DefaultHorizon: c.Horizon, MinHorizon: c.MinHorizon,
 			Every: c.Purge.Every, BatchSize: c.Purge.BatchSize, Ahead: c.ProcessedEvent.Ahead,
 			ControlFunc: s.control,
+			Archive: c.Outbox.Archive,
 		}},
 		Logger: s.d.log, Metrics: s.d.metrics,
 	})

@@ -26,6 +26,9 @@ type OutboxMetrics struct {
 	Held *prometheus.CounterVec
 	// Active is 1 on the daemon whose relay holds the service's relay lock.
 	Active *prometheus.GaugeVec
+	// ReplayPublished counts the copies a replay published and the broker
+	// confirmed, by producer service and replay id.
+	ReplayPublished *prometheus.CounterVec
 }
 
 func newOutboxMetrics(r *prometheus.Registry) OutboxMetrics {
@@ -47,6 +50,9 @@ func newOutboxMetrics(r *prometheus.Registry) OutboxMetrics {
 			Name: "platformd_outbox_relay_active", Help: "1 on the daemon whose relay is the service's active one.",
 		}, svc),
 	}
-	r.MustRegister(m.Published, m.Pending, m.Oldest, m.Held, m.Active)
+	m.ReplayPublished = prometheus.NewCounterVec(prometheus.CounterOpts{
+		Name: "platformd_replay_published_total", Help: "Copies a replay published and the broker confirmed, by producer service and replay.",
+	}, []string{"service", "replay"})
+	r.MustRegister(m.Published, m.Pending, m.Oldest, m.Held, m.Active, m.ReplayPublished)
 	return m
 }

@@ -90,7 +90,11 @@ type Config struct {
 	// MaxBodyBytes is the consumers' body limit (default
 	// envelope.DefaultMaxBodyBytes).
 	MaxBodyBytes int
-	Metrics      *metrics.Metrics
+	// Archive, when true, moves each confirmed row into
+	// platform.outbox_archive in the transaction that deletes it
+	// (services[].outbox.archive > 0).
+	Archive bool
+	Metrics *metrics.Metrics
 	Logger       *slog.Logger
 
 	// TestAfterConfirmFunc, for tests only, runs after a batch's confirms
@@ -114,6 +118,9 @@ type Relay struct {
 	wake     chan struct{}
 	isActive atomic.Bool
 	held     map[uuid.UUID]*heldRow // used by the run goroutine only
+	// archivedUntil is the end of the last archive partition ensured
+	// (run goroutine only).
+	archivedUntil time.Time
 	busy     bool                   // rows waited at the last look; run goroutine only
 }
 
@@ -293,6 +300,9 @@ func (r *Relay) run(ctx, work context.Context) {
 func (r *Relay) relay(ctx, work context.Context) {
 	backoff := backoffMin
 	declared := false
+	// A new holder ensures the archive's partitions again: a pass that
+	// failed for want of one is retried after this.
+	r.archivedUntil = time.Time{}
 	more := true // look at once
 	for {
 		if !more {
@@ -479,7 +489,12 @@ func (r *Relay) pass(ctx context.Context, conn *pgxpool.Conn) (int, error, error
 	for i, id := range confirmed {
 		ids[i] = id
 	}
-	if err := deleteRows(ctx, conn, ids); err != nil {
+	if r.cfg.Archive {
+		if err := r.ensureArchive(ctx); err != nil {
+			return len(rows), pubErr, err
+		}
+	}
+	if err := deleteRows(ctx, conn, ids, r.cfg.Archive); err != nil {
 		// Confirmed but not deleted: the next active relay publishes them
 		// again, which the consumers' dedup makes harmless.
 		return len(rows), pubErr, fmt.Errorf("outbox: delete %d published rows: %w", len(ids), err)
@@ -494,11 +509,40 @@ func (r *Relay) pass(ctx context.Context, conn *pgxpool.Conn) (int, error, error
 // (a few ms per pass on this disk, the largest part of a pass at low
 // load). One round trip: set_config(..., true) holds for the batch's
 // implicit transaction only, so no session state is left behind.
-func deleteRows(ctx context.Context, conn *pgxpool.Conn, ids [][16]byte) error {
+//
+// With archive, the rows are moved into platform.outbox_archive by the same
+// statement: a row is in the outbox or in the archive, never in neither,
+// and is archived once since it is deleted once. That transaction must
+// then be durable before it returns: synchronous_commit stays on.
+func deleteRows(ctx context.Context, conn *pgxpool.Conn, ids [][16]byte, archive bool) error {
+	if archive {
+		_, err := conn.Exec(ctx, archiveSQL, ids)
+		return err
+	}
 	b := &pgx.Batch{}
 	b.Queue(`SELECT set_config('synchronous_commit', 'off', true)`)
 	b.Queue(`DELETE FROM platform.outbox WHERE event_id = ANY($1::uuid[])`, ids)
 	return conn.SendBatch(ctx, b).Close()
+}
+
+// archiveSQL deletes the confirmed rows and archives them in one statement.
+const archiveSQL = `WITH d AS (DELETE FROM platform.outbox WHERE event_id = ANY($1::uuid[])
+	RETURNING event_id, event_name, occurred_at, payload, headers, created_at)
+INSERT INTO platform.outbox_archive (event_id, event_name, occurred_at, payload, headers, created_at, published_at)
+SELECT event_id, event_name, occurred_at, payload, headers, created_at, now() FROM d`
+
+// ensureArchive creates the archive's partitions ahead when the last ones
+// ensured end within half a day.
+func (r *Relay) ensureArchive(ctx context.Context) error {
+	if time.Until(r.archivedUntil) > ArchiveWidth/2 {
+		return nil
+	}
+	until, err := EnsureArchivePartitions(ctx, r.cfg.DB, ArchiveAheadDefault)
+	if err != nil {
+		return err
+	}
+	r.archivedUntil = until
+	return nil
 }
 
 func (r *Relay) selectRows(ctx context.Context, conn *pgxpool.Conn, skip [][16]byte) ([]row, error) {

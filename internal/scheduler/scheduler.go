@@ -88,6 +88,13 @@ type ServiceConfig struct {
 	// each run keeps created after today's (default
 	// config.PartitionsAheadDefault).
 	Ahead int
+	// Archive is the service's outbox archive period
+	// (services[].outbox.archive); when positive, the "archive:<Name>" job
+	// drops what is older every ArchiveEvery.
+	Archive time.Duration
+	// ArchiveEvery is the archive job's period (default
+	// ArchiveEveryDefault).
+	ArchiveEvery time.Duration
 }
 
 // Config configures a Scheduler.
@@ -237,6 +244,17 @@ func (s *Scheduler) addJobs(cron gocron.Scheduler) error {
 				gocron.WithContext(s.runCtx),
 			); err != nil {
 				return fmt.Errorf("purge job of %s: %w", svc.Name, err)
+			}
+		}
+		if svc.Archive > 0 {
+			if _, err := cron.NewJob(gocron.DurationJob(cmp.Or(svc.ArchiveEvery, ArchiveEveryDefault)),
+				gocron.NewTask(s.scheduledArchive, svc),
+				gocron.WithName("archive:"+svc.Name),
+				gocron.WithSingletonMode(gocron.LimitModeReschedule),
+				gocron.WithStartAt(gocron.WithStartImmediately()),
+				gocron.WithContext(s.runCtx),
+			); err != nil {
+				return fmt.Errorf("archive job of %s: %w", svc.Name, err)
 			}
 		}
 		if s.metrics != nil && s.rowEvery > 0 {

@@ -33,6 +33,13 @@ const (
 	// the service, Detail what the reload changed ("services_added",
 	// "pools_restarted"...).
 	AuditConfigReload = "config.reload"
+	// AuditReplayStart is a replay started (not a dry run); Target is the
+	// producer service, Detail "replay", "matched", "target_pool", "rate",
+	// "event_names", "from", "to", "event_ids_count".
+	AuditReplayStart = "replay.start"
+	// AuditReplayCancel is a replay cancelled; Target is the producer
+	// service, Detail "replay", "published" and "was_running".
+	AuditReplayCancel = "replay.cancel"
 )
 
 // ListAuditLimitDefault is the number of entries ListAudit returns when

@@ -63,6 +63,9 @@ type options struct {
 	// tls serves the admin API and the console with a certificate of the
 	// test's own CA.
 	tls bool
+	// producer adds service order: a producer whose outbox is archived
+	// (replays), on a database of its own (env.orderDSN).
+	producer bool
 }
 
 // env is one daemon's world: its own databases, exchange, queues and ports.
@@ -70,6 +73,7 @@ type env struct {
 	t                     testing.TB
 	dir, suffix           string
 	stockDSN, shipDSN     string
+	orderDSN              string
 	exchange              string
 	stockPool, shipPool   string
 	stockQueue, shipQueue string
@@ -135,6 +139,10 @@ services:
         retry: {delays: [1s]}
 `, e.adminAddr, adminToken, readToken, tlsBlock, consoleBlock, amqpURL(), e.exchange,
 		e.stockDSN, e.stockPool, e.stockQueue, e.shipDSN, e.shipPool, e.shipQueue)
+	if opts.producer {
+		e.orderDSN = testdb.New(t, "console_order")
+		cfg += fmt.Sprintf("  - name: order\n    database: %q\n    outbox: {archive: 24h, poll: 50ms}\n", e.orderDSN)
+	}
 	path := filepath.Join(e.dir, "platformd.yaml")
 	require.NoError(t, os.WriteFile(path, []byte(cfg), 0o600))
 	e.start(path)

@@ -26,6 +26,8 @@ var (
 	SharedEventID = uuid.MustParse("5f6e2a90-8c3b-4d7e-a1b2-c3d4e5f60718")
 	// FailedEventID is the event in stock-events' failure queue.
 	FailedEventID = uuid.MustParse("9a8b7c6d-5e4f-4a3b-8c2d-1e0f9a8b7c6d")
+	// ReplayID is the fake's finished replay of stock.
+	ReplayID = uuid.MustParse("0190b2f4-7c1e-7b3a-9f1d-2c4e6a8b0d1f")
 )
 
 // Call is one recorded Backend call with its arguments; fields a method
@@ -59,6 +61,7 @@ type Backend struct {
 	runs      map[string][]admin.PurgeRun        // service -> runs, oldest first
 	failed    map[string][]admin.FailedMessage   // pool -> messages
 	audit     []admin.AuditEntry                 // oldest first
+	replays   []admin.ReplayInfo                 // oldest first
 	hooks     map[string]HookFunc
 	calls     []Call
 }
@@ -108,6 +111,12 @@ func New() *Backend {
 			}},
 			"shipping-events": {},
 		},
+		replays: []admin.ReplayInfo{{
+			ID: ReplayID.String(), State: admin.ReplayStateDone, Service: "stock", Matched: 10, Published: 10,
+			Rate: 500, CreatedAt: Now.Add(-2 * time.Hour), FinishedAt: Now.Add(-2*time.Hour + time.Minute), CreatedBy: "ops",
+			TargetPool: "stock-events", EventNames: []string{"order.#"}, From: Now.Add(-26 * time.Hour), To: Now.Add(-24 * time.Hour),
+			Pools: []admin.ReplayPoolInfo{{Pool: "stock-events", Service: "stock", WouldApply: 7, AlreadyProcessed: 3, PublishedCopies: 10}},
+		}},
 		hooks: map[string]HookFunc{},
 	}
 }

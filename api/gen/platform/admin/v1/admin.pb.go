@@ -91,6 +91,74 @@ func (PoolState) EnumDescriptor() ([]byte, []int) {
 	return file_platform_admin_v1_admin_proto_rawDescGZIP(), []int{0}
 }
 
+// ReplayState is the state of a replay.
+type ReplayState int32
+
+const (
+	// REPLAY_STATE_UNSPECIFIED is an unknown state; never set by a current
+	// server.
+	ReplayState_REPLAY_STATE_UNSPECIFIED ReplayState = 0
+	// REPLAY_STATE_DRY_RUN is a dry run's answer: nothing was published or
+	// stored.
+	ReplayState_REPLAY_STATE_DRY_RUN ReplayState = 1
+	// REPLAY_STATE_RUNNING means the replay is publishing (or waits for a
+	// daemon to resume it).
+	ReplayState_REPLAY_STATE_RUNNING ReplayState = 2
+	// REPLAY_STATE_DONE means every matched event was published.
+	ReplayState_REPLAY_STATE_DONE ReplayState = 3
+	// REPLAY_STATE_CANCELLED means an operator cancelled the replay.
+	ReplayState_REPLAY_STATE_CANCELLED ReplayState = 4
+	// REPLAY_STATE_FAILED means the replay stopped on an error (see error).
+	ReplayState_REPLAY_STATE_FAILED ReplayState = 5
+)
+
+// Enum value maps for ReplayState.
+var (
+	ReplayState_name = map[int32]string{
+		0: "REPLAY_STATE_UNSPECIFIED",
+		1: "REPLAY_STATE_DRY_RUN",
+		2: "REPLAY_STATE_RUNNING",
+		3: "REPLAY_STATE_DONE",
+		4: "REPLAY_STATE_CANCELLED",
+		5: "REPLAY_STATE_FAILED",
+	}
+	ReplayState_value = map[string]int32{
+		"REPLAY_STATE_UNSPECIFIED": 0,
+		"REPLAY_STATE_DRY_RUN":     1,
+		"REPLAY_STATE_RUNNING":     2,
+		"REPLAY_STATE_DONE":        3,
+		"REPLAY_STATE_CANCELLED":   4,
+		"REPLAY_STATE_FAILED":      5,
+	}
+)
+
+func (x ReplayState) Enum() *ReplayState {
+	p := new(ReplayState)
+	*p = x
+	return p
+}
+
+func (x ReplayState) String() string {
+	return protoimpl.X.EnumStringOf(x.Descriptor(), protoreflect.EnumNumber(x))
+}
+
+func (ReplayState) Descriptor() protoreflect.EnumDescriptor {
+	return file_platform_admin_v1_admin_proto_enumTypes[1].Descriptor()
+}
+
+func (ReplayState) Type() protoreflect.EnumType {
+	return &file_platform_admin_v1_admin_proto_enumTypes[1]
+}
+
+func (x ReplayState) Number() protoreflect.EnumNumber {
+	return protoreflect.EnumNumber(x)
+}
+
+// Deprecated: Use ReplayState.Descriptor instead.
+func (ReplayState) EnumDescriptor() ([]byte, []int) {
+	return file_platform_admin_v1_admin_proto_rawDescGZIP(), []int{1}
+}
+
 // Service is one consumer service hosted by the daemon.
 type Service struct {
 	state protoimpl.MessageState `protogen:"open.v1"`
@@ -2343,6 +2411,767 @@ func (x *ReloadConfigResponse) GetPoolsUnchanged() []string {
 	return nil
 }
 
+// ReplayPool is what a replay does, or would do, to one target pool.
+type ReplayPool struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// pool is the target pool's name.
+	Pool string `protobuf:"bytes,1,opt,name=pool,proto3" json:"pool,omitempty"`
+	// service is the service hosting the pool.
+	Service string `protobuf:"bytes,2,opt,name=service,proto3" json:"service,omitempty"`
+	// would_apply counts the selected events the pool receives that are not
+	// in its service's processed_event and inside its horizon in force: a
+	// copy is applied.
+	WouldApply int64 `protobuf:"varint,3,opt,name=would_apply,json=wouldApply,proto3" json:"would_apply,omitempty"`
+	// already_processed counts those in its service's processed_event: a
+	// copy is skipped as a duplicate (source replay).
+	AlreadyProcessed int64 `protobuf:"varint,4,opt,name=already_processed,json=alreadyProcessed,proto3" json:"already_processed,omitempty"`
+	// beyond_horizon counts those older than its service's horizon in force
+	// (by UUID v7 time, else occurred_at) and not in processed_event: a copy
+	// is quarantined by the pool's guard, or left out of a targeted replay
+	// unless include_beyond_horizon.
+	BeyondHorizon int64 `protobuf:"varint,5,opt,name=beyond_horizon,json=beyondHorizon,proto3" json:"beyond_horizon,omitempty"`
+	// published counts the copies published to the pool so far.
+	Published     int64 `protobuf:"varint,6,opt,name=published,proto3" json:"published,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *ReplayPool) Reset() {
+	*x = ReplayPool{}
+	mi := &file_platform_admin_v1_admin_proto_msgTypes[35]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *ReplayPool) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*ReplayPool) ProtoMessage() {}
+
+func (x *ReplayPool) ProtoReflect() protoreflect.Message {
+	mi := &file_platform_admin_v1_admin_proto_msgTypes[35]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use ReplayPool.ProtoReflect.Descriptor instead.
+func (*ReplayPool) Descriptor() ([]byte, []int) {
+	return file_platform_admin_v1_admin_proto_rawDescGZIP(), []int{35}
+}
+
+func (x *ReplayPool) GetPool() string {
+	if x != nil {
+		return x.Pool
+	}
+	return ""
+}
+
+func (x *ReplayPool) GetService() string {
+	if x != nil {
+		return x.Service
+	}
+	return ""
+}
+
+func (x *ReplayPool) GetWouldApply() int64 {
+	if x != nil {
+		return x.WouldApply
+	}
+	return 0
+}
+
+func (x *ReplayPool) GetAlreadyProcessed() int64 {
+	if x != nil {
+		return x.AlreadyProcessed
+	}
+	return 0
+}
+
+func (x *ReplayPool) GetBeyondHorizon() int64 {
+	if x != nil {
+		return x.BeyondHorizon
+	}
+	return 0
+}
+
+func (x *ReplayPool) GetPublished() int64 {
+	if x != nil {
+		return x.Published
+	}
+	return 0
+}
+
+// Replay is one replay of a producer's archived events.
+type Replay struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// id identifies the replay (a UUID); copies carry it in header x-replay.
+	// Empty for a dry run.
+	Id string `protobuf:"bytes,1,opt,name=id,proto3" json:"id,omitempty"`
+	// state is the replay's state.
+	State ReplayState `protobuf:"varint,2,opt,name=state,proto3,enum=platform.admin.v1.ReplayState" json:"state,omitempty"`
+	// matched counts the archived events the selection matched (each once).
+	Matched int64 `protobuf:"varint,3,opt,name=matched,proto3" json:"matched,omitempty"`
+	// pools are the target pools, sorted by service then pool.
+	Pools []*ReplayPool `protobuf:"bytes,4,rep,name=pools,proto3" json:"pools,omitempty"`
+	// service is the producer service whose archive is replayed.
+	Service string `protobuf:"bytes,5,opt,name=service,proto3" json:"service,omitempty"`
+	// published counts the events published so far.
+	Published int64 `protobuf:"varint,6,opt,name=published,proto3" json:"published,omitempty"`
+	// target_pool is the one pool replayed to, empty: through the exchange.
+	TargetPool string `protobuf:"bytes,7,opt,name=target_pool,json=targetPool,proto3" json:"target_pool,omitempty"`
+	// rate is the replay's pace, in messages per second.
+	Rate int32 `protobuf:"varint,8,opt,name=rate,proto3" json:"rate,omitempty"`
+	// created_at is when the replay was asked for.
+	CreatedAt *timestamppb.Timestamp `protobuf:"bytes,9,opt,name=created_at,json=createdAt,proto3" json:"created_at,omitempty"`
+	// finished_at is when it ended (done, cancelled or failed); unset while
+	// it runs.
+	FinishedAt *timestamppb.Timestamp `protobuf:"bytes,10,opt,name=finished_at,json=finishedAt,proto3" json:"finished_at,omitempty"`
+	// created_by is the name of the token that started it.
+	CreatedBy string `protobuf:"bytes,11,opt,name=created_by,json=createdBy,proto3" json:"created_by,omitempty"`
+	// error says why a failed replay stopped.
+	Error string `protobuf:"bytes,12,opt,name=error,proto3" json:"error,omitempty"`
+	// event_names is the selection's names or topic patterns (empty: all).
+	EventNames []string `protobuf:"bytes,13,rep,name=event_names,json=eventNames,proto3" json:"event_names,omitempty"`
+	// from is the selection's occurred_at lower bound (included), if any.
+	From *timestamppb.Timestamp `protobuf:"bytes,14,opt,name=from,proto3" json:"from,omitempty"`
+	// to is the selection's occurred_at upper bound (excluded), if any.
+	To *timestamppb.Timestamp `protobuf:"bytes,15,opt,name=to,proto3" json:"to,omitempty"`
+	// event_ids_count is the number of ids the selection named, if any.
+	EventIdsCount int32 `protobuf:"varint,16,opt,name=event_ids_count,json=eventIdsCount,proto3" json:"event_ids_count,omitempty"`
+	// include_beyond_horizon is the request's flag of that name.
+	IncludeBeyondHorizon bool `protobuf:"varint,17,opt,name=include_beyond_horizon,json=includeBeyondHorizon,proto3" json:"include_beyond_horizon,omitempty"`
+	unknownFields        protoimpl.UnknownFields
+	sizeCache            protoimpl.SizeCache
+}
+
+func (x *Replay) Reset() {
+	*x = Replay{}
+	mi := &file_platform_admin_v1_admin_proto_msgTypes[36]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *Replay) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*Replay) ProtoMessage() {}
+
+func (x *Replay) ProtoReflect() protoreflect.Message {
+	mi := &file_platform_admin_v1_admin_proto_msgTypes[36]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use Replay.ProtoReflect.Descriptor instead.
+func (*Replay) Descriptor() ([]byte, []int) {
+	return file_platform_admin_v1_admin_proto_rawDescGZIP(), []int{36}
+}
+
+func (x *Replay) GetId() string {
+	if x != nil {
+		return x.Id
+	}
+	return ""
+}
+
+func (x *Replay) GetState() ReplayState {
+	if x != nil {
+		return x.State
+	}
+	return ReplayState_REPLAY_STATE_UNSPECIFIED
+}
+
+func (x *Replay) GetMatched() int64 {
+	if x != nil {
+		return x.Matched
+	}
+	return 0
+}
+
+func (x *Replay) GetPools() []*ReplayPool {
+	if x != nil {
+		return x.Pools
+	}
+	return nil
+}
+
+func (x *Replay) GetService() string {
+	if x != nil {
+		return x.Service
+	}
+	return ""
+}
+
+func (x *Replay) GetPublished() int64 {
+	if x != nil {
+		return x.Published
+	}
+	return 0
+}
+
+func (x *Replay) GetTargetPool() string {
+	if x != nil {
+		return x.TargetPool
+	}
+	return ""
+}
+
+func (x *Replay) GetRate() int32 {
+	if x != nil {
+		return x.Rate
+	}
+	return 0
+}
+
+func (x *Replay) GetCreatedAt() *timestamppb.Timestamp {
+	if x != nil {
+		return x.CreatedAt
+	}
+	return nil
+}
+
+func (x *Replay) GetFinishedAt() *timestamppb.Timestamp {
+	if x != nil {
+		return x.FinishedAt
+	}
+	return nil
+}
+
+func (x *Replay) GetCreatedBy() string {
+	if x != nil {
+		return x.CreatedBy
+	}
+	return ""
+}
+
+func (x *Replay) GetError() string {
+	if x != nil {
+		return x.Error
+	}
+	return ""
+}
+
+func (x *Replay) GetEventNames() []string {
+	if x != nil {
+		return x.EventNames
+	}
+	return nil
+}
+
+func (x *Replay) GetFrom() *timestamppb.Timestamp {
+	if x != nil {
+		return x.From
+	}
+	return nil
+}
+
+func (x *Replay) GetTo() *timestamppb.Timestamp {
+	if x != nil {
+		return x.To
+	}
+	return nil
+}
+
+func (x *Replay) GetEventIdsCount() int32 {
+	if x != nil {
+		return x.EventIdsCount
+	}
+	return 0
+}
+
+func (x *Replay) GetIncludeBeyondHorizon() bool {
+	if x != nil {
+		return x.IncludeBeyondHorizon
+	}
+	return false
+}
+
+// ReplayEventsRequest is the request of ReplayEvents.
+type ReplayEventsRequest struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// service is the producer service whose archive is replayed.
+	Service string `protobuf:"bytes,1,opt,name=service,proto3" json:"service,omitempty"`
+	// event_names are event names or topic patterns (`*` one word, `#` zero
+	// or more); empty: every name.
+	EventNames []string `protobuf:"bytes,2,rep,name=event_names,json=eventNames,proto3" json:"event_names,omitempty"`
+	// from is the occurred_at lower bound (included); with to, or alone.
+	From *timestamppb.Timestamp `protobuf:"bytes,3,opt,name=from,proto3" json:"from,omitempty"`
+	// to is the occurred_at upper bound (excluded).
+	To *timestamppb.Timestamp `protobuf:"bytes,4,opt,name=to,proto3" json:"to,omitempty"`
+	// event_ids select events by id instead of an occurred_at range.
+	EventIds []string `protobuf:"bytes,5,rep,name=event_ids,json=eventIds,proto3" json:"event_ids,omitempty"`
+	// target_pool replays to that pool's queue only, by the default
+	// exchange; empty: through broker.exchange with the original routing
+	// key, to every bound pool.
+	TargetPool string `protobuf:"bytes,6,opt,name=target_pool,json=targetPool,proto3" json:"target_pool,omitempty"`
+	// dry_run counts what the replay would do and publishes nothing.
+	DryRun bool `protobuf:"varint,7,opt,name=dry_run,json=dryRun,proto3" json:"dry_run,omitempty"`
+	// rate is the pace in messages per second: 0 means 500.
+	Rate int32 `protobuf:"varint,8,opt,name=rate,proto3" json:"rate,omitempty"`
+	// include_beyond_horizon, with target_pool, sends the events beyond the
+	// pool's service horizon too, with x-beyond-horizon-override: true.
+	IncludeBeyondHorizon bool `protobuf:"varint,9,opt,name=include_beyond_horizon,json=includeBeyondHorizon,proto3" json:"include_beyond_horizon,omitempty"`
+	unknownFields        protoimpl.UnknownFields
+	sizeCache            protoimpl.SizeCache
+}
+
+func (x *ReplayEventsRequest) Reset() {
+	*x = ReplayEventsRequest{}
+	mi := &file_platform_admin_v1_admin_proto_msgTypes[37]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *ReplayEventsRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*ReplayEventsRequest) ProtoMessage() {}
+
+func (x *ReplayEventsRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_platform_admin_v1_admin_proto_msgTypes[37]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use ReplayEventsRequest.ProtoReflect.Descriptor instead.
+func (*ReplayEventsRequest) Descriptor() ([]byte, []int) {
+	return file_platform_admin_v1_admin_proto_rawDescGZIP(), []int{37}
+}
+
+func (x *ReplayEventsRequest) GetService() string {
+	if x != nil {
+		return x.Service
+	}
+	return ""
+}
+
+func (x *ReplayEventsRequest) GetEventNames() []string {
+	if x != nil {
+		return x.EventNames
+	}
+	return nil
+}
+
+func (x *ReplayEventsRequest) GetFrom() *timestamppb.Timestamp {
+	if x != nil {
+		return x.From
+	}
+	return nil
+}
+
+func (x *ReplayEventsRequest) GetTo() *timestamppb.Timestamp {
+	if x != nil {
+		return x.To
+	}
+	return nil
+}
+
+func (x *ReplayEventsRequest) GetEventIds() []string {
+	if x != nil {
+		return x.EventIds
+	}
+	return nil
+}
+
+func (x *ReplayEventsRequest) GetTargetPool() string {
+	if x != nil {
+		return x.TargetPool
+	}
+	return ""
+}
+
+func (x *ReplayEventsRequest) GetDryRun() bool {
+	if x != nil {
+		return x.DryRun
+	}
+	return false
+}
+
+func (x *ReplayEventsRequest) GetRate() int32 {
+	if x != nil {
+		return x.Rate
+	}
+	return 0
+}
+
+func (x *ReplayEventsRequest) GetIncludeBeyondHorizon() bool {
+	if x != nil {
+		return x.IncludeBeyondHorizon
+	}
+	return false
+}
+
+// ReplayEventsResponse is the response of ReplayEvents.
+type ReplayEventsResponse struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// replay is the dry run's counts, or the replay started.
+	Replay        *Replay `protobuf:"bytes,1,opt,name=replay,proto3" json:"replay,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *ReplayEventsResponse) Reset() {
+	*x = ReplayEventsResponse{}
+	mi := &file_platform_admin_v1_admin_proto_msgTypes[38]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *ReplayEventsResponse) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*ReplayEventsResponse) ProtoMessage() {}
+
+func (x *ReplayEventsResponse) ProtoReflect() protoreflect.Message {
+	mi := &file_platform_admin_v1_admin_proto_msgTypes[38]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use ReplayEventsResponse.ProtoReflect.Descriptor instead.
+func (*ReplayEventsResponse) Descriptor() ([]byte, []int) {
+	return file_platform_admin_v1_admin_proto_rawDescGZIP(), []int{38}
+}
+
+func (x *ReplayEventsResponse) GetReplay() *Replay {
+	if x != nil {
+		return x.Replay
+	}
+	return nil
+}
+
+// GetReplayRequest is the request of GetReplay.
+type GetReplayRequest struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// service is the producer service.
+	Service string `protobuf:"bytes,1,opt,name=service,proto3" json:"service,omitempty"`
+	// id is the replay's id.
+	Id            string `protobuf:"bytes,2,opt,name=id,proto3" json:"id,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *GetReplayRequest) Reset() {
+	*x = GetReplayRequest{}
+	mi := &file_platform_admin_v1_admin_proto_msgTypes[39]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *GetReplayRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*GetReplayRequest) ProtoMessage() {}
+
+func (x *GetReplayRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_platform_admin_v1_admin_proto_msgTypes[39]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use GetReplayRequest.ProtoReflect.Descriptor instead.
+func (*GetReplayRequest) Descriptor() ([]byte, []int) {
+	return file_platform_admin_v1_admin_proto_rawDescGZIP(), []int{39}
+}
+
+func (x *GetReplayRequest) GetService() string {
+	if x != nil {
+		return x.Service
+	}
+	return ""
+}
+
+func (x *GetReplayRequest) GetId() string {
+	if x != nil {
+		return x.Id
+	}
+	return ""
+}
+
+// GetReplayResponse is the response of GetReplay.
+type GetReplayResponse struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// replay is the replay.
+	Replay        *Replay `protobuf:"bytes,1,opt,name=replay,proto3" json:"replay,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *GetReplayResponse) Reset() {
+	*x = GetReplayResponse{}
+	mi := &file_platform_admin_v1_admin_proto_msgTypes[40]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *GetReplayResponse) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*GetReplayResponse) ProtoMessage() {}
+
+func (x *GetReplayResponse) ProtoReflect() protoreflect.Message {
+	mi := &file_platform_admin_v1_admin_proto_msgTypes[40]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use GetReplayResponse.ProtoReflect.Descriptor instead.
+func (*GetReplayResponse) Descriptor() ([]byte, []int) {
+	return file_platform_admin_v1_admin_proto_rawDescGZIP(), []int{40}
+}
+
+func (x *GetReplayResponse) GetReplay() *Replay {
+	if x != nil {
+		return x.Replay
+	}
+	return nil
+}
+
+// ListReplaysRequest is the request of ListReplays.
+type ListReplaysRequest struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// service is the producer service.
+	Service string `protobuf:"bytes,1,opt,name=service,proto3" json:"service,omitempty"`
+	// limit is the maximum number of replays returned: 0 means 100, at most
+	// 10000.
+	Limit         int32 `protobuf:"varint,2,opt,name=limit,proto3" json:"limit,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *ListReplaysRequest) Reset() {
+	*x = ListReplaysRequest{}
+	mi := &file_platform_admin_v1_admin_proto_msgTypes[41]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *ListReplaysRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*ListReplaysRequest) ProtoMessage() {}
+
+func (x *ListReplaysRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_platform_admin_v1_admin_proto_msgTypes[41]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use ListReplaysRequest.ProtoReflect.Descriptor instead.
+func (*ListReplaysRequest) Descriptor() ([]byte, []int) {
+	return file_platform_admin_v1_admin_proto_rawDescGZIP(), []int{41}
+}
+
+func (x *ListReplaysRequest) GetService() string {
+	if x != nil {
+		return x.Service
+	}
+	return ""
+}
+
+func (x *ListReplaysRequest) GetLimit() int32 {
+	if x != nil {
+		return x.Limit
+	}
+	return 0
+}
+
+// ListReplaysResponse is the response of ListReplays.
+type ListReplaysResponse struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// replays are the replays, newest first.
+	Replays       []*Replay `protobuf:"bytes,1,rep,name=replays,proto3" json:"replays,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *ListReplaysResponse) Reset() {
+	*x = ListReplaysResponse{}
+	mi := &file_platform_admin_v1_admin_proto_msgTypes[42]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *ListReplaysResponse) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*ListReplaysResponse) ProtoMessage() {}
+
+func (x *ListReplaysResponse) ProtoReflect() protoreflect.Message {
+	mi := &file_platform_admin_v1_admin_proto_msgTypes[42]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use ListReplaysResponse.ProtoReflect.Descriptor instead.
+func (*ListReplaysResponse) Descriptor() ([]byte, []int) {
+	return file_platform_admin_v1_admin_proto_rawDescGZIP(), []int{42}
+}
+
+func (x *ListReplaysResponse) GetReplays() []*Replay {
+	if x != nil {
+		return x.Replays
+	}
+	return nil
+}
+
+// CancelReplayRequest is the request of CancelReplay.
+type CancelReplayRequest struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// service is the producer service.
+	Service string `protobuf:"bytes,1,opt,name=service,proto3" json:"service,omitempty"`
+	// id is the replay's id.
+	Id            string `protobuf:"bytes,2,opt,name=id,proto3" json:"id,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *CancelReplayRequest) Reset() {
+	*x = CancelReplayRequest{}
+	mi := &file_platform_admin_v1_admin_proto_msgTypes[43]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *CancelReplayRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*CancelReplayRequest) ProtoMessage() {}
+
+func (x *CancelReplayRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_platform_admin_v1_admin_proto_msgTypes[43]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use CancelReplayRequest.ProtoReflect.Descriptor instead.
+func (*CancelReplayRequest) Descriptor() ([]byte, []int) {
+	return file_platform_admin_v1_admin_proto_rawDescGZIP(), []int{43}
+}
+
+func (x *CancelReplayRequest) GetService() string {
+	if x != nil {
+		return x.Service
+	}
+	return ""
+}
+
+func (x *CancelReplayRequest) GetId() string {
+	if x != nil {
+		return x.Id
+	}
+	return ""
+}
+
+// CancelReplayResponse is the response of CancelReplay.
+type CancelReplayResponse struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// replay is the replay after the cancel.
+	Replay        *Replay `protobuf:"bytes,1,opt,name=replay,proto3" json:"replay,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *CancelReplayResponse) Reset() {
+	*x = CancelReplayResponse{}
+	mi := &file_platform_admin_v1_admin_proto_msgTypes[44]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *CancelReplayResponse) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*CancelReplayResponse) ProtoMessage() {}
+
+func (x *CancelReplayResponse) ProtoReflect() protoreflect.Message {
+	mi := &file_platform_admin_v1_admin_proto_msgTypes[44]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use CancelReplayResponse.ProtoReflect.Descriptor instead.
+func (*CancelReplayResponse) Descriptor() ([]byte, []int) {
+	return file_platform_admin_v1_admin_proto_rawDescGZIP(), []int{44}
+}
+
+func (x *CancelReplayResponse) GetReplay() *Replay {
+	if x != nil {
+		return x.Replay
+	}
+	return nil
+}
+
 var File_platform_admin_v1_admin_proto protoreflect.FileDescriptor
 
 const file_platform_admin_v1_admin_proto_rawDesc = "" +
@@ -2498,14 +3327,82 @@ const file_platform_admin_v1_admin_proto_rawDesc = "" +
 	"poolsAdded\x12#\n" +
 	"\rpools_removed\x18\x05 \x03(\tR\fpoolsRemoved\x12'\n" +
 	"\x0fpools_restarted\x18\x06 \x03(\tR\x0epoolsRestarted\x12'\n" +
-	"\x0fpools_unchanged\x18\a \x03(\tR\x0epoolsUnchanged*\x89\x01\n" +
+	"\x0fpools_unchanged\x18\a \x03(\tR\x0epoolsUnchanged\"\xcd\x01\n" +
+	"\n" +
+	"ReplayPool\x12\x12\n" +
+	"\x04pool\x18\x01 \x01(\tR\x04pool\x12\x18\n" +
+	"\aservice\x18\x02 \x01(\tR\aservice\x12\x1f\n" +
+	"\vwould_apply\x18\x03 \x01(\x03R\n" +
+	"wouldApply\x12+\n" +
+	"\x11already_processed\x18\x04 \x01(\x03R\x10alreadyProcessed\x12%\n" +
+	"\x0ebeyond_horizon\x18\x05 \x01(\x03R\rbeyondHorizon\x12\x1c\n" +
+	"\tpublished\x18\x06 \x01(\x03R\tpublished\"\x92\x05\n" +
+	"\x06Replay\x12\x0e\n" +
+	"\x02id\x18\x01 \x01(\tR\x02id\x124\n" +
+	"\x05state\x18\x02 \x01(\x0e2\x1e.platform.admin.v1.ReplayStateR\x05state\x12\x18\n" +
+	"\amatched\x18\x03 \x01(\x03R\amatched\x123\n" +
+	"\x05pools\x18\x04 \x03(\v2\x1d.platform.admin.v1.ReplayPoolR\x05pools\x12\x18\n" +
+	"\aservice\x18\x05 \x01(\tR\aservice\x12\x1c\n" +
+	"\tpublished\x18\x06 \x01(\x03R\tpublished\x12\x1f\n" +
+	"\vtarget_pool\x18\a \x01(\tR\n" +
+	"targetPool\x12\x12\n" +
+	"\x04rate\x18\b \x01(\x05R\x04rate\x129\n" +
+	"\n" +
+	"created_at\x18\t \x01(\v2\x1a.google.protobuf.TimestampR\tcreatedAt\x12;\n" +
+	"\vfinished_at\x18\n" +
+	" \x01(\v2\x1a.google.protobuf.TimestampR\n" +
+	"finishedAt\x12\x1d\n" +
+	"\n" +
+	"created_by\x18\v \x01(\tR\tcreatedBy\x12\x14\n" +
+	"\x05error\x18\f \x01(\tR\x05error\x12\x1f\n" +
+	"\vevent_names\x18\r \x03(\tR\n" +
+	"eventNames\x12.\n" +
+	"\x04from\x18\x0e \x01(\v2\x1a.google.protobuf.TimestampR\x04from\x12*\n" +
+	"\x02to\x18\x0f \x01(\v2\x1a.google.protobuf.TimestampR\x02to\x12&\n" +
+	"\x0fevent_ids_count\x18\x10 \x01(\x05R\reventIdsCount\x124\n" +
+	"\x16include_beyond_horizon\x18\x11 \x01(\bR\x14includeBeyondHorizon\"\xcd\x02\n" +
+	"\x13ReplayEventsRequest\x12\x18\n" +
+	"\aservice\x18\x01 \x01(\tR\aservice\x12\x1f\n" +
+	"\vevent_names\x18\x02 \x03(\tR\n" +
+	"eventNames\x12.\n" +
+	"\x04from\x18\x03 \x01(\v2\x1a.google.protobuf.TimestampR\x04from\x12*\n" +
+	"\x02to\x18\x04 \x01(\v2\x1a.google.protobuf.TimestampR\x02to\x12\x1b\n" +
+	"\tevent_ids\x18\x05 \x03(\tR\beventIds\x12\x1f\n" +
+	"\vtarget_pool\x18\x06 \x01(\tR\n" +
+	"targetPool\x12\x17\n" +
+	"\adry_run\x18\a \x01(\bR\x06dryRun\x12\x12\n" +
+	"\x04rate\x18\b \x01(\x05R\x04rate\x124\n" +
+	"\x16include_beyond_horizon\x18\t \x01(\bR\x14includeBeyondHorizon\"I\n" +
+	"\x14ReplayEventsResponse\x121\n" +
+	"\x06replay\x18\x01 \x01(\v2\x19.platform.admin.v1.ReplayR\x06replay\"<\n" +
+	"\x10GetReplayRequest\x12\x18\n" +
+	"\aservice\x18\x01 \x01(\tR\aservice\x12\x0e\n" +
+	"\x02id\x18\x02 \x01(\tR\x02id\"F\n" +
+	"\x11GetReplayResponse\x121\n" +
+	"\x06replay\x18\x01 \x01(\v2\x19.platform.admin.v1.ReplayR\x06replay\"D\n" +
+	"\x12ListReplaysRequest\x12\x18\n" +
+	"\aservice\x18\x01 \x01(\tR\aservice\x12\x14\n" +
+	"\x05limit\x18\x02 \x01(\x05R\x05limit\"J\n" +
+	"\x13ListReplaysResponse\x123\n" +
+	"\areplays\x18\x01 \x03(\v2\x19.platform.admin.v1.ReplayR\areplays\"?\n" +
+	"\x13CancelReplayRequest\x12\x18\n" +
+	"\aservice\x18\x01 \x01(\tR\aservice\x12\x0e\n" +
+	"\x02id\x18\x02 \x01(\tR\x02id\"I\n" +
+	"\x14CancelReplayResponse\x121\n" +
+	"\x06replay\x18\x01 \x01(\v2\x19.platform.admin.v1.ReplayR\x06replay*\x89\x01\n" +
 	"\tPoolState\x12\x1a\n" +
 	"\x16POOL_STATE_UNSPECIFIED\x10\x00\x12\x16\n" +
 	"\x12POOL_STATE_RUNNING\x10\x01\x12\x15\n" +
 	"\x11POOL_STATE_PAUSED\x10\x02\x12\x19\n" +
 	"\x15POOL_STATE_CONNECTING\x10\x03\x12\x16\n" +
-	"\x12POOL_STATE_STOPPED\x10\x042\xd3\n" +
-	"\n" +
+	"\x12POOL_STATE_STOPPED\x10\x04*\xab\x01\n" +
+	"\vReplayState\x12\x1c\n" +
+	"\x18REPLAY_STATE_UNSPECIFIED\x10\x00\x12\x18\n" +
+	"\x14REPLAY_STATE_DRY_RUN\x10\x01\x12\x18\n" +
+	"\x14REPLAY_STATE_RUNNING\x10\x02\x12\x15\n" +
+	"\x11REPLAY_STATE_DONE\x10\x03\x12\x1a\n" +
+	"\x16REPLAY_STATE_CANCELLED\x10\x04\x12\x17\n" +
+	"\x13REPLAY_STATE_FAILED\x10\x052\xcb\r\n" +
 	"\fAdminService\x12_\n" +
 	"\fListServices\x12&.platform.admin.v1.ListServicesRequest\x1a'.platform.admin.v1.ListServicesResponse\x12V\n" +
 	"\tListPools\x12#.platform.admin.v1.ListPoolsRequest\x1a$.platform.admin.v1.ListPoolsResponse\x12V\n" +
@@ -2523,7 +3420,11 @@ const file_platform_admin_v1_admin_proto_rawDesc = "" +
 	"\x13RetryFailedMessages\x12-.platform.admin.v1.RetryFailedMessagesRequest\x1a..platform.admin.v1.RetryFailedMessagesResponse\x12h\n" +
 	"\x0fDescribeService\x12).platform.admin.v1.DescribeServiceRequest\x1a*.platform.admin.v1.DescribeServiceResponse\x12V\n" +
 	"\tListAudit\x12#.platform.admin.v1.ListAuditRequest\x1a$.platform.admin.v1.ListAuditResponse\x12_\n" +
-	"\fReloadConfig\x12&.platform.admin.v1.ReloadConfigRequest\x1a'.platform.admin.v1.ReloadConfigResponseB\xcb\x01\n" +
+	"\fReloadConfig\x12&.platform.admin.v1.ReloadConfigRequest\x1a'.platform.admin.v1.ReloadConfigResponse\x12_\n" +
+	"\fReplayEvents\x12&.platform.admin.v1.ReplayEventsRequest\x1a'.platform.admin.v1.ReplayEventsResponse\x12V\n" +
+	"\tGetReplay\x12#.platform.admin.v1.GetReplayRequest\x1a$.platform.admin.v1.GetReplayResponse\x12\\\n" +
+	"\vListReplays\x12%.platform.admin.v1.ListReplaysRequest\x1a&.platform.admin.v1.ListReplaysResponse\x12_\n" +
+	"\fCancelReplay\x12&.platform.admin.v1.CancelReplayRequest\x1a'.platform.admin.v1.CancelReplayResponseB\xcb\x01\n" +
 	"\x15com.platform.admin.v1B\n" +
 	"AdminProtoP\x01Z@github.com/platformd/platformd/api/gen/platform/admin/v1;adminv1\xa2\x02\x03PAX\xaa\x02\x11Platform.Admin.V1\xca\x02\x11Platform\\Admin\\V1\xe2\x02\x1dPlatform\\Admin\\V1\\GPBMetadata\xea\x02\x13Platform::Admin::V1b\x06proto3"
 
@@ -2539,115 +3440,146 @@ func file_platform_admin_v1_admin_proto_rawDescGZIP() []byte {
 	return file_platform_admin_v1_admin_proto_rawDescData
 }
 
-var file_platform_admin_v1_admin_proto_enumTypes = make([]protoimpl.EnumInfo, 1)
-var file_platform_admin_v1_admin_proto_msgTypes = make([]protoimpl.MessageInfo, 35)
+var file_platform_admin_v1_admin_proto_enumTypes = make([]protoimpl.EnumInfo, 2)
+var file_platform_admin_v1_admin_proto_msgTypes = make([]protoimpl.MessageInfo, 45)
 var file_platform_admin_v1_admin_proto_goTypes = []any{
 	(PoolState)(0),                      // 0: platform.admin.v1.PoolState
-	(*Service)(nil),                     // 1: platform.admin.v1.Service
-	(*Pool)(nil),                        // 2: platform.admin.v1.Pool
-	(*LookupResult)(nil),                // 3: platform.admin.v1.LookupResult
-	(*Horizon)(nil),                     // 4: platform.admin.v1.Horizon
-	(*PurgeRun)(nil),                    // 5: platform.admin.v1.PurgeRun
-	(*FailedMessage)(nil),               // 6: platform.admin.v1.FailedMessage
-	(*ListServicesRequest)(nil),         // 7: platform.admin.v1.ListServicesRequest
-	(*ListServicesResponse)(nil),        // 8: platform.admin.v1.ListServicesResponse
-	(*ListPoolsRequest)(nil),            // 9: platform.admin.v1.ListPoolsRequest
-	(*ListPoolsResponse)(nil),           // 10: platform.admin.v1.ListPoolsResponse
-	(*PausePoolRequest)(nil),            // 11: platform.admin.v1.PausePoolRequest
-	(*PausePoolResponse)(nil),           // 12: platform.admin.v1.PausePoolResponse
-	(*ResumePoolRequest)(nil),           // 13: platform.admin.v1.ResumePoolRequest
-	(*ResumePoolResponse)(nil),          // 14: platform.admin.v1.ResumePoolResponse
-	(*LookupEventRequest)(nil),          // 15: platform.admin.v1.LookupEventRequest
-	(*LookupEventResponse)(nil),         // 16: platform.admin.v1.LookupEventResponse
-	(*GetHorizonRequest)(nil),           // 17: platform.admin.v1.GetHorizonRequest
-	(*GetHorizonResponse)(nil),          // 18: platform.admin.v1.GetHorizonResponse
-	(*SetHorizonRequest)(nil),           // 19: platform.admin.v1.SetHorizonRequest
-	(*SetHorizonResponse)(nil),          // 20: platform.admin.v1.SetHorizonResponse
-	(*RunPurgeRequest)(nil),             // 21: platform.admin.v1.RunPurgeRequest
-	(*RunPurgeResponse)(nil),            // 22: platform.admin.v1.RunPurgeResponse
-	(*ListPurgeRunsRequest)(nil),        // 23: platform.admin.v1.ListPurgeRunsRequest
-	(*ListPurgeRunsResponse)(nil),       // 24: platform.admin.v1.ListPurgeRunsResponse
-	(*ListFailedMessagesRequest)(nil),   // 25: platform.admin.v1.ListFailedMessagesRequest
-	(*ListFailedMessagesResponse)(nil),  // 26: platform.admin.v1.ListFailedMessagesResponse
-	(*RetryFailedMessagesRequest)(nil),  // 27: platform.admin.v1.RetryFailedMessagesRequest
-	(*RetryFailedMessagesResponse)(nil), // 28: platform.admin.v1.RetryFailedMessagesResponse
-	(*DescribeServiceRequest)(nil),      // 29: platform.admin.v1.DescribeServiceRequest
-	(*DescribeServiceResponse)(nil),     // 30: platform.admin.v1.DescribeServiceResponse
-	(*AuditEntry)(nil),                  // 31: platform.admin.v1.AuditEntry
-	(*ListAuditRequest)(nil),            // 32: platform.admin.v1.ListAuditRequest
-	(*ListAuditResponse)(nil),           // 33: platform.admin.v1.ListAuditResponse
-	(*ReloadConfigRequest)(nil),         // 34: platform.admin.v1.ReloadConfigRequest
-	(*ReloadConfigResponse)(nil),        // 35: platform.admin.v1.ReloadConfigResponse
-	(*durationpb.Duration)(nil),         // 36: google.protobuf.Duration
-	(*timestamppb.Timestamp)(nil),       // 37: google.protobuf.Timestamp
-	(*structpb.Struct)(nil),             // 38: google.protobuf.Struct
+	(ReplayState)(0),                    // 1: platform.admin.v1.ReplayState
+	(*Service)(nil),                     // 2: platform.admin.v1.Service
+	(*Pool)(nil),                        // 3: platform.admin.v1.Pool
+	(*LookupResult)(nil),                // 4: platform.admin.v1.LookupResult
+	(*Horizon)(nil),                     // 5: platform.admin.v1.Horizon
+	(*PurgeRun)(nil),                    // 6: platform.admin.v1.PurgeRun
+	(*FailedMessage)(nil),               // 7: platform.admin.v1.FailedMessage
+	(*ListServicesRequest)(nil),         // 8: platform.admin.v1.ListServicesRequest
+	(*ListServicesResponse)(nil),        // 9: platform.admin.v1.ListServicesResponse
+	(*ListPoolsRequest)(nil),            // 10: platform.admin.v1.ListPoolsRequest
+	(*ListPoolsResponse)(nil),           // 11: platform.admin.v1.ListPoolsResponse
+	(*PausePoolRequest)(nil),            // 12: platform.admin.v1.PausePoolRequest
+	(*PausePoolResponse)(nil),           // 13: platform.admin.v1.PausePoolResponse
+	(*ResumePoolRequest)(nil),           // 14: platform.admin.v1.ResumePoolRequest
+	(*ResumePoolResponse)(nil),          // 15: platform.admin.v1.ResumePoolResponse
+	(*LookupEventRequest)(nil),          // 16: platform.admin.v1.LookupEventRequest
+	(*LookupEventResponse)(nil),         // 17: platform.admin.v1.LookupEventResponse
+	(*GetHorizonRequest)(nil),           // 18: platform.admin.v1.GetHorizonRequest
+	(*GetHorizonResponse)(nil),          // 19: platform.admin.v1.GetHorizonResponse
+	(*SetHorizonRequest)(nil),           // 20: platform.admin.v1.SetHorizonRequest
+	(*SetHorizonResponse)(nil),          // 21: platform.admin.v1.SetHorizonResponse
+	(*RunPurgeRequest)(nil),             // 22: platform.admin.v1.RunPurgeRequest
+	(*RunPurgeResponse)(nil),            // 23: platform.admin.v1.RunPurgeResponse
+	(*ListPurgeRunsRequest)(nil),        // 24: platform.admin.v1.ListPurgeRunsRequest
+	(*ListPurgeRunsResponse)(nil),       // 25: platform.admin.v1.ListPurgeRunsResponse
+	(*ListFailedMessagesRequest)(nil),   // 26: platform.admin.v1.ListFailedMessagesRequest
+	(*ListFailedMessagesResponse)(nil),  // 27: platform.admin.v1.ListFailedMessagesResponse
+	(*RetryFailedMessagesRequest)(nil),  // 28: platform.admin.v1.RetryFailedMessagesRequest
+	(*RetryFailedMessagesResponse)(nil), // 29: platform.admin.v1.RetryFailedMessagesResponse
+	(*DescribeServiceRequest)(nil),      // 30: platform.admin.v1.DescribeServiceRequest
+	(*DescribeServiceResponse)(nil),     // 31: platform.admin.v1.DescribeServiceResponse
+	(*AuditEntry)(nil),                  // 32: platform.admin.v1.AuditEntry
+	(*ListAuditRequest)(nil),            // 33: platform.admin.v1.ListAuditRequest
+	(*ListAuditResponse)(nil),           // 34: platform.admin.v1.ListAuditResponse
+	(*ReloadConfigRequest)(nil),         // 35: platform.admin.v1.ReloadConfigRequest
+	(*ReloadConfigResponse)(nil),        // 36: platform.admin.v1.ReloadConfigResponse
+	(*ReplayPool)(nil),                  // 37: platform.admin.v1.ReplayPool
+	(*Replay)(nil),                      // 38: platform.admin.v1.Replay
+	(*ReplayEventsRequest)(nil),         // 39: platform.admin.v1.ReplayEventsRequest
+	(*ReplayEventsResponse)(nil),        // 40: platform.admin.v1.ReplayEventsResponse
+	(*GetReplayRequest)(nil),            // 41: platform.admin.v1.GetReplayRequest
+	(*GetReplayResponse)(nil),           // 42: platform.admin.v1.GetReplayResponse
+	(*ListReplaysRequest)(nil),          // 43: platform.admin.v1.ListReplaysRequest
+	(*ListReplaysResponse)(nil),         // 44: platform.admin.v1.ListReplaysResponse
+	(*CancelReplayRequest)(nil),         // 45: platform.admin.v1.CancelReplayRequest
+	(*CancelReplayResponse)(nil),        // 46: platform.admin.v1.CancelReplayResponse
+	(*durationpb.Duration)(nil),         // 47: google.protobuf.Duration
+	(*timestamppb.Timestamp)(nil),       // 48: google.protobuf.Timestamp
+	(*structpb.Struct)(nil),             // 49: google.protobuf.Struct
 }
 var file_platform_admin_v1_admin_proto_depIdxs = []int32{
-	36, // 0: platform.admin.v1.Service.horizon:type_name -> google.protobuf.Duration
-	36, // 1: platform.admin.v1.Service.min_horizon:type_name -> google.protobuf.Duration
-	37, // 2: platform.admin.v1.Service.last_purge:type_name -> google.protobuf.Timestamp
-	36, // 3: platform.admin.v1.Service.outbox_oldest:type_name -> google.protobuf.Duration
+	47, // 0: platform.admin.v1.Service.horizon:type_name -> google.protobuf.Duration
+	47, // 1: platform.admin.v1.Service.min_horizon:type_name -> google.protobuf.Duration
+	48, // 2: platform.admin.v1.Service.last_purge:type_name -> google.protobuf.Timestamp
+	47, // 3: platform.admin.v1.Service.outbox_oldest:type_name -> google.protobuf.Duration
 	0,  // 4: platform.admin.v1.Pool.state:type_name -> platform.admin.v1.PoolState
-	37, // 5: platform.admin.v1.LookupResult.processed_at:type_name -> google.protobuf.Timestamp
-	37, // 6: platform.admin.v1.LookupResult.purgeable_at:type_name -> google.protobuf.Timestamp
-	36, // 7: platform.admin.v1.Horizon.horizon:type_name -> google.protobuf.Duration
-	36, // 8: platform.admin.v1.Horizon.min_horizon:type_name -> google.protobuf.Duration
-	37, // 9: platform.admin.v1.Horizon.updated_at:type_name -> google.protobuf.Timestamp
-	36, // 10: platform.admin.v1.Horizon.horizon_in_force:type_name -> google.protobuf.Duration
-	36, // 11: platform.admin.v1.Horizon.partition_width:type_name -> google.protobuf.Duration
-	37, // 12: platform.admin.v1.PurgeRun.cutoff:type_name -> google.protobuf.Timestamp
-	37, // 13: platform.admin.v1.PurgeRun.started_at:type_name -> google.protobuf.Timestamp
-	37, // 14: platform.admin.v1.PurgeRun.finished_at:type_name -> google.protobuf.Timestamp
-	37, // 15: platform.admin.v1.FailedMessage.failed_at:type_name -> google.protobuf.Timestamp
-	1,  // 16: platform.admin.v1.ListServicesResponse.services:type_name -> platform.admin.v1.Service
-	2,  // 17: platform.admin.v1.ListPoolsResponse.pools:type_name -> platform.admin.v1.Pool
-	2,  // 18: platform.admin.v1.PausePoolResponse.pool:type_name -> platform.admin.v1.Pool
-	2,  // 19: platform.admin.v1.ResumePoolResponse.pool:type_name -> platform.admin.v1.Pool
-	3,  // 20: platform.admin.v1.LookupEventResponse.results:type_name -> platform.admin.v1.LookupResult
-	4,  // 21: platform.admin.v1.GetHorizonResponse.horizon:type_name -> platform.admin.v1.Horizon
-	36, // 22: platform.admin.v1.SetHorizonRequest.horizon:type_name -> google.protobuf.Duration
-	4,  // 23: platform.admin.v1.SetHorizonResponse.horizon:type_name -> platform.admin.v1.Horizon
-	5,  // 24: platform.admin.v1.RunPurgeResponse.run:type_name -> platform.admin.v1.PurgeRun
-	5,  // 25: platform.admin.v1.ListPurgeRunsResponse.runs:type_name -> platform.admin.v1.PurgeRun
-	6,  // 26: platform.admin.v1.ListFailedMessagesResponse.messages:type_name -> platform.admin.v1.FailedMessage
-	36, // 27: platform.admin.v1.DescribeServiceResponse.retry_span:type_name -> google.protobuf.Duration
-	5,  // 28: platform.admin.v1.DescribeServiceResponse.last_run:type_name -> platform.admin.v1.PurgeRun
-	37, // 29: platform.admin.v1.AuditEntry.at:type_name -> google.protobuf.Timestamp
-	38, // 30: platform.admin.v1.AuditEntry.detail:type_name -> google.protobuf.Struct
-	31, // 31: platform.admin.v1.ListAuditResponse.entries:type_name -> platform.admin.v1.AuditEntry
-	7,  // 32: platform.admin.v1.AdminService.ListServices:input_type -> platform.admin.v1.ListServicesRequest
-	9,  // 33: platform.admin.v1.AdminService.ListPools:input_type -> platform.admin.v1.ListPoolsRequest
-	11, // 34: platform.admin.v1.AdminService.PausePool:input_type -> platform.admin.v1.PausePoolRequest
-	13, // 35: platform.admin.v1.AdminService.ResumePool:input_type -> platform.admin.v1.ResumePoolRequest
-	15, // 36: platform.admin.v1.AdminService.LookupEvent:input_type -> platform.admin.v1.LookupEventRequest
-	17, // 37: platform.admin.v1.AdminService.GetHorizon:input_type -> platform.admin.v1.GetHorizonRequest
-	19, // 38: platform.admin.v1.AdminService.SetHorizon:input_type -> platform.admin.v1.SetHorizonRequest
-	21, // 39: platform.admin.v1.AdminService.RunPurge:input_type -> platform.admin.v1.RunPurgeRequest
-	23, // 40: platform.admin.v1.AdminService.ListPurgeRuns:input_type -> platform.admin.v1.ListPurgeRunsRequest
-	25, // 41: platform.admin.v1.AdminService.ListFailedMessages:input_type -> platform.admin.v1.ListFailedMessagesRequest
-	27, // 42: platform.admin.v1.AdminService.RetryFailedMessages:input_type -> platform.admin.v1.RetryFailedMessagesRequest
-	29, // 43: platform.admin.v1.AdminService.DescribeService:input_type -> platform.admin.v1.DescribeServiceRequest
-	32, // 44: platform.admin.v1.AdminService.ListAudit:input_type -> platform.admin.v1.ListAuditRequest
-	34, // 45: platform.admin.v1.AdminService.ReloadConfig:input_type -> platform.admin.v1.ReloadConfigRequest
-	8,  // 46: platform.admin.v1.AdminService.ListServices:output_type -> platform.admin.v1.ListServicesResponse
-	10, // 47: platform.admin.v1.AdminService.ListPools:output_type -> platform.admin.v1.ListPoolsResponse
-	12, // 48: platform.admin.v1.AdminService.PausePool:output_type -> platform.admin.v1.PausePoolResponse
-	14, // 49: platform.admin.v1.AdminService.ResumePool:output_type -> platform.admin.v1.ResumePoolResponse
-	16, // 50: platform.admin.v1.AdminService.LookupEvent:output_type -> platform.admin.v1.LookupEventResponse
-	18, // 51: platform.admin.v1.AdminService.GetHorizon:output_type -> platform.admin.v1.GetHorizonResponse
-	20, // 52: platform.admin.v1.AdminService.SetHorizon:output_type -> platform.admin.v1.SetHorizonResponse
-	22, // 53: platform.admin.v1.AdminService.RunPurge:output_type -> platform.admin.v1.RunPurgeResponse
-	24, // 54: platform.admin.v1.AdminService.ListPurgeRuns:output_type -> platform.admin.v1.ListPurgeRunsResponse
-	26, // 55: platform.admin.v1.AdminService.ListFailedMessages:output_type -> platform.admin.v1.ListFailedMessagesResponse
-	28, // 56: platform.admin.v1.AdminService.RetryFailedMessages:output_type -> platform.admin.v1.RetryFailedMessagesResponse
-	30, // 57: platform.admin.v1.AdminService.DescribeService:output_type -> platform.admin.v1.DescribeServiceResponse
-	33, // 58: platform.admin.v1.AdminService.ListAudit:output_type -> platform.admin.v1.ListAuditResponse
-	35, // 59: platform.admin.v1.AdminService.ReloadConfig:output_type -> platform.admin.v1.ReloadConfigResponse
-	46, // [46:60] is the sub-list for method output_type
-	32, // [32:46] is the sub-list for method input_type
-	32, // [32:32] is the sub-list for extension type_name
-	32, // [32:32] is the sub-list for extension extendee
-	0,  // [0:32] is the sub-list for field type_name
+	48, // 5: platform.admin.v1.LookupResult.processed_at:type_name -> google.protobuf.Timestamp
+	48, // 6: platform.admin.v1.LookupResult.purgeable_at:type_name -> google.protobuf.Timestamp
+	47, // 7: platform.admin.v1.Horizon.horizon:type_name -> google.protobuf.Duration
+	47, // 8: platform.admin.v1.Horizon.min_horizon:type_name -> google.protobuf.Duration
+	48, // 9: platform.admin.v1.Horizon.updated_at:type_name -> google.protobuf.Timestamp
+	47, // 10: platform.admin.v1.Horizon.horizon_in_force:type_name -> google.protobuf.Duration
+	47, // 11: platform.admin.v1.Horizon.partition_width:type_name -> google.protobuf.Duration
+	48, // 12: platform.admin.v1.PurgeRun.cutoff:type_name -> google.protobuf.Timestamp
+	48, // 13: platform.admin.v1.PurgeRun.started_at:type_name -> google.protobuf.Timestamp
+	48, // 14: platform.admin.v1.PurgeRun.finished_at:type_name -> google.protobuf.Timestamp
+	48, // 15: platform.admin.v1.FailedMessage.failed_at:type_name -> google.protobuf.Timestamp
+	2,  // 16: platform.admin.v1.ListServicesResponse.services:type_name -> platform.admin.v1.Service
+	3,  // 17: platform.admin.v1.ListPoolsResponse.pools:type_name -> platform.admin.v1.Pool
+	3,  // 18: platform.admin.v1.PausePoolResponse.pool:type_name -> platform.admin.v1.Pool
+	3,  // 19: platform.admin.v1.ResumePoolResponse.pool:type_name -> platform.admin.v1.Pool
+	4,  // 20: platform.admin.v1.LookupEventResponse.results:type_name -> platform.admin.v1.LookupResult
+	5,  // 21: platform.admin.v1.GetHorizonResponse.horizon:type_name -> platform.admin.v1.Horizon
+	47, // 22: platform.admin.v1.SetHorizonRequest.horizon:type_name -> google.protobuf.Duration
+	5,  // 23: platform.admin.v1.SetHorizonResponse.horizon:type_name -> platform.admin.v1.Horizon
+	6,  // 24: platform.admin.v1.RunPurgeResponse.run:type_name -> platform.admin.v1.PurgeRun
+	6,  // 25: platform.admin.v1.ListPurgeRunsResponse.runs:type_name -> platform.admin.v1.PurgeRun
+	7,  // 26: platform.admin.v1.ListFailedMessagesResponse.messages:type_name -> platform.admin.v1.FailedMessage
+	47, // 27: platform.admin.v1.DescribeServiceResponse.retry_span:type_name -> google.protobuf.Duration
+	6,  // 28: platform.admin.v1.DescribeServiceResponse.last_run:type_name -> platform.admin.v1.PurgeRun
+	48, // 29: platform.admin.v1.AuditEntry.at:type_name -> google.protobuf.Timestamp
+	49, // 30: platform.admin.v1.AuditEntry.detail:type_name -> google.protobuf.Struct
+	32, // 31: platform.admin.v1.ListAuditResponse.entries:type_name -> platform.admin.v1.AuditEntry
+	1,  // 32: platform.admin.v1.Replay.state:type_name -> platform.admin.v1.ReplayState
+	37, // 33: platform.admin.v1.Replay.pools:type_name -> platform.admin.v1.ReplayPool
+	48, // 34: platform.admin.v1.Replay.created_at:type_name -> google.protobuf.Timestamp
+	48, // 35: platform.admin.v1.Replay.finished_at:type_name -> google.protobuf.Timestamp
+	48, // 36: platform.admin.v1.Replay.from:type_name -> google.protobuf.Timestamp
+	48, // 37: platform.admin.v1.Replay.to:type_name -> google.protobuf.Timestamp
+	48, // 38: platform.admin.v1.ReplayEventsRequest.from:type_name -> google.protobuf.Timestamp
+	48, // 39: platform.admin.v1.ReplayEventsRequest.to:type_name -> google.protobuf.Timestamp
+	38, // 40: platform.admin.v1.ReplayEventsResponse.replay:type_name -> platform.admin.v1.Replay
+	38, // 41: platform.admin.v1.GetReplayResponse.replay:type_name -> platform.admin.v1.Replay
+	38, // 42: platform.admin.v1.ListReplaysResponse.replays:type_name -> platform.admin.v1.Replay
+	38, // 43: platform.admin.v1.CancelReplayResponse.replay:type_name -> platform.admin.v1.Replay
+	8,  // 44: platform.admin.v1.AdminService.ListServices:input_type -> platform.admin.v1.ListServicesRequest
+	10, // 45: platform.admin.v1.AdminService.ListPools:input_type -> platform.admin.v1.ListPoolsRequest
+	12, // 46: platform.admin.v1.AdminService.PausePool:input_type -> platform.admin.v1.PausePoolRequest
+	14, // 47: platform.admin.v1.AdminService.ResumePool:input_type -> platform.admin.v1.ResumePoolRequest
+	16, // 48: platform.admin.v1.AdminService.LookupEvent:input_type -> platform.admin.v1.LookupEventRequest
+	18, // 49: platform.admin.v1.AdminService.GetHorizon:input_type -> platform.admin.v1.GetHorizonRequest
+	20, // 50: platform.admin.v1.AdminService.SetHorizon:input_type -> platform.admin.v1.SetHorizonRequest
+	22, // 51: platform.admin.v1.AdminService.RunPurge:input_type -> platform.admin.v1.RunPurgeRequest
+	24, // 52: platform.admin.v1.AdminService.ListPurgeRuns:input_type -> platform.admin.v1.ListPurgeRunsRequest
+	26, // 53: platform.admin.v1.AdminService.ListFailedMessages:input_type -> platform.admin.v1.ListFailedMessagesRequest
+	28, // 54: platform.admin.v1.AdminService.RetryFailedMessages:input_type -> platform.admin.v1.RetryFailedMessagesRequest
+	30, // 55: platform.admin.v1.AdminService.DescribeService:input_type -> platform.admin.v1.DescribeServiceRequest
+	33, // 56: platform.admin.v1.AdminService.ListAudit:input_type -> platform.admin.v1.ListAuditRequest
+	35, // 57: platform.admin.v1.AdminService.ReloadConfig:input_type -> platform.admin.v1.ReloadConfigRequest
+	39, // 58: platform.admin.v1.AdminService.ReplayEvents:input_type -> platform.admin.v1.ReplayEventsRequest
+	41, // 59: platform.admin.v1.AdminService.GetReplay:input_type -> platform.admin.v1.GetReplayRequest
+	43, // 60: platform.admin.v1.AdminService.ListReplays:input_type -> platform.admin.v1.ListReplaysRequest
+	45, // 61: platform.admin.v1.AdminService.CancelReplay:input_type -> platform.admin.v1.CancelReplayRequest
+	9,  // 62: platform.admin.v1.AdminService.ListServices:output_type -> platform.admin.v1.ListServicesResponse
+	11, // 63: platform.admin.v1.AdminService.ListPools:output_type -> platform.admin.v1.ListPoolsResponse
+	13, // 64: platform.admin.v1.AdminService.PausePool:output_type -> platform.admin.v1.PausePoolResponse
+	15, // 65: platform.admin.v1.AdminService.ResumePool:output_type -> platform.admin.v1.ResumePoolResponse
+	17, // 66: platform.admin.v1.AdminService.LookupEvent:output_type -> platform.admin.v1.LookupEventResponse
+	19, // 67: platform.admin.v1.AdminService.GetHorizon:output_type -> platform.admin.v1.GetHorizonResponse
+	21, // 68: platform.admin.v1.AdminService.SetHorizon:output_type -> platform.admin.v1.SetHorizonResponse
+	23, // 69: platform.admin.v1.AdminService.RunPurge:output_type -> platform.admin.v1.RunPurgeResponse
+	25, // 70: platform.admin.v1.AdminService.ListPurgeRuns:output_type -> platform.admin.v1.ListPurgeRunsResponse
+	27, // 71: platform.admin.v1.AdminService.ListFailedMessages:output_type -> platform.admin.v1.ListFailedMessagesResponse
+	29, // 72: platform.admin.v1.AdminService.RetryFailedMessages:output_type -> platform.admin.v1.RetryFailedMessagesResponse
+	31, // 73: platform.admin.v1.AdminService.DescribeService:output_type -> platform.admin.v1.DescribeServiceResponse
+	34, // 74: platform.admin.v1.AdminService.ListAudit:output_type -> platform.admin.v1.ListAuditResponse
+	36, // 75: platform.admin.v1.AdminService.ReloadConfig:output_type -> platform.admin.v1.ReloadConfigResponse
+	40, // 76: platform.admin.v1.AdminService.ReplayEvents:output_type -> platform.admin.v1.ReplayEventsResponse
+	42, // 77: platform.admin.v1.AdminService.GetReplay:output_type -> platform.admin.v1.GetReplayResponse
+	44, // 78: platform.admin.v1.AdminService.ListReplays:output_type -> platform.admin.v1.ListReplaysResponse
+	46, // 79: platform.admin.v1.AdminService.CancelReplay:output_type -> platform.admin.v1.CancelReplayResponse
+	62, // [62:80] is the sub-list for method output_type
+	44, // [44:62] is the sub-list for method input_type
+	44, // [44:44] is the sub-list for extension type_name
+	44, // [44:44] is the sub-list for extension extendee
+	0,  // [0:44] is the sub-list for field type_name
 }
 
 func init() { file_platform_admin_v1_admin_proto_init() }
@@ -2660,8 +3592,8 @@ func file_platform_admin_v1_admin_proto_init() {
 		File: protoimpl.DescBuilder{
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_platform_admin_v1_admin_proto_rawDesc), len(file_platform_admin_v1_admin_proto_rawDesc)),
-			NumEnums:      1,
-			NumMessages:   35,
+			NumEnums:      2,
+			NumMessages:   45,
 			NumExtensions: 0,
 			NumServices:   1,
 		},

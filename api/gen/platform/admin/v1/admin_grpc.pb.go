@@ -37,6 +37,10 @@ const (
 	AdminService_DescribeService_FullMethodName     = "/platform.admin.v1.AdminService/DescribeService"
 	AdminService_ListAudit_FullMethodName           = "/platform.admin.v1.AdminService/ListAudit"
 	AdminService_ReloadConfig_FullMethodName        = "/platform.admin.v1.AdminService/ReloadConfig"
+	AdminService_ReplayEvents_FullMethodName        = "/platform.admin.v1.AdminService/ReplayEvents"
+	AdminService_GetReplay_FullMethodName           = "/platform.admin.v1.AdminService/GetReplay"
+	AdminService_ListReplays_FullMethodName         = "/platform.admin.v1.AdminService/ListReplays"
+	AdminService_CancelReplay_FullMethodName        = "/platform.admin.v1.AdminService/CancelReplay"
 )
 
 // AdminServiceClient is the client API for AdminService service.
@@ -114,6 +118,25 @@ type AdminServiceClient interface {
 	// fails with FAILED_PRECONDITION naming it. Audited in every service's
 	// database. Role: admin.
 	ReloadConfig(ctx context.Context, in *ReloadConfigRequest, opts ...grpc.CallOption) (*ReloadConfigResponse, error)
+	// ReplayEvents replays archived events of one producer service
+	// (services[].outbox.archive): those selected by name or topic pattern
+	// and by occurred_at range or ids. A dry run publishes nothing and
+	// counts, per target pool, what a copy would do there. A real replay is
+	// persisted in the producer's database and run by one daemon at the
+	// requested rate, resumed after a restart, never publishing one event
+	// twice; its copies carry x-replay: <replay id>. Audited (replay.start).
+	// Role: admin.
+	ReplayEvents(ctx context.Context, in *ReplayEventsRequest, opts ...grpc.CallOption) (*ReplayEventsResponse, error)
+	// GetReplay returns one replay of a producer service, its progress so
+	// far. Role: read.
+	GetReplay(ctx context.Context, in *GetReplayRequest, opts ...grpc.CallOption) (*GetReplayResponse, error)
+	// ListReplays lists the replays of one producer service, newest first.
+	// Role: read.
+	ListReplays(ctx context.Context, in *ListReplaysRequest, opts ...grpc.CallOption) (*ListReplaysResponse, error)
+	// CancelReplay stops a running replay where it is; what was published
+	// stays published. Cancelling a finished replay changes nothing.
+	// Audited (replay.cancel). Role: admin.
+	CancelReplay(ctx context.Context, in *CancelReplayRequest, opts ...grpc.CallOption) (*CancelReplayResponse, error)
 }
 
 type adminServiceClient struct {
@@ -264,6 +287,46 @@ func (c *adminServiceClient) ReloadConfig(ctx context.Context, in *ReloadConfigR
 	return out, nil
 }
 
+func (c *adminServiceClient) ReplayEvents(ctx context.Context, in *ReplayEventsRequest, opts ...grpc.CallOption) (*ReplayEventsResponse, error) {
+	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
+	out := new(ReplayEventsResponse)
+	err := c.cc.Invoke(ctx, AdminService_ReplayEvents_FullMethodName, in, out, cOpts...)
+	if err != nil {
+		return nil, err
+	}
+	return out, nil
+}
+
+func (c *adminServiceClient) GetReplay(ctx context.Context, in *GetReplayRequest, opts ...grpc.CallOption) (*GetReplayResponse, error) {
+	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
+	out := new(GetReplayResponse)
+	err := c.cc.Invoke(ctx, AdminService_GetReplay_FullMethodName, in, out, cOpts...)
+	if err != nil {
+		return nil, err
+	}
+	return out, nil
+}
+
+func (c *adminServiceClient) ListReplays(ctx context.Context, in *ListReplaysRequest, opts ...grpc.CallOption) (*ListReplaysResponse, error) {
+	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
+	out := new(ListReplaysResponse)
+	err := c.cc.Invoke(ctx, AdminService_ListReplays_FullMethodName, in, out, cOpts...)
+	if err != nil {
+		return nil, err
+	}
+	return out, nil
+}
+
+func (c *adminServiceClient) CancelReplay(ctx context.Context, in *CancelReplayRequest, opts ...grpc.CallOption) (*CancelReplayResponse, error) {
+	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
+	out := new(CancelReplayResponse)
+	err := c.cc.Invoke(ctx, AdminService_CancelReplay_FullMethodName, in, out, cOpts...)
+	if err != nil {
+		return nil, err
+	}
+	return out, nil
+}
+
 // AdminServiceServer is the server API for AdminService service.
 // All implementations must embed UnimplementedAdminServiceServer
 // for forward compatibility.
@@ -339,6 +402,25 @@ type AdminServiceServer interface {
 	// fails with FAILED_PRECONDITION naming it. Audited in every service's
 	// database. Role: admin.
 	ReloadConfig(context.Context, *ReloadConfigRequest) (*ReloadConfigResponse, error)
+	// ReplayEvents replays archived events of one producer service
+	// (services[].outbox.archive): those selected by name or topic pattern
+	// and by occurred_at range or ids. A dry run publishes nothing and
+	// counts, per target pool, what a copy would do there. A real replay is
+	// persisted in the producer's database and run by one daemon at the
+	// requested rate, resumed after a restart, never publishing one event
+	// twice; its copies carry x-replay: <replay id>. Audited (replay.start).
+	// Role: admin.
+	ReplayEvents(context.Context, *ReplayEventsRequest) (*ReplayEventsResponse, error)
+	// GetReplay returns one replay of a producer service, its progress so
+	// far. Role: read.
+	GetReplay(context.Context, *GetReplayRequest) (*GetReplayResponse, error)
+	// ListReplays lists the replays of one producer service, newest first.
+	// Role: read.
+	ListReplays(context.Context, *ListReplaysRequest) (*ListReplaysResponse, error)
+	// CancelReplay stops a running replay where it is; what was published
+	// stays published. Cancelling a finished replay changes nothing.
+	// Audited (replay.cancel). Role: admin.
+	CancelReplay(context.Context, *CancelReplayRequest) (*CancelReplayResponse, error)
 	mustEmbedUnimplementedAdminServiceServer()
 }
 
@@ -390,6 +472,18 @@ func (UnimplementedAdminServiceServer) ListAudit(context.Context, *ListAuditRequ
 }
 func (UnimplementedAdminServiceServer) ReloadConfig(context.Context, *ReloadConfigRequest) (*ReloadConfigResponse, error) {
 	return nil, status.Error(codes.Unimplemented, "method ReloadConfig not implemented")
+}
+func (UnimplementedAdminServiceServer) ReplayEvents(context.Context, *ReplayEventsRequest) (*ReplayEventsResponse, error) {
+	return nil, status.Error(codes.Unimplemented, "method ReplayEvents not implemented")
+}
+func (UnimplementedAdminServiceServer) GetReplay(context.Context, *GetReplayRequest) (*GetReplayResponse, error) {
+	return nil, status.Error(codes.Unimplemented, "method GetReplay not implemented")
+}
+func (UnimplementedAdminServiceServer) ListReplays(context.Context, *ListReplaysRequest) (*ListReplaysResponse, error) {
+	return nil, status.Error(codes.Unimplemented, "method ListReplays not implemented")
+}
+func (UnimplementedAdminServiceServer) CancelReplay(context.Context, *CancelReplayRequest) (*CancelReplayResponse, error) {
+	return nil, status.Error(codes.Unimplemented, "method CancelReplay not implemented")
 }
 func (UnimplementedAdminServiceServer) mustEmbedUnimplementedAdminServiceServer() {}
 func (UnimplementedAdminServiceServer) testEmbeddedByValue()                      {}
@@ -664,6 +758,78 @@ func _AdminService_ReloadConfig_Handler(srv interface{}, ctx context.Context, de
 	return interceptor(ctx, in, info, handler)
 }
 
+func _AdminService_ReplayEvents_Handler(srv interface{}, ctx context.Context, dec func(interface{}) error, interceptor grpc.UnaryServerInterceptor) (interface{}, error) {
+	in := new(ReplayEventsRequest)
+	if err := dec(in); err != nil {
+		return nil, err
+	}
+	if interceptor == nil {
+		return srv.(AdminServiceServer).ReplayEvents(ctx, in)
+	}
+	info := &grpc.UnaryServerInfo{
+		Server:     srv,
+		FullMethod: AdminService_ReplayEvents_FullMethodName,
+	}
+	handler := func(ctx context.Context, req interface{}) (interface{}, error) {
+		return srv.(AdminServiceServer).ReplayEvents(ctx, req.(*ReplayEventsRequest))
+	}
+	return interceptor(ctx, in, info, handler)
+}
+
+func _AdminService_GetReplay_Handler(srv interface{}, ctx context.Context, dec func(interface{}) error, interceptor grpc.UnaryServerInterceptor) (interface{}, error) {
+	in := new(GetReplayRequest)
+	if err := dec(in); err != nil {
+		return nil, err
+	}
+	if interceptor == nil {
+		return srv.(AdminServiceServer).GetReplay(ctx, in)
+	}
+	info := &grpc.UnaryServerInfo{
+		Server:     srv,
+		FullMethod: AdminService_GetReplay_FullMethodName,
+	}
+	handler := func(ctx context.Context, req interface{}) (interface{}, error) {
+		return srv.(AdminServiceServer).GetReplay(ctx, req.(*GetReplayRequest))
+	}
+	return interceptor(ctx, in, info, handler)
+}
+
+func _AdminService_ListReplays_Handler(srv interface{}, ctx context.Context, dec func(interface{}) error, interceptor grpc.UnaryServerInterceptor) (interface{}, error) {
+	in := new(ListReplaysRequest)
+	if err := dec(in); err != nil {
+		return nil, err
+	}
+	if interceptor == nil {
+		return srv.(AdminServiceServer).ListReplays(ctx, in)
+	}
+	info := &grpc.UnaryServerInfo{
+		Server:     srv,
+		FullMethod: AdminService_ListReplays_FullMethodName,
+	}
+	handler := func(ctx context.Context, req interface{}) (interface{}, error) {
+		return srv.(AdminServiceServer).ListReplays(ctx, req.(*ListReplaysRequest))
+	}
+	return interceptor(ctx, in, info, handler)
+}
+
+func _AdminService_CancelReplay_Handler(srv interface{}, ctx context.Context, dec func(interface{}) error, interceptor grpc.UnaryServerInterceptor) (interface{}, error) {
+	in := new(CancelReplayRequest)
+	if err := dec(in); err != nil {
+		return nil, err
+	}
+	if interceptor == nil {
+		return srv.(AdminServiceServer).CancelReplay(ctx, in)
+	}
+	info := &grpc.UnaryServerInfo{
+		Server:     srv,
+		FullMethod: AdminService_CancelReplay_FullMethodName,
+	}
+	handler := func(ctx context.Context, req interface{}) (interface{}, error) {
+		return srv.(AdminServiceServer).CancelReplay(ctx, req.(*CancelReplayRequest))
+	}
+	return interceptor(ctx, in, info, handler)
+}
+
 // AdminService_ServiceDesc is the grpc.ServiceDesc for AdminService service.
 // It's only intended for direct use with grpc.RegisterService,
 // and not to be introspected or modified (even as a copy)
@@ -726,6 +892,22 @@ var AdminService_ServiceDesc = grpc.ServiceDesc{
 		{
 			MethodName: "ReloadConfig",
 			Handler:    _AdminService_ReloadConfig_Handler,
+		},
+		{
+			MethodName: "ReplayEvents",
+			Handler:    _AdminService_ReplayEvents_Handler,
+		},
+		{
+			MethodName: "GetReplay",
+			Handler:    _AdminService_GetReplay_Handler,
+		},
+		{
+			MethodName: "ListReplays",
+			Handler:    _AdminService_ListReplays_Handler,
+		},
+		{
+			MethodName: "CancelReplay",
+			Handler:    _AdminService_CancelReplay_Handler,
 		},
 	},
 	Streams:  []grpc.StreamDesc{},

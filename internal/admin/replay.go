@@ -1,0 +1,197 @@
+package admin
+
+import (
+	"context"
+	"strconv"
+	"time"
+
+	"github.com/google/uuid"
+
+	adminv1 "github.com/platformd/platformd/api/gen/platform/admin/v1"
+)
+
+// Replay states of ReplayInfo.State.
+const (
+	ReplayStateDryRun    = "dry_run"
+	ReplayStateRunning   = "running"
+	ReplayStateDone      = "done"
+	ReplayStateCancelled = "cancelled"
+	ReplayStateFailed    = "failed"
+)
+
+// ReplayRateDefault is a replay's pace when the request names none.
+const ReplayRateDefault = 500
+
+// ReplayRateMax is the highest pace a replay may ask for (messages/s).
+const ReplayRateMax = 100_000
+
+// ReplayRequest is a ReplayEvents request, validated.
+type ReplayRequest struct {
+	// Service is the producer service.
+	Service string
+	// EventNames are names or topic patterns; none: all.
+	EventNames []string
+	// From and To bound occurred_at (zero: open).
+	From, To time.Time
+	// EventIDs select by id instead.
+	EventIDs []uuid.UUID
+	// TargetPool is the one pool replayed to ("" : the exchange).
+	TargetPool string
+	// DryRun publishes nothing.
+	DryRun bool
+	// Rate is the pace in messages/s (ReplayRateDefault when 0 was asked).
+	Rate int
+	// IncludeBeyondHorizon sends a targeted replay's beyond-horizon events
+	// with the override header.
+	IncludeBeyondHorizon bool
+}
+
+// ReplayPoolInfo is what a replay does, or would do, to one target pool.
+type ReplayPoolInfo struct {
+	Pool, Service                                                string
+	WouldApply, AlreadyProcessed, BeyondHorizon, PublishedCopies int64
+}
+
+// ReplayInfo is one replay, or a dry run's answer.
+type ReplayInfo struct {
+	// ID is empty for a dry run.
+	ID                   string
+	State                string
+	Service              string
+	Matched, Published   int64
+	Pools                []ReplayPoolInfo
+	TargetPool           string
+	Rate                 int
+	CreatedAt            time.Time
+	FinishedAt           time.Time
+	CreatedBy            string
+	Error                string
+	EventNames           []string
+	From, To             time.Time
+	EventIDsCount        int
+	IncludeBeyondHorizon bool
+}
+
+var replayStates = map[string]adminv1.ReplayState{
+	ReplayStateDryRun:    adminv1.ReplayState_REPLAY_STATE_DRY_RUN,
+	ReplayStateRunning:   adminv1.ReplayState_REPLAY_STATE_RUNNING,
+	ReplayStateDone:      adminv1.ReplayState_REPLAY_STATE_DONE,
+	ReplayStateCancelled: adminv1.ReplayState_REPLAY_STATE_CANCELLED,
+	ReplayStateFailed:    adminv1.ReplayState_REPLAY_STATE_FAILED,
+}
+
+func replayToProto(r ReplayInfo) *adminv1.Replay {
+	out := &adminv1.Replay{
+		Id: r.ID, State: replayStates[r.State], Service: r.Service, Matched: r.Matched, Published: r.Published,
+		TargetPool: r.TargetPool, Rate: clampInt32(r.Rate), CreatedAt: timestampOrNil(r.CreatedAt),
+		FinishedAt: timestampOrNil(r.FinishedAt), CreatedBy: r.CreatedBy, Error: r.Error, EventNames: r.EventNames,
+		From: timestampOrNil(r.From), To: timestampOrNil(r.To), EventIdsCount: clampInt32(r.EventIDsCount),
+		IncludeBeyondHorizon: r.IncludeBeyondHorizon,
+	}
+	for _, p := range r.Pools {
+		out.Pools = append(out.Pools, &adminv1.ReplayPool{
+			Pool: p.Pool, Service: p.Service, WouldApply: p.WouldApply, AlreadyProcessed: p.AlreadyProcessed,
+			BeyondHorizon: p.BeyondHorizon, Published: p.PublishedCopies,
+		})
+	}
+	return out
+}
+
+// ReplayEvents implements AdminService.ReplayEvents.
+func (s *Server) ReplayEvents(ctx context.Context, req *adminv1.ReplayEventsRequest) (*adminv1.ReplayEventsResponse, error) {
+	if err := requireName("service", req.GetService()); err != nil {
+		return nil, err
+	}
+	r := ReplayRequest{
+		Service: req.GetService(), EventNames: req.GetEventNames(), TargetPool: req.GetTargetPool(),
+		DryRun: req.GetDryRun(), Rate: int(req.GetRate()), IncludeBeyondHorizon: req.GetIncludeBeyondHorizon(),
+	}
+	switch {
+	case r.Rate < 0 || r.Rate > ReplayRateMax:
+		return nil, invalid("rate must be between 1 and %d messages/s (0 means %d), got %d", ReplayRateMax, ReplayRateDefault, r.Rate)
+	case r.Rate == 0:
+		r.Rate = ReplayRateDefault
+	}
+	if req.From != nil {
+		if err := req.GetFrom().CheckValid(); err != nil {
+			return nil, invalid("from: %v", err)
+		}
+		r.From = req.GetFrom().AsTime()
+	}
+	if req.To != nil {
+		if err := req.GetTo().CheckValid(); err != nil {
+			return nil, invalid("to: %v", err)
+		}
+		r.To = req.GetTo().AsTime()
+	}
+	if req.From != nil && req.To != nil && !r.From.Before(r.To) {
+		return nil, invalid("from (%s) must be before to (%s)", r.From.Format(time.RFC3339Nano), r.To.Format(time.RFC3339Nano))
+	}
+	for i, s := range req.GetEventIds() {
+		id, err := parseEventID("event_ids["+strconv.Itoa(i)+"]", s)
+		if err != nil {
+			return nil, err
+		}
+		r.EventIDs = append(r.EventIDs, id)
+	}
+	if r.IncludeBeyondHorizon && r.TargetPool == "" {
+		return nil, invalid("include_beyond_horizon needs target_pool: through the exchange each service's own guard applies")
+	}
+	info, err := s.backend.ReplayEvents(ctx, r, ActorFromContext(ctx))
+	if err != nil {
+		return nil, s.toStatus(ctx, "ReplayEvents", err)
+	}
+	return &adminv1.ReplayEventsResponse{Replay: replayToProto(info)}, nil
+}
+
+// GetReplay implements AdminService.GetReplay.
+func (s *Server) GetReplay(ctx context.Context, req *adminv1.GetReplayRequest) (*adminv1.GetReplayResponse, error) {
+	if err := requireName("service", req.GetService()); err != nil {
+		return nil, err
+	}
+	id, err := parseEventID("id", req.GetId())
+	if err != nil {
+		return nil, err
+	}
+	info, err := s.backend.GetReplay(ctx, req.GetService(), id)
+	if err != nil {
+		return nil, s.toStatus(ctx, "GetReplay", err)
+	}
+	return &adminv1.GetReplayResponse{Replay: replayToProto(info)}, nil
+}
+
+// ListReplays implements AdminService.ListReplays.
+func (s *Server) ListReplays(ctx context.Context, req *adminv1.ListReplaysRequest) (*adminv1.ListReplaysResponse, error) {
+	if err := requireName("service", req.GetService()); err != nil {
+		return nil, err
+	}
+	limit, err := listLimit(req.GetLimit())
+	if err != nil {
+		return nil, err
+	}
+	list, err := s.backend.ListReplays(ctx, req.GetService(), limit)
+	if err != nil {
+		return nil, s.toStatus(ctx, "ListReplays", err)
+	}
+	resp := &adminv1.ListReplaysResponse{Replays: make([]*adminv1.Replay, 0, len(list))}
+	for _, r := range list {
+		resp.Replays = append(resp.Replays, replayToProto(r))
+	}
+	return resp, nil
+}
+
+// CancelReplay implements AdminService.CancelReplay.
+func (s *Server) CancelReplay(ctx context.Context, req *adminv1.CancelReplayRequest) (*adminv1.CancelReplayResponse, error) {
+	if err := requireName("service", req.GetService()); err != nil {
+		return nil, err
+	}
+	id, err := parseEventID("id", req.GetId())
+	if err != nil {
+		return nil, err
+	}
+	info, err := s.backend.CancelReplay(ctx, req.GetService(), id, ActorFromContext(ctx))
+	if err != nil {
+		return nil, s.toStatus(ctx, "CancelReplay", err)
+	}
+	return &adminv1.CancelReplayResponse{Replay: replayToProto(info)}, nil
+}

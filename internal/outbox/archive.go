@@ -1,0 +1,190 @@
+package outbox
+
+import (
+	"cmp"
+	"context"
+	"fmt"
+	"regexp"
+	"time"
+
+	"github.com/google/uuid"
+	"github.com/jackc/pgx/v5"
+	amqp "github.com/rabbitmq/amqp091-go"
+
+	"github.com/platformd/platformd/internal/dbutil"
+	"github.com/platformd/platformd/internal/envelope"
+)
+
+// ArchiveWidth is the time range of one partition of platform.outbox_archive
+// (a UTC day of published_at).
+const ArchiveWidth = 24 * time.Hour
+
+// ArchiveAheadDefault is how many days of archive partitions after today's
+// EnsureArchivePartitions keeps created.
+const ArchiveAheadDefault = 2
+
+// archiveLockName is the advisory lock creating and dropping archive
+// partitions run under (per database, transaction-scoped).
+const archiveLockName = "platformd.outbox_archive.partitions"
+
+// archiveDropLockTimeout bounds the wait for the parent's lock when a
+// partition is dropped; past it the drop is left to the next run.
+const archiveDropLockTimeout = 5 * time.Second
+
+// archivePartRE matches archive partition names and captures their day.
+var archivePartRE = regexp.MustCompile(`^outbox_archive_p(\d{8})$`)
+
+// archivePartName is the name of the partition of day (UTC).
+func archivePartName(day time.Time) string {
+	return "outbox_archive_p" + day.UTC().Format("20060102")
+}
+
+// archiveParts returns the days of the archive's partitions.
+func archiveParts(ctx context.Context, tx pgx.Tx) (map[time.Time]bool, error) {
+	rows, err := tx.Query(ctx, `SELECT c.relname::text FROM pg_inherits i JOIN pg_class c ON c.oid = i.inhrelid
+		WHERE i.inhparent = 'platform.outbox_archive'::regclass`)
+	if err != nil {
+		return nil, fmt.Errorf("list archive partitions: %w", err)
+	}
+	names, err := pgx.CollectRows(rows, pgx.RowTo[string])
+	if err != nil {
+		return nil, fmt.Errorf("list archive partitions: %w", err)
+	}
+	days := make(map[time.Time]bool, len(names))
+	for _, n := range names {
+		m := archivePartRE.FindStringSubmatch(n)
+		if m == nil {
+			continue // not ours: left alone
+		}
+		day, err := time.Parse("20060102", m[1])
+		if err != nil {
+			continue
+		}
+		days[day] = true
+	}
+	return days, nil
+}
+
+// EnsureArchivePartitions creates the archive's daily partitions missing
+// from today (database clock, UTC) to ahead days after it, and returns the
+// last day covered (its end). Each is created as a table, then attached
+// (SHARE UPDATE EXCLUSIVE on the parent: the relay's inserts do not wait).
+// Safe to call from several daemons at once.
+func EnsureArchivePartitions(ctx context.Context, db dbutil.TxStarter, ahead int) (time.Time, error) {
+	var until time.Time
+	err := dbutil.WithTx(ctx, db, dbutil.ReadCommitted, func(ctx context.Context, tx pgx.Tx) error {
+		if _, err := tx.Exec(ctx, `SELECT pg_advisory_xact_lock(hashtextextended($1, 0))`, archiveLockName); err != nil {
+			return err
+		}
+		var now time.Time
+		if err := tx.QueryRow(ctx, `SELECT now()`).Scan(&now); err != nil {
+			return err
+		}
+		days, err := archiveParts(ctx, tx)
+		if err != nil {
+			return err
+		}
+		today := now.UTC().Truncate(ArchiveWidth)
+		for i := 0; i <= ahead; i++ {
+			day := today.Add(time.Duration(i) * ArchiveWidth)
+			until = day.Add(ArchiveWidth)
+			if days[day] {
+				continue
+			}
+			name := pgx.Identifier{"platform", archivePartName(day)}.Sanitize()
+			if _, err := tx.Exec(ctx, `CREATE TABLE `+name+` (LIKE platform.outbox_archive INCLUDING DEFAULTS INCLUDING CONSTRAINTS)`); err != nil {
+				return fmt.Errorf("create archive partition %s: %w", name, err)
+			}
+			// Rows of that day already in the default partition move in
+			// first: the attach refuses a default partition holding any.
+			if _, err := tx.Exec(ctx, `WITH m AS (DELETE FROM platform.outbox_archive_default
+				WHERE published_at >= $1 AND published_at < $2 RETURNING *) INSERT INTO `+name+` SELECT * FROM m`, day, until); err != nil {
+				return fmt.Errorf("move default rows to archive partition %s: %w", name, err)
+			}
+			if _, err := tx.Exec(ctx, fmt.Sprintf(`ALTER TABLE platform.outbox_archive ATTACH PARTITION %s FOR VALUES FROM ('%s') TO ('%s')`,
+				name, day.Format(time.RFC3339), until.Format(time.RFC3339))); err != nil {
+				return fmt.Errorf("attach archive partition %s: %w", name, err)
+			}
+		}
+		return nil
+	})
+	if err != nil {
+		return time.Time{}, fmt.Errorf("outbox: ensure archive partitions: %w", err)
+	}
+	return until, nil
+}
+
+// ArchivePurgeResult is what PurgeArchive did.
+type ArchivePurgeResult struct {
+	// Cutoff is now() minus the period: rows published before it are gone.
+	Cutoff time.Time
+	// Dropped names the partitions dropped.
+	Dropped []string
+	// Rows counts the rows of the partitions dropped (pg_class.reltuples
+	// when analyzed, else exact).
+	Rows int64
+}
+
+// PurgeArchive drops every archive partition whose day ended at or before
+// now() minus keep (database clock), and deletes the default partition's
+// rows published before then: a row leaves the archive between keep and
+// keep plus one day after it was published, and the cost is one DROP TABLE
+// per day whatever the day's rows. A drop that cannot take the
+// parent's lock within a few seconds (a long replay read) is left to the
+// next run. Safe to call from several daemons at once.
+func PurgeArchive(ctx context.Context, db dbutil.TxStarter, keep time.Duration) (ArchivePurgeResult, error) {
+	var res ArchivePurgeResult
+	err := dbutil.WithTx(ctx, db, dbutil.ReadCommitted, func(ctx context.Context, tx pgx.Tx) error {
+		if _, err := tx.Exec(ctx, `SELECT pg_advisory_xact_lock(hashtextextended($1, 0))`, archiveLockName); err != nil {
+			return err
+		}
+		if err := tx.QueryRow(ctx, `SELECT now() - make_interval(secs => $1)`, keep.Seconds()).Scan(&res.Cutoff); err != nil {
+			return err
+		}
+		days, err := archiveParts(ctx, tx)
+		if err != nil {
+			return err
+		}
+		if _, err := tx.Exec(ctx, fmt.Sprintf(`SET LOCAL lock_timeout = %d`, archiveDropLockTimeout.Milliseconds())); err != nil {
+			return err
+		}
+		for day := range days {
+			if day.Add(ArchiveWidth).After(res.Cutoff) {
+				continue
+			}
+			name := pgx.Identifier{"platform", archivePartName(day)}.Sanitize()
+			var n int64
+			if err := tx.QueryRow(ctx, `SELECT CASE WHEN reltuples >= 0 THEN reltuples::bigint END FROM pg_class WHERE oid = $1::regclass`,
+				name).Scan(&n); err != nil {
+				if err := tx.QueryRow(ctx, `SELECT count(*) FROM `+name).Scan(&n); err != nil {
+					return fmt.Errorf("count %s: %w", name, err)
+				}
+			}
+			if _, err := tx.Exec(ctx, `DROP TABLE `+name); err != nil {
+				return fmt.Errorf("drop archive partition %s: %w", name, err)
+			}
+			res.Dropped = append(res.Dropped, archivePartName(day))
+			res.Rows += n
+		}
+		// The default partition holds few rows (days without their
+		// partition): those past the period go row by row.
+		tag, err := tx.Exec(ctx, `DELETE FROM platform.outbox_archive_default WHERE published_at < $1`, res.Cutoff)
+		if err != nil {
+			return fmt.Errorf("trim the archive's default partition: %w", err)
+		}
+		res.Rows += tag.RowsAffected()
+		return nil
+	})
+	if err != nil {
+		return res, fmt.Errorf("outbox: purge archive: %w", err)
+	}
+	return res, nil
+}
+
+// ArchivedMessage returns the message of an archived row exactly as the
+// relay published it (envelope body, persistent, application/json, the
+// row's headers); payload and headers are the jsonb as PostgreSQL renders
+// it. A replay adds its own headers to the result.
+func ArchivedMessage(id uuid.UUID, name string, occurredAt time.Time, payload, headers string, maxBody int) (amqp.Publishing, error) {
+	return row{id: id, name: name, occurredAt: occurredAt, finite: true, payload: payload, headers: headers}.message(cmp.Or(maxBody, envelope.DefaultMaxBodyBytes))
+}

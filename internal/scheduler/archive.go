@@ -1,0 +1,42 @@
+package scheduler
+
+import (
+	"context"
+	"log/slog"
+	"time"
+
+	"github.com/platformd/platformd/internal/outbox"
+)
+
+// ArchiveEveryDefault is how often the "archive:<service>" job keeps a
+// service's outbox archive to its period.
+const ArchiveEveryDefault = time.Hour
+
+// archiveTimeout bounds one archive run.
+const archiveTimeout = time.Minute
+
+// scheduledArchive is the body of an "archive:<service>" job: it drops the
+// archive's partitions past the service's period and creates those ahead.
+// Safe to run on several daemons at once (the work runs under an advisory
+// lock and is idempotent).
+func (s *Scheduler) scheduledArchive(ctx context.Context, svc *ServiceConfig) {
+	if !s.enter() {
+		return
+	}
+	defer s.runs.Done()
+	ctx, cancel := context.WithTimeout(ctx, archiveTimeout)
+	defer cancel()
+	res, err := outbox.PurgeArchive(ctx, svc.DB, svc.Archive)
+	if err == nil {
+		_, err = outbox.EnsureArchivePartitions(ctx, svc.DB, outbox.ArchiveAheadDefault)
+	}
+	switch {
+	case err != nil && ctx.Err() != nil:
+		s.logger.InfoContext(ctx, "scheduler: archive run interrupted", slog.String("service", svc.Name), slog.Any("error", err))
+	case err != nil:
+		s.logger.ErrorContext(ctx, "scheduler: archive run failed", slog.String("service", svc.Name), slog.Any("error", err))
+	case len(res.Dropped) > 0:
+		s.logger.InfoContext(ctx, "scheduler: archive partitions dropped", slog.String("service", svc.Name),
+			slog.Any("partitions", res.Dropped), slog.Int64("rows", res.Rows), slog.Time("cutoff", res.Cutoff))
+	}
+}
