@@ -347,7 +347,7 @@ func (s *service) startScheduler(ctx context.Context) error {
 			Name: s.name, DB: s.db, DefaultHorizon: c.Horizon, MinHorizon: c.MinHorizon,
 			Every: c.Purge.Every, BatchSize: c.Purge.BatchSize, Ahead: c.ProcessedEvent.Ahead,
 			ControlFunc: s.control,
-			Archive: c.Outbox.Archive,
+			Archive:     c.Outbox.Archive,
 		}},
 		Logger: s.d.log, Metrics: s.d.metrics,
 	})

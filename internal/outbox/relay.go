@@ -95,7 +95,7 @@ type Config struct {
 	// (services[].outbox.archive > 0).
 	Archive bool
 	Metrics *metrics.Metrics
-	Logger       *slog.Logger
+	Logger  *slog.Logger
 
 	// TestAfterConfirmFunc, for tests only, runs after a batch's confirms
 	// and before its rows are deleted, with the confirmed ids.
@@ -121,7 +121,7 @@ type Relay struct {
 	// archivedUntil is the end of the last archive partition ensured
 	// (run goroutine only).
 	archivedUntil time.Time
-	busy     bool                   // rows waited at the last look; run goroutine only
+	busy          bool // rows waited at the last look; run goroutine only
 }
 
 // heldRow is a row held back: when it may be tried again.
@@ -512,16 +512,16 @@ func (r *Relay) pass(ctx context.Context, conn *pgxpool.Conn) (int, error, error
 //
 // With archive, the rows are moved into platform.outbox_archive by the same
 // statement: a row is in the outbox or in the archive, never in neither,
-// and is archived once since it is deleted once. That transaction must
-// then be durable before it returns: synchronous_commit stays on.
+// and is archived once since it is deleted once (a lost commit loses the
+// archive rows with the delete: the rows are published and archived again).
 func deleteRows(ctx context.Context, conn *pgxpool.Conn, ids [][16]byte, archive bool) error {
+	del := `DELETE FROM platform.outbox WHERE event_id = ANY($1::uuid[])`
 	if archive {
-		_, err := conn.Exec(ctx, archiveSQL, ids)
-		return err
+		del = archiveSQL
 	}
 	b := &pgx.Batch{}
 	b.Queue(`SELECT set_config('synchronous_commit', 'off', true)`)
-	b.Queue(`DELETE FROM platform.outbox WHERE event_id = ANY($1::uuid[])`, ids)
+	b.Queue(del, ids)
 	return conn.SendBatch(ctx, b).Close()
 }
 

@@ -7,9 +7,8 @@ import (
 	"time"
 
 	"github.com/google/uuid"
+	"github.com/platformd/platformd/internal/broker"
 	amqp "github.com/rabbitmq/amqp091-go"
-
-	"github.com/platformd/platformd/internal/workers"
 )
 
 // journalExpires is how long the broker keeps a replay's journal queue
@@ -33,7 +32,7 @@ type mark struct {
 // copies and its mark are committed together or not at all (a channel
 // closed before tx.commit-ok, by a dead daemon, rolls them back).
 type txChannel struct {
-	conn *workers.Conn
+	conn *broker.Conn
 	ch   *amqp.Channel
 }
 
@@ -145,7 +144,7 @@ func (c *txChannel) deleteJournal(ctx context.Context, id uuid.UUID) {
 
 // publish sends out and m in one transaction; nil means the broker
 // committed both.
-func (c *txChannel) publish(ctx context.Context, id uuid.UUID, out []workers.Outgoing, m mark) error {
+func (c *txChannel) publish(ctx context.Context, id uuid.UUID, out []broker.Outgoing, m mark) error {
 	ch, err := c.channel(ctx)
 	if err != nil {
 		return err

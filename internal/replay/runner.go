@@ -17,16 +17,16 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 	amqp "github.com/rabbitmq/amqp091-go"
 
+	"github.com/platformd/platformd/internal/broker"
 	"github.com/platformd/platformd/internal/outbox"
 	"github.com/platformd/platformd/internal/startstop"
-	"github.com/platformd/platformd/internal/workers"
 )
 
 // Header names a replay sets on its copies (DESIGN.md, "Topology").
 const (
-	HeaderReplay                = workers.HeaderReplay
-	HeaderBeyondHorizonOverride = workers.HeaderBeyondHorizonOverride
-	HeaderOriginalRoutingKey    = workers.HeaderOriginalRoutingKey
+	HeaderReplay                = broker.HeaderReplay
+	HeaderBeyondHorizonOverride = broker.HeaderBeyondHorizonOverride
+	HeaderOriginalRoutingKey    = broker.HeaderOriginalRoutingKey
 )
 
 // LockName is the advisory lock (per producer database) the active runner
@@ -59,7 +59,7 @@ type RunnerConfig struct {
 	// DB is the producer's database (archive and platform.replay).
 	DB *pgxpool.Pool
 	// Broker is the publishing connection.
-	Broker *workers.Conn
+	Broker *broker.Conn
 	// Exchange is broker.exchange.
 	Exchange string
 	// Archive is the producer's archive period: events published before
@@ -362,7 +362,7 @@ func (r *Runner) publishChunk(ctx context.Context, conn *pgx.Conn, pub *txChanne
 	}
 	targeted := rec.TargetPool != ""
 	now := time.Now()
-	out := make([]workers.Outgoing, 0, len(part))
+	out := make([]broker.Outgoing, 0, len(part))
 	m := mark{Cursor: part[len(part)-1].ID, Pools: map[string]int64{}}
 	for _, it := range part {
 		row, ok := byID[it.ID]
@@ -379,7 +379,7 @@ func (r *Runner) publishChunk(ctx context.Context, conn *pgx.Conn, pub *txChanne
 			h[k] = v
 		}
 		h[HeaderReplay] = rec.ID.String()
-		o := workers.Outgoing{Exchange: r.cfg.Exchange, RoutingKey: row.name}
+		o := broker.Outgoing{Exchange: r.cfg.Exchange, RoutingKey: row.name}
 		if targeted && len(targets) == 1 {
 			if targets[0].beyond(EventTime(it.ID, row.at), now) {
 				if !rec.IncludeBeyondHorizon {
@@ -390,7 +390,7 @@ func (r *Runner) publishChunk(ctx context.Context, conn *pgx.Conn, pub *txChanne
 			// By the default exchange the routing key is the queue's name:
 			// the pool reads the event's from this header.
 			h[HeaderOriginalRoutingKey] = row.name
-			o = workers.Outgoing{RoutingKey: targets[0].Queue}
+			o = broker.Outgoing{RoutingKey: targets[0].Queue}
 		}
 		msg.Headers = h
 		o.Msg = msg

@@ -8,12 +8,11 @@ import (
 
 	"github.com/google/uuid"
 	"github.com/jackc/pgx/v5/pgxpool"
+	"github.com/platformd/platformd/internal/broker"
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/testutil"
 	amqp "github.com/rabbitmq/amqp091-go"
 	"github.com/stretchr/testify/require"
-
-	"github.com/platformd/platformd/internal/workers"
 )
 
 // create stores a running replay of sel and returns its id.
@@ -34,7 +33,7 @@ func create(t testing.TB, db *pgxpool.Pool, sel Selection, targetPool string, in
 // published is the counter vector every test runner reports to.
 var published = prometheus.NewCounterVec(prometheus.CounterOpts{Name: "test_replay_published_total"}, []string{"service", "replay"})
 
-func runner(t testing.TB, db *pgxpool.Pool, conn *workers.Conn, exchange string, targets []Target, after func(Record), mods ...func(*RunnerConfig)) *Runner {
+func runner(t testing.TB, db *pgxpool.Pool, conn *broker.Conn, exchange string, targets []Target, after func(Record), mods ...func(*RunnerConfig)) *Runner {
 	t.Helper()
 	cfg := RunnerConfig{
 		Service: "order", DB: db, Broker: conn, Exchange: exchange, Archive: 24 * time.Hour, Poll: 50 * time.Millisecond, LockRetry: 50 * time.Millisecond,
@@ -101,7 +100,7 @@ func TestRunnerResumesWithoutDuplicates(t *testing.T) {
 	for i := range n {
 		archive(t, db, v7At(t, now.Add(-time.Duration(i)*time.Second)), "order.order.placed.v1", now.Add(-time.Minute))
 	}
-	conn := workers.NewConn([]string{amqpURL()}, "replay-test", nil, discard)
+	conn := broker.NewConn([]string{amqpURL()}, "replay-test", nil, discard)
 	t.Cleanup(conn.Close)
 	id := create(t, db, Selection{From: now.Add(-time.Hour)}, "", false, 2000, []PoolCount{{Pool: "stock-events", Service: "stock"}})
 	targets := []Target{{Pool: "stock-events", Service: "stock", Bindings: []string{"order.#"}}}
@@ -154,7 +153,7 @@ func TestRunnerTargetedPool(t *testing.T) {
 	old := v7At(t, now.Add(-72*time.Hour))
 	archive(t, db, recent, "order.order.placed.v1", now.Add(-time.Minute))
 	archive(t, db, old, "order.order.placed.v1", now.Add(-time.Minute))
-	conn := workers.NewConn([]string{amqpURL()}, "replay-test", nil, discard)
+	conn := broker.NewConn([]string{amqpURL()}, "replay-test", nil, discard)
 	t.Cleanup(conn.Close)
 	targets := []Target{{Pool: "stock-events", Service: "stock", Queue: queue, Bindings: []string{"nothing"}, Horizon: 48 * time.Hour, Quarantine: true}}
 	pools := []PoolCount{{Pool: "stock-events", Service: "stock"}}
@@ -190,7 +189,7 @@ func TestCancelStopsReplay(t *testing.T) {
 	for i := range 200 {
 		archive(t, db, v7At(t, now.Add(-time.Duration(i)*time.Second)), "order.x", now.Add(-time.Minute))
 	}
-	conn := workers.NewConn([]string{amqpURL()}, "replay-test", nil, discard)
+	conn := broker.NewConn([]string{amqpURL()}, "replay-test", nil, discard)
 	t.Cleanup(conn.Close)
 	id := create(t, db, Selection{From: now.Add(-time.Hour)}, "", false, 200, nil)
 	cancelled := make(chan struct{})
@@ -236,7 +235,7 @@ func TestRunnerDiesBetweenCommitAndRecord(t *testing.T) {
 	for i := range n {
 		archive(t, db, v7At(t, now.Add(-time.Duration(i)*time.Second)), "order.order.placed.v1", now.Add(-time.Minute))
 	}
-	conn := workers.NewConn([]string{amqpURL()}, "replay-test", nil, discard)
+	conn := broker.NewConn([]string{amqpURL()}, "replay-test", nil, discard)
 	t.Cleanup(conn.Close)
 	id := create(t, db, Selection{From: now.Add(-time.Hour)}, "", false, 2000, nil)
 	var once sync.Once
