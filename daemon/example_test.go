@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"os"
+	"time"
 
 	"github.com/jackc/pgx/v5"
 
@@ -73,6 +74,10 @@ services:
 		fmt.Println("ready, admin API listening:", d.AdminAddr() != "")
 	case err := <-done:
 		fmt.Println("start failed:", err)
+		return
+	case <-time.After(time.Minute):
+		fmt.Println("not ready within a minute")
+		d.Stop()
 		return
 	}
 	d.Stop()

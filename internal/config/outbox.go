@@ -67,6 +67,11 @@ func (v *validator) outbox(i int, s *ServiceConfig) {
 	if o.Archive != 0 && o.Archive < outboxArchiveMin {
 		v.ps.add(sp+".outbox.archive", "must be 0 (off) or at least %s (got %s)", fmtDuration(outboxArchiveMin), fmtDuration(o.Archive))
 	}
+	if o.Archive > 0 && s.Pooler() {
+		// The replay runner elects itself with a session advisory lock,
+		// which a pooler in transaction mode does not keep.
+		v.ps.add(sp+".outbox.archive", "replays need a database session of their own: not with database_mode pooler (yet)")
+	}
 	if len(s.Pools) > 0 || v.ps.badUnder(sp+".pools") {
 		return
 	}

@@ -48,6 +48,7 @@ func TestOutboxValidation(t *testing.T) {
 		{"Poll", producerService + "    outbox: {poll: 1ms}\n", "services[2].outbox.poll", "must be between 10ms and 1h (got 1ms)"},
 		{"ArchiveShort", producerService + "    outbox: {archive: 30m}\n", "services[2].outbox.archive", "must be 0 (off) or at least 1h (got 30m)"},
 		{"ArchiveNegative", producerService + "    outbox: {archive: -1h}\n", "services[2].outbox.archive", "must be 0 (off) or at least 1h"},
+		{"ArchiveThroughPooler", producerService + "    database_mode: pooler\n    outbox: {archive: 720h}\n", "services[2].outbox.archive", "not with database_mode pooler"},
 		{"UnknownKey", producerService + "    outbox: {relays: true}\n", "services[2].outbox.relays", "unknown key"},
 		{"RelayNotBool", producerService + "    outbox: {relay: yes please}\n", "services[2].outbox.relay", "must be a boolean"},
 	} {
