@@ -2,7 +2,6 @@ package outbox
 
 import (
 	"context"
-	"sync"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -73,41 +72,25 @@ func TestArchiveCrashBetweenConfirmAndDelete(t *testing.T) {
 		_, err := b.check.Exec(ctx, `SELECT platform.publish('test.crash', '{}')`)
 		require.NoError(t, err)
 	}
-	var crashed atomic.Bool
-	var mu sync.Mutex
-	var inFlight []uuid.UUID
 	var neither atomic.Int64
+	cr := &crash{b: b, t: t, each: func(ids []uuid.UUID) {
+		// Every row is in exactly one table at each confirm.
+		var inNeither int64
+		if err := b.check.QueryRow(ctx, `SELECT count(*) FROM unnest($1::uuid[]) u(id)
+			WHERE NOT EXISTS (SELECT 1 FROM platform.outbox o WHERE o.event_id = u.id)
+			AND NOT EXISTS (SELECT 1 FROM platform.outbox_archive a WHERE a.event_id = u.id)`, ids).Scan(&inNeither); err != nil {
+			t.Error(err)
+		}
+		neither.Add(inNeither)
+	}}
 	b.relay(func(c *Config) {
 		c.BatchSize = 20
 		c.Archive = true
-		c.TestAfterConfirmFunc = func(ids []uuid.UUID) {
-			// Every row is in exactly one table at each confirm.
-			var inNeither int64
-			if err := b.check.QueryRow(ctx, `SELECT count(*) FROM unnest($1::uuid[]) u(id)
-				WHERE NOT EXISTS (SELECT 1 FROM platform.outbox o WHERE o.event_id = u.id)
-				AND NOT EXISTS (SELECT 1 FROM platform.outbox_archive a WHERE a.event_id = u.id)`, ids).Scan(&inNeither); err != nil {
-				t.Error(err)
-			}
-			neither.Add(inNeither)
-			if !crashed.CompareAndSwap(false, true) {
-				return
-			}
-			mu.Lock()
-			inFlight = append([]uuid.UUID(nil), ids...)
-			mu.Unlock()
-			// The relay's connections die, the pass's among them: as if
-			// the process died between the confirm and the delete.
-			_, err := b.check.Exec(ctx, `SELECT pg_terminate_backend(pid) FROM pg_stat_activity
-				WHERE datname = current_database() AND application_name LIKE 'platformd%'`)
-			if err != nil {
-				t.Error(err)
-			}
-		}
+		c.TestAfterConfirmFunc = cr.afterConfirm
 	})
 	got := receive(t, deliveries, n, 30*time.Second)
 	waitFor(t, 10*time.Second, "every row to be archived", func() bool { return b.pending() == 0 && len(b.archived()) == n })
-	mu.Lock()
-	defer mu.Unlock()
+	inFlight := cr.inFlight()
 	require.Len(t, inFlight, 20)
 	for _, id := range inFlight {
 		require.Len(t, got[id.String()], 2, "a confirmed row not deleted is published again")

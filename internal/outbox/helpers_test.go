@@ -8,6 +8,7 @@ import (
 	"os/exec"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -255,4 +256,41 @@ func waitFor(t testing.TB, timeout time.Duration, what string, cond func() bool)
 		}
 		time.Sleep(20 * time.Millisecond)
 	}
+}
+
+// crash is a relay's TestAfterConfirmFunc that kills the relay's sessions
+// (the pass's among them, as if the process died) right after the first
+// batch's confirms, before their delete; inFlight then returns that
+// batch's ids. each, when set, runs at every batch's confirms first.
+type crash struct {
+	b       *bundle
+	t       testing.TB
+	each    func(ids []uuid.UUID)
+	crashed atomic.Bool
+	mu      sync.Mutex
+	ids     []uuid.UUID
+}
+
+func (c *crash) afterConfirm(ids []uuid.UUID) {
+	if c.each != nil {
+		c.each(ids)
+	}
+	if !c.crashed.CompareAndSwap(false, true) {
+		return
+	}
+	c.mu.Lock()
+	c.ids = append([]uuid.UUID(nil), ids...)
+	c.mu.Unlock()
+	_, err := c.b.check.Exec(context.Background(), `SELECT pg_terminate_backend(pid) FROM pg_stat_activity
+		WHERE datname = current_database() AND application_name LIKE 'platformd%'`)
+	if err != nil {
+		c.t.Error(err)
+	}
+}
+
+// inFlight returns the ids of the batch the crash cut.
+func (c *crash) inFlight() []uuid.UUID {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return c.ids
 }

@@ -4,7 +4,6 @@ import (
 	"context"
 	"encoding/json"
 	"sync"
-	"sync/atomic"
 	"testing"
 	"time"
 
@@ -258,32 +257,15 @@ func TestRelayCrashBetweenConfirmAndDelete(t *testing.T) {
 		_, err := b.check.Exec(ctx, `SELECT platform.publish('test.crash', '{}')`)
 		require.NoError(t, err)
 	}
-	var crashed atomic.Bool
-	var mu sync.Mutex
-	var inFlight []uuid.UUID
+	cr := &crash{b: b, t: t}
 	b.relay(func(c *Config) {
 		c.BatchSize = 20
-		c.TestAfterConfirmFunc = func(ids []uuid.UUID) {
-			if !crashed.CompareAndSwap(false, true) {
-				return
-			}
-			mu.Lock()
-			inFlight = append([]uuid.UUID(nil), ids...)
-			mu.Unlock()
-			// The relay's connections die, the pass's among them: as if
-			// the process died.
-			_, err := b.check.Exec(ctx, `SELECT pg_terminate_backend(pid) FROM pg_stat_activity
-				WHERE datname = current_database() AND application_name LIKE 'platformd%'`)
-			if err != nil {
-				t.Error(err)
-			}
-		}
+		c.TestAfterConfirmFunc = cr.afterConfirm
 	})
 	got := receive(t, deliveries, n, 30*time.Second)
 	waitFor(t, 10*time.Second, "every row to be deleted", func() bool { return b.pending() == 0 })
 	quiet(t, deliveries, 300*time.Millisecond)
-	mu.Lock()
-	defer mu.Unlock()
+	inFlight := cr.inFlight()
 	require.Len(t, inFlight, 20)
 	copies := map[string]bool{}
 	for id, ds := range got {

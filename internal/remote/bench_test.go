@@ -37,46 +37,13 @@ import (
 const benchHandlerEnv = "PLATFORMD_BENCH_REMOTE_HANDLER"
 
 // reserveRemote is the shop's stock effect as a remote handler's one
-// statement per event: the lines come as a JSON array arg.
-const reserveRemote = `INSERT INTO reservation (id, order_id, product_id, quantity, created_at)
-SELECT gen_random_uuid(), @order_id::uuid, (l->>'product_id')::uuid, (l->>'quantity')::numeric(12,3), now()
-FROM jsonb_array_elements(@lines::jsonb) AS l`
+// statement per event.
+const reserveRemote = shop.RemoteReserveStatement
 
-// serveBenchHandler answers every event with the reservation of its
-// lines, as a small Go service would.
+// serveBenchHandler serves the shop's remote reservation handler, as a
+// small Go service would.
 func serveBenchHandler(addr string) error {
-	type effect struct {
-		Statement string         `json:"statement"`
-		Args      map[string]any `json:"args"`
-	}
-	type result struct {
-		EventID string   `json:"event_id"`
-		Effects []effect `json:"effects"`
-	}
-	h := http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		var req struct {
-			Events []struct {
-				EventID string `json:"event_id"`
-				Payload struct {
-					OrderID string          `json:"order_id"`
-					Lines   json.RawMessage `json:"lines"`
-				} `json:"payload"`
-			} `json:"events"`
-		}
-		if err := json.NewDecoder(r.Body).Decode(&req); err != nil {
-			http.Error(w, err.Error(), http.StatusBadRequest)
-			return
-		}
-		out := struct {
-			Results []result `json:"results"`
-		}{Results: make([]result, len(req.Events))}
-		for i, ev := range req.Events {
-			out.Results[i] = result{EventID: ev.EventID, Effects: []effect{{Statement: "reserve",
-				Args: map[string]any{"order_id": ev.Payload.OrderID, "lines": ev.Payload.Lines}}}}
-		}
-		_ = json.NewEncoder(w).Encode(out)
-	})
-	srv := &http.Server{Addr: addr, Handler: h, ReadHeaderTimeout: 5 * time.Second}
+	srv := &http.Server{Addr: addr, Handler: shop.RemoteReserveHandler(), ReadHeaderTimeout: 5 * time.Second}
 	return srv.ListenAndServe()
 }
 

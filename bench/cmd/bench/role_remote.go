@@ -2,7 +2,6 @@ package main
 
 import (
 	"context"
-	"encoding/json"
 	"errors"
 	"flag"
 	"fmt"
@@ -13,6 +12,8 @@ import (
 	"strconv"
 	"syscall"
 	"time"
+
+	"github.com/platformd/platformd/examples/shop"
 )
 
 // remoteHandlerName and remoteReserveSQL are the platformd-remote
@@ -20,9 +21,7 @@ import (
 // event, the order's lines passed as a JSON array arg.
 const (
 	remoteHandlerName = "stock.reserve_remote"
-	remoteReserveSQL  = `INSERT INTO reservation (id, order_id, product_id, quantity, created_at)
-SELECT gen_random_uuid(), @order_id::uuid, (l->>'product_id')::uuid, (l->>'quantity')::numeric(12,3), now()
-FROM jsonb_array_elements(@lines::jsonb) AS l`
+	remoteReserveSQL  = shop.RemoteReserveStatement
 )
 
 // runRemoteHandler is the bench's remote handler: a small Go HTTP server
@@ -35,42 +34,7 @@ func runRemoteHandler(ctx context.Context, args []string) error {
 	if err := fs.Parse(args); err != nil {
 		return err
 	}
-	type reserveArgs struct {
-		OrderID string          `json:"order_id"`
-		Lines   json.RawMessage `json:"lines"`
-	}
-	type effect struct {
-		Statement string      `json:"statement"`
-		Args      reserveArgs `json:"args"`
-	}
-	type result struct {
-		EventID string   `json:"event_id"`
-		Effects []effect `json:"effects"`
-	}
-	h := http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		var req struct {
-			Events []struct {
-				EventID string `json:"event_id"`
-				Payload struct {
-					OrderID string          `json:"order_id"`
-					Lines   json.RawMessage `json:"lines"`
-				} `json:"payload"`
-			} `json:"events"`
-		}
-		if err := json.NewDecoder(r.Body).Decode(&req); err != nil {
-			http.Error(w, err.Error(), http.StatusBadRequest)
-			return
-		}
-		out := struct {
-			Results []result `json:"results"`
-		}{Results: make([]result, len(req.Events))}
-		for i, ev := range req.Events {
-			out.Results[i] = result{EventID: ev.EventID, Effects: []effect{{Statement: "reserve",
-				Args: reserveArgs{OrderID: ev.Payload.OrderID, Lines: ev.Payload.Lines}}}}
-		}
-		w.Header().Set("Content-Type", "application/json")
-		_ = json.NewEncoder(w).Encode(out)
-	})
+	h := shop.RemoteReserveHandler()
 	var lc net.ListenConfig
 	l, err := lc.Listen(ctx, "tcp", *listen)
 	if err != nil {
