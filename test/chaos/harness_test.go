@@ -977,3 +977,37 @@ func sleepCtx(ctx context.Context, d time.Duration) error {
 		return nil
 	}
 }
+
+// tap binds a queue of the test's own (name, exclusive, deleted with its
+// connection at the end of the test) to every routing key of the
+// exchange, before anything is published, and returns its deliveries
+// (auto-acked): what producers and replays sent, copy for copy, and the
+// channel it consumes on (free to publish on too).
+func (e *env) tap(name string) (<-chan amqp.Delivery, *amqp.Channel) {
+	t := e.t
+	t.Helper()
+	conn, err := amqp.Dial(e.amqpURL)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = conn.Close() })
+	ch, err := conn.Channel()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := ch.ExchangeDeclare(e.exchange, amqp.ExchangeTopic, true, false, false, false, nil); err != nil {
+		t.Fatal(err)
+	}
+	q, err := ch.QueueDeclare(name, false, false, true, false, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := ch.QueueBind(q.Name, "#", e.exchange, false, nil); err != nil {
+		t.Fatal(err)
+	}
+	deliveries, err := ch.Consume(q.Name, "", true, true, false, false, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return deliveries, ch
+}

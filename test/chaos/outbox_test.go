@@ -14,7 +14,6 @@ import (
 
 	"github.com/google/uuid"
 	"github.com/jackc/pgx/v5"
-	amqp "github.com/rabbitmq/amqp091-go"
 
 	adminv1 "github.com/platformd/platformd/api/gen/platform/admin/v1"
 	"github.com/platformd/platformd/examples/shop"
@@ -76,29 +75,7 @@ func newOutboxWorld(t *testing.T, e *env) *outboxWorld {
 	w := &outboxWorld{t: t, e: e, orderDB: testdb.Name("chaos_order"), tap: map[string]int{}, lines: map[uuid.UUID]int{}}
 	t.Cleanup(func() { testdb.Drop(w.orderDB) })
 	// The tap: bound with # before anything is published.
-	conn, err := amqp.Dial(e.amqpURL)
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { _ = conn.Close() })
-	ch, err := conn.Channel()
-	if err != nil {
-		t.Fatal(err)
-	}
-	if err := ch.ExchangeDeclare(e.exchange, amqp.ExchangeTopic, true, false, false, false, nil); err != nil {
-		t.Fatal(err)
-	}
-	q, err := ch.QueueDeclare("tap."+e.id, false, false, true, false, nil)
-	if err != nil {
-		t.Fatal(err)
-	}
-	if err := ch.QueueBind(q.Name, "#", e.exchange, false, nil); err != nil {
-		t.Fatal(err)
-	}
-	deliveries, err := ch.Consume(q.Name, "", true, true, false, false, nil)
-	if err != nil {
-		t.Fatal(err)
-	}
+	deliveries, _ := e.tap("tap." + e.id)
 	go func() {
 		for d := range deliveries {
 			w.mu.Lock()

@@ -41,29 +41,7 @@ func TestReplayKilled(t *testing.T) {
 	}
 
 	// The tap: copies by x-replay value and event id.
-	conn, err := amqp.Dial(e.amqpURL)
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { _ = conn.Close() })
-	ch, err := conn.Channel()
-	if err != nil {
-		t.Fatal(err)
-	}
-	if err := ch.ExchangeDeclare(e.exchange, amqp.ExchangeTopic, true, false, false, false, nil); err != nil {
-		t.Fatal(err)
-	}
-	q, err := ch.QueueDeclare("tap.replay."+e.id, false, false, true, false, nil)
-	if err != nil {
-		t.Fatal(err)
-	}
-	if err := ch.QueueBind(q.Name, "#", e.exchange, false, nil); err != nil {
-		t.Fatal(err)
-	}
-	deliveries, err := ch.Consume(q.Name, "", true, true, false, false, nil)
-	if err != nil {
-		t.Fatal(err)
-	}
+	deliveries, ch := e.tap("tap.replay." + e.id)
 	var mu sync.Mutex
 	copies := map[string]map[string]int{} // replay id -> event id -> copies
 	go func() {
