@@ -10,6 +10,7 @@ import (
 
 	amqpbroker "github.com/platformd/platformd/internal/broker"
 	"github.com/platformd/platformd/internal/metrics"
+	"github.com/platformd/platformd/internal/procstat"
 )
 
 // errExactlyOnce marks a failed exactly-once check: the bench stops at
@@ -73,7 +74,7 @@ func (b *bench) drain(ctx context.Context, c contender, round int) (drainResult,
 		syscall.Sync() // the queue just written: its writeback is nobody's drain
 	}
 	sleepCtx(ctx, b.o.settle)
-	res.LoadAvg = loadAvg()
+	res.LoadAvg = procstat.LoadAvg()
 
 	var want int // reservations at the end
 	if c.dedup() {
@@ -90,7 +91,7 @@ func (b *bench) drain(ctx context.Context, c contender, round int) (drainResult,
 	defer func() { _ = p.stop(30 * time.Second) }()
 
 	var t0, t1 time.Time
-	var s0, s1 cpuSample
+	var s0, s1 procstat.Sample
 	var tail tailPacer
 	started := time.Now()
 	tick := time.NewTicker(b.o.poll)
@@ -121,7 +122,7 @@ poll:
 			if consumers == 0 && ready == total {
 				continue
 			}
-			t0, s0 = time.Now(), sampleCPU(p.pid())
+			t0, s0 = time.Now(), procstat.Read(p.pid())
 		}
 		if ready > 0 {
 			continue
@@ -130,7 +131,7 @@ poll:
 			select {
 			case ns := <-p.doneAt:
 				t1 = time.Unix(0, ns)
-				s1 = sampleCPU(p.pid())
+				s1 = procstat.Read(p.pid())
 				break poll
 			default:
 				continue
@@ -147,20 +148,20 @@ poll:
 			return res, err
 		}
 		if done {
-			t1, s1 = time.Now(), sampleCPU(p.pid())
+			t1, s1 = time.Now(), procstat.Read(p.pid())
 			break poll
 		}
 		tail.schedule(progress, goal, b.o.poll)
 	}
-	res.PeakRSS, _ = peakRSS(p.pid())
-	d := s1.sub(s0)
+	res.PeakRSS, _ = procstat.PeakRSS(p.pid())
+	d := s1.Sub(s0)
 	res.Seconds = t1.Sub(t0).Seconds()
 	res.MsgsPerSec = float64(total) / res.Seconds
 	// A process of a group that exits unreaped by the group (a postmaster
 	// restarted by someone else) makes a delta slightly negative: floor
 	// at zero.
-	res.CPUBroker, res.CPUDB, res.CPUConsumer = max(d.broker, 0), max(d.db, 0), max(d.consumer, 0)
-	res.CPUOther = max(d.machine-d.broker-d.db-d.consumer, 0)
+	res.CPUBroker, res.CPUDB, res.CPUConsumer = max(d.Broker, 0), max(d.DB, 0), max(d.Consumer, 0)
+	res.CPUOther = max(d.Machine-d.Broker-d.DB-d.Consumer, 0)
 
 	if c.Kind == kindRaw {
 		res.Acked = total

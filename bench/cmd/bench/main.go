@@ -33,6 +33,7 @@ import (
 
 	amqpbroker "github.com/platformd/platformd/internal/broker"
 	"github.com/platformd/platformd/internal/config"
+	"github.com/platformd/platformd/internal/procstat"
 	"github.com/platformd/platformd/internal/tracing/tracingtest"
 )
 
@@ -351,7 +352,7 @@ func run(ctx context.Context, o *options) (int, error) {
 		r.summarize()
 	}
 	rep.Finished = time.Now()
-	rep.Machine.LoadAvgEnd = loadAvg()
+	rep.Machine.LoadAvgEnd = procstat.LoadAvg()
 	rep.computeRatios()
 	rep.printTable(os.Stdout)
 	jsonPath, svgPath, err := rep.write(o.out)
@@ -516,7 +517,7 @@ func (b *bench) pgInfo(ctx context.Context) (version, settings string) {
 }
 
 func machine() machineInfo {
-	m := machineInfo{Cores: runtime.NumCPU(), GoVersion: runtime.Version(), LoadAvgStart: loadAvg()}
+	m := machineInfo{Cores: runtime.NumCPU(), GoVersion: runtime.Version(), LoadAvgStart: procstat.LoadAvg()}
 	if b, err := os.ReadFile("/proc/sys/kernel/osrelease"); err == nil {
 		m.Kernel = strings.TrimSpace(string(b))
 	}

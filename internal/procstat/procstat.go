@@ -1,4 +1,9 @@
-package main
+// Package procstat reads the CPU time of processes and of the machine from
+// /proc (Linux only): the bench program's and the benchmarks' way to judge
+// speed by CPU per message of each party (consumer, broker, database),
+// which a shared machine's load changes far less than it changes msgs/s.
+// Every function reads /proc afresh; all are safe for concurrent use.
+package procstat
 
 import (
 	"bufio"
@@ -63,8 +68,8 @@ func parseProcStat(b []byte) (procTimes, error) {
 	return procTimes{self: v[0] + v[1], children: v[2] + v[3], ppid: ppid, comm: comm}, nil
 }
 
-// peakRSS returns VmHWM of pid in bytes.
-func peakRSS(pid int) (int64, error) {
+// PeakRSS returns VmHWM of pid in bytes.
+func PeakRSS(pid int) (int64, error) {
 	f, err := os.Open(filepath.Join("/proc", strconv.Itoa(pid), "status"))
 	if err != nil {
 		return 0, err
@@ -189,8 +194,8 @@ func parseMachineCPU(b []byte) (float64, error) {
 	return float64(busy) / clockTicks, nil
 }
 
-// loadAvg returns the 1-minute load average.
-func loadAvg() float64 {
+// LoadAvg returns the 1-minute load average, or -1 when it can't be read.
+func LoadAvg() float64 {
 	b, err := os.ReadFile("/proc/loadavg")
 	if err != nil {
 		return -1
@@ -206,25 +211,29 @@ func loadAvg() float64 {
 	return v
 }
 
-// cpuSample is a snapshot of the CPU consumed by each party.
-type cpuSample struct {
-	consumer, broker, db, machine float64
+// Sample is a snapshot of the CPU, in seconds, consumed so far by each
+// party: Consumer is one process (and its reaped children), Broker the
+// RabbitMQ server, DB every postgres process of the machine, Machine the
+// whole machine's busy time. Only differences of two samples mean anything.
+type Sample struct {
+	Consumer, Broker, DB, Machine float64
 }
 
-// sampleCPU reads the CPU of the consumer (pid and its reaped children),
-// the broker (beam.smp) and the database (every postgres process).
-func sampleCPU(consumerPID int) cpuSample {
+// Read samples the CPU of the consumer process pid (os.Getpid() for a
+// benchmark running the daemon in-process), the broker and the database.
+func Read(pid int) Sample {
 	procs := allProcs()
-	var s cpuSample
-	if t, ok := procs[consumerPID]; ok {
-		s.consumer = t.self + t.children
+	var s Sample
+	if t, ok := procs[pid]; ok {
+		s.Consumer = t.self + t.children
 	}
-	s.broker = brokerCPU(procs)
-	s.db = groupCPU(procs, "postgres")
-	s.machine, _ = machineCPU()
+	s.Broker = brokerCPU(procs)
+	s.DB = groupCPU(procs, "postgres")
+	s.Machine, _ = machineCPU()
 	return s
 }
 
-func (s cpuSample) sub(o cpuSample) cpuSample {
-	return cpuSample{consumer: s.consumer - o.consumer, broker: s.broker - o.broker, db: s.db - o.db, machine: s.machine - o.machine}
+// Sub returns s - o, the CPU consumed between two samples.
+func (s Sample) Sub(o Sample) Sample {
+	return Sample{Consumer: s.Consumer - o.Consumer, Broker: s.Broker - o.Broker, DB: s.DB - o.DB, Machine: s.Machine - o.Machine}
 }
