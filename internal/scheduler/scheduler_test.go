@@ -587,7 +587,7 @@ func TestStartStopStress(t *testing.T) {
 		if i%2 == 0 {
 			go func() { _, _ = s.RunNow(context.Background(), "stock", i%4 == 0, "ops") }()
 		}
-		time.Sleep(time.Duration(i%5) * 5 * time.Millisecond)
+		time.Sleep(time.Duration(i%5) * 5 * time.Millisecond) // the scenario: stop at varied points of a run
 		start := time.Now()
 		s.Stop()
 		longest = max(longest, time.Since(start))
