@@ -381,7 +381,11 @@ func TestSIGTERMUnderLoadThenRestart(t *testing.T) {
 			out, _ := exec.Command("rabbitmqctl", "list_queues", "name", "messages_ready", "messages_unacknowledged", "consumers").CombinedOutput()
 			t.Logf("queues:\n%s", out)
 			_ = d2.cmd.Process.Signal(syscall.SIGQUIT)
-			time.Sleep(2 * time.Second)
+			select { // the goroutine dump is complete once the process has exited on it
+			case err := <-d2.done:
+				d2.done <- err
+			case <-time.After(10 * time.Second):
+			}
 			t.Logf("first daemon:\n%s", d.stderr)
 			t.Logf("daemon goroutines:\n%s", d2.stderr)
 		}
@@ -389,7 +393,12 @@ func TestSIGTERMUnderLoadThenRestart(t *testing.T) {
 	require.Eventually(t, func() bool { return count(t, e.stockDSN, `SELECT count(*) FROM reservation`) == sent }, 90*time.Second, 50*time.Millisecond,
 		"sent %d, reservations %d, processed_event %d; logs:\n%s", sent, count(t, e.stockDSN, `SELECT count(*) FROM reservation`),
 		count(t, e.stockDSN, `SELECT count(*) FROM processed_event`), d2.stderr)
-	time.Sleep(500 * time.Millisecond)
+	// Nothing more can be applied once the queue holds nothing, ready or
+	// unacked: then the counts are final, and a duplicate applied late
+	// would show in them.
+	stockQ := "e2e.stock." + e.suffix
+	require.Eventually(t, func() bool { return queueMessages(t, stockQ) == 0 }, 30*time.Second, 50*time.Millisecond,
+		"%s drained and settled", stockQ)
 	require.Equal(t, sent, count(t, e.stockDSN, `SELECT count(*) FROM reservation`))
 	require.Equal(t, sent, count(t, e.stockDSN, `SELECT count(*) FROM processed_event`))
 

@@ -4,7 +4,6 @@ import (
 	"context"
 	"fmt"
 	"testing"
-	"time"
 
 	"github.com/jackc/pgx/v5"
 	"github.com/stretchr/testify/require"
@@ -35,10 +34,10 @@ func TestListAuditWithADatabaseAway(t *testing.T) {
 	defer d.Stop()
 	b := &backend{d: d}
 	ctx := context.Background()
-	require.Eventually(t, func() bool {
+	e.sigs.ServiceUp.WaitUntil("shipping's database ready", func() bool {
 		_, err := b.ListAudit(ctx, "shipping", 10)
 		return err == nil
-	}, 30*time.Second, 20*time.Millisecond, "shipping's database ready")
+	})
 	_, err = b.PausePool(ctx, "stock-events", "incident 7", "ops")
 	require.NoError(t, err)
 	_, err = b.PausePool(ctx, "shipping-status", "incident 7", "ops")

@@ -137,6 +137,10 @@ type Options struct {
 	// service has started and the admin API, the metrics endpoint and the
 	// console listen (an embedder's readiness); Run then blocks as usual.
 	StartedFunc func(*Daemon)
+
+	// testSignals, set by this package's tests only, are the daemon's
+	// test signals (nil: a set of its own that nobody initialises).
+	testSignals *TestSignals
 }
 
 // Daemon is a running platformd. Its services come and go with reloads;
@@ -150,11 +154,13 @@ type Daemon struct {
 	killHook   func([]uuid.UUID)
 	// newPoolErrFunc, set by tests only, fails the building of a pool.
 	newPoolErrFunc func(config.PoolConfig) error
-	admin          *admin.Server
-	console        *console.Server // nil when off; see console.go
-	httpSrv        *metricsServer
-	stopOnce       sync.Once
-	reloadMu       sync.Mutex // one reload at a time
+	// testSignals is opts.testSignals, or a set nobody initialises.
+	testSignals *TestSignals
+	admin       *admin.Server
+	console     *console.Server // nil when off; see console.go
+	httpSrv     *metricsServer
+	stopOnce    sync.Once
+	reloadMu    sync.Mutex // one reload at a time
 	// stopping, under reloadMu, is set once Stop has taken the services
 	// to stop: a reload waiting behind it must not start others then.
 	stopping bool
@@ -220,7 +226,10 @@ func Run(ctx context.Context, cfg *config.Config, reg *consumer.Registry, opts O
 // the services whose migrations already ran (the others run theirs in the
 // background first).
 func start(ctx context.Context, cfg *config.Config, reg *consumer.Registry, opts Options, migrated map[string]bool, logger *slog.Logger) (*Daemon, error) {
-	d := &Daemon{cfg: cfg, log: logger, metrics: metrics.New(), opts: opts}
+	d := &Daemon{cfg: cfg, log: logger, metrics: metrics.New(), opts: opts, testSignals: opts.testSignals}
+	if d.testSignals == nil {
+		d.testSignals = &TestSignals{}
+	}
 	ok := false
 	defer func() { //nolint:contextcheck // cleanup of a failed start must run whatever ctx says
 		if !ok {

@@ -7,7 +7,6 @@ import (
 	"strings"
 	"sync"
 	"testing"
-	"time"
 
 	"github.com/jackc/pgx/v5"
 	"github.com/stretchr/testify/require"
@@ -57,10 +56,12 @@ func TestServiceDatabaseRefusalIsLogged(t *testing.T) {
 	logs := &syncBuffer{}
 	logger := slog.New(slog.NewTextHandler(logs, &slog.HandlerOptions{Level: slog.LevelInfo}))
 	require.NoError(t, Migrate(ctx, cfg, full, false, logger))
-	d, err := start(ctx, cfg, full, Options{ConfigPath: e.path, Catalog: cat}, map[string]bool{"stock": true}, logger)
+	sigs := e.signals(t)
+	sigs.Health.Init(t)
+	d, err := start(ctx, cfg, full, Options{ConfigPath: e.path, Catalog: cat, testSignals: sigs}, map[string]bool{"stock": true}, logger)
 	require.NoError(t, err)
 	defer d.Stop()
-	require.Eventually(t, func() bool { return d.serviceList()[0].up.Load() }, 20*time.Second, 20*time.Millisecond)
+	sigs.ServiceUp.WaitUntil("stock up", func() bool { return d.serviceList()[0].up.Load() })
 
 	admin, err := pgx.Connect(ctx, testdb.AdminURL())
 	require.NoError(t, err)
@@ -73,14 +74,14 @@ func TestServiceDatabaseRefusalIsLogged(t *testing.T) {
 	require.NoError(t, err)
 
 	const warn = "daemon: service database health check failed"
-	require.Eventually(t, func() bool {
+	sigs.Health.WaitUntil("a warn with the database's reason", func() bool {
 		for _, l := range strings.Split(logs.String(), "\n") {
 			if strings.Contains(l, "level=WARN") && strings.Contains(l, warn) && strings.Contains(l, "not currently accepting connections") {
 				return true
 			}
 		}
 		return false
-	}, 20*time.Second, 50*time.Millisecond, "a warn with the database's reason")
+	})
 	svcs, err := (&backend{d: d}).ListServices(ctx)
 	require.NoError(t, err)
 	require.Len(t, svcs, 1)
@@ -88,6 +89,7 @@ func TestServiceDatabaseRefusalIsLogged(t *testing.T) {
 
 	_, err = admin.Exec(ctx, "ALTER DATABASE "+db+" ALLOW_CONNECTIONS true")
 	require.NoError(t, err)
-	require.Eventually(t, func() bool { return strings.Contains(logs.String(), "daemon: service database answers again") },
-		20*time.Second, 50*time.Millisecond)
+	sigs.Health.WaitUntil("the recovery logged", func() bool {
+		return strings.Contains(logs.String(), "daemon: service database answers again")
+	})
 }

@@ -62,11 +62,13 @@ func (d *Daemon) Reload(ctx context.Context, actor string) (admin.ReloadResult, 
 		d.log.ErrorContext(ctx, "daemon: config reload applied in part", slog.String("actor", actor),
 			slog.String("result", result), slog.Any("error", err))
 		d.auditReload(ctx, actor, res)
+		d.testSignals.ReloadFailed.Signal(err)
 		return res, err
 	}
 	if err != nil {
 		d.log.WarnContext(ctx, "daemon: config reload refused; nothing changed", slog.String("actor", actor),
 			slog.String("result", result), slog.Any("error", err))
+		d.testSignals.ReloadFailed.Signal(err)
 		return admin.ReloadResult{}, err
 	}
 	d.log.InfoContext(ctx, "daemon: config reloaded", slog.String("actor", actor), slog.Duration("took", time.Since(start)),
@@ -75,6 +77,7 @@ func (d *Daemon) Reload(ctx context.Context, actor string) (admin.ReloadResult, 
 		slog.Any("pools_removed", res.PoolsRemoved), slog.Any("pools_restarted", res.PoolsRestarted),
 		slog.Int("pools_unchanged", len(res.PoolsUnchanged)))
 	d.auditReload(ctx, actor, res)
+	d.testSignals.ReloadApplied.Signal(res)
 	return res, nil
 }
 
@@ -412,6 +415,7 @@ func (s *service) detach(p *poolPlan) {
 	startstop.StopAllParallel(stoppers...)
 	for _, sp := range stopping {
 		sp.consume.Close()
+		s.d.testSignals.PoolStopped.Signal(sp.cfg.Name)
 	}
 }
 
@@ -458,6 +462,7 @@ func (s *service) attach(ctx context.Context, sc config.ServiceConfig, reg *cons
 			s.d.log.WarnContext(ctx, "daemon: declare topology failed; workers will retry", slog.String("pool", sp.cfg.Name), slog.Any("error", err))
 		}
 		_ = sp.pool.Start(ctx)
+		s.d.testSignals.PoolStarted.Signal(sp.cfg.Name)
 	}
 	return notStarted
 }

@@ -31,12 +31,18 @@ import (
 	"github.com/platformd/platformd/internal/faultproxy"
 	"github.com/platformd/platformd/internal/metrics"
 	"github.com/platformd/platformd/internal/testdb"
+	"github.com/platformd/platformd/internal/testsignal"
+	"github.com/platformd/platformd/internal/workers"
 )
 
 // reloadEnv is a daemon of one service, stock, started in-process on a
 // config file the test rewrites, against the real broker and database.
 type reloadEnv struct {
 	path, admin, broker, dsn, suffix string
+	// sigs are the daemon's test signals: ServiceUp is initialised, and
+	// every pool's BatchSettled (see settled).
+	sigs  *TestSignals
+	pools sync.Map // pool name -> the last *workers.Pool built under it
 }
 
 func newReloadEnv(t testing.TB, dsn string) *reloadEnv {
@@ -101,17 +107,36 @@ func (e *reloadEnv) start(t testing.TB) *Daemon {
 	logger := slog.New(slog.NewTextHandler(io.Discard, nil))
 	ctx := context.Background()
 	require.NoError(t, Migrate(ctx, cfg, full, false, logger))
-	d, err := start(ctx, cfg, full, Options{ConfigPath: e.path, Catalog: cat}, map[string]bool{"stock": true}, logger)
+	d, err := start(ctx, cfg, full, Options{ConfigPath: e.path, Catalog: cat, testSignals: e.signals(t)}, map[string]bool{"stock": true}, logger)
 	require.NoError(t, err)
-	require.Eventually(t, func() bool {
+	e.sigs.ServiceUp.WaitUntil("stock up", func() bool {
 		for _, s := range d.serviceList() {
 			if s.name == "stock" && s.up.Load() {
 				return true
 			}
 		}
 		return false
-	}, 20*time.Second, 20*time.Millisecond, "stock up")
+	})
 	return d
+}
+
+// signals returns the env's test signals for a daemon about to start:
+// ServiceUp initialised, and every pool's BatchSettled as it is built.
+func (e *reloadEnv) signals(t testing.TB) *TestSignals {
+	e.sigs = &TestSignals{PoolBuiltFunc: func(p *workers.Pool) {
+		p.TestSignals().BatchSettled.Init(t)
+		e.pools.Store(p.Name(), p)
+	}}
+	e.sigs.ServiceUp.Init(t)
+	return e.sigs
+}
+
+// settled is the BatchSettled signal of pool, as last built.
+func (e *reloadEnv) settled(t testing.TB, pool string) *testsignal.Signal[int] {
+	t.Helper()
+	p, ok := e.pools.Load(pool)
+	require.True(t, ok, "pool %s built", pool)
+	return &p.(*workers.Pool).TestSignals().BatchSettled
 }
 
 // A reload that changes a service's pools while admin calls read it: the

@@ -24,6 +24,7 @@ type replayEnv struct {
 	d                  *Daemon
 	stock2Queue        string
 	b                  *backend
+	env                *reloadEnv // its signals
 	order, stock, stk2 *pgxpool.Pool
 }
 
@@ -37,7 +38,7 @@ func newReplayEnv(t testing.TB) *replayEnv {
 		serviceYAML("stock2", stock2DSN, e.poolYAML("stock2-events", "stock2", shop.EventOrderPlaced, shop.HandlerStockReserve, "")))
 	d := e.start(t)
 	t.Cleanup(d.Stop)
-	env := &replayEnv{d: d, b: &backend{d: d}, stock2Queue: "reload.stock2." + e.suffix}
+	env := &replayEnv{d: d, b: &backend{d: d}, env: e, stock2Queue: "reload.stock2." + e.suffix}
 	for _, p := range []struct {
 		dsn string
 		db  **pgxpool.Pool
@@ -47,14 +48,14 @@ func newReplayEnv(t testing.TB) *replayEnv {
 		t.Cleanup(db.Close)
 		*p.db = db
 	}
-	require.Eventually(t, func() bool {
+	e.sigs.ServiceUp.WaitUntil("every service up", func() bool {
 		for _, s := range d.serviceList() {
 			if !s.up.Load() {
 				return false
 			}
 		}
 		return true
-	}, 30*time.Second, 20*time.Millisecond, "every service up")
+	})
 	return env
 }
 
@@ -144,9 +145,9 @@ func TestReplayRestoreAfterIncident(t *testing.T) {
 	require.Eventually(t, func() bool {
 		return count(t, e.stock, `SELECT count(*) FROM reservation`) == n
 	}, 30*time.Second, 20*time.Millisecond, "the lost reservations restored")
-	require.Eventually(t, func() bool {
+	e.env.settled(t, "stock-events").WaitUntil("the others skipped as replay duplicates", func() bool {
 		return e.pool(ctx, t, "stock-events").DuplicatesBySource.Replay == n-5
-	}, 30*time.Second, 20*time.Millisecond, "the others skipped as replay duplicates")
+	})
 	require.Equal(t, n, count(t, e.stock, `SELECT count(DISTINCT order_id) FROM reservation`), "applied once")
 	after2 := e.pool(ctx, t, "stock2-events")
 	require.Equal(t, before2.Processed, after2.Processed)
@@ -160,9 +161,9 @@ func TestReplayRestoreAfterIncident(t *testing.T) {
 	ex := admin.ReplayRequest{Service: "order", EventIDs: ids[10:12], Rate: 500}
 	info, err = e.b.ReplayEvents(ctx, ex, "ops")
 	require.NoError(t, err)
-	require.Eventually(t, func() bool {
+	e.env.settled(t, "stock2-events").WaitUntil("stock2 counts the copies as replay duplicates", func() bool {
 		return e.pool(ctx, t, "stock2-events").DuplicatesBySource.Replay == 2
-	}, 30*time.Second, 20*time.Millisecond, "stock2 counts the copies as replay duplicates")
+	})
 	require.Equal(t, before2.Processed, e.pool(ctx, t, "stock2-events").Processed)
 	require.Equal(t, n, count(t, e.stk2, `SELECT count(*) FROM reservation`))
 
@@ -239,6 +240,8 @@ func BenchmarkLivePoolUnderReplay(b *testing.B) {
 	ch, err := conn.Channel()
 	require.NoError(b, err)
 	const k = 20000
+	settled := e.env.settled(b, "stock2-events")
+	settled.InitTimeout(b, 2*time.Minute) // a drain's bound
 	drain := func() time.Duration {
 		_, err := e.b.PausePool(ctx, "stock2-events", "bench", "bench")
 		require.NoError(b, err)
@@ -253,7 +256,7 @@ func BenchmarkLivePoolUnderReplay(b *testing.B) {
 		start := time.Now()
 		_, err = e.b.ResumePool(ctx, "stock2-events", "bench")
 		require.NoError(b, err)
-		require.Eventually(b, func() bool { return e.pool(ctx, b, "stock2-events").Processed >= before+k }, 2*time.Minute, 5*time.Millisecond)
+		settled.WaitUntil("drained", func() bool { return e.pool(ctx, b, "stock2-events").Processed >= before+k })
 		return time.Since(start)
 	}
 	var alone, under time.Duration

@@ -203,6 +203,9 @@ func (s *service) newPool(pc config.PoolConfig) (*servicePool, error) {
 		consume.Close()
 		return nil, err
 	}
+	if f := d.testSignals.PoolBuiltFunc; f != nil {
+		f(pool)
+	}
 	return &servicePool{cfg: pc, pool: pool, consume: consume}, nil
 }
 
@@ -244,9 +247,11 @@ func (s *service) Start(ctx context.Context) error {
 			s.mu.Lock()
 			for _, sp := range s.pools {
 				_ = sp.pool.Start(runCtx) // a pool waits for its database itself
+				s.d.testSignals.PoolStarted.Signal(sp.cfg.Name)
 			}
 			s.up.Store(true)
 			s.mu.Unlock()
+			s.d.testSignals.ServiceUp.Signal(s.name)
 			if err := s.startRelay(runCtx); err != nil {
 				s.d.log.ErrorContext(runCtx, "daemon: outbox relay not started", slog.String("service", s.name), slog.Any("error", err))
 			}
@@ -283,6 +288,7 @@ func (s *service) Start(ctx context.Context) error {
 			closeRemoteHandlers(s.registry(), serviceHandlers(s.config()))
 			s.db.Close()
 			s.d.setServiceHealth(s.name, false)
+			s.d.testSignals.ServiceDown.Signal(s.name)
 		}, nil
 	})
 }
@@ -401,6 +407,7 @@ func (s *service) watchHealth(ctx context.Context) {
 		}
 		s.d.setServiceHealth(s.name, up)
 		warned = s.reportHealth(ctx, err, warned)
+		s.d.testSignals.Health.Signal(HealthSignal{Service: s.name, Up: up, Err: err})
 	}
 	check(ctx)
 	startstop.Tick(ctx, HealthCheckEveryDefault, check)

@@ -30,6 +30,7 @@ func (s *Scheduler) scheduledArchive(ctx context.Context, svc *ServiceConfig) {
 	if err == nil {
 		_, err = outbox.EnsureArchivePartitions(ctx, svc.DB, outbox.ArchiveAheadDefault)
 	}
+	defer s.testSignals.ArchiveFinished.Signal(err)
 	switch {
 	case err != nil && ctx.Err() != nil:
 		s.logger.InfoContext(ctx, "scheduler: archive run interrupted", slog.String("service", svc.Name), slog.Any("error", err))

@@ -141,6 +141,8 @@ type Scheduler struct {
 	mu      sync.Mutex
 	closing bool
 	runs    sync.WaitGroup // scheduled runs and RunNow calls in progress
+
+	testSignals TestSignals
 }
 
 // New validates cfg, applies its defaults and returns a Scheduler that is
@@ -345,6 +347,7 @@ func (s *Scheduler) scheduledPurge(ctx context.Context, svc *ServiceConfig) {
 	if errors.Is(err, ErrPurgeInProgress) {
 		s.logger.DebugContext(ctx, "scheduler: purge skipped, another run holds the lock",
 			slog.String("service", svc.Name))
+		s.testSignals.PurgeSkipped.Signal(svc.Name)
 	}
 }
 
@@ -403,6 +406,9 @@ func (s *Scheduler) purgeLeased(ctx context.Context, svc *ServiceConfig, trigger
 		}
 	}
 	s.observe(svc.Name, dryRun, res.Deleted, took, runErr == nil)
+	defer func() {
+		s.testSignals.PurgeFinished.Signal(PurgeSignal{Service: svc.Name, Started: start, Run: run, Err: runErr})
+	}()
 
 	attrs := []any{
 		slog.String("service", svc.Name), slog.String("trigger", trigger), slog.Int64("run_id", id),
@@ -517,4 +523,5 @@ func (s *Scheduler) estimateRows(ctx context.Context, svc *ServiceConfig) {
 	}
 	// -1 until the table is first vacuumed or analyzed.
 	s.metrics.ProcessedEventRows.WithLabelValues(svc.Name).Set(float64(max(n, 0)))
+	s.testSignals.RowsEstimated.Signal(n)
 }

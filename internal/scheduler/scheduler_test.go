@@ -228,13 +228,15 @@ func TestHorizonChangeAppliesAtNextRun(t *testing.T) {
 	b.seed(t, 40, 90*time.Minute)
 	b.seed(t, 30, 45*time.Minute)
 	b.seed(t, 20, 10*time.Minute)
+	purged := &s.TestSignals().PurgeFinished
+	purged.Init(t)
 	require.NoError(t, s.Start(ctx))
 
-	require.Eventually(t, func() bool { return b.rows(t) == 90 }, 10*time.Second, 20*time.Millisecond)
+	purged.WaitUntil("the 3h rows purged", func() bool { return b.rows(t) == 90 })
 
 	_, err := state.SetHorizon(ctx, b.db, "stock", time.Hour, time.Hour, false, "ops")
 	require.NoError(t, err)
-	require.Eventually(t, func() bool { return b.rows(t) == 50 }, 10*time.Second, 20*time.Millisecond)
+	purged.WaitUntil("the new horizon applied", func() bool { return b.rows(t) == 50 })
 	require.Positive(t, b.count(t, `SELECT count(*) FROM platform.purge_run WHERE trigger = 'schedule' AND error IS NULL`))
 	s.Stop()
 
@@ -270,14 +272,20 @@ func TestFirstRunAfterOnePeriod(t *testing.T) {
 	sc.Every = 700 * time.Millisecond
 	s := newScheduler(t, scheduler.Config{Services: []scheduler.ServiceConfig{sc}})
 	b.seed(t, 10, 2*time.Hour)
+	purged := &s.TestSignals().PurgeFinished
+	purged.Init(t)
 	start := time.Now()
 	require.NoError(t, s.Start(context.Background()))
 	require.ErrorIs(t, s.Start(context.Background()), startstop.ErrStarted, "a second Start is refused, and changes nothing")
-	time.Sleep(300 * time.Millisecond)
-	require.Equal(t, 10, b.rows(t))
-	require.Equal(t, 0, b.count(t, `SELECT count(*) FROM platform.purge_run`))
-	require.Eventually(t, func() bool { return b.rows(t) == 0 }, 10*time.Second, 20*time.Millisecond)
-	require.GreaterOrEqual(t, time.Since(start), sc.Every)
+	// The first run is the first signal: when it started says whether it
+	// waited a period, with no window to sleep through.
+	first := purged.WaitOrTimeout()
+	require.NoError(t, first.Err)
+	require.GreaterOrEqual(t, first.Started.Sub(start), sc.Every, "the first run started a period after Start")
+	require.EqualValues(t, 10, first.Run.Deleted)
+	require.Equal(t, 0, b.rows(t))
+	require.Equal(t, 1, b.count(t, `SELECT count(*) FROM platform.purge_run WHERE started_at <= $1`, first.Run.StartedAt),
+		"no run before the first")
 }
 
 // Several daemons (separate pools, one database) scheduling the same
@@ -311,7 +319,7 @@ func TestSchedulersDoNotOverlap(t *testing.T) {
 			}
 			for _, s := range scheds {
 				require.NoError(t, s.Start(ctx))
-				time.Sleep(30 * time.Millisecond) // stagger the schedules a little
+				time.Sleep(30 * time.Millisecond) // the scenario, not a wait: stagger the schedules a little
 			}
 			// Run until at least three purges have finished and another
 			// daemon was turned away by the lock (a loaded machine makes
@@ -500,12 +508,13 @@ func TestStartContextCancel(t *testing.T) {
 	sc.Every = 100 * time.Millisecond
 	s := newScheduler(t, scheduler.Config{Services: []scheduler.ServiceConfig{sc}})
 	ctx, cancel := context.WithCancel(context.Background())
+	purged := &s.TestSignals().PurgeFinished
+	purged.Init(t)
 	require.NoError(t, s.Start(ctx))
 	waitPurging(t, b)
 	cancel()
-	require.Eventually(t, func() bool {
-		return b.count(t, `SELECT count(*) FROM platform.purge_run WHERE finished_at IS NULL`) == 0
-	}, 3*time.Second, 10*time.Millisecond)
+	require.Error(t, purged.WaitOrTimeout().Err, "the run in progress ended, cancelled")
+	require.Zero(t, b.count(t, `SELECT count(*) FROM platform.purge_run WHERE finished_at IS NULL`))
 	requireInterrupted(t, b, state.TriggerSchedule)
 	s.Stop()
 }
@@ -541,9 +550,10 @@ func TestRowEstimate(t *testing.T) {
 	require.NoError(t, err)
 	s := newScheduler(t, scheduler.Config{Services: []scheduler.ServiceConfig{service(b.db, time.Hour)},
 		Metrics: m, RowEstimateEvery: 100 * time.Millisecond})
+	s.TestSignals().RowsEstimated.Init(t)
 	require.NoError(t, s.Start(context.Background()))
 	gauge := m.ProcessedEventRows.WithLabelValues("stock")
-	require.Eventually(t, func() bool { return testutil.ToFloat64(gauge) == 1000 }, 5*time.Second, 10*time.Millisecond)
+	s.TestSignals().RowsEstimated.WaitUntil("the estimate set", func() bool { return testutil.ToFloat64(gauge) == 1000 })
 
 	// Never analyzed: reltuples is -1, reported as 0.
 	b2 := setup(t)
@@ -555,9 +565,10 @@ func TestRowEstimate(t *testing.T) {
 		`SELECT reltuples FROM pg_class WHERE oid = 'processed_event'::regclass`).Scan(&reltuples))
 	require.Negative(t, reltuples)
 	m2.ProcessedEventRows.WithLabelValues("stock").Set(-5) // sentinel, overwritten by the job
+	s2.TestSignals().RowsEstimated.Init(t)
 	require.NoError(t, s2.Start(context.Background()))
-	require.Eventually(t, func() bool { return testutil.ToFloat64(m2.ProcessedEventRows.WithLabelValues("stock")) == 0 },
-		5*time.Second, 10*time.Millisecond)
+	require.LessOrEqual(t, s2.TestSignals().RowsEstimated.WaitOrTimeout(), int64(0), "never analyzed: no estimate")
+	require.Zero(t, testutil.ToFloat64(m2.ProcessedEventRows.WithLabelValues("stock")), "reported as 0, the sentinel overwritten")
 }
 
 // River-style start/stop stress: start, maybe run, stop, many times.
@@ -576,7 +587,7 @@ func TestStartStopStress(t *testing.T) {
 		if i%2 == 0 {
 			go func() { _, _ = s.RunNow(context.Background(), "stock", i%4 == 0, "ops") }()
 		}
-		time.Sleep(time.Duration(i%5) * 5 * time.Millisecond)
+		time.Sleep(time.Duration(i%5) * 5 * time.Millisecond) // the scenario: stop at varied points of a run
 		start := time.Now()
 		s.Stop()
 		longest = max(longest, time.Since(start))

@@ -100,6 +100,8 @@ type Session struct {
 	queue   []*request         // Do calls waiting for the session
 	wake    context.CancelFunc // ends the current wait for notifications
 	lastErr error
+
+	testSignals TestSignals
 }
 
 type request struct {
@@ -249,6 +251,7 @@ func (s *Session) once(ctx context.Context) (held bool, err error) {
 	s.live, s.lastErr = true, nil
 	s.mu.Unlock()
 	s.firstOnce.Do(func() { close(s.first) })
+	s.testSignals.Listening.Signal(struct{}{})
 	defer s.lose()
 	s.notifyAll(ctx, conn)
 	lastPoll := time.Now()
@@ -337,6 +340,7 @@ func (s *Session) lose() {
 	q := s.queue
 	s.queue = nil
 	s.mu.Unlock()
+	s.testSignals.Lost.Signal(struct{}{})
 	for _, r := range q {
 		r.done <- r.fn(r.ctx, s.cfg.DB)
 	}

@@ -48,9 +48,12 @@ func TestSessionOneConnection(t *testing.T) {
 			}
 		})
 	}
+	s.TestSignals().Listening.Init(t)
+	s.TestSignals().Lost.Init(t)
 	require.NoError(t, s.Start(ctx))
 	t.Cleanup(s.Stop)
-	require.Eventually(t, s.Listening, 10*time.Second, 10*time.Millisecond)
+	s.TestSignals().Listening.WaitOrTimeout()
+	require.True(t, s.Listening())
 
 	pid, err := backendPID(ctx, s)
 	require.NoError(t, err)
@@ -67,10 +70,11 @@ func TestSessionOneConnection(t *testing.T) {
 	// Killed: taken again, on another backend.
 	_, err = db.Exec(ctx, `SELECT pg_terminate_backend($1)`, pid)
 	require.NoError(t, err)
-	require.Eventually(t, func() bool {
-		p, err := backendPID(ctx, s)
-		return err == nil && p != pid && s.Listening()
-	}, 10*time.Second, 20*time.Millisecond)
+	s.TestSignals().Lost.WaitOrTimeout()
+	s.TestSignals().Listening.WaitOrTimeout()
+	again, err = backendPID(ctx, s)
+	require.NoError(t, err)
+	require.NotEqual(t, pid, again, "held again, on another backend")
 	_, err = db.Exec(ctx, `SELECT pg_notify('a', 'z')`)
 	require.NoError(t, err)
 	require.Equal(t, "a:z", <-got)

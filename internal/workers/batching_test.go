@@ -30,6 +30,8 @@ func TestCollectLingersOnlyWhenBusy(t *testing.T) {
 	sendLater := func(tags ...uint64) *sync.WaitGroup {
 		var wg sync.WaitGroup
 		wg.Go(func() {
+			// The scenario, not a wait: a delivery that arrives after
+			// collect returned (idle) or while it lingers (busy).
 			time.Sleep(50 * time.Millisecond)
 			for _, tag := range tags {
 				deliveries <- amqp.Delivery{DeliveryTag: tag}
@@ -105,7 +107,7 @@ func TestCollectIdleFollowsAStream(t *testing.T) {
 			after time.Duration
 			tag   uint64
 		}{{150 * time.Millisecond, 2}, {150 * time.Millisecond, 3}, {150 * time.Millisecond, 4}, {time.Second, 5}} {
-			time.Sleep(step.after)
+			time.Sleep(step.after) // the scenario: the gaps between arrivals
 			deliveries <- amqp.Delivery{DeliveryTag: step.tag}
 		}
 	})

@@ -6,6 +6,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 
 	"github.com/platformd/platformd/internal/metrics"
+	"github.com/platformd/platformd/internal/testsignal"
 )
 
 // poolMetrics are a pool's collectors with their labels bound once, so the
@@ -44,6 +45,16 @@ type counters struct {
 	processed, duplicates, retried, failed atomic.Uint64
 	dupRedelivery, dupReplay, dupRepublish atomic.Uint64
 	m                                      poolMetrics
+	// settled, the pool's BatchSettled test signal (nil in the settler's
+	// unit tests), fires after every change of the counts above.
+	settled *testsignal.Signal[int]
+}
+
+// signalSettled fires the BatchSettled test signal with n deliveries.
+func (c *counters) signalSettled(n int) {
+	if c.settled != nil {
+		c.settled.Signal(n)
+	}
 }
 
 // tally is the outcomes of settled deliveries not yet counted.
@@ -70,6 +81,7 @@ func (c *counters) countAcked(t tally) {
 	c.processed.Add(uint64(t.processed))
 	c.m.processed.Add(float64(t.processed))
 	dups := t.redelivery + t.replay + t.republish
+	defer c.signalSettled(t.processed + dups)
 	if dups == 0 {
 		return
 	}
@@ -99,4 +111,5 @@ func (c *counters) countCopied(s settlement) {
 		}
 		c.m.failures.WithLabelValues(s.reason).Inc()
 	}
+	c.signalSettled(1)
 }

@@ -180,13 +180,14 @@ func (b *bundle) startPool(wait bool, handlers ...string) *Pool {
 		DB: b.db, Consume: b.consume, Publish: b.publish, Metrics: b.metrics, Logger: b.logger, Tracer: b.tracer,
 	})
 	require.NoError(b.t, err)
+	initSignals(b.t, p)
 	require.NoError(b.t, p.Start(b.ctx))
 	b.pool = p
 	b.t.Cleanup(b.stop)
 	// The workers declare the topology: wait until they consume (or sit
 	// paused on a live channel) before publishing.
 	if wait {
-		b.waitFor("pool connected", func() bool { return p.connected.Load() == int64(b.cfg.Concurrency) })
+		p.testSignals.Connected.WaitUntil("pool connected", func() bool { return p.connected.Load() == int64(b.cfg.Concurrency) })
 	} else if err := p.DeclareTopology(b.ctx); err != nil {
 		b.t.Fatalf("declare topology: %v", err)
 	}
@@ -273,10 +274,33 @@ func (b *bundle) count(query string, args ...any) int {
 	return n
 }
 
-// waitFor polls cond until true or 30s pass.
+// waitFor polls cond until true or 30s pass: for state outside the pool
+// (rows in PostgreSQL, messages in a queue). The pool's own state is
+// waited for on its test signals (waitSettled and initSignals).
 func (b *bundle) waitFor(what string, cond func() bool) {
 	b.t.Helper()
 	require.Eventually(b.t, cond, 30*time.Second, 20*time.Millisecond, what)
+}
+
+// initSignals initialises every test signal of p for t: the pool's
+// internal events are waited for, never polled.
+func initSignals(t testing.TB, p *Pool) {
+	t.Helper()
+	s := p.TestSignals()
+	s.Connected.Init(t)
+	s.ConsumerStarted.Init(t)
+	s.Paused.Init(t)
+	s.Quiesced.Init(t)
+	s.Resumed.Init(t)
+	s.BatchSettled.Init(t)
+	s.DatabaseError.Init(t)
+}
+
+// waitSettled waits until cond, on the counters of Info, holds: it is
+// checked again after every batch b's pool settles.
+func (b *bundle) waitSettled(what string, cond func() bool) {
+	b.t.Helper()
+	b.pool.testSignals.BatchSettled.WaitUntil(what, cond)
 }
 
 func (b *bundle) queueDepth(name string) int {
@@ -337,7 +361,7 @@ func (b *bundle) publishResilient(n int, dupShare float64) int {
 				}
 				var err error
 				if conn, err = amqp.Dial(b.url); err != nil {
-					time.Sleep(50 * time.Millisecond)
+					time.Sleep(50 * time.Millisecond) // a redial's pace while the broker is cut off (bounded by attempt)
 					continue
 				}
 				if ch, err = conn.Channel(); err != nil || ch.Confirm(false) != nil {

@@ -44,6 +44,7 @@ func benchmarkHotKeys(b *testing.B, events, size, orders int, partition string) 
 		bb.cfg.Prefetch = config.DerivedPrefetch(2, size)
 		bb.cfg.PartitionKey = partition
 		p := bb.start(shop.HandlerShippingTrack)
+		p.testSignals.BatchSettled.InitTimeout(b, 10*time.Minute) // a drain's bound
 		deadlocks := func() int {
 			return bb.count(`SELECT deadlocks::int FROM pg_stat_database WHERE datname = current_database()`)
 		}
@@ -61,13 +62,7 @@ func benchmarkHotKeys(b *testing.B, events, size, orders int, partition string) 
 			start := time.Now()
 			_, err = p.Resume(bb.ctx, "bench")
 			require.NoError(b, err)
-			deadline := time.Now().Add(10 * time.Minute)
-			for settled() < done+uint64(events) {
-				if time.Now().After(deadline) {
-					b.Fatalf("drain not done after 10 minutes: %+v", p.Info())
-				}
-				time.Sleep(time.Millisecond)
-			}
+			p.testSignals.BatchSettled.WaitUntil("drained", func() bool { return settled() >= done+uint64(events) })
 			drained += time.Since(start)
 		}
 		b.ReportMetric(float64(events*b.N)/drained.Seconds(), "events/s")

@@ -148,6 +148,8 @@ type Pool struct {
 	reason  string
 	changed chan struct{} // closed and replaced on every pause change
 	idle    map[int]bool  // worker id -> quiesced while paused
+
+	testSignals PoolTestSignals
 }
 
 // NewPool validates cfg and returns a stopped pool.
@@ -183,6 +185,7 @@ func NewPool(cfg PoolConfig, deps Deps) (*Pool, error) {
 		idle:    map[int]bool{},
 	}
 	p.count.m = newPoolMetrics(deps.Metrics, cfg.Service, cfg.Name)
+	p.count.settled = &p.testSignals.BatchSettled
 	if deps.Consume.OnReconnectFunc == nil {
 		deps.Consume.OnReconnectFunc = p.count.m.reconnects.Inc
 	}
@@ -289,10 +292,12 @@ func (p *Pool) setDatabaseError(err error) {
 	if err == nil {
 		if p.dbErr.Load() != nil {
 			p.dbErr.Store(nil)
+			p.testSignals.DatabaseError.Signal("")
 		}
 		return
 	}
 	p.dbErr.Store(&err)
+	p.testSignals.DatabaseError.Signal(err.Error())
 }
 
 // stop stops consuming, lets in-flight batches finish and settle within
@@ -387,6 +392,29 @@ func (p *Pool) setPausedLocked(paused bool, reason string) {
 	}
 	close(p.changed)
 	p.changed = make(chan struct{})
+	if paused {
+		p.testSignals.Paused.Signal(reason)
+		p.signalQuiescedLocked()
+	} else {
+		p.testSignals.Resumed.Signal(struct{}{})
+	}
+}
+
+// signalQuiescedLocked fires the Quiesced test signal when the pool is
+// paused and every worker idle.
+func (p *Pool) signalQuiescedLocked() {
+	if !p.testSignals.Quiesced.Initialized() || !p.paused {
+		return
+	}
+	n := 0
+	for _, idle := range p.idle {
+		if idle {
+			n++
+		}
+	}
+	if n == p.cfg.Concurrency {
+		p.testSignals.Quiesced.Signal(struct{}{})
+	}
 }
 
 // pauseState returns whether the pool is paused and the channel closed on
@@ -403,6 +431,9 @@ func (p *Pool) setIdle(workers []int, idle bool) {
 	defer p.mu.Unlock()
 	for _, w := range workers {
 		p.idle[w] = idle
+	}
+	if idle {
+		p.signalQuiescedLocked()
 	}
 }
 

@@ -34,7 +34,7 @@ func TestPoolRepublishedEventAppliedOnce(t *testing.T) {
 	b.publishEnv(env, nil)
 	b.publishEnv(env, nil)
 	b.publishEnv(env, amqp.Table{broker.HeaderReplay: "ops"})
-	b.waitFor("3 settled", func() bool { i := b.pool.Info(); return i.Processed+i.Duplicates == 3 })
+	b.waitSettled("3 settled", func() bool { i := b.pool.Info(); return i.Processed+i.Duplicates == 3 })
 	require.Equal(t, 2, b.count(`SELECT count(*) FROM reservation WHERE order_id = $1`, o.OrderID))
 	require.Equal(t, 1, b.count(`SELECT count(*) FROM processed_event`))
 	require.InDelta(t, 1, b.dupCount(metrics.SourceRepublish), 0)
@@ -90,7 +90,7 @@ func TestPoolRetriesAndFailureQueue(t *testing.T) {
 	b.publishEnv(always, nil)
 	b.publishEnv(perm, nil)
 
-	b.waitFor("flaky processed, two failed", func() bool {
+	b.waitSettled("flaky processed, two failed", func() bool {
 		i := b.pool.Info()
 		return i.Processed == 1 && i.Failed == 2
 	})
@@ -143,7 +143,7 @@ func TestPoolRejectsBadMessages(t *testing.T) {
 	unknown, _ := b.order(1)
 	unknown.EventName = "order.order.cancelled.v1"
 	b.publishEnv(unknown, nil)
-	b.waitFor("all settled", func() bool { i := b.pool.Info(); return i.Processed == 4 && i.Failed == 5 })
+	b.waitSettled("all settled", func() bool { i := b.pool.Info(); return i.Processed == 4 && i.Failed == 5 })
 	require.Equal(t, 4, b.reservations())
 	reasons := map[string]int{}
 	for _, d := range b.getFailed() {
@@ -175,7 +175,7 @@ func TestPoolBeyondHorizonGuard(t *testing.T) {
 			b.publishEnv(fresh, nil)
 			b.publishEnv(forced, amqp.Table{broker.HeaderBeyondHorizonOverride: "true"})
 			if policy == config.BeyondHorizonQuarantine {
-				b.waitFor("settled", func() bool { i := b.pool.Info(); return i.Processed == 2 && i.Failed == 1 })
+				b.waitSettled("settled", func() bool { i := b.pool.Info(); return i.Processed == 2 && i.Failed == 1 })
 				f := b.getFailed()
 				require.Len(t, f, 1)
 				require.Equal(t, broker.ReasonBeyondHorizon, f[0].Headers[broker.HeaderFailureReason])
@@ -183,7 +183,7 @@ func TestPoolBeyondHorizonGuard(t *testing.T) {
 				require.Equal(t, 0, b.count(`SELECT count(*) FROM processed_event WHERE event_id = $1`, old.EventID))
 				return
 			}
-			b.waitFor("settled", func() bool { return b.pool.Info().Processed == 3 })
+			b.waitSettled("settled", func() bool { return b.pool.Info().Processed == 3 })
 			require.Equal(t, 3, b.reservations())
 		})
 	}
@@ -200,7 +200,7 @@ func TestPoolStopUnderLoadThenRestart(t *testing.T) {
 		n = 300
 	}
 	sent := b.publishMany(n, 0.1)
-	b.waitFor("some processed", func() bool { return b.pool.Info().Processed > 50 })
+	b.waitSettled("some processed", func() bool { return b.pool.Info().Processed > 50 })
 	b.stop()
 	require.Equal(t, StateStopped, b.poolInfoAfterStop.State)
 	b.start(shop.HandlerStockReserve)
@@ -274,7 +274,7 @@ func TestPoolPauseResume(t *testing.T) {
 	b := newBundle(t)
 	p := b.start(shop.HandlerStockReserve)
 	b.publishMany(200, 0)
-	b.waitFor("some processed", func() bool { return p.Info().Processed > 0 })
+	b.waitSettled("some processed", func() bool { return p.Info().Processed > 0 })
 	info, err := p.Pause(b.ctx, "incident 42", "test")
 	require.NoError(t, err)
 	require.Equal(t, StatePaused, info.State)
@@ -310,13 +310,12 @@ func TestPoolPicksUpStoredPause(t *testing.T) {
 	p := b.start(shop.HandlerStockReserve)
 	_, err := b.check.Exec(b.ctx, `INSERT INTO platform.pool_state (pool, paused, reason, updated_by) VALUES ($1, true, 'elsewhere', 'other')`, b.cfg.Name)
 	require.NoError(t, err)
-	b.waitFor("paused", func() bool { return p.Info().State == StatePaused })
+	p.testSignals.Paused.WaitUntil("paused", func() bool { return p.Info().State == StatePaused })
 	require.Equal(t, "elsewhere", p.Info().PausedReason)
 	// The state says paused as soon as the pause is read; the workers then
 	// cancel their consumers. Published before that, an event could still
 	// reach one (and be handled): wait until every worker is quiesced.
-	_, err = p.waitQuiesced(b.ctx)
-	require.NoError(t, err)
+	p.testSignals.Quiesced.WaitOrTimeout()
 	b.publishMany(20, 0)
 	b.waitFor("20 ready while paused", func() bool { return b.queueDepth(b.queue) == 20 })
 	require.Equal(t, 0, b.reservations())
@@ -342,7 +341,7 @@ func TestFailedListAndRetry(t *testing.T) {
 	b.failN[flaky.EventID] = 3 // exhausts 2 delays, then succeeds on retry
 	b.publishEnv(old, nil)
 	b.publishEnv(flaky, nil)
-	b.waitFor("two failed", func() bool { return b.pool.Info().Failed == 2 })
+	b.waitSettled("two failed", func() bool { return b.pool.Info().Failed == 2 })
 
 	for range 2 {
 		list, err := broker.ListFailed(b.ctx, []string{b.url}, b.queue, 10)
@@ -359,7 +358,7 @@ func TestFailedListAndRetry(t *testing.T) {
 	n, err := broker.RetryFailed(b.ctx, []string{b.url}, b.queue, []uuid.UUID{flaky.EventID}, false, false, "ops")
 	require.NoError(t, err)
 	require.Equal(t, 1, n)
-	b.waitFor("flaky processed", func() bool { return b.pool.Info().Processed == 1 })
+	b.waitSettled("flaky processed", func() bool { return b.pool.Info().Processed == 1 })
 	b.mu.Lock()
 	require.Equal(t, []int{0, 1, 2, 0}, b.attempts[flaky.EventID]) // attempt count reset
 	b.mu.Unlock()
@@ -374,7 +373,7 @@ func TestFailedListAndRetry(t *testing.T) {
 	n, err = broker.RetryFailed(b.ctx, []string{b.url}, b.queue, []uuid.UUID{old.EventID}, false, true, "ops")
 	require.NoError(t, err)
 	require.Equal(t, 1, n)
-	b.waitFor("old applied", func() bool { return b.pool.Info().Processed == 2 })
+	b.waitSettled("old applied", func() bool { return b.pool.Info().Processed == 2 })
 	require.Equal(t, 0, b.queueDepth(broker.FailedQueue(b.queue)))
 	require.Equal(t, 2, b.reservations())
 }

@@ -141,7 +141,7 @@ func TestPoolWithoutPartitionKeyWorkersShareKeys(t *testing.T) {
 	k := newKeyed(t, "")
 	p := k.start("test.keyed")
 	k.backlogKeyed(p, keys, perKey)
-	k.waitFor("all settled", func() bool { i := p.Info(); return i.Processed+i.Failed == keys*perKey })
+	p.testSignals.BatchSettled.WaitUntil("all settled", func() bool { i := p.Info(); return i.Processed+i.Failed == keys*perKey })
 	k.stop()
 	t.Logf("key conflicts without partition_key: %d (retried %d, failed %d)", k.conflicts.Load(),
 		k.poolInfoAfterStop.Retried, k.poolInfoAfterStop.Failed)

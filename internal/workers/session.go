@@ -71,7 +71,7 @@ func (p *Pool) session(fetchCtx context.Context, name string, prefetch int, work
 	if err := ch.Qos(prefetch, 0, false); err != nil {
 		return fmt.Errorf("qos: %w", err)
 	}
-	p.connected.Add(int64(len(workers)))
+	p.testSignals.Connected.Signal(p.connected.Add(int64(len(workers))))
 	defer p.connected.Add(-int64(len(workers)))
 	consume := start(ch)
 	for n := 1; ; n++ {
@@ -93,6 +93,7 @@ func (p *Pool) session(fetchCtx context.Context, name string, prefetch int, work
 		if err != nil {
 			return fmt.Errorf("consume %s: %w", p.cfg.Queue, err)
 		}
+		p.testSignals.ConsumerStarted.Signal(tag)
 		switch consume(tag, deliveries, changed) {
 		case endPaused:
 			continue

@@ -54,7 +54,7 @@ func BenchmarkPauseSettle(b *testing.B) {
 				require.NoError(b, err)
 				// Steady state: the pool has settled a window's worth, so
 				// the broker has refilled every worker's window.
-				bb.waitFor("a window settled", func() bool { return settled() >= base+uint64(c.prefetch)/2 })
+				bb.waitSettled("a window settled", func() bool { return settled() >= base+uint64(c.prefetch)/2 })
 				before := settled()
 				b.StartTimer()
 				start := time.Now()
@@ -66,7 +66,7 @@ func BenchmarkPauseSettle(b *testing.B) {
 				// Drain the rest for the next round.
 				_, err = p.Resume(bb.ctx, "bench")
 				require.NoError(b, err)
-				bb.waitFor("drained", func() bool { return settled() >= base+uint64(backlog) })
+				bb.waitSettled("drained", func() bool { return settled() >= base+uint64(backlog) })
 				b.StartTimer()
 			}
 			b.ReportMetric(float64(spent.Microseconds())/1000/float64(b.N), "ms/pause")

@@ -59,9 +59,10 @@ func (b *bundle) startDaemon(handlers ...string) *daemon {
 		DB: b.db, Consume: consume, Publish: publish, Metrics: d.metrics, Logger: logger,
 	})
 	require.NoError(b.t, err)
+	initSignals(b.t, p)
 	require.NoError(b.t, p.Start(b.ctx))
 	b.t.Cleanup(func() { p.Stop(); consume.Close(); publish.Close() })
-	b.waitFor("second daemon connected", func() bool { return p.connected.Load() == int64(b.cfg.Concurrency) })
+	p.testSignals.Connected.WaitUntil("second daemon connected", func() bool { return p.connected.Load() == int64(b.cfg.Concurrency) })
 	d.pool = p
 	return d
 }
