@@ -85,7 +85,7 @@ func ListAudit(ctx context.Context, q Querier, limit int) ([]AuditEntry, error) 
 	if limit <= 0 {
 		limit = ListAuditLimitDefault
 	}
-	var out []AuditEntry
+	out := []AuditEntry{} // empty, not nil, as before: a JSON list
 	err := listAudit.Each(ctx, q, limitParams{Limit: limit}, func(r auditRow) error {
 		e := AuditEntry{ID: r.ID, At: r.At, Actor: r.Actor, Action: r.Action, Target: r.Target}
 		// Numbers stay as written (json.Number): a count prints as 1000000,

@@ -102,7 +102,7 @@ func ListPurgeRuns(ctx context.Context, db *pgxpool.Pool, service string, limit 
 	if limit <= 0 {
 		limit = ListPurgeRunsLimitDefault
 	}
-	var runs []PurgeRun
+	runs := []PurgeRun{} // empty, not nil, as before: a JSON list
 	err := listPurgeRuns.Each(ctx, db, servicePageParams{Service: service, Limit: limit}, func(r purgeRunRow) error {
 		runs = append(runs, r.run())
 		return nil
