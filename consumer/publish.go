@@ -47,8 +47,11 @@ var ErrInvalidMessage = errors.New("invalid outbox message")
 var messageNameRE = regexp.MustCompile(`^[A-Za-z0-9_-]+(\.[A-Za-z0-9_-]+)*$`)
 
 // insertOutboxSQL writes one row of platform.outbox. The created_at and
-// occurred_at columns take the transaction's now().
-const insertOutboxSQL = `INSERT INTO platform.outbox (event_id, event_name, payload, headers) VALUES ($1, $2, $3::jsonb, $4::jsonb)`
+// occurred_at columns take the transaction's now(). It starts with the
+// comment internal/query gives platformd's named queries, so that
+// pg_stat_activity names it as it names them (consumer, imported by other
+// modules, imports no package of platformd's).
+const insertOutboxSQL = `/* platformd:consumer.publish */ INSERT INTO platform.outbox (event_id, event_name, payload, headers) VALUES ($1, $2, $3::jsonb, $4::jsonb)`
 
 // Publish writes m to the service's outbox (table platform.outbox) through
 // tx and returns the event id it minted, a UUID v7. The row commits or rolls

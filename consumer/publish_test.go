@@ -53,3 +53,10 @@ func TestPublishRefusesBadInputBeforeTheDatabase(t *testing.T) {
 	_, err := Publish(context.Background(), nil, Message{Name: "a.b", Payload: []byte(`{}`)})
 	require.Error(t, err)
 }
+
+// Publish's statement is named in pg_stat_activity as internal/query names
+// platformd's queries: "/* platformd:<owner>.<what> */ " first.
+func TestPublishStatementIsNamed(t *testing.T) {
+	t.Parallel()
+	require.True(t, strings.HasPrefix(insertOutboxSQL, "/* platformd:consumer.publish */ INSERT INTO platform.outbox "), insertOutboxSQL)
+}

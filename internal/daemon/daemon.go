@@ -102,16 +102,15 @@ func CreateDatabase(ctx context.Context, dsn string, logger *slog.Logger) error 
 		return fmt.Errorf("create database %s: %w", name, err)
 	}
 	defer conn.Close(ctx)
-	var exists bool
-	if err := conn.QueryRow(ctx, `SELECT EXISTS (SELECT 1 FROM pg_database WHERE datname = $1)`, name).Scan(&exists); err != nil {
+	exists, err := databaseExists.One(ctx, conn, databaseParams{Name: name})
+	if err != nil {
 		return fmt.Errorf("create database %s: %w", name, err)
 	}
 	if exists {
 		return nil
 	}
-	if _, err := conn.Exec(ctx, "CREATE DATABASE "+pgx.Identifier{name}.Sanitize()); err != nil {
-		var again bool
-		if conn.QueryRow(ctx, `SELECT EXISTS (SELECT 1 FROM pg_database WHERE datname = $1)`, name).Scan(&again) == nil && again {
+	if _, err := createDatabase.Run(ctx, conn, databaseParams{Name: name}); err != nil {
+		if again, aerr := databaseExists.One(ctx, conn, databaseParams{Name: name}); aerr == nil && again {
 			return nil // created concurrently by another daemon
 		}
 		return fmt.Errorf("create database %s: %w", name, err)

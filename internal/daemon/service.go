@@ -18,6 +18,7 @@ import (
 	"github.com/platformd/platformd/internal/config"
 	"github.com/platformd/platformd/internal/dedup"
 	"github.com/platformd/platformd/internal/outbox"
+	"github.com/platformd/platformd/internal/query"
 	"github.com/platformd/platformd/internal/replay"
 	"github.com/platformd/platformd/internal/scheduler"
 	"github.com/platformd/platformd/internal/session"
@@ -392,7 +393,7 @@ func (s *service) watchHealth(ctx context.Context) {
 	check := func(ctx context.Context) {
 		pctx, cancel := context.WithTimeout(ctx, healthCheckTimeout)
 		err := s.ctl.Do(pctx, func(ctx context.Context, q session.Querier) error {
-			_, err := q.Exec(ctx, "SELECT 1")
+			_, err := ping.Run(ctx, q, query.NoParams{})
 			return err
 		})
 		cancel()

@@ -7,12 +7,12 @@ import (
 	"fmt"
 	"time"
 
-	"github.com/google/uuid"
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgxpool"
 
 	"github.com/platformd/platformd/internal/config"
 	"github.com/platformd/platformd/internal/dbutil"
+	"github.com/platformd/platformd/internal/query"
 )
 
 // ErrLayoutMismatch is EnsureLayout's error when processed_event holds
@@ -32,8 +32,8 @@ func EnsureLayout(ctx context.Context, db *pgxpool.Pool, want Layout, horizon ti
 		return err
 	}
 	if have != want {
-		var rows bool
-		if err := db.QueryRow(ctx, `SELECT EXISTS (SELECT 1 FROM processed_event)`).Scan(&rows); err != nil {
+		rows, err := processedExists.One(ctx, db, query.NoParams{})
+		if err != nil {
 			return fmt.Errorf("dedup: ensure layout: %w", err)
 		}
 		if rows {
@@ -46,8 +46,8 @@ func EnsureLayout(ctx context.Context, db *pgxpool.Pool, want Layout, horizon ti
 	if want != LayoutPartitioned {
 		return nil
 	}
-	var now time.Time
-	if err := db.QueryRow(ctx, `SELECT now()`).Scan(&now); err != nil {
+	now, err := dbNow.One(ctx, db, query.NoParams{})
+	if err != nil {
 		return fmt.Errorf("dedup: ensure layout: %w", err)
 	}
 	from := now.Add(-HorizonInForce(LayoutPartitioned, horizon))
@@ -117,13 +117,13 @@ func ConvertLayout(ctx context.Context, db *pgxpool.Pool, to Layout, p ConvertPa
 	res := ConvertResult{To: to}
 	err := dbutil.WithTx(ctx, db, dbutil.ReadCommitted, func(ctx context.Context, tx pgx.Tx) error {
 		res = ConvertResult{To: to}
-		if _, err := tx.Exec(ctx, `SET LOCAL statement_timeout = 0`); err != nil {
+		if _, err := setStatementTimeout.Run(ctx, tx, statementTimeoutParams{Timeout: 0, Local: true}); err != nil {
 			return err
 		}
-		if _, err := tx.Exec(ctx, `SELECT pg_advisory_xact_lock(hashtextextended($1, 0))`, partitionLockName); err != nil {
+		if _, err := lockPartitions.Run(ctx, tx, query.NoParams{}); err != nil {
 			return err
 		}
-		if _, err := tx.Exec(ctx, `LOCK TABLE processed_event IN ACCESS EXCLUSIVE MODE`); err != nil {
+		if _, err := lockProcessedEvent.Run(ctx, tx, query.NoParams{}); err != nil {
 			return err
 		}
 		from, err := DetectLayout(ctx, tx)
@@ -134,9 +134,7 @@ func ConvertLayout(ctx context.Context, db *pgxpool.Pool, to Layout, p ConvertPa
 		if from == to {
 			return nil
 		}
-		if _, err := tx.Exec(ctx, `ALTER TABLE processed_event RENAME TO processed_event_old;
-			ALTER TABLE processed_event_old RENAME CONSTRAINT processed_event_pkey TO processed_event_old_pkey;
-			ALTER INDEX IF EXISTS processed_event_processed_at_idx RENAME TO processed_event_old_processed_at_idx`); err != nil {
+		if _, err := renameToOld.Run(ctx, tx, query.NoParams{}); err != nil {
 			return err
 		}
 		switch to {
@@ -150,7 +148,7 @@ func ConvertLayout(ctx context.Context, db *pgxpool.Pool, to Layout, p ConvertPa
 		if err != nil {
 			return err
 		}
-		_, err = tx.Exec(ctx, `DROP TABLE processed_event_old`)
+		_, err = dropOld.Run(ctx, tx, query.NoParams{})
 		return err
 	})
 	if err != nil {
@@ -160,32 +158,29 @@ func ConvertLayout(ctx context.Context, db *pgxpool.Pool, to Layout, p ConvertPa
 }
 
 func toPlain(ctx context.Context, tx pgx.Tx, res *ConvertResult) error {
-	if _, err := tx.Exec(ctx, plainDDL); err != nil {
+	if _, err := createPlain.Run(ctx, tx, query.NoParams{}); err != nil {
 		return err
 	}
-	tag, err := tx.Exec(ctx, `INSERT INTO processed_event (event_id, processed_at)
-		SELECT event_id, processed_at FROM processed_event_old ORDER BY event_id`)
+	tag, err := copyAllFromOld.Run(ctx, tx, query.NoParams{})
 	res.Copied = tag.RowsAffected()
 	return err
 }
 
 func toPartitioned(ctx context.Context, tx pgx.Tx, p ConvertParams, res *ConvertResult) error {
-	var now time.Time
-	if err := tx.QueryRow(ctx, `SELECT now()`).Scan(&now); err != nil {
+	now, err := dbNow.One(ctx, tx, query.NoParams{})
+	if err != nil {
 		return err
 	}
 	inForce := HorizonInForce(LayoutPartitioned, p.Horizon)
-	var nonV7 int64
-	var newest *time.Time
-	if err := tx.QueryRow(ctx, `SELECT count(*), max(processed_at) FROM processed_event_old
-		WHERE NOT `+v7CheckSQL+` AND processed_at >= $1`, now.Add(-p.Horizon)).Scan(&nonV7, &newest); err != nil {
+	nonV7, err := countNonV7Old.One(ctx, tx, sinceParams{Since: now.Add(-p.Horizon)})
+	if err != nil {
 		return err
 	}
-	if nonV7 > 0 {
+	if nonV7.N > 0 {
 		return fmt.Errorf("%w: %d rows, the last processed at %s, purgeable after %s (run the conversion then)",
-			ErrNonV7Rows, nonV7, newest.UTC().Format(time.RFC3339), newest.Add(p.Horizon).UTC().Format(time.RFC3339))
+			ErrNonV7Rows, nonV7.N, nonV7.Newest.UTC().Format(time.RFC3339), nonV7.Newest.Add(p.Horizon).UTC().Format(time.RFC3339))
 	}
-	if _, err := tx.Exec(ctx, partitionedDDL); err != nil {
+	if _, err := createPartitioned.Run(ctx, tx, query.NoParams{}); err != nil {
 		return err
 	}
 	// The oldest partition kept is the one the purge would keep now; the
@@ -193,29 +188,25 @@ func toPartitioned(ctx context.Context, tx pgx.Tx, p ConvertParams, res *Convert
 	// days ahead.
 	first := floorDay(now.Add(-inForce))
 	last := now.Add(time.Duration(cmp.Or(p.Ahead, config.PartitionsAheadDefault)) * PartitionWidth)
-	var maxID *uuid.UUID
-	if err := tx.QueryRow(ctx, `SELECT event_id FROM processed_event_old WHERE `+v7CheckSQL+` AND event_id < $1
-		ORDER BY event_id DESC LIMIT 1`, FloorUUID(now.Add(366*24*time.Hour))).Scan(&maxID); err != nil && !errors.Is(err, pgx.ErrNoRows) {
+	maxID, found, err := newestV7Old.Find(ctx, tx, beforeParams{Before: FloorUUID(now.Add(366 * 24 * time.Hour))})
+	if err != nil {
 		return err
 	}
-	if maxID != nil && V7Time(*maxID).After(last) {
-		last = V7Time(*maxID)
+	if found && V7Time(maxID).After(last) {
+		last = V7Time(maxID)
 	}
 	created, err := ensurePartitions(ctx, tx, first, last)
 	if err != nil {
 		return err
 	}
 	res.Partitions = len(created)
-	tag, err := tx.Exec(ctx, `INSERT INTO processed_event (event_id, processed_at)
-		SELECT event_id, processed_at FROM processed_event_old
-		WHERE `+v7CheckSQL+` AND event_id >= $1 AND event_id < $2 ORDER BY event_id`,
-		FloorUUID(first), FloorUUID(floorDay(last).Add(PartitionWidth)))
+	tag, err := copyV7FromOld.Run(ctx, tx, idRangeParams{From: FloorUUID(first), To: FloorUUID(floorDay(last).Add(PartitionWidth))})
 	if err != nil {
 		return err
 	}
 	res.Copied = tag.RowsAffected()
-	var total int64
-	if err := tx.QueryRow(ctx, `SELECT count(*) FROM processed_event_old`).Scan(&total); err != nil {
+	total, err := countOld.One(ctx, tx, query.NoParams{})
+	if err != nil {
 		return err
 	}
 	res.Expired = total - res.Copied

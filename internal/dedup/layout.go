@@ -8,8 +8,7 @@ import (
 	"time"
 
 	"github.com/google/uuid"
-	"github.com/jackc/pgx/v5"
-	"github.com/jackc/pgx/v5/pgconn"
+	"github.com/platformd/platformd/internal/query"
 )
 
 // Layout is the shape of a service's processed_event table, as the
@@ -60,21 +59,16 @@ const PartitionWidth = 24 * time.Hour
 // (the platform migrations have not run).
 var ErrNoTable = errors.New("dedup: processed_event does not exist")
 
-// Querier is what the layout functions need of a connection, a pool or a
-// transaction.
-type Querier interface {
-	Exec(ctx context.Context, sql string, args ...any) (pgconn.CommandTag, error)
-	Query(ctx context.Context, sql string, args ...any) (pgx.Rows, error)
-	QueryRow(ctx context.Context, sql string, args ...any) pgx.Row
-}
+// Querier is what dedup's functions need of a connection, a pool or a
+// transaction (package query's).
+type Querier = query.Querier
 
 // DetectLayout reads processed_event's layout from the catalog (one
 // indexed lookup: cheap enough for every purge run and horizon refresh).
 // It is safe for concurrent use.
 func DetectLayout(ctx context.Context, db Querier) (Layout, error) {
-	var kind *string
-	if err := db.QueryRow(ctx, `SELECT c.relkind::text FROM pg_class c
-		WHERE c.oid = to_regclass('processed_event')`).Scan(&kind); err != nil && !errors.Is(err, pgx.ErrNoRows) {
+	kind, _, err := detectLayout.Find(ctx, db, query.NoParams{})
+	if err != nil {
 		return 0, fmt.Errorf("dedup: detect processed_event layout: %w", err)
 	}
 	switch {
@@ -123,22 +117,3 @@ func FloorUUID(t time.Time) uuid.UUID {
 	copy(u[:6], b[2:])
 	return u
 }
-
-// v7CheckSQL is the expression a partitioned table's CHECK constraint
-// holds: the id's version nibble is 7.
-const v7CheckSQL = `((get_byte(uuid_send(event_id), 6) >> 4) = 7)`
-
-// plainDDL creates the contract's table (as migration 001 does).
-const plainDDL = `CREATE TABLE processed_event (
-    event_id     uuid        PRIMARY KEY,
-    processed_at timestamptz NOT NULL
-);
-CREATE INDEX processed_event_processed_at_idx ON processed_event (processed_at)`
-
-// partitionedDDL creates the partitioned table, without partitions.
-const partitionedDDL = `CREATE TABLE processed_event (
-    event_id     uuid        NOT NULL,
-    processed_at timestamptz NOT NULL,
-    CONSTRAINT processed_event_pkey PRIMARY KEY (event_id),
-    CONSTRAINT processed_event_v7 CHECK ` + v7CheckSQL + `
-) PARTITION BY RANGE (event_id)`

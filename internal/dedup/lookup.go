@@ -8,7 +8,6 @@ import (
 
 	"github.com/google/uuid"
 	"github.com/jackc/pgx/v5"
-	"github.com/jackc/pgx/v5/pgtype"
 	"github.com/jackc/pgx/v5/pgxpool"
 )
 
@@ -17,9 +16,7 @@ var ErrNotFound = errors.New("dedup: event not processed")
 
 // Lookup returns when id was processed, or ErrNotFound.
 func Lookup(ctx context.Context, db *pgxpool.Pool, id uuid.UUID) (time.Time, error) {
-	var at time.Time
-	err := db.QueryRow(ctx, `SELECT processed_at FROM processed_event WHERE event_id = $1`,
-		pgtype.UUID{Bytes: id, Valid: true}).Scan(&at)
+	at, err := lookupProcessed.One(ctx, db, lookupProcessedParams{ID: id})
 	if errors.Is(err, pgx.ErrNoRows) {
 		return time.Time{}, ErrNotFound
 	}

@@ -11,6 +11,7 @@ import (
 
 	"github.com/platformd/platformd/internal/config"
 	"github.com/platformd/platformd/internal/dbutil"
+	"github.com/platformd/platformd/internal/query"
 )
 
 // PartitionDetachTimeoutDefault bounds a DETACH PARTITION CONCURRENTLY:
@@ -43,13 +44,13 @@ func purgePartitions(ctx context.Context, db *pgxpool.Pool, p PurgeParams, res P
 		}
 		uctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), dbutil.RollbackTimeout)
 		defer cancel()
-		if _, err := conn.Exec(uctx, `SELECT pg_advisory_unlock(hashtextextended($1, 0))`, partitionLockName); err != nil {
+		if _, err := unlockPartitionsSession.Run(uctx, conn, query.NoParams{}); err != nil {
 			_ = conn.Hijack().Close(uctx)
 			return
 		}
 		conn.Release()
 	}()
-	if _, err := conn.Exec(ctx, `SELECT pg_advisory_lock(hashtextextended($1, 0))`, partitionLockName); err != nil {
+	if _, err := lockPartitionsSession.Run(ctx, conn, query.NoParams{}); err != nil {
 		return res, fmt.Errorf("dedup: purge partitions: lock: %w", err)
 	}
 	locked = true
@@ -87,8 +88,8 @@ func purgePartitions(ctx context.Context, db *pgxpool.Pool, p PurgeParams, res P
 	if p.DryRun {
 		return res, nil
 	}
-	var now time.Time
-	if err := c.QueryRow(ctx, `SELECT now()`).Scan(&now); err != nil {
+	now, err := dbNow.One(ctx, c, query.NoParams{})
+	if err != nil {
 		return res, fmt.Errorf("dedup: purge partitions: %w", err)
 	}
 	ahead := cmp.Or(p.Ahead, config.PartitionsAheadDefault)
@@ -101,19 +102,14 @@ func purgePartitions(ctx context.Context, db *pgxpool.Pool, p PurgeParams, res P
 // dropPartition detaches part concurrently (finalizing a pending detach)
 // and drops it.
 func dropPartition(ctx context.Context, c *pgx.Conn, part Partition, timeout time.Duration) error {
-	name := pgx.Identifier{part.Name}.Sanitize()
-	if _, err := c.Exec(ctx, fmt.Sprintf("SET statement_timeout = %d", timeout.Milliseconds())); err != nil {
+	if _, err := setStatementTimeout.Run(ctx, c, statementTimeoutParams{Timeout: timeout}); err != nil {
 		return fmt.Errorf("dedup: detach partition %s: %w", part.Name, err)
 	}
-	defer func() { _, _ = c.Exec(context.WithoutCancel(ctx), "RESET statement_timeout") }()
-	detach := `ALTER TABLE processed_event DETACH PARTITION ` + name + ` CONCURRENTLY`
-	if part.DetachPending {
-		detach = `ALTER TABLE processed_event DETACH PARTITION ` + name + ` FINALIZE`
-	}
-	if _, err := c.Exec(ctx, detach); err != nil {
+	defer func() { _, _ = resetStatementTimeout.Run(context.WithoutCancel(ctx), c, query.NoParams{}) }()
+	if _, err := detachPartition.Run(ctx, c, detachParams{Name: part.Name, Finalize: part.DetachPending}); err != nil {
 		return fmt.Errorf("dedup: detach partition %s: %w", part.Name, err)
 	}
-	if _, err := c.Exec(ctx, `DROP TABLE `+name); err != nil {
+	if _, err := dropPartitionTable.Run(ctx, c, partitionParams{Name: part.Name}); err != nil {
 		return fmt.Errorf("dedup: drop partition %s: %w", part.Name, err)
 	}
 	return nil
@@ -124,13 +120,7 @@ func dropPartition(ctx context.Context, c *pgx.Conn, part Partition, timeout tim
 // day is past the cutoff, and finalizes pending detaches of expired
 // partitions (dropPartition does that as it meets them).
 func dropDetached(ctx context.Context, c *pgx.Conn, cutoff time.Time, dryRun bool, res *PurgeResult) error {
-	rows, err := c.Query(ctx, `SELECT c.relname::text FROM pg_class c
-		WHERE c.relkind = 'r' AND c.relname LIKE 'processed\_event\_p%' AND c.relnamespace = (SELECT relnamespace FROM pg_class WHERE oid = to_regclass('processed_event'))
-		AND NOT EXISTS (SELECT 1 FROM pg_inherits i WHERE i.inhrelid = c.oid)`)
-	if err != nil {
-		return fmt.Errorf("dedup: purge partitions: %w", err)
-	}
-	names, err := pgx.CollectRows(rows, pgx.RowTo[string])
+	names, err := listDetached.All(ctx, c, query.NoParams{})
 	if err != nil {
 		return fmt.Errorf("dedup: purge partitions: %w", err)
 	}
@@ -148,7 +138,7 @@ func dropDetached(ctx context.Context, c *pgx.Conn, cutoff time.Time, dryRun boo
 			return err
 		}
 		if !dryRun {
-			if _, err := c.Exec(ctx, `DROP TABLE `+pgx.Identifier{name}.Sanitize()); err != nil {
+			if _, err := dropPartitionTable.Run(ctx, c, partitionParams{Name: name}); err != nil {
 				return fmt.Errorf("dedup: drop detached partition %s: %w", name, err)
 			}
 		}
@@ -162,15 +152,15 @@ func dropDetached(ctx context.Context, c *pgx.Conn, cutoff time.Time, dryRun boo
 // table has been vacuumed or analyzed (autovacuum does it after a day of
 // inserts), else an exact count.
 func partitionRows(ctx context.Context, c *pgx.Conn, name string) (int64, error) {
-	var est float64
-	if err := c.QueryRow(ctx, `SELECT reltuples FROM pg_class WHERE oid = to_regclass($1)`, pgx.Identifier{name}.Sanitize()).Scan(&est); err != nil {
+	est, err := partitionReltuples.One(ctx, c, partitionParams{Name: name})
+	if err != nil {
 		return 0, fmt.Errorf("dedup: rows of %s: %w", name, err)
 	}
 	if est >= 0 {
 		return int64(est), nil
 	}
-	var n int64
-	if err := c.QueryRow(ctx, `SELECT count(*) FROM `+pgx.Identifier{name}.Sanitize()).Scan(&n); err != nil {
+	n, err := countPartition.One(ctx, c, partitionParams{Name: name})
+	if err != nil {
 		return 0, fmt.Errorf("dedup: rows of %s: %w", name, err)
 	}
 	return n, nil

@@ -11,6 +11,7 @@ import (
 	"github.com/jackc/pgx/v5"
 
 	"github.com/platformd/platformd/internal/dbutil"
+	"github.com/platformd/platformd/internal/query"
 )
 
 // partitionLockName is the advisory lock partition maintenance runs under
@@ -48,22 +49,14 @@ func floorDay(t time.Time) time.Time { return t.UTC().Truncate(PartitionWidth) }
 // ListPartitions returns processed_event's partitions, oldest first. It is
 // safe for concurrent use.
 func ListPartitions(ctx context.Context, db Querier) ([]Partition, error) {
-	rows, err := db.Query(ctx, `SELECT c.relname::text, pg_get_expr(c.relpartbound, c.oid), i.inhdetachpending
-		FROM pg_inherits i JOIN pg_class c ON c.oid = i.inhrelid
-		WHERE i.inhparent = to_regclass('processed_event')`)
-	if err != nil {
-		return nil, fmt.Errorf("dedup: list partitions: %w", err)
-	}
 	var out []Partition
-	var name, bound string
-	var pending bool
-	_, err = pgx.ForEachRow(rows, []any{&name, &bound, &pending}, func() error {
-		m := boundRE.FindStringSubmatch(bound)
+	err := listPartitions.Each(ctx, db, query.NoParams{}, func(r partitionRow) error {
+		m := boundRE.FindStringSubmatch(r.Bound)
 		if m == nil {
-			return fmt.Errorf("partition %s: unexpected bound %q", name, bound)
+			return fmt.Errorf("partition %s: unexpected bound %q", r.Name, r.Bound)
 		}
 		from, to := uuid.MustParse(m[1]), uuid.MustParse(m[2])
-		out = append(out, Partition{Name: name, From: V7Time(from).UTC(), To: V7Time(to).UTC(), DetachPending: pending})
+		out = append(out, Partition{Name: r.Name, From: V7Time(from).UTC(), To: V7Time(to).UTC(), DetachPending: r.DetachPending})
 		return nil
 	})
 	if err != nil {
@@ -108,7 +101,7 @@ func PartitionSpan(ctx context.Context, db Querier) (from, to time.Time, ok bool
 func EnsurePartitions(ctx context.Context, db dbutil.TxStarter, from, to time.Time) ([]string, error) {
 	var created []string
 	err := dbutil.WithTx(ctx, db, dbutil.ReadCommitted, func(ctx context.Context, tx pgx.Tx) error {
-		if _, err := tx.Exec(ctx, `SELECT pg_advisory_xact_lock(hashtextextended($1, 0))`, partitionLockName); err != nil {
+		if _, err := lockPartitions.Run(ctx, tx, query.NoParams{}); err != nil {
 			return err
 		}
 		var err error
@@ -134,15 +127,14 @@ func ensurePartitions(ctx context.Context, tx pgx.Tx, from, to time.Time) ([]str
 		if slices.ContainsFunc(parts, func(p Partition) bool { return p.From.Before(end) && p.To.After(day) }) {
 			continue
 		}
-		name := pgx.Identifier{partitionName(day)}.Sanitize()
-		if _, err := tx.Exec(ctx, `CREATE TABLE `+name+` (LIKE processed_event INCLUDING DEFAULTS INCLUDING CONSTRAINTS)`); err != nil {
-			return nil, fmt.Errorf("create partition %s: %w", name, err)
+		name := partitionName(day)
+		if _, err := createPartition.Run(ctx, tx, partitionParams{Name: name}); err != nil {
+			return nil, fmt.Errorf("partition %s: %w", name, err)
 		}
-		if _, err := tx.Exec(ctx, fmt.Sprintf(`ALTER TABLE processed_event ATTACH PARTITION %s FOR VALUES FROM ('%s') TO ('%s')`,
-			name, FloorUUID(day), FloorUUID(end))); err != nil {
-			return nil, fmt.Errorf("attach partition %s: %w", name, err)
+		if _, err := attachPartition.Run(ctx, tx, attachParams{Name: name, From: FloorUUID(day), To: FloorUUID(end)}); err != nil {
+			return nil, fmt.Errorf("partition %s: %w", name, err)
 		}
-		created = append(created, partitionName(day))
+		created = append(created, name)
 	}
 	return created, nil
 }

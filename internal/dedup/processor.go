@@ -18,6 +18,7 @@ import (
 	"github.com/platformd/platformd/consumer"
 	"github.com/platformd/platformd/internal/batchscope"
 	"github.com/platformd/platformd/internal/dbutil"
+	"github.com/platformd/platformd/internal/query"
 )
 
 // ProcessorConfig configures a Processor.
@@ -303,7 +304,7 @@ func (p *Processor) runIsolated(ctx context.Context, ts []*task, immediate bool)
 	var commit trace.Span
 	err := dbutil.WithTx(ctx, p.db, dbutil.ReadCommitted, func(ctx context.Context, tx pgx.Tx) error {
 		if immediate {
-			if _, err := tx.Exec(ctx, `SET CONSTRAINTS ALL IMMEDIATE`); err != nil {
+			if _, err := setConstraintsImmediate.Run(ctx, tx, query.NoParams{}); err != nil {
 				return err
 			}
 		}

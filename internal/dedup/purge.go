@@ -81,28 +81,6 @@ type PurgeResult struct {
 	HorizonInForce time.Duration
 }
 
-// purgeChunkSQL deletes up to $3 rows processed in [$1, $2), oldest first
-// through the processed_at index, and returns the newest processed_at it
-// deleted. SKIP LOCKED lets two overlapping purges (several daemons, or a
-// scheduled and a manual run) share the work without waiting on or
-// deadlocking with each other; each row is deleted once. The lower bound
-// is where the previous chunk ended (keyset): the index entries of the
-// rows already deleted stay until vacuum, and a scan from the oldest again
-// at every chunk walked all of them, a cost that grew with the purge (at
-// 2M deleted rows of a 10M-row table under load, a chunk of 100 rows took
-// over 150 ms and the purge fell to ~400 rows/s).
-const purgeChunkSQL = `WITH doomed AS (
-    SELECT event_id, processed_at FROM processed_event
-    WHERE processed_at >= $1 AND processed_at < $2
-    ORDER BY processed_at
-    LIMIT $3
-    FOR UPDATE SKIP LOCKED
-), gone AS (
-    DELETE FROM processed_event p USING doomed d WHERE p.event_id = d.event_id
-    RETURNING d.processed_at
-)
-SELECT count(*), max(processed_at) FROM gone`
-
 // Purge deletes processed_event rows older than the horizon in chunks of
 // BatchSize rows, each chunk its own short transaction, until a chunk comes
 // back short. The cutoff is computed once, by the database clock, so that
@@ -120,8 +98,7 @@ func Purge(ctx context.Context, db *pgxpool.Pool, p PurgeParams) (PurgeResult, e
 		return res, fmt.Errorf("dedup: purge: %w", err)
 	}
 	res.HorizonInForce = HorizonInForce(layout, p.Horizon)
-	if err := db.QueryRow(ctx, `SELECT now() - make_interval(secs => $1::float8 / 1e6)`,
-		res.HorizonInForce.Microseconds()).Scan(&res.Cutoff); err != nil {
+	if res.Cutoff, err = purgeCutoff.One(ctx, db, purgeCutoffParams{Horizon: res.HorizonInForce}); err != nil {
 		return res, fmt.Errorf("dedup: purge: cutoff: %w", err)
 	}
 	if layout == LayoutPartitioned {
@@ -136,15 +113,14 @@ func Purge(ctx context.Context, db *pgxpool.Pool, p PurgeParams) (PurgeResult, e
 	from := time.Time{} // keyset: where the next chunk's index scan starts
 
 	if p.DryRun {
-		if err := db.QueryRow(ctx, `SELECT count(*) FROM processed_event WHERE processed_at < $1`,
-			res.Cutoff).Scan(&res.Deleted); err != nil {
+		if res.Deleted, err = countPurgeable.One(ctx, db, countPurgeableParams{Cutoff: res.Cutoff}); err != nil {
 			return res, fmt.Errorf("dedup: purge dry run: %w", err)
 		}
 		return res, nil
 	}
 	for {
 		start := time.Now()
-		n, last, err := purgeChunk(ctx, db, from, res.Cutoff, size, chunkTimeout)
+		n, last, err := runPurgeChunk(ctx, db, from, res.Cutoff, size, chunkTimeout)
 		took := time.Since(start)
 		if err != nil {
 			return res, fmt.Errorf("dedup: purge chunk %d: %w", res.Chunks+1, err)
@@ -182,7 +158,7 @@ func Purge(ctx context.Context, db *pgxpool.Pool, p PurgeParams) (PurgeResult, e
 	}
 }
 
-func purgeChunk(ctx context.Context, db *pgxpool.Pool, from, cutoff time.Time, batch int, timeout time.Duration) (int64, *time.Time, error) {
+func runPurgeChunk(ctx context.Context, db *pgxpool.Pool, from, cutoff time.Time, batch int, timeout time.Duration) (int64, *time.Time, error) {
 	if err := ctx.Err(); err != nil {
 		return 0, nil, err
 	}
@@ -196,19 +172,13 @@ func purgeChunk(ctx context.Context, db *pgxpool.Pool, from, cutoff time.Time, b
 	// progress (and the transaction helper rolls it back).
 	txCtx, txCancel := context.WithTimeout(context.WithoutCancel(ctx), timeout)
 	defer txCancel()
-	type chunk struct {
-		n    int64
-		last *time.Time
-	}
-	c, err := dbutil.WithTxV(txCtx, db, dbutil.ReadCommitted, func(_ context.Context, tx pgx.Tx) (chunk, error) {
-		var c chunk
-		if _, err := tx.Exec(tctx, fmt.Sprintf("SET LOCAL statement_timeout = %d", timeout.Milliseconds())); err != nil {
-			return c, err
+	c, err := dbutil.WithTxV(txCtx, db, dbutil.ReadCommitted, func(_ context.Context, tx pgx.Tx) (purgeChunkRow, error) {
+		if _, err := setStatementTimeout.Run(tctx, tx, statementTimeoutParams{Timeout: timeout, Local: true}); err != nil {
+			return purgeChunkRow{}, err
 		}
-		err := tx.QueryRow(tctx, purgeChunkSQL, from, cutoff, batch).Scan(&c.n, &c.last)
-		return c, err
+		return purgeChunk.One(tctx, tx, purgeChunkParams{From: from, Cutoff: cutoff, Limit: batch})
 	})
-	return c.n, c.last, err
+	return c.N, c.Last, err
 }
 
 // nextChunkSize scales the chunk so the next one takes about target: down

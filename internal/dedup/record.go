@@ -3,7 +3,6 @@ package dedup
 import (
 	"bytes"
 	"context"
-	"fmt"
 	"slices"
 
 	"github.com/google/uuid"
@@ -30,7 +29,7 @@ func (p *Processor) record(ctx context.Context, tx pgx.Tx, ts []*task) ([]*task,
 		if refusedByTable(err) {
 			return nil, &refusal{cause: err}
 		}
-		return nil, fmt.Errorf("insert processed_event: %w", err)
+		return nil, err
 	}
 	fresh := make([]*task, 0, len(ts))
 	for _, t := range ts {
@@ -43,11 +42,6 @@ func (p *Processor) record(ctx context.Context, tx pgx.Tx, ts []*task) ([]*task,
 	return fresh, nil
 }
 
-const insertSQL = `INSERT INTO processed_event (event_id, processed_at)
-SELECT unnest($1::uuid[]), now()
-ON CONFLICT (event_id) DO NOTHING
-RETURNING event_id`
-
 // RecordIDs is the dedup step's statement: it inserts ids into
 // processed_event in tx with one INSERT ... ON CONFLICT DO NOTHING and
 // returns those that were not there (an id given twice is inserted once).
@@ -56,13 +50,8 @@ func RecordIDs(ctx context.Context, tx pgx.Tx, ids [][16]byte) (map[uuid.UUID]st
 	// Lock rows in one global order: two daemons inserting overlapping
 	// ids (relay republishes) in different orders would deadlock (40P01).
 	slices.SortFunc(ids, func(a, b [16]byte) int { return bytes.Compare(a[:], b[:]) })
-	rows, err := tx.Query(ctx, insertSQL, ids)
-	if err != nil {
-		return nil, err
-	}
 	inserted := make(map[uuid.UUID]struct{}, len(ids))
-	var id [16]byte
-	_, err = pgx.ForEachRow(rows, []any{&id}, func() error {
+	err := insertProcessed.Each(ctx, tx, insertProcessedParams{IDs: ids}, func(id [16]byte) error {
 		inserted[id] = struct{}{}
 		return nil
 	})

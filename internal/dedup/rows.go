@@ -4,7 +4,7 @@ import (
 	"context"
 	"fmt"
 
-	"github.com/jackc/pgx/v5"
+	"github.com/platformd/platformd/internal/query"
 )
 
 // EstimateRows returns an estimate of the rows in processed_event without
@@ -22,23 +22,12 @@ import (
 // For a partitioned processed_event the estimate is the sum of its
 // partitions' estimates.
 func EstimateRows(ctx context.Context, db Querier) (int64, error) {
-	rows, err := db.Query(ctx, `SELECT c.reltuples, c.relpages,
-			pg_relation_size(c.oid) / current_setting('block_size')::bigint, s.n_live_tup
-		FROM pg_class c LEFT JOIN pg_stat_user_tables s ON s.relid = c.oid
-		WHERE c.oid = to_regclass('processed_event') AND c.relkind = 'r'
-		   OR c.oid IN (SELECT inhrelid FROM pg_inherits WHERE inhparent = to_regclass('processed_event'))`)
-	if err != nil {
-		return 0, fmt.Errorf("dedup: estimate processed_event rows: %w", err)
-	}
 	var (
-		reltuples       float64
-		relpages, pages int64
-		live            *int64
-		total           int64
-		known           bool
+		total int64
+		known bool
 	)
-	_, err = pgx.ForEachRow(rows, []any{&reltuples, &relpages, &pages, &live}, func() error {
-		if n := estimate(reltuples, relpages, pages, live); n >= 0 {
+	err := estimateRows.Each(ctx, db, query.NoParams{}, func(t tableEstimate) error {
+		if n := estimate(t.Reltuples, t.Relpages, t.Pages, t.Live); n >= 0 {
 			total += n
 			known = true
 		}

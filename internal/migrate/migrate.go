@@ -21,6 +21,7 @@ import (
 
 	"github.com/platformd/platformd/consumer"
 	"github.com/platformd/platformd/internal/dbutil"
+	"github.com/platformd/platformd/internal/query"
 	"github.com/platformd/platformd/migrations"
 )
 
@@ -113,10 +114,10 @@ func ensureSchema(ctx context.Context, cfg *pgx.ConnConfig) error {
 	}
 	defer conn.Close(context.WithoutCancel(ctx))
 	err = dbutil.WithTx(ctx, conn, dbutil.ReadCommitted, func(ctx context.Context, tx pgx.Tx) error {
-		if _, err := tx.Exec(ctx, `SELECT pg_advisory_xact_lock($1)`, lockID); err != nil {
+		if _, err := lockMigrations.Run(ctx, tx, query.NoParams{}); err != nil {
 			return fmt.Errorf("lock: %w", err)
 		}
-		if _, err := tx.Exec(ctx, `CREATE SCHEMA IF NOT EXISTS platform`); err != nil {
+		if _, err := createPlatformSchema.Run(ctx, tx, query.NoParams{}); err != nil {
 			return fmt.Errorf("create schema platform: %w", err)
 		}
 		return nil

@@ -6,9 +6,6 @@ import (
 	"encoding/json"
 	"fmt"
 	"time"
-
-	"github.com/jackc/pgx/v5"
-	"github.com/jackc/pgx/v5/pgconn"
 )
 
 // Audited actions (AuditEntry.Action, platform.audit_log.action).
@@ -64,16 +61,10 @@ type AuditEntry struct {
 	Detail map[string]any
 }
 
-// Execer runs a statement: a *pgxpool.Pool, a connection or a pgx.Tx, so
-// that an action and its audit entry can share a transaction.
-type Execer interface {
-	Exec(ctx context.Context, sql string, args ...any) (pgconn.CommandTag, error)
-}
-
 // AppendAudit records one entry in platform.audit_log through q (in q's
 // transaction, if q is one). actor is a token name, never a secret; a nil
 // detail is stored as {}. It is safe for concurrent use.
-func AppendAudit(ctx context.Context, q Execer, actor, action, target string, detail map[string]any) error {
+func AppendAudit(ctx context.Context, q Querier, actor, action, target string, detail map[string]any) error {
 	if detail == nil {
 		detail = map[string]any{}
 	}
@@ -81,21 +72,10 @@ func AppendAudit(ctx context.Context, q Execer, actor, action, target string, de
 	if err != nil {
 		return fmt.Errorf("state: audit %s %s: %w", action, target, err)
 	}
-	if _, err := q.Exec(ctx, `INSERT INTO platform.audit_log (actor, action, target, detail)
-		VALUES ($1, $2, $3, $4)`, actor, action, target, raw); err != nil {
+	if _, err := insertAudit.Run(ctx, q, insertAuditParams{Actor: actor, Action: action, Target: target, Detail: raw}); err != nil {
 		return fmt.Errorf("state: audit %s %s: %w", action, target, err)
 	}
 	return nil
-}
-
-// Querier runs a query: a *pgxpool.Pool, a connection or a pgx.Tx.
-type Querier interface {
-	Query(ctx context.Context, sql string, args ...any) (pgx.Rows, error)
-}
-
-// RowQuerier reads one row: a *pgxpool.Pool, a connection or a pgx.Tx.
-type RowQuerier interface {
-	QueryRow(ctx context.Context, sql string, args ...any) pgx.Row
 }
 
 // ListAudit returns at most limit entries of q's platform.audit_log
@@ -105,30 +85,21 @@ func ListAudit(ctx context.Context, q Querier, limit int) ([]AuditEntry, error) 
 	if limit <= 0 {
 		limit = ListAuditLimitDefault
 	}
-	rows, err := q.Query(ctx, `SELECT id, at, actor, action, target, detail FROM platform.audit_log
-		ORDER BY at DESC, id DESC LIMIT $1`, limit)
-	if err != nil {
-		return nil, fmt.Errorf("state: list audit: %w", err)
-	}
-	out, err := pgx.CollectRows(rows, func(row pgx.CollectableRow) (AuditEntry, error) {
-		var (
-			e   AuditEntry
-			raw []byte
-		)
-		if err := row.Scan(&e.ID, &e.At, &e.Actor, &e.Action, &e.Target, &raw); err != nil {
-			return AuditEntry{}, err
-		}
+	out := []AuditEntry{} // empty, not nil, as before: a JSON list
+	err := listAudit.Each(ctx, q, limitParams{Limit: limit}, func(r auditRow) error {
+		e := AuditEntry{ID: r.ID, At: r.At, Actor: r.Actor, Action: r.Action, Target: r.Target}
 		// Numbers stay as written (json.Number): a count prints as 1000000,
 		// not 1e+06.
-		dec := json.NewDecoder(bytes.NewReader(raw))
+		dec := json.NewDecoder(bytes.NewReader(r.Detail))
 		dec.UseNumber()
 		if err := dec.Decode(&e.Detail); err != nil {
-			return AuditEntry{}, fmt.Errorf("entry %d: detail: %w", e.ID, err)
+			return fmt.Errorf("entry %d: detail: %w", e.ID, err)
 		}
 		if e.Detail == nil {
 			e.Detail = map[string]any{}
 		}
-		return e, nil
+		out = append(out, e)
+		return nil
 	})
 	if err != nil {
 		return nil, fmt.Errorf("state: list audit: %w", err)

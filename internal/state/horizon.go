@@ -50,19 +50,17 @@ type Horizon struct {
 // GetHorizon returns the horizon stored for service, or def (Stored false,
 // UpdatedBy HorizonUpdatedByConfig) when none is stored. min is reported as
 // MinHorizon. It is safe for concurrent use.
-func GetHorizon(ctx context.Context, db RowQuerier, service string, def, min time.Duration) (Horizon, error) {
+func GetHorizon(ctx context.Context, db Querier, service string, def, min time.Duration) (Horizon, error) {
 	h := Horizon{Service: service, MinHorizon: min}
-	err := db.QueryRow(ctx, `SELECT horizon, forced, updated_at, updated_by
-		FROM platform.service_horizon WHERE service = $1`, service).
-		Scan(&h.Horizon, &h.Forced, &h.UpdatedAt, &h.UpdatedBy)
-	if errors.Is(err, pgx.ErrNoRows) {
-		h.Horizon, h.UpdatedBy = def, HorizonUpdatedByConfig
-		return h, nil
-	}
+	r, ok, err := getHorizon.Find(ctx, db, serviceParams{Service: service})
 	if err != nil {
 		return Horizon{}, fmt.Errorf("state: get horizon of %s: %w", service, err)
 	}
-	h.Stored = true
+	if !ok {
+		h.Horizon, h.UpdatedBy = def, HorizonUpdatedByConfig
+		return h, nil
+	}
+	h.Horizon, h.Forced, h.UpdatedAt, h.UpdatedBy, h.Stored = r.Horizon, r.Forced, r.UpdatedAt, r.UpdatedBy, true
 	return h, nil
 }
 
@@ -90,25 +88,23 @@ func SetHorizon(ctx context.Context, db *pgxpool.Pool, service string, h, min ti
 	err := dbutil.WithTx(ctx, db, dbutil.ReadCommitted, func(ctx context.Context, tx pgx.Tx) error {
 		// Serialize setters of this service: the first horizon of a service
 		// has no row to lock yet.
-		if _, err := tx.Exec(ctx, `SELECT pg_advisory_xact_lock(hashtextextended('platformd.horizon.' || $1, 0))`, service); err != nil {
+		if _, err := lockHorizon.Run(ctx, tx, serviceParams{Service: service}); err != nil {
 			return err
 		}
 		var old *time.Duration
-		err := tx.QueryRow(ctx, `SELECT horizon FROM platform.service_horizon WHERE service = $1`, service).Scan(&old)
-		if err != nil && !errors.Is(err, pgx.ErrNoRows) {
+		stored, found, err := storedHorizon.Find(ctx, tx, serviceParams{Service: service})
+		if err != nil {
 			return err
 		}
-		if err := tx.QueryRow(ctx, `INSERT INTO platform.service_horizon (service, horizon, forced, updated_at, updated_by)
-			VALUES ($1, $2, $3, now(), $4)
-			ON CONFLICT (service) DO UPDATE SET horizon = EXCLUDED.horizon, forced = EXCLUDED.forced,
-				updated_at = EXCLUDED.updated_at, updated_by = EXCLUDED.updated_by
-			RETURNING horizon, forced, updated_at, updated_by`, service, h, below, actor).
-			Scan(&res.Horizon, &res.Forced, &res.UpdatedAt, &res.UpdatedBy); err != nil {
+		if found {
+			old = &stored
+		}
+		r, err := upsertHorizon.One(ctx, tx, setHorizonParams{Service: service, Horizon: h, Forced: below, Actor: actor})
+		if err != nil {
 			return err
 		}
-		if _, err := tx.Exec(ctx, `INSERT INTO platform.horizon_audit
-			(service, old_horizon, new_horizon, forced, changed_at, changed_by)
-			VALUES ($1, $2, $3, $4, now(), $5)`, service, old, h, below, actor); err != nil {
+		res.Horizon, res.Forced, res.UpdatedAt, res.UpdatedBy = r.Horizon, r.Forced, r.UpdatedAt, r.UpdatedBy
+		if _, err := insertHorizonAudit.Run(ctx, tx, horizonAuditParams{Service: service, Old: old, New: h, Forced: below, Actor: actor}); err != nil {
 			return err
 		}
 		var from any
@@ -120,7 +116,7 @@ func SetHorizon(ctx context.Context, db *pgxpool.Pool, service string, h, min ti
 		}); err != nil {
 			return err
 		}
-		_, err = tx.Exec(ctx, `SELECT pg_notify($1, $2)`, ChannelHorizon, service)
+		_, err = notify.Run(ctx, tx, notifyParams{Channel: ChannelHorizon, Payload: service})
 		return err
 	})
 	if err != nil {

@@ -2,7 +2,6 @@ package state
 
 import (
 	"context"
-	"errors"
 	"fmt"
 	"time"
 
@@ -30,17 +29,12 @@ type PoolState struct {
 
 // GetPoolState returns the stored state of pool; a pool never paused is
 // running (Paused false, zero UpdatedAt).
-func GetPoolState(ctx context.Context, db RowQuerier, pool string) (PoolState, error) {
-	st := PoolState{Pool: pool}
-	err := db.QueryRow(ctx, `SELECT paused, reason, updated_at, updated_by FROM platform.pool_state WHERE pool = $1`, pool).
-		Scan(&st.Paused, &st.Reason, &st.UpdatedAt, &st.UpdatedBy)
-	if errors.Is(err, pgx.ErrNoRows) {
-		return st, nil
-	}
+func GetPoolState(ctx context.Context, db Querier, pool string) (PoolState, error) {
+	r, _, err := getPoolState.Find(ctx, db, poolParams{Pool: pool})
 	if err != nil {
-		return st, fmt.Errorf("state: get pool %s: %w", pool, err)
+		return PoolState{Pool: pool}, fmt.Errorf("state: get pool %s: %w", pool, err)
 	}
-	return st, nil
+	return PoolState{Pool: pool, Paused: r.Paused, Reason: r.Reason, UpdatedAt: r.UpdatedAt, UpdatedBy: r.UpdatedBy}, nil
 }
 
 // SetPoolPaused stores pool's pause state and announces it on
@@ -51,14 +45,11 @@ func GetPoolState(ctx context.Context, db RowQuerier, pool string) (PoolState, e
 func SetPoolPaused(ctx context.Context, db *pgxpool.Pool, pool string, paused bool, reason, actor string) (PoolState, error) {
 	st := PoolState{Pool: pool}
 	err := dbutil.WithTx(ctx, db, dbutil.ReadCommitted, func(ctx context.Context, tx pgx.Tx) error {
-		if err := tx.QueryRow(ctx, `INSERT INTO platform.pool_state (pool, paused, reason, updated_at, updated_by)
-			VALUES ($1, $2, $3, now(), $4)
-			ON CONFLICT (pool) DO UPDATE SET paused = EXCLUDED.paused, reason = EXCLUDED.reason,
-				updated_at = EXCLUDED.updated_at, updated_by = EXCLUDED.updated_by
-			RETURNING paused, reason, updated_at, updated_by`, pool, paused, reason, actor).
-			Scan(&st.Paused, &st.Reason, &st.UpdatedAt, &st.UpdatedBy); err != nil {
+		r, err := upsertPoolState.One(ctx, tx, setPoolParams{Pool: pool, Paused: paused, Reason: reason, Actor: actor})
+		if err != nil {
 			return err
 		}
+		st.Paused, st.Reason, st.UpdatedAt, st.UpdatedBy = r.Paused, r.Reason, r.UpdatedAt, r.UpdatedBy
 		action, detail := AuditPoolResume, map[string]any{}
 		if paused {
 			action, detail = AuditPoolPause, map[string]any{"reason": reason}
@@ -66,7 +57,7 @@ func SetPoolPaused(ctx context.Context, db *pgxpool.Pool, pool string, paused bo
 		if err := AppendAudit(ctx, tx, actor, action, pool, detail); err != nil {
 			return err
 		}
-		_, err := tx.Exec(ctx, `SELECT pg_notify($1, $2)`, ChannelPool, pool)
+		_, err = notify.Run(ctx, tx, notifyParams{Channel: ChannelPool, Payload: pool})
 		return err
 	})
 	if err != nil {

@@ -56,30 +56,6 @@ type PurgeRun struct {
 	Daemon string
 }
 
-const purgeRunColumns = `id, service, trigger, dry_run, started_at, finished_at, cutoff, deleted, error, daemon`
-
-func scanPurgeRun(row pgx.Row) (PurgeRun, error) {
-	var (
-		r                PurgeRun
-		finished, cutoff *time.Time
-		errText          *string
-	)
-	if err := row.Scan(&r.ID, &r.Service, &r.Trigger, &r.DryRun, &r.StartedAt, &finished, &cutoff,
-		&r.Deleted, &errText, &r.Daemon); err != nil {
-		return PurgeRun{}, err
-	}
-	if finished != nil {
-		r.FinishedAt = *finished
-	}
-	if cutoff != nil {
-		r.Cutoff = *cutoff
-	}
-	if errText != nil {
-		r.Error = *errText
-	}
-	return r, nil
-}
-
 // StartPurgeRun records the start of a purge of service (started_at is the
 // database's now()) and returns the run's id. trigger is TriggerSchedule or
 // TriggerAdmin; daemon identifies the daemon instance running it.
@@ -87,9 +63,8 @@ func StartPurgeRun(ctx context.Context, db *pgxpool.Pool, service, trigger strin
 	if trigger != TriggerSchedule && trigger != TriggerAdmin {
 		return 0, fmt.Errorf("state: start purge run of %s: unknown trigger %q", service, trigger)
 	}
-	var id int64
-	if err := db.QueryRow(ctx, `INSERT INTO platform.purge_run (service, trigger, dry_run, started_at, daemon)
-		VALUES ($1, $2, $3, now(), $4) RETURNING id`, service, trigger, dryRun, daemon).Scan(&id); err != nil {
+	id, err := insertPurgeRun.One(ctx, db, startPurgeRunParams{Service: service, Trigger: trigger, DryRun: dryRun, Daemon: daemon})
+	if err != nil {
 		return 0, fmt.Errorf("state: start purge run of %s: %w", service, err)
 	}
 	return id, nil
@@ -111,17 +86,14 @@ func FinishPurgeRun(ctx context.Context, db *pgxpool.Pool, id int64, cutoff time
 		s := runErr.Error()
 		errText = &s
 	}
-	r, err := scanPurgeRun(db.QueryRow(ctx, `UPDATE platform.purge_run
-		SET finished_at = clock_timestamp(), cutoff = $2, deleted = $3, error = $4
-		WHERE id = $1 AND finished_at IS NULL
-		RETURNING `+purgeRunColumns, id, c, deleted, errText))
+	r, err := finishPurgeRun.One(ctx, db, finishPurgeRunParams{ID: id, Cutoff: c, Deleted: deleted, Error: errText})
 	if errors.Is(err, pgx.ErrNoRows) {
 		return PurgeRun{}, fmt.Errorf("state: finish purge run %d: %w", id, ErrPurgeRunNotFound)
 	}
 	if err != nil {
 		return PurgeRun{}, fmt.Errorf("state: finish purge run %d: %w", id, err)
 	}
-	return r, nil
+	return r.run(), nil
 }
 
 // ListPurgeRuns returns at most limit runs of service (ListPurgeRunsLimitDefault
@@ -130,12 +102,11 @@ func ListPurgeRuns(ctx context.Context, db *pgxpool.Pool, service string, limit 
 	if limit <= 0 {
 		limit = ListPurgeRunsLimitDefault
 	}
-	rows, err := db.Query(ctx, `SELECT `+purgeRunColumns+` FROM platform.purge_run
-		WHERE service = $1 ORDER BY started_at DESC, id DESC LIMIT $2`, service, limit)
-	if err != nil {
-		return nil, fmt.Errorf("state: list purge runs of %s: %w", service, err)
-	}
-	runs, err := pgx.CollectRows(rows, func(row pgx.CollectableRow) (PurgeRun, error) { return scanPurgeRun(row) })
+	runs := []PurgeRun{} // empty, not nil, as before: a JSON list
+	err := listPurgeRuns.Each(ctx, db, servicePageParams{Service: service, Limit: limit}, func(r purgeRunRow) error {
+		runs = append(runs, r.run())
+		return nil
+	})
 	if err != nil {
 		return nil, fmt.Errorf("state: list purge runs of %s: %w", service, err)
 	}
@@ -145,16 +116,14 @@ func ListPurgeRuns(ctx context.Context, db *pgxpool.Pool, service string, limit 
 // LastPurge returns the last finished, successful run of service that
 // deleted (not a dry run), by finish time; false when there is none.
 func LastPurge(ctx context.Context, db *pgxpool.Pool, service string) (PurgeRun, bool, error) {
-	r, err := scanPurgeRun(db.QueryRow(ctx, `SELECT `+purgeRunColumns+` FROM platform.purge_run
-		WHERE service = $1 AND finished_at IS NOT NULL AND error IS NULL AND NOT dry_run
-		ORDER BY finished_at DESC, id DESC LIMIT 1`, service))
-	if errors.Is(err, pgx.ErrNoRows) {
-		return PurgeRun{}, false, nil
-	}
+	r, ok, err := lastPurge.Find(ctx, db, serviceParams{Service: service})
 	if err != nil {
 		return PurgeRun{}, false, fmt.Errorf("state: last purge of %s: %w", service, err)
 	}
-	return r, true, nil
+	if !ok {
+		return PurgeRun{}, false, nil
+	}
+	return r.run(), true, nil
 }
 
 // PrunePurgeRuns deletes the finished runs of service beyond its newest
@@ -164,12 +133,7 @@ func PrunePurgeRuns(ctx context.Context, db *pgxpool.Pool, service string, keep 
 	if keep <= 0 {
 		keep = PurgeRunsKeepDefault
 	}
-	tag, err := db.Exec(ctx, `DELETE FROM platform.purge_run
-		WHERE service = $1 AND finished_at IS NOT NULL AND id < (
-			SELECT min(id) FROM (
-				SELECT id FROM platform.purge_run
-				WHERE service = $1 AND finished_at IS NOT NULL
-				ORDER BY id DESC LIMIT $2) AS newest)`, service, keep)
+	tag, err := prunePurgeRuns.Run(ctx, db, pruneParams{Service: service, Keep: keep})
 	if err != nil {
 		return 0, fmt.Errorf("state: prune purge runs of %s: %w", service, err)
 	}
@@ -180,14 +144,12 @@ func PrunePurgeRuns(ctx context.Context, db *pgxpool.Pool, service string, keep 
 // a dry run, failed or not (its Error says), by finish time; false when
 // there is none. It is what an operator asks: did the last purge work?
 func LastFinishedPurge(ctx context.Context, db *pgxpool.Pool, service string) (PurgeRun, bool, error) {
-	r, err := scanPurgeRun(db.QueryRow(ctx, `SELECT `+purgeRunColumns+` FROM platform.purge_run
-		WHERE service = $1 AND finished_at IS NOT NULL AND NOT dry_run
-		ORDER BY finished_at DESC, id DESC LIMIT 1`, service))
-	if errors.Is(err, pgx.ErrNoRows) {
-		return PurgeRun{}, false, nil
-	}
+	r, ok, err := lastFinishedPurge.Find(ctx, db, serviceParams{Service: service})
 	if err != nil {
 		return PurgeRun{}, false, fmt.Errorf("state: last finished purge of %s: %w", service, err)
 	}
-	return r, true, nil
+	if !ok {
+		return PurgeRun{}, false, nil
+	}
+	return r.run(), true, nil
 }

@@ -6,7 +6,6 @@ import (
 	"math/rand/v2"
 	"time"
 
-	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgxpool"
 )
 
@@ -41,7 +40,7 @@ func watchOnce(ctx context.Context, db *pgxpool.Pool, channels []string, fn func
 	conn := pc.Hijack()
 	defer func() { _ = conn.Close(context.WithoutCancel(ctx)) }()
 	for _, ch := range channels {
-		if _, err := conn.Exec(ctx, "LISTEN "+pgx.Identifier{ch}.Sanitize()); err != nil {
+		if _, err := listen.Run(ctx, conn, ch); err != nil {
 			return err
 		}
 	}

@@ -1,0 +1,222 @@
+package state
+
+import (
+	"time"
+
+	"github.com/jackc/pgx/v5"
+
+	"github.com/platformd/platformd/internal/query"
+)
+
+// This file holds every statement state runs on the platform schema's
+// tables (service_horizon, horizon_audit, pool_state, audit_log,
+// purge_run), each named (package query): "state.upsert_horizon" is what
+// pg_stat_activity and the errors show.
+
+// Querier runs statements: a *pgxpool.Pool, a connection or a pgx.Tx, so
+// that an action and its audit entry can share a transaction.
+type Querier = query.Querier
+
+// notifyParams announce Payload on Channel, delivered on commit.
+type notifyParams struct{ Channel, Payload string }
+
+var notify = query.NewExec("state.notify", `SELECT pg_notify($1, $2)`,
+	func(p notifyParams) []any { return []any{p.Channel, p.Payload} })
+
+// listen is LISTEN on a channel, whose name cannot be an argument.
+var listen = query.BuildExec("state.listen", listenSQL, nil)
+
+func listenSQL(channel string) string { return "LISTEN " + pgx.Identifier{channel}.Sanitize() }
+
+// Horizons.
+
+type serviceParams struct{ Service string }
+
+// horizonRow is a stored horizon.
+type horizonRow struct {
+	Horizon   time.Duration
+	Forced    bool
+	UpdatedAt time.Time
+	UpdatedBy string
+}
+
+func (r *horizonRow) dest() []any { return []any{&r.Horizon, &r.Forced, &r.UpdatedAt, &r.UpdatedBy} }
+
+func serviceArgs(p serviceParams) []any { return []any{p.Service} }
+
+var getHorizon = query.NewRow("state.get_horizon", `SELECT horizon, forced, updated_at, updated_by
+	FROM platform.service_horizon WHERE service = $1`, serviceArgs, (*horizonRow).dest)
+
+// lockHorizon serializes the setters of one service's horizon: the first
+// horizon of a service has no row to lock yet.
+var lockHorizon = query.NewExec("state.lock_horizon",
+	`SELECT pg_advisory_xact_lock(hashtextextended('platformd.horizon.' || $1, 0))`, serviceArgs)
+
+var storedHorizon = query.NewRow("state.stored_horizon", `SELECT horizon FROM platform.service_horizon WHERE service = $1`,
+	serviceArgs, query.Column[time.Duration])
+
+type setHorizonParams struct {
+	Service string
+	Horizon time.Duration
+	Forced  bool
+	Actor   string
+}
+
+var upsertHorizon = query.NewRow("state.upsert_horizon", `INSERT INTO platform.service_horizon (service, horizon, forced, updated_at, updated_by)
+	VALUES ($1, $2, $3, now(), $4)
+	ON CONFLICT (service) DO UPDATE SET horizon = EXCLUDED.horizon, forced = EXCLUDED.forced,
+		updated_at = EXCLUDED.updated_at, updated_by = EXCLUDED.updated_by
+	RETURNING horizon, forced, updated_at, updated_by`,
+	func(p setHorizonParams) []any { return []any{p.Service, p.Horizon, p.Forced, p.Actor} }, (*horizonRow).dest)
+
+type horizonAuditParams struct {
+	Service string
+	Old     *time.Duration // nil when none was stored
+	New     time.Duration
+	Forced  bool
+	Actor   string
+}
+
+var insertHorizonAudit = query.NewExec("state.insert_horizon_audit", `INSERT INTO platform.horizon_audit
+	(service, old_horizon, new_horizon, forced, changed_at, changed_by)
+	VALUES ($1, $2, $3, $4, now(), $5)`,
+	func(p horizonAuditParams) []any { return []any{p.Service, p.Old, p.New, p.Forced, p.Actor} })
+
+// Pools' pause state.
+
+// poolStateRow is a stored pause state.
+type poolStateRow struct {
+	Paused    bool
+	Reason    string
+	UpdatedAt time.Time
+	UpdatedBy string
+}
+
+func (r *poolStateRow) dest() []any { return []any{&r.Paused, &r.Reason, &r.UpdatedAt, &r.UpdatedBy} }
+
+type poolParams struct{ Pool string }
+
+var getPoolState = query.NewRow("state.get_pool_state", `SELECT paused, reason, updated_at, updated_by FROM platform.pool_state WHERE pool = $1`,
+	func(p poolParams) []any { return []any{p.Pool} }, (*poolStateRow).dest)
+
+type setPoolParams struct {
+	Pool          string
+	Paused        bool
+	Reason, Actor string
+}
+
+var upsertPoolState = query.NewRow("state.upsert_pool_state", `INSERT INTO platform.pool_state (pool, paused, reason, updated_at, updated_by)
+	VALUES ($1, $2, $3, now(), $4)
+	ON CONFLICT (pool) DO UPDATE SET paused = EXCLUDED.paused, reason = EXCLUDED.reason,
+		updated_at = EXCLUDED.updated_at, updated_by = EXCLUDED.updated_by
+	RETURNING paused, reason, updated_at, updated_by`,
+	func(p setPoolParams) []any { return []any{p.Pool, p.Paused, p.Reason, p.Actor} }, (*poolStateRow).dest)
+
+// The audit log.
+
+type insertAuditParams struct {
+	Actor, Action, Target string
+	Detail                []byte // a JSON object
+}
+
+var insertAudit = query.NewExec("state.insert_audit", `INSERT INTO platform.audit_log (actor, action, target, detail)
+	VALUES ($1, $2, $3, $4)`,
+	func(p insertAuditParams) []any { return []any{p.Actor, p.Action, p.Target, p.Detail} })
+
+// auditRow is an audit_log row, its detail as JSON.
+type auditRow struct {
+	ID                    int64
+	At                    time.Time
+	Actor, Action, Target string
+	Detail                []byte
+}
+
+type limitParams struct{ Limit int }
+
+var listAudit = query.NewRows("state.list_audit", `SELECT id, at, actor, action, target, detail FROM platform.audit_log
+	ORDER BY at DESC, id DESC LIMIT $1`,
+	func(p limitParams) []any { return []any{p.Limit} },
+	func(r *auditRow) []any { return []any{&r.ID, &r.At, &r.Actor, &r.Action, &r.Target, &r.Detail} })
+
+// Purge runs.
+
+// purgeRunRow is a purge_run row, its nullable columns as pointers.
+type purgeRunRow struct {
+	PurgeRun
+	FinishedAt, Cutoff *time.Time
+	Error              *string
+}
+
+const purgeRunColumns = `id, service, trigger, dry_run, started_at, finished_at, cutoff, deleted, error, daemon`
+
+func (r *purgeRunRow) dest() []any {
+	return []any{&r.ID, &r.Service, &r.Trigger, &r.DryRun, &r.StartedAt, &r.FinishedAt, &r.Cutoff, &r.Deleted, &r.Error, &r.Daemon}
+}
+
+// run is the row as a PurgeRun, NULLs as zero values.
+func (r purgeRunRow) run() PurgeRun {
+	out := r.PurgeRun
+	if r.FinishedAt != nil {
+		out.FinishedAt = *r.FinishedAt
+	}
+	if r.Cutoff != nil {
+		out.Cutoff = *r.Cutoff
+	}
+	if r.Error != nil {
+		out.Error = *r.Error
+	}
+	return out
+}
+
+type startPurgeRunParams struct {
+	Service, Trigger string
+	DryRun           bool
+	Daemon           string
+}
+
+var insertPurgeRun = query.NewRow("state.insert_purge_run", `INSERT INTO platform.purge_run (service, trigger, dry_run, started_at, daemon)
+	VALUES ($1, $2, $3, now(), $4) RETURNING id`,
+	func(p startPurgeRunParams) []any { return []any{p.Service, p.Trigger, p.DryRun, p.Daemon} }, query.Column[int64])
+
+type finishPurgeRunParams struct {
+	ID      int64
+	Cutoff  *time.Time // nil: NULL
+	Deleted int64
+	Error   *string // nil: NULL
+}
+
+var finishPurgeRun = query.NewRow("state.finish_purge_run", `UPDATE platform.purge_run
+	SET finished_at = clock_timestamp(), cutoff = $2, deleted = $3, error = $4
+	WHERE id = $1 AND finished_at IS NULL
+	RETURNING `+purgeRunColumns,
+	func(p finishPurgeRunParams) []any { return []any{p.ID, p.Cutoff, p.Deleted, p.Error} }, (*purgeRunRow).dest)
+
+type servicePageParams struct {
+	Service string
+	Limit   int
+}
+
+var listPurgeRuns = query.NewRows("state.list_purge_runs", `SELECT `+purgeRunColumns+` FROM platform.purge_run
+	WHERE service = $1 ORDER BY started_at DESC, id DESC LIMIT $2`,
+	func(p servicePageParams) []any { return []any{p.Service, p.Limit} }, (*purgeRunRow).dest)
+
+var lastPurge = query.NewRow("state.last_purge", `SELECT `+purgeRunColumns+` FROM platform.purge_run
+	WHERE service = $1 AND finished_at IS NOT NULL AND error IS NULL AND NOT dry_run
+	ORDER BY finished_at DESC, id DESC LIMIT 1`, serviceArgs, (*purgeRunRow).dest)
+
+var lastFinishedPurge = query.NewRow("state.last_finished_purge", `SELECT `+purgeRunColumns+` FROM platform.purge_run
+	WHERE service = $1 AND finished_at IS NOT NULL AND NOT dry_run
+	ORDER BY finished_at DESC, id DESC LIMIT 1`, serviceArgs, (*purgeRunRow).dest)
+
+type pruneParams struct {
+	Service string
+	Keep    int
+}
+
+var prunePurgeRuns = query.NewExec("state.prune_purge_runs", `DELETE FROM platform.purge_run
+	WHERE service = $1 AND finished_at IS NOT NULL AND id < (
+		SELECT min(id) FROM (
+			SELECT id FROM platform.purge_run
+			WHERE service = $1 AND finished_at IS NOT NULL
+			ORDER BY id DESC LIMIT $2) AS newest)`,
+	func(p pruneParams) []any { return []any{p.Service, p.Keep} })
