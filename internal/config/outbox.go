@@ -9,8 +9,7 @@ const (
 	// OutboxPollDefault is the default outbox.poll.
 	OutboxPollDefault = time.Second
 
-	// outboxArchiveMin is the shortest archive period: the archive job
-	// runs hourly.
+	// outboxArchiveMin is the shortest archive period.
 	outboxArchiveMin   = time.Hour
 	outboxBatchSizeMax = 10_000
 	outboxPollMin      = 10 * time.Millisecond
@@ -31,10 +30,11 @@ type OutboxConfig struct {
 	Poll time.Duration `yaml:"poll"`
 	// Archive is how long the rows the relay published are kept in
 	// platform.outbox_archive for replays, after their publication
-	// (default 0: no archive). The scheduler's archive job (hourly) removes
-	// the rows past it: whole days by dropping their partitions, the day
-	// that straddles the cutoff by batched deletes. Works with
-	// database_mode pooler too (replays elect their runner by a lease).
+	// (default 0: no archive). The scheduler's archive job (every 10
+	// minutes) removes the rows past it: whole days by dropping their
+	// partitions, the day that straddles the cutoff by batched deletes.
+	// Works with database_mode pooler too (replays elect their runner by a
+	// lease).
 	Archive time.Duration `yaml:"archive"`
 	// Configured is true when the service has an outbox block: a producer
 	// service, which needs no pools.
