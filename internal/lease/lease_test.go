@@ -164,6 +164,9 @@ func TestLeaseTakeoverAfterKill(t *testing.T) {
 	a.cut.Store(true)
 	a.stop()
 	waitHeld(t, b, ttl+500*time.Millisecond)
+	// b's first unit is logged after it holds the lease: wait for it
+	// before stopping b.
+	require.Eventually(t, func() bool { return len(holders(t, db)) > 1 }, 5*time.Second, 10*time.Millisecond)
 	b.stop()
 	require.Equal(t, []string{"a", "b"}, holders(t, db))
 }
