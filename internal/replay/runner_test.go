@@ -294,7 +294,9 @@ func TestRunnerStopsWhenLeaseLost(t *testing.T) {
 	}
 	conn := broker.NewConn([]string{amqpURL()}, "replay-test", nil, discard)
 	t.Cleanup(conn.Close)
-	const ttl = 600 * time.Millisecond
+	// Short enough for a quick test, long enough that a loaded machine's
+	// slow renewal does not cost the first runner its lease on its own.
+	const ttl = 1500 * time.Millisecond
 	short := func(c *RunnerConfig) { c.LeaseTTL = ttl }
 	var active atomic.Pointer[Runner]
 	var once sync.Once
@@ -318,10 +320,16 @@ func TestRunnerStopsWhenLeaseLost(t *testing.T) {
 		})
 	}, short)
 	active.Store(a)
-	b := runner(t, db, conn, exchange, nil, nil, short)
 	id := create(t, db, Selection{From: now.Add(-time.Hour)}, "", false, 200, nil)
 	a.Wake()
-	before := <-stolen
+	require.Eventually(t, a.Active, 10*time.Second, 5*time.Millisecond, "the first runner takes the lease")
+	b := runner(t, db, conn, exchange, nil, nil, short) // the standby
+	var before int64
+	select {
+	case before = <-stolen:
+	case <-time.After(30 * time.Second):
+		t.Fatal("the first runner did not reach 50 published")
+	}
 	require.Eventually(t, func() bool { return !a.Active() }, 2*ttl, 5*time.Millisecond, "the runner steps down")
 	require.False(t, b.Active())
 
