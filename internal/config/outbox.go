@@ -9,8 +9,7 @@ const (
 	// OutboxPollDefault is the default outbox.poll.
 	OutboxPollDefault = time.Second
 
-	// outboxArchiveMin is the shortest archive period: the archive is kept
-	// in daily partitions, dropped whole.
+	// outboxArchiveMin is the shortest archive period.
 	outboxArchiveMin   = time.Hour
 	outboxBatchSizeMax = 10_000
 	outboxPollMin      = 10 * time.Millisecond
@@ -31,7 +30,11 @@ type OutboxConfig struct {
 	Poll time.Duration `yaml:"poll"`
 	// Archive is how long the rows the relay published are kept in
 	// platform.outbox_archive for replays, after their publication
-	// (default 0: no archive). Rows leave within a day after it.
+	// (default 0: no archive). The scheduler's archive job (every 10
+	// minutes) removes the rows past it: whole days by dropping their
+	// partitions, the day that straddles the cutoff by batched deletes.
+	// Works with database_mode pooler too (replays elect their runner by a
+	// lease).
 	Archive time.Duration `yaml:"archive"`
 	// Configured is true when the service has an outbox block: a producer
 	// service, which needs no pools.
@@ -66,11 +69,6 @@ func (v *validator) outbox(i int, s *ServiceConfig) {
 	}
 	if o.Archive != 0 && o.Archive < outboxArchiveMin {
 		v.ps.add(sp+".outbox.archive", "must be 0 (off) or at least %s (got %s)", fmtDuration(outboxArchiveMin), fmtDuration(o.Archive))
-	}
-	if o.Archive > 0 && s.Pooler() {
-		// The replay runner elects itself with a session advisory lock,
-		// which a pooler in transaction mode does not keep.
-		v.ps.add(sp+".outbox.archive", "replays need a database session of their own: not with database_mode pooler (yet)")
 	}
 	if len(s.Pools) > 0 || v.ps.badUnder(sp+".pools") {
 		return

@@ -31,6 +31,13 @@ func TestOutboxProducerService(t *testing.T) {
 	s, _ = c.Service("order")
 	require.Equal(t, 720*time.Hour, s.Outbox.Archive)
 
+	// Through a transaction-mode pooler too: replays hold no session.
+	c, err = parseWith(t, baseYAML+producerService+"    database_mode: pooler\n    outbox: {archive: 720h}\n", nil)
+	require.NoError(t, err)
+	s, _ = c.Service("order")
+	require.Equal(t, 720*time.Hour, s.Outbox.Archive)
+	require.True(t, s.Pooler())
+
 	// Consumer services relay by default too (their handlers may publish).
 	stock, _ := c.Service("stock")
 	require.True(t, stock.Outbox.Relay)
@@ -48,7 +55,6 @@ func TestOutboxValidation(t *testing.T) {
 		{"Poll", producerService + "    outbox: {poll: 1ms}\n", "services[2].outbox.poll", "must be between 10ms and 1h (got 1ms)"},
 		{"ArchiveShort", producerService + "    outbox: {archive: 30m}\n", "services[2].outbox.archive", "must be 0 (off) or at least 1h (got 30m)"},
 		{"ArchiveNegative", producerService + "    outbox: {archive: -1h}\n", "services[2].outbox.archive", "must be 0 (off) or at least 1h"},
-		{"ArchiveThroughPooler", producerService + "    database_mode: pooler\n    outbox: {archive: 720h}\n", "services[2].outbox.archive", "not with database_mode pooler"},
 		{"UnknownKey", producerService + "    outbox: {relays: true}\n", "services[2].outbox.relays", "unknown key"},
 		{"RelayNotBool", producerService + "    outbox: {relay: yes please}\n", "services[2].outbox.relay", "must be a boolean"},
 	} {

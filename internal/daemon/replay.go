@@ -25,7 +25,7 @@ func (s *service) startReplayer(ctx context.Context) error {
 	d := s.d
 	r, err := replay.NewRunner(replay.RunnerConfig{
 		Service: s.name, DB: s.db, Broker: d.outboxConn, Exchange: d.cfg.Broker.Exchange, Archive: s.config().Outbox.Archive,
-		TargetsFunc: d.replayTargets, MaxBodyBytes: d.cfg.Broker.MaxBodyBytes,
+		TargetsFunc: d.replayTargets, MaxBodyBytes: d.cfg.Broker.MaxBodyBytes, ControlFunc: s.control,
 		Published: d.metrics.Outbox.ReplayPublished, Logger: d.log,
 	})
 	if err != nil {

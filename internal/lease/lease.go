@@ -200,6 +200,31 @@ func (l *Lease) Renew(ctx context.Context) (bool, error) {
 	return true, nil
 }
 
+// fenceSQL returns a row only while this holder holds the lease by the
+// database's clock, and locks it FOR SHARE: a take-over (the acquire's
+// upsert) waits for the caller's transaction to end.
+const fenceSQL = `SELECT true FROM platform.lease
+WHERE name = $1 AND holder = $2 AND expires_at > clock_timestamp() FOR SHARE`
+
+// Fence, run inside a transaction tx, reports whether this holder holds
+// the lease by the database's clock, and keeps that true until tx ends:
+// the lease's row stays locked, so no other holder can take the lease
+// over before tx commits or rolls back. Work that must not land after a
+// take-over (a record of progress written after the work's context ended)
+// runs its statements in tx after a true Fence. It holds nothing between
+// transactions (it works through a transaction-mode pooler).
+func (l *Lease) Fence(ctx context.Context, tx Querier) (bool, error) {
+	var ok bool
+	err := tx.QueryRow(ctx, fenceSQL, l.cfg.Name, l.cfg.Holder).Scan(&ok)
+	if errors.Is(err, pgx.ErrNoRows) {
+		return false, nil
+	}
+	if err != nil {
+		return false, fmt.Errorf("lease %s: fence: %w", l.cfg.Name, err)
+	}
+	return true, nil
+}
+
 // Release gives the lease up (only if this holder has it), so that
 // another may take it at once. It runs even when ctx is done.
 func (l *Lease) Release(ctx context.Context) error {

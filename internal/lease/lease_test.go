@@ -164,6 +164,9 @@ func TestLeaseTakeoverAfterKill(t *testing.T) {
 	a.cut.Store(true)
 	a.stop()
 	waitHeld(t, b, ttl+500*time.Millisecond)
+	// b's first unit is logged after it holds the lease: wait for it
+	// before stopping b.
+	require.Eventually(t, func() bool { return len(holders(t, db)) > 1 }, 5*time.Second, 10*time.Millisecond)
 	b.stop()
 	require.Equal(t, []string{"a", "b"}, holders(t, db))
 }
@@ -198,4 +201,58 @@ func TestLeaseReleaseHandsOver(t *testing.T) {
 	require.False(t, a.Held())
 	require.True(t, b.Held())
 
+}
+
+// TestLeaseFence: a true Fence keeps the lease its holder's until the
+// fencing transaction ends, even past its expiry: a take-over waits for
+// the transaction; after it, the old holder's Fence is false. Without the
+// row lock, b would take the lease while a's transaction still writes
+// under it.
+func TestLeaseFence(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	db := newDB(t)
+	a, err := lease.New(lease.Config{Name: "fence", Holder: "a", TTL: 300 * time.Millisecond, DB: db})
+	require.NoError(t, err)
+	b, err := lease.New(lease.Config{Name: "fence", Holder: "b", TTL: time.Minute, DB: db})
+	require.NoError(t, err)
+	ok, err := a.TryAcquire(ctx)
+	require.NoError(t, err)
+	require.True(t, ok)
+	tx, err := db.Begin(ctx)
+	require.NoError(t, err)
+	defer func() { _ = tx.Rollback(ctx) }()
+	ok, err = a.Fence(ctx, tx)
+	require.NoError(t, err)
+	require.True(t, ok)
+	require.Eventually(t, func() bool {
+		var expired bool
+		require.NoError(t, db.QueryRow(ctx, `SELECT expires_at < clock_timestamp() FROM platform.lease WHERE name = 'fence'`).Scan(&expired))
+		return expired
+	}, 5*time.Second, 10*time.Millisecond, "a's lease expired in the database")
+	took := make(chan bool, 1)
+	go func() {
+		ok, err := b.TryAcquire(ctx)
+		if err != nil {
+			t.Error(err)
+		}
+		took <- ok
+	}()
+	// b's take-over waits on the row a's transaction locked.
+	require.Eventually(t, func() bool {
+		var waiting int
+		require.NoError(t, db.QueryRow(ctx, `SELECT count(*) FROM pg_stat_activity
+			WHERE datname = current_database() AND wait_event_type = 'Lock' AND query LIKE 'INSERT INTO platform.lease%'`).Scan(&waiting))
+		return waiting == 1
+	}, 5*time.Second, 10*time.Millisecond, "b waits for a's fencing transaction")
+	require.Empty(t, took)
+	require.NoError(t, tx.Commit(ctx))
+	require.True(t, <-took, "b takes the expired lease once a's transaction ended")
+
+	tx, err = db.Begin(ctx)
+	require.NoError(t, err)
+	ok, err = a.Fence(ctx, tx)
+	require.NoError(t, err)
+	require.False(t, ok, "a's fence after the take-over")
+	require.NoError(t, tx.Rollback(ctx))
 }

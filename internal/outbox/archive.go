@@ -121,19 +121,38 @@ type ArchivePurgeResult struct {
 	// Dropped names the partitions dropped.
 	Dropped []string
 	// Rows counts the rows of the partitions dropped (pg_class.reltuples
-	// when analyzed, else exact).
+	// when analyzed, else exact) and those deleted from the default
+	// partition.
 	Rows int64
+	// Trimmed counts the rows deleted from the partition whose day holds
+	// the cutoff.
+	Trimmed int64
 }
 
-// PurgeArchive drops every archive partition whose day ended at or before
-// now() minus keep (database clock), and deletes the default partition's
-// rows published before then: a row leaves the archive between keep and
-// keep plus one day after it was published, and the cost is one DROP TABLE
-// per day whatever the day's rows. A drop that cannot take the
-// parent's lock within a few seconds (a long replay read) is left to the
-// next run. Safe to call from several daemons at once.
+// ArchiveTrimBatch is the most rows one DELETE removes from the
+// partition that straddles the cutoff.
+const ArchiveTrimBatch = 10_000
+
+// archiveTrimTimeout bounds one batch of the trim.
+const archiveTrimTimeout = 30 * time.Second
+
+// PurgeArchive removes every archived row published before now() minus
+// keep (database clock), and nothing else: it drops the partitions whose
+// whole day is past that cutoff (one DROP TABLE per day, whatever its
+// rows), deletes the default partition's rows past it, and deletes those
+// of the one partition whose day holds the cutoff in batches of
+// ArchiveTrimBatch rows, each its own transaction (by the index on
+// published_at: the cost follows the rows removed). A drop that cannot
+// take the parent's lock within a few seconds (a long replay read) is left
+// to the next run; so is a trim that ctx ends, the rows it removed staying
+// removed. Safe to call from several daemons at once.
 func PurgeArchive(ctx context.Context, db dbutil.TxStarter, keep time.Duration) (ArchivePurgeResult, error) {
+	return purgeArchive(ctx, db, keep, ArchiveTrimBatch)
+}
+
+func purgeArchive(ctx context.Context, db dbutil.TxStarter, keep time.Duration, batch int) (ArchivePurgeResult, error) {
 	var res ArchivePurgeResult
+	var straddling bool
 	err := dbutil.WithTx(ctx, db, dbutil.ReadCommitted, func(ctx context.Context, tx pgx.Tx) error {
 		if _, err := tx.Exec(ctx, `SELECT pg_advisory_xact_lock(hashtextextended($1, 0))`, archiveLockName); err != nil {
 			return err
@@ -148,6 +167,7 @@ func PurgeArchive(ctx context.Context, db dbutil.TxStarter, keep time.Duration) 
 		if _, err := tx.Exec(ctx, fmt.Sprintf(`SET LOCAL lock_timeout = %d`, archiveDropLockTimeout.Milliseconds())); err != nil {
 			return err
 		}
+		straddling = days[res.Cutoff.UTC().Truncate(ArchiveWidth)]
 		for day := range days {
 			if day.Add(ArchiveWidth).After(res.Cutoff) {
 				continue
@@ -178,7 +198,64 @@ func PurgeArchive(ctx context.Context, db dbutil.TxStarter, keep time.Duration) 
 	if err != nil {
 		return res, fmt.Errorf("outbox: purge archive: %w", err)
 	}
+	if straddling {
+		n, err := trimArchive(ctx, db, res.Cutoff, batch)
+		res.Trimmed = n
+		if err != nil {
+			return res, fmt.Errorf("outbox: purge archive: %w", err)
+		}
+	}
 	return res, nil
+}
+
+// trimSQL deletes the first $3 rows, in published_at order, of a partition
+// published in [$1, $2), read from the index on published_at, and returns
+// how many and the latest published_at deleted: the next batch starts
+// there, so that no batch walks again over the index entries of the rows
+// deleted before it.
+const trimSQL = `WITH d AS (DELETE FROM %s WHERE ctid = ANY(ARRAY(
+	SELECT ctid FROM %s WHERE published_at >= $1 AND published_at < $2 ORDER BY published_at LIMIT $3)) RETURNING published_at)
+SELECT count(*), max(published_at) FROM d`
+
+// trimArchive deletes the rows published before cutoff from the partition
+// of cutoff's day, in batches of at most batch rows (each its own
+// transaction, under the partitions' lock, so that a drop of the same
+// partition waits for it), until a batch comes back short.
+func trimArchive(ctx context.Context, db dbutil.TxStarter, cutoff time.Time, batch int) (int64, error) {
+	day := cutoff.UTC().Truncate(ArchiveWidth)
+	name := pgx.Identifier{"platform", archivePartName(day)}.Sanitize()
+	q := fmt.Sprintf(trimSQL, name, name)
+	from := day
+	var total int64
+	for {
+		var n int64
+		var last *time.Time
+		bctx, cancel := context.WithTimeout(ctx, archiveTrimTimeout)
+		err := dbutil.WithTx(bctx, db, dbutil.ReadCommitted, func(ctx context.Context, tx pgx.Tx) error {
+			if _, err := tx.Exec(ctx, `SELECT pg_advisory_xact_lock(hashtextextended($1, 0))`, archiveLockName); err != nil {
+				return err
+			}
+			var exists bool
+			if err := tx.QueryRow(ctx, `SELECT to_regclass($1) IS NOT NULL`, name).Scan(&exists); err != nil || !exists {
+				return err // dropped meanwhile: nothing left to trim
+			}
+			return tx.QueryRow(ctx, q, from, cutoff, batch).Scan(&n, &last)
+		})
+		cancel()
+		if err != nil {
+			return total, fmt.Errorf("trim archive partition %s: %w", name, err)
+		}
+		total += n
+		if n < int64(batch) || last == nil {
+			return total, nil
+		}
+		from = *last
+		// A short pause between batches leaves room to the relay's
+		// archive writes and to autovacuum.
+		if !sleep(ctx, jitter(10*time.Millisecond)) {
+			return total, ctx.Err()
+		}
+	}
 }
 
 // ArchivedMessage returns the message of an archived row exactly as the

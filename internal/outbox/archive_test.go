@@ -138,15 +138,72 @@ func TestPurgeArchive(t *testing.T) {
 		archivePartName(today.Add(-3 * ArchiveWidth)), archivePartName(today.Add(-4 * ArchiveWidth)), archivePartName(today.Add(-5 * ArchiveWidth)),
 	}, res.Dropped)
 	require.Equal(t, int64(9), res.Rows)
+	// The 2nd day's rows, at noon, are past the cutoff too when it is past
+	// 13:00 UTC now: the day's partition stays, its rows go.
+	want := 1 + 3
+	if !today.Add(-2 * ArchiveWidth).Add(12 * time.Hour).Before(res.Cutoff) {
+		want += 3
+	}
 	var old, kept int
 	require.NoError(t, b.check.QueryRow(ctx, `SELECT count(*) FILTER (WHERE published_at < $1), count(*) FROM platform.outbox_archive`,
-		res.Cutoff.Add(-ArchiveWidth)).Scan(&old, &kept))
-	require.Zero(t, old, "nothing older than the period and a day stays")
-	require.Equal(t, 7, kept)
+		res.Cutoff).Scan(&old, &kept))
+	require.Zero(t, old, "nothing older than the period stays")
+	require.Equal(t, want, kept)
 
 	res, err = PurgeArchive(ctx, b.check, 49*time.Hour)
 	require.NoError(t, err)
 	require.Empty(t, res.Dropped)
+}
+
+// TestPurgeArchiveStraddlingDay: the partition whose day holds the cutoff
+// keeps only the rows published after it: those before go in bounded
+// batches (several here), the others stay, and so do the partition and
+// the days after. Without the trim, the rows published up to a day before
+// the cutoff stayed until their whole day passed it.
+func TestPurgeArchiveStraddlingDay(t *testing.T) {
+	t.Parallel()
+	b := setup(t)
+	ctx := context.Background()
+	_, err := EnsureArchivePartitions(ctx, b.check, ArchiveAheadDefault)
+	require.NoError(t, err)
+	var now time.Time
+	require.NoError(t, b.check.QueryRow(ctx, `SELECT now()`).Scan(&now))
+	// The cutoff falls at noon three days ago (the period is measured so).
+	day := now.UTC().Truncate(ArchiveWidth).Add(-3 * ArchiveWidth)
+	noon := day.Add(12 * time.Hour)
+	name := "platform." + archivePartName(day)
+	_, err = b.check.Exec(ctx, `CREATE TABLE `+name+` (LIKE platform.outbox_archive INCLUDING DEFAULTS INCLUDING CONSTRAINTS)`)
+	require.NoError(t, err)
+	_, err = b.check.Exec(ctx, `ALTER TABLE platform.outbox_archive ATTACH PARTITION `+name+` FOR VALUES FROM ($$`+
+		day.Format(time.RFC3339)+`$$) TO ($$`+day.Add(ArchiveWidth).Format(time.RFC3339)+`$$)`)
+	require.NoError(t, err)
+	// 50 rows in the morning up to a second before noon, 20 from a few
+	// seconds after noon to the evening.
+	_, err = b.check.Exec(ctx, `INSERT INTO platform.outbox_archive (event_id, event_name, occurred_at, payload, created_at, published_at)
+		SELECT gen_random_uuid(), 'test.old', t, '{}', t, t
+		FROM generate_series(1, 50) g, LATERAL (SELECT $1::timestamptz - g * interval '10 minutes' + interval '9 minutes 59 seconds') x(t)`, noon)
+	require.NoError(t, err)
+	_, err = b.check.Exec(ctx, `INSERT INTO platform.outbox_archive (event_id, event_name, occurred_at, payload, created_at, published_at)
+		SELECT gen_random_uuid(), 'test.kept', t, '{}', t, t
+		FROM generate_series(1, 20) g, LATERAL (SELECT $1::timestamptz + g * interval '10 minutes' - interval '9 minutes 55 seconds') x(t)`, noon)
+	require.NoError(t, err)
+	var period time.Duration
+	require.NoError(t, b.check.QueryRow(ctx, `SELECT (extract(epoch FROM now() - $1::timestamptz) * 1e9)::bigint`, noon).Scan(&period))
+
+	res, err := purgeArchive(ctx, b.check, period, 7)
+	require.NoError(t, err)
+	require.Empty(t, res.Dropped)
+	require.Equal(t, day, res.Cutoff.UTC().Truncate(ArchiveWidth), "the cutoff is in the day")
+	require.Equal(t, int64(50), res.Trimmed)
+	var old, kept int
+	require.NoError(t, b.check.QueryRow(ctx, `SELECT count(*) FILTER (WHERE event_name = 'test.old'), count(*) FILTER (WHERE event_name = 'test.kept')
+		FROM `+name).Scan(&old, &kept))
+	require.Zero(t, old, "rows published before the cutoff stay in its day's partition")
+	require.Equal(t, 20, kept)
+
+	res, err = purgeArchive(ctx, b.check, period, 7)
+	require.NoError(t, err)
+	require.Zero(t, res.Trimmed)
 }
 
 // TestArchiveDefaultPartition: a row of a day without its partition (a

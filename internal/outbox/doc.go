@@ -20,10 +20,10 @@
 //     returns (no queue bound for its routing key), or that cannot be a
 //     valid envelope, stays in the table, is counted and logged once, and is
 //     retried with exponential backoff while the rows behind it go on.
-//   - One relay per service. The relay publishes only while it holds a
-//     session-level advisory lock on a dedicated connection; standbys try to
-//     take it every LockRetry, so a dead holder (its session ends with its
-//     connection) is replaced within seconds.
+//   - One relay per service. The relay publishes only while it holds the
+//     lease LeaseName (package lease), checked before each pass; standbys
+//     try to take it every LockRetry, so a dead holder is replaced within
+//     the lease's TTL.
 //   - Woken at commit. A statement-level trigger NOTIFYs platform_outbox on
 //     every insert, whoever the writer is; a poll every Poll covers lost
 //     notifications.

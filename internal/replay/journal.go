@@ -110,9 +110,13 @@ func (c *txChannel) lastMark(ctx context.Context, id uuid.UUID) (*mark, error) {
 	}
 }
 
-// clearJournal empties the journal once its marks are recorded in the
-// database.
-func (c *txChannel) clearJournal(ctx context.Context, id uuid.UUID) error {
+// clearJournal removes the journal's marks up to upTo (the cursor just
+// recorded in the database), and leaves any past it: a runner that lost
+// its lease and clears late must not remove the marks of the chunks its
+// successor committed and has not recorded yet. Each mark is read
+// unacknowledged, those recorded are acked, and closing the channel puts
+// the others back.
+func (c *txChannel) clearJournal(ctx context.Context, id uuid.UUID, upTo uuid.UUID) error {
 	conn, err := c.conn.Get(ctx)
 	if err != nil {
 		return err
@@ -122,10 +126,22 @@ func (c *txChannel) clearJournal(ctx context.Context, id uuid.UUID) error {
 		return fmt.Errorf("replay: channel: %w", err)
 	}
 	defer ch.Close()
-	if _, err := ch.QueuePurge(journalQueue(id), false); err != nil {
-		return fmt.Errorf("replay: clear journal: %w", err)
+	for {
+		d, ok, err := ch.Get(journalQueue(id), false)
+		if err != nil {
+			return fmt.Errorf("replay: clear journal: %w", err)
+		}
+		if !ok {
+			return nil
+		}
+		var m mark
+		if json.Unmarshal(d.Body, &m) != nil || compareUUID(m.Cursor, upTo) > 0 {
+			continue // back in the queue when ch closes
+		}
+		if err := d.Ack(false); err != nil {
+			return fmt.Errorf("replay: clear journal: %w", err)
+		}
 	}
-	return nil
 }
 
 // deleteJournal removes a finished replay's journal.
@@ -143,8 +159,9 @@ func (c *txChannel) deleteJournal(ctx context.Context, id uuid.UUID) {
 }
 
 // publish sends out and m in one transaction; nil means the broker
-// committed both.
-func (c *txChannel) publish(ctx context.Context, id uuid.UUID, out []broker.Outgoing, m mark) error {
+// committed both. check runs before tx.commit: its error rolls the
+// transaction back (the channel is closed) and is returned.
+func (c *txChannel) publish(ctx context.Context, id uuid.UUID, out []broker.Outgoing, m mark, check func() error) error {
 	ch, err := c.channel(ctx)
 	if err != nil {
 		return err
@@ -165,6 +182,9 @@ func (c *txChannel) publish(ctx context.Context, id uuid.UUID, out []broker.Outg
 	if err := ch.PublishWithContext(ctx, "", journalQueue(id), false, false,
 		amqp.Publishing{DeliveryMode: amqp.Persistent, ContentType: "application/json", Body: body}); err != nil {
 		return fail(fmt.Errorf("replay: publish mark: %w", err))
+	}
+	if err := check(); err != nil {
+		return fail(err)
 	}
 	if err := ch.TxCommit(); err != nil {
 		return fail(fmt.Errorf("replay: tx.commit: %w", err))

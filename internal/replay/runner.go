@@ -18,6 +18,7 @@ import (
 	amqp "github.com/rabbitmq/amqp091-go"
 
 	"github.com/platformd/platformd/internal/broker"
+	"github.com/platformd/platformd/internal/lease"
 	"github.com/platformd/platformd/internal/outbox"
 	"github.com/platformd/platformd/internal/startstop"
 )
@@ -29,16 +30,21 @@ const (
 	HeaderOriginalRoutingKey    = broker.HeaderOriginalRoutingKey
 )
 
-// LockName is the advisory lock (per producer database) the active runner
-// holds on a dedicated session.
-const LockName = "platformd.replay"
+// LeaseName is the runner's lease in platform.lease (package lease): one
+// per producer database, so that the producer's replays run one at a
+// time, oldest first, at their own rate, whatever the number of daemons.
+const LeaseName = "platformd.replay"
 
 // Defaults of RunnerConfig.
 const (
-	// PollDefault is how often an idle active runner looks for replays.
+	// PollDefault is how often an idle runner looks for running replays.
 	PollDefault = time.Second
-	// LockRetryDefault is how often a standby runner tries the lock.
+	// LockRetryDefault is how often a runner tries the lease another
+	// holds while a replay is running.
 	LockRetryDefault = time.Second
+	// LeaseTTLDefault is the runner lease's life after each renewal: a
+	// SIGKILLed holder's replay resumes elsewhere within it.
+	LeaseTTLDefault = lease.TTLDefault
 	// StopTimeoutDefault bounds how long Stop waits for the chunk in
 	// flight.
 	StopTimeoutDefault = 10 * time.Second
@@ -74,7 +80,13 @@ type RunnerConfig struct {
 	Published *prometheus.CounterVec
 	// Poll and LockRetry: see PollDefault and LockRetryDefault.
 	Poll, LockRetry time.Duration
-	Logger          *slog.Logger
+	// LeaseTTL is the runner lease's life (default LeaseTTLDefault).
+	LeaseTTL time.Duration
+	// ControlFunc, when set, runs the runner's small statements (its
+	// lease, an idle runner's look for running replays), e.g. on the
+	// service's control session; by default they run on DB.
+	ControlFunc func(ctx context.Context, fn func(context.Context, lease.Querier) error) error
+	Logger      *slog.Logger
 
 	// TestAfterChunkFunc, for tests only, runs after a chunk's progress
 	// was recorded, with the replay's record.
@@ -85,12 +97,14 @@ type RunnerConfig struct {
 }
 
 // Runner runs the replays of one producer service; one runner per
-// producer database is active across daemons. It follows startstop's
+// producer database is active across daemons, the holder of the lease
+// LeaseName, taken only while a replay is running. It follows startstop's
 // lifecycle and is safe for concurrent use.
 type Runner struct {
 	startstop.Base
 	cfg    RunnerConfig
 	log    *slog.Logger
+	lease  *lease.Lease
 	wake   chan struct{}
 	active atomic.Bool
 }
@@ -102,7 +116,17 @@ func NewRunner(cfg RunnerConfig) (*Runner, error) {
 	}
 	cfg.Poll = cmp.Or(cfg.Poll, PollDefault)
 	cfg.LockRetry = cmp.Or(cfg.LockRetry, LockRetryDefault)
-	return &Runner{cfg: cfg, log: cfg.Logger.With(slog.String("service", cfg.Service)), wake: make(chan struct{}, 1)}, nil
+	cfg.LeaseTTL = cmp.Or(cfg.LeaseTTL, LeaseTTLDefault)
+	if cfg.ControlFunc == nil {
+		db := cfg.DB
+		cfg.ControlFunc = func(ctx context.Context, fn func(context.Context, lease.Querier) error) error { return fn(ctx, db) }
+	}
+	log := cfg.Logger.With(slog.String("service", cfg.Service))
+	l, err := lease.New(lease.Config{Name: LeaseName, TTL: cfg.LeaseTTL, RetryEvery: cfg.LockRetry, DoFunc: cfg.ControlFunc, Logger: log})
+	if err != nil {
+		return nil, fmt.Errorf("replay: %w", err)
+	}
+	return &Runner{cfg: cfg, log: log, lease: l, wake: make(chan struct{}, 1)}, nil
 }
 
 // Start runs the runner in the background until Stop.
@@ -132,10 +156,11 @@ func (r *Runner) Start(ctx context.Context) error {
 // Stop stops the runner: a chunk being published is abandoned before its
 // progress is recorded only if its publish had not been confirmed (it is
 // published again on resume); a confirmed chunk's progress is recorded.
-// Safe to call twice and before Start.
+// It releases the lease, so that another daemon resumes at once. Safe to
+// call twice and before Start.
 func (r *Runner) Stop() { r.Base.Stop() }
 
-// Wake makes an idle active runner look for replays now.
+// Wake makes an idle runner look for running replays now.
 func (r *Runner) Wake() {
 	select {
 	case r.wake <- struct{}{}:
@@ -143,17 +168,48 @@ func (r *Runner) Wake() {
 	}
 }
 
-// Active reports whether this runner holds the replay lock.
+// Active reports whether this runner holds the replay lease and runs
+// replays.
 func (r *Runner) Active() bool { return r.active.Load() }
 
+// run looks for running replays every Poll (or when woken) and, while
+// there are, campaigns for the lease and runs them under it; an idle
+// runner holds no lease.
 func (r *Runner) run(ctx context.Context) {
 	backoff := backoffMin
 	for ctx.Err() == nil {
-		err := r.session(ctx)
+		running, err := r.anyRunning(ctx)
+		if err == nil && !running {
+			backoff = backoffMin
+			if !r.idle(ctx, r.cfg.Poll) {
+				return
+			}
+			continue
+		}
+		var ok bool
+		if err == nil {
+			ok, err = r.lease.TryAcquire(ctx)
+		}
+		if err == nil && !ok {
+			// Another daemon runs the producer's replays.
+			if !r.idle(ctx, r.cfg.LockRetry) {
+				return
+			}
+			continue
+		}
+		if err == nil {
+			r.lease.Keep(ctx, func(lctx context.Context) { err = r.work(lctx) })
+			// A lost lease is no fault: the replay goes on where its
+			// holder's progress and journal say, here or elsewhere.
+			if err == nil || errors.Is(err, errLeaseLost) || ctx.Err() != nil {
+				backoff = backoffMin
+				continue
+			}
+		}
 		if ctx.Err() != nil {
 			return
 		}
-		r.log.WarnContext(ctx, "replay: runner session lost, starting again", slog.Any("error", err), slog.Duration("backoff", backoff))
+		r.log.WarnContext(ctx, "replay: runner fault, starting again", slog.Any("error", err), slog.Duration("backoff", backoff))
 		if !sleep(ctx, jitter(backoff)) {
 			return
 		}
@@ -161,77 +217,98 @@ func (r *Runner) run(ctx context.Context) {
 	}
 }
 
-// session holds the replay lock on a dedicated connection and runs the
-// running replays, oldest first, over it.
-func (r *Runner) session(ctx context.Context) error {
-	pc, err := r.cfg.DB.Acquire(ctx)
+// idle waits d, or until Wake; false when ctx ended.
+func (r *Runner) idle(ctx context.Context, d time.Duration) bool {
+	t := time.NewTimer(d)
+	defer t.Stop()
+	select {
+	case <-ctx.Done():
+		return false
+	case <-r.wake:
+		return true
+	case <-t.C:
+		return true
+	}
+}
+
+// anyRunning reports whether the producer has a running replay: an idle
+// runner takes no lease and no pooled connection.
+func (r *Runner) anyRunning(ctx context.Context) (bool, error) {
+	var running bool
+	err := r.cfg.ControlFunc(ctx, func(ctx context.Context, q lease.Querier) error {
+		return q.QueryRow(ctx, `SELECT EXISTS (SELECT 1 FROM platform.replay WHERE state = 'running')`).Scan(&running)
+	})
 	if err != nil {
-		return fmt.Errorf("replay: acquire connection: %w", err)
+		return false, fmt.Errorf("replay: look for running replays: %w", err)
 	}
-	conn := pc.Hijack()
-	defer func() {
-		cctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 5*time.Second)
-		defer cancel()
-		_ = conn.Close(cctx)
-	}()
-	for {
-		var ok bool
-		if err := conn.QueryRow(ctx, `SELECT pg_try_advisory_lock(hashtextextended($1, 0))`, LockName).Scan(&ok); err != nil {
-			return fmt.Errorf("replay: take lock: %w", err)
+	return running, nil
+}
+
+// errLeaseLost ends the work of a runner whose lease ended: it publishes
+// and records nothing more.
+var errLeaseLost = errors.New("replay: the runner's lease was lost")
+
+// held reports whether the lease is still held, checked before each unit
+// of work: a runner whose lease may have expired publishes nothing more.
+func (r *Runner) held(ctx context.Context) error {
+	if err := ctx.Err(); err != nil {
+		if errors.Is(context.Cause(ctx), lease.ErrLost) {
+			return errLeaseLost
 		}
-		if ok {
-			break
-		}
-		if !sleep(ctx, r.cfg.LockRetry) {
-			return ctx.Err()
-		}
+		return err
 	}
+	if !r.lease.Held() {
+		return errLeaseLost
+	}
+	return nil
+}
+
+// work runs the running replays, oldest first, while the lease is held
+// (ctx ends when it is lost); it returns nil when none is left, and the
+// lease is then released.
+func (r *Runner) work(ctx context.Context) error {
 	r.active.Store(true)
 	defer r.active.Store(false)
 	pub := &txChannel{conn: r.cfg.Broker}
 	defer pub.close()
 	for {
+		if err := r.held(ctx); err != nil {
+			return err
+		}
 		var id uuid.UUID
-		err := conn.QueryRow(ctx, `SELECT id FROM platform.replay WHERE state = 'running' ORDER BY created_at, id LIMIT 1`).Scan(&id)
+		err := r.cfg.DB.QueryRow(ctx, `SELECT id FROM platform.replay WHERE state = 'running' ORDER BY created_at, id LIMIT 1`).Scan(&id)
 		switch {
 		case errors.Is(err, pgx.ErrNoRows):
-			t := time.NewTimer(r.cfg.Poll)
-			select {
-			case <-ctx.Done():
-				t.Stop()
-				return ctx.Err()
-			case <-r.wake:
-			case <-t.C:
-			}
-			t.Stop()
-			continue
+			return nil
 		case err != nil:
 			return fmt.Errorf("replay: next replay: %w", err)
 		}
-		if err := r.runOne(ctx, conn, pub, id); err != nil {
+		if err := r.runOne(ctx, pub, id); err != nil {
 			return err
 		}
 	}
 }
 
 // runOne runs one replay until it is done, cancelled or failed, or until
-// a fault (returned: the session starts again and resumes it).
-func (r *Runner) runOne(ctx context.Context, conn *pgx.Conn, pub *txChannel, id uuid.UUID) error {
-	rec, err := Get(ctx, conn, id)
+// a fault or the lease's loss (returned: the replay resumes where its
+// progress and journal say, here or on another daemon).
+func (r *Runner) runOne(ctx context.Context, pub *txChannel, id uuid.UUID) error {
+	db := r.cfg.DB
+	rec, err := Get(ctx, db, id)
 	if err != nil {
 		return err
 	}
 	log := r.log.With(slog.String("replay", id.String()))
-	if err := r.resumeJournal(ctx, conn, pub, &rec); err != nil {
+	if err := r.resumeJournal(ctx, pub, &rec); err != nil {
 		return err
 	}
 	targets, err := r.cfg.TargetsFunc(rec)
 	if err != nil {
 		// The target pool is gone from the config: nothing to run.
 		log.WarnContext(ctx, "replay: failed", slog.Any("error", err))
-		return fail(ctx, conn, id, err.Error())
+		return fail(ctx, db, id, err.Error())
 	}
-	items, _, err := Select(ctx, conn, rec.Selection, r.cfg.Archive)
+	items, _, err := Select(ctx, db, rec.Selection, r.cfg.Archive)
 	if err != nil {
 		return err
 	}
@@ -247,9 +324,14 @@ func (r *Runner) runOne(ctx context.Context, conn *pgx.Conn, pub *txChannel, id 
 	}
 	chunk := min(max(rec.Rate/20, 1), ChunkMax)
 	for i := start; i < len(items); {
+		// The lease is checked before each chunk: a runner whose lease may
+		// have expired publishes nothing more.
+		if err := r.held(ctx); err != nil {
+			return err
+		}
 		part := items[i:min(i+chunk, len(items))]
 		t0 := time.Now()
-		n, err := r.publishChunk(ctx, conn, pub, &rec, targets, part)
+		n, err := r.publishChunk(ctx, pub, &rec, targets, part)
 		if err != nil {
 			// Nothing of the chunk was committed, or (a commit-ok lost)
 			// its mark is in the journal: the next session reads it.
@@ -261,12 +343,14 @@ func (r *Runner) runOne(ctx context.Context, conn *pgx.Conn, pub *txChannel, id 
 		if f := r.cfg.TestAfterCommitFunc; f != nil {
 			f(rec)
 		}
-		// Progress is recorded even when ctx ended: the broker committed
-		// the chunk, so a resume must not publish it again.
+		// Progress is recorded even when ctx ended (a stop): the broker
+		// committed the chunk, so a resume must not publish it again. It
+		// is recorded only under the lease (fenced): after a take-over the
+		// chunk's mark, left in the journal, tells the new holder.
 		pctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), progressTimeout)
-		perr := recordProgress(pctx, conn, &rec, i+len(part) == len(items)) //nolint:contextcheck // detached on purpose
+		perr := r.recordProgress(pctx, &rec, i+len(part) == len(items)) //nolint:contextcheck // detached on purpose
 		if perr == nil || errors.Is(perr, errNotRunning) {
-			perr = cmp.Or(pub.clearJournal(pctx, id), perr) //nolint:contextcheck // detached on purpose
+			perr = cmp.Or(pub.clearJournal(pctx, id, *rec.Cursor), perr) //nolint:contextcheck // detached on purpose
 		}
 		cancel()
 		if f := r.cfg.TestAfterChunkFunc; f != nil && perr == nil {
@@ -292,7 +376,7 @@ func (r *Runner) runOne(ctx context.Context, conn *pgx.Conn, pub *txChannel, id 
 	if len(items) == start {
 		pctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), progressTimeout)
 		defer cancel()
-		if err := recordProgress(pctx, conn, &rec, true); err != nil && !errors.Is(err, errNotRunning) { //nolint:contextcheck // detached on purpose
+		if err := r.recordProgress(pctx, &rec, true); err != nil && !errors.Is(err, errNotRunning) { //nolint:contextcheck // detached on purpose
 			return err
 		}
 	}
@@ -305,7 +389,7 @@ func (r *Runner) runOne(ctx context.Context, conn *pgx.Conn, pub *txChannel, id 
 // cursor is a chunk the broker committed whose progress the previous
 // runner did not record (it died in between); it is recorded now, so that
 // the chunk is not published again.
-func (r *Runner) resumeJournal(ctx context.Context, conn *pgx.Conn, pub *txChannel, rec *Record) error {
+func (r *Runner) resumeJournal(ctx context.Context, pub *txChannel, rec *Record) error {
 	if err := pub.declareJournal(ctx, rec.ID); err != nil {
 		return err
 	}
@@ -322,11 +406,29 @@ func (r *Runner) resumeJournal(ctx context.Context, conn *pgx.Conn, pub *txChann
 		}
 		r.log.InfoContext(ctx, "replay: a chunk committed by the broker before the runner died, recorded now",
 			slog.String("replay", rec.ID.String()), slog.Int64("published", m.Published))
-		if err := recordProgress(ctx, conn, rec, false); err != nil && !errors.Is(err, errNotRunning) {
+		if err := r.recordProgress(ctx, rec, false); err != nil && !errors.Is(err, errNotRunning) {
 			return err
 		}
 	}
-	return pub.clearJournal(ctx, rec.ID)
+	if rec.Cursor == nil {
+		return nil
+	}
+	return pub.clearJournal(ctx, rec.ID, *rec.Cursor)
+}
+
+// recordProgress is the package's recordProgress, fenced by the lease:
+// errLeaseLost, and nothing recorded, once another may hold it.
+func (r *Runner) recordProgress(ctx context.Context, rec *Record, done bool) error {
+	return recordProgress(ctx, r.cfg.DB, rec, done, func(ctx context.Context, tx pgx.Tx) error {
+		ok, err := r.lease.Fence(ctx, tx)
+		switch {
+		case err != nil:
+			return err
+		case !ok:
+			return errLeaseLost
+		}
+		return nil
+	})
 }
 
 // archivedSQL reads the chunk's rows (each id's newest publication).
@@ -337,12 +439,12 @@ FROM platform.outbox_archive WHERE event_id = ANY($1::uuid[]) ORDER BY event_id,
 // targeted replay not beyond the pool's horizon unless asked) and the
 // chunk's mark in one AMQP transaction, and adds them to rec's counts and
 // cursor. It returns how many copies it published.
-func (r *Runner) publishChunk(ctx context.Context, conn *pgx.Conn, pub *txChannel, rec *Record, targets []Target, part []Item) (int, error) {
+func (r *Runner) publishChunk(ctx context.Context, pub *txChannel, rec *Record, targets []Target, part []Item) (int, error) {
 	ids := make([][16]byte, len(part))
 	for i, it := range part {
 		ids[i] = it.ID
 	}
-	rows, err := conn.Query(ctx, archivedSQL, ids)
+	rows, err := r.cfg.DB.Query(ctx, archivedSQL, ids)
 	if err != nil {
 		return 0, fmt.Errorf("replay: read archived events: %w", err)
 	}
@@ -403,7 +505,9 @@ func (r *Runner) publishChunk(ctx context.Context, conn *pgx.Conn, pub *txChanne
 		}
 	}
 	pctx, cancel := context.WithTimeout(ctx, publishTimeout)
-	err = pub.publish(pctx, rec.ID, out, m)
+	// The lease is checked again before tx.commit: the chunk's reads may
+	// have taken the time left.
+	err = pub.publish(pctx, rec.ID, out, m, func() error { return r.held(ctx) })
 	cancel()
 	if err != nil {
 		return 0, err

@@ -3,6 +3,7 @@ package replay
 import (
 	"context"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -219,10 +220,11 @@ func TestCancelStopsReplay(t *testing.T) {
 	require.Equal(t, "ops", cancelledBy)
 }
 
-// TestRunnerDiesBetweenCommitAndRecord: the runner's database session dies
-// after the broker committed a chunk and before its progress is recorded
-// (what a SIGKILL there does): the next session finds the chunk's mark in
-// the replay's journal queue, records it, and goes on; no event is
+// TestRunnerDiesBetweenCommitAndRecord: the runner loses its lease after
+// the broker committed a chunk and before its progress is recorded (what a
+// SIGKILL, or a pause past the lease's expiry, does there): the fenced
+// record fails and the runner stops; the next holder finds the chunk's
+// mark in the replay's journal queue, records it, and goes on; no event is
 // published twice.
 func TestRunnerDiesBetweenCommitAndRecord(t *testing.T) {
 	t.Parallel()
@@ -246,10 +248,10 @@ func TestRunnerDiesBetweenCommitAndRecord(t *testing.T) {
 				return
 			}
 			once.Do(func() {
-				// The runner's session (it holds the replay lock) dies.
-				_, err := db.Exec(ctx, `SELECT pg_terminate_backend(l.pid) FROM pg_locks l
-					JOIN pg_database d ON d.oid = l.database
-					WHERE l.locktype = 'advisory' AND l.granted AND d.datname = current_database()`)
+				// Another holder takes the lease, for a moment: the
+				// runner's record of this chunk must not land.
+				_, err := db.Exec(ctx, `UPDATE platform.lease SET holder = 'other', expires_at = clock_timestamp() + interval '300 milliseconds'
+					WHERE name = $1`, LeaseName)
 				if err != nil {
 					t.Error(err)
 				}
@@ -265,6 +267,98 @@ func TestRunnerDiesBetweenCommitAndRecord(t *testing.T) {
 	for _, m := range got {
 		seen[m.MessageId]++
 	}
+	require.Len(t, seen, n)
+	for mid, c := range seen {
+		require.Equal(t, 1, c, "event %s published twice", mid)
+	}
+}
+
+// TestRunnerStopsWhenLeaseLost: two runners, one active; between two of
+// its chunks its lease is taken by another holder, and the runner learns
+// it (its renewal fails). It publishes nothing more: the tap holds exactly
+// the copies recorded before; the standby publishes nothing while the
+// other holds the lease; once that lease ends one of them finishes the
+// replay, every event reaching the tap exactly once with the replay's
+// x-replay. Without the lease checked before each chunk, the runner
+// publishes its next chunk after it knew the lease lost.
+func TestRunnerStopsWhenLeaseLost(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	db := database(t, "replay_lease")
+	exchange := "replay-test-" + uuid.NewString()[:8]
+	_, copies := tap(t, exchange, "#")
+	now := time.Now()
+	const n = 400
+	for i := range n {
+		archive(t, db, v7At(t, now.Add(-time.Duration(i)*time.Second)), "order.order.placed.v1", now.Add(-time.Minute))
+	}
+	conn := broker.NewConn([]string{amqpURL()}, "replay-test", nil, discard)
+	t.Cleanup(conn.Close)
+	// Short enough for a quick test, long enough that a loaded machine's
+	// slow renewal does not cost the first runner its lease on its own.
+	const ttl = 1500 * time.Millisecond
+	short := func(c *RunnerConfig) { c.LeaseTTL = ttl }
+	var active atomic.Pointer[Runner]
+	var once sync.Once
+	stolen := make(chan int64, 1)
+	a := runner(t, db, conn, exchange, nil, func(r Record) {
+		if r.Published < 50 {
+			return
+		}
+		once.Do(func() {
+			// Between two chunks: another holder takes the lease, and this
+			// runner learns it at its next renewal.
+			_, err := db.Exec(ctx, `UPDATE platform.lease SET holder = 'other', expires_at = clock_timestamp() + interval '1 hour' WHERE name = $1`, LeaseName)
+			if err != nil {
+				t.Error(err)
+			}
+			deadline := time.Now().Add(2 * ttl)
+			for active.Load().lease.Held() && time.Now().Before(deadline) {
+				time.Sleep(5 * time.Millisecond) //nolint:forbidigo // a bounded poll of the runner's own view, inside its goroutine
+			}
+			stolen <- r.Published
+		})
+	}, short)
+	active.Store(a)
+	id := create(t, db, Selection{From: now.Add(-time.Hour)}, "", false, 200, nil)
+	a.Wake()
+	require.Eventually(t, a.Active, 10*time.Second, 5*time.Millisecond, "the first runner takes the lease")
+	b := runner(t, db, conn, exchange, nil, nil, short) // the standby
+	var before int64
+	select {
+	case before = <-stolen:
+	case <-time.After(30 * time.Second):
+		t.Fatal("the first runner did not reach 50 published")
+	}
+	require.Eventually(t, func() bool { return !a.Active() }, 2*ttl, 5*time.Millisecond, "the runner steps down")
+	require.False(t, b.Active())
+
+	seen := map[string]int{}
+	count := func(ms []amqp.Delivery) {
+		for _, m := range ms {
+			require.Equal(t, id.String(), m.Headers[HeaderReplay])
+			seen[m.MessageId]++
+		}
+	}
+	count(collectCopies(t, copies, int(before)))
+	require.Len(t, seen, int(before), "copies published after the runner knew its lease lost")
+	select {
+	case m := <-copies:
+		t.Fatalf("event %s published while another held the lease", m.MessageId)
+	case <-time.After(3 * ttl):
+	}
+	rec, err := Get(ctx, db, id)
+	require.NoError(t, err)
+	require.Equal(t, before, rec.Published, "progress recorded while another held the lease")
+	require.False(t, a.Active())
+	require.False(t, b.Active())
+
+	// The other holder's lease ends: a runner resumes and finishes.
+	_, err = db.Exec(ctx, `UPDATE platform.lease SET expires_at = clock_timestamp() - interval '1 second' WHERE name = $1`, LeaseName)
+	require.NoError(t, err)
+	rec = waitState(t, db, id, StateDone)
+	require.Equal(t, int64(n), rec.Published)
+	count(collectCopies(t, copies, n-int(before)))
 	require.Len(t, seen, n)
 	for mid, c := range seen {
 		require.Equal(t, 1, c, "event %s published twice", mid)

@@ -148,18 +148,28 @@ var errNotRunning = errors.New("replay no longer running")
 
 // recordProgress stores the cursor and counts after a chunk, whatever the
 // state, and reports errNotRunning when the replay is no longer running.
-func recordProgress(ctx context.Context, db dbutil.TxStarter, r *Record, done bool) error {
+// fence, when set, runs first in the transaction: its error rolls the
+// record back and is returned as it is.
+func recordProgress(ctx context.Context, db dbutil.TxStarter, r *Record, done bool, fence func(ctx context.Context, tx pgx.Tx) error) error {
 	pools, err := json.Marshal(r.Pools)
 	if err != nil {
 		return fmt.Errorf("replay: encode pools: %w", err)
 	}
 	var state string
 	err = dbutil.WithTx(ctx, db, dbutil.ReadCommitted, func(ctx context.Context, tx pgx.Tx) error {
+		if fence != nil {
+			if err := fence(ctx, tx); err != nil {
+				return err
+			}
+		}
 		return tx.QueryRow(ctx, `UPDATE platform.replay SET cursor = $2, published = $3, pools = $4, updated_at = now(),
 			state = CASE WHEN state = 'running' AND $5 THEN 'done' ELSE state END,
 			finished_at = CASE WHEN state = 'running' AND $5 THEN now() ELSE finished_at END
 			WHERE id = $1 RETURNING state`, r.ID, r.Cursor, r.Published, pools, done).Scan(&state)
 	})
+	if errors.Is(err, errLeaseLost) {
+		return err
+	}
 	if err != nil {
 		return fmt.Errorf("replay: record progress: %w", err)
 	}
