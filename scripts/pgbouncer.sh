@@ -105,7 +105,11 @@ start() {
 		return
 	fi
 	write_config
-	as_postgres pgbouncer -d -q "$DIR/pgbouncer.ini" || die "pgbouncer did not start (see $DIR/pgbouncer.log)"
+	# A file per client and server connection: the default soft limit
+	# (1024) refuses clients ("accept() failed: Too many open files") well
+	# below max_client_conn; raise it as far as the hard limit allows.
+	as_postgres bash -c 'ulimit -n "$(( $2 + 200 ))" 2>/dev/null || ulimit -n "$(ulimit -Hn)"; exec pgbouncer -d -q "$1"' _ "$DIR/pgbouncer.ini" "$MAX_CLIENTS" ||
+		die "pgbouncer did not start (see $DIR/pgbouncer.log)"
 	for _ in $(seq 1 100); do
 		if answers; then
 			say "running on 127.0.0.1:$PORT (transaction pooling, $POOL_SIZE server connections per database, $MAX_SERVER_CONNS in all)"

@@ -14,6 +14,8 @@ import (
 	"github.com/google/uuid"
 	"github.com/jackc/pgx/v5"
 	"github.com/stretchr/testify/require"
+
+	"github.com/platformd/platformd/internal/testdb"
 )
 
 // PgBouncerEnv, set to 1, makes TestPoolerExactlyOnce install PgBouncer
@@ -25,13 +27,10 @@ const PgBouncerEnv = "PLATFORMD_PGBOUNCER"
 // the default 6432.
 const pgbouncerPort = "6442"
 
-// The test's PgBouncer: at most pgbouncerServerConns server connections
-// in all (max_user_connections), however many databases it serves, and
-// server connections unused for pgbouncerServerIdle seconds closed.
-const (
-	pgbouncerServerConns = 40
-	pgbouncerServerIdle  = 10
-)
+// The test's PgBouncer closes server connections unused for
+// pgbouncerServerIdle seconds; its server connections in all
+// (max_user_connections) are serverConnsFor's.
+const pgbouncerServerIdle = 10
 
 // poolerEventsEnv names how many events TestPoolerExactlyOnce publishes
 // (default poolerEventsDefault).
@@ -45,14 +44,42 @@ const (
 	poolerTenantsDefault = 2
 )
 
-func pgbouncer(t *testing.T, cmd string) {
+// pgbouncer runs scripts/pgbouncer.sh cmd for the test's PgBouncer, with
+// at most serverConns server connections in all.
+func pgbouncer(t *testing.T, cmd string, serverConns int) {
 	t.Helper()
 	c := exec.Command("bash", "../../scripts/pgbouncer.sh", cmd)
 	c.Env = append(os.Environ(), "PGBOUNCER_PORT="+pgbouncerPort,
-		"PGBOUNCER_MAX_SERVER_CONNS="+strconv.Itoa(pgbouncerServerConns),
+		"PGBOUNCER_MAX_SERVER_CONNS="+strconv.Itoa(serverConns),
 		"PGBOUNCER_SERVER_IDLE="+strconv.Itoa(pgbouncerServerIdle))
 	out, err := c.CombinedOutput()
 	require.NoError(t, err, "pgbouncer.sh %s: %s", cmd, out)
+}
+
+// serverConnsFor is how many server connections PgBouncer may open for n
+// services' databases: 1.5 per database (the proof's idle bound), within
+// what the server has free less a margin for its other users. A service
+// in pooler mode reads its database every 2 s or less (health, pauses,
+// horizon, outbox), so each database keeps a server connection while its
+// service runs: below n, PgBouncer evicts and reconnects one for nearly
+// every transaction (measured: about 100 new server connections a second
+// for 100 databases on 40, and the services not up after 3 minutes).
+func serverConnsFor(t *testing.T, n int) int {
+	t.Helper()
+	ctx := context.Background()
+	c, err := pgx.Connect(ctx, testdb.AdminURL())
+	require.NoError(t, err)
+	defer c.Close(ctx)
+	var most, used int
+	require.NoError(t, c.QueryRow(ctx, `SELECT current_setting('max_connections')::int, (SELECT count(*) FROM pg_stat_activity WHERE backend_type = 'client backend')`).Scan(&most, &used))
+	free := most - used - 10
+	conns := min(int(idleConnsPerService*float64(n)), free)
+	if conns < n {
+		t.Logf("warning: the server has %d connections free of %d (less a margin of 10); PgBouncer gets %d server connections for %d databases: fewer than one each, so it evicts and reconnects (see serverConnsFor)",
+			free+10, most, conns, n)
+	}
+	require.Positive(t, conns, "no server connection free for PgBouncer")
+	return conns
 }
 
 // TestPoolerExactlyOnce hosts N services (PLATFORMD_POOLER_TENANTS, else
@@ -82,17 +109,18 @@ func TestPoolerExactlyOnce(t *testing.T) {
 	if events <= 0 {
 		events = poolerEventsDefault
 	}
-	pgbouncer(t, "start")
+	serverConns := serverConnsFor(t, n)
+	pgbouncer(t, "start", serverConns)
 	// Registered before the fleet's: PgBouncer stops last, after the
 	// daemon and the databases' drop.
-	t.Cleanup(func() { pgbouncer(t, "stop") })
+	t.Cleanup(func() { pgbouncer(t, "stop", serverConns) })
 	f := startFleet(t, fleetConfig{n: n, pooler: true, batch: 10})
 	require.Less(t, f.allUp, upWithin, "time until every service is up")
 
 	limit := int(idleConnsPerService * float64(n))
 	total, most := f.idle(limit)
-	t.Logf("%d services through PgBouncer idle: %d server connections to their databases (%.2f per service, at most %d on one); RSS %s; PgBouncer: %s",
-		n, total, float64(total)/float64(n), most, rss(), pgbouncerShow(t, f.prefix))
+	t.Logf("%d services through PgBouncer (at most %d server connections): idle, %d server connections to their databases (%.2f per service, at most %d on one); RSS %s; PgBouncer: %s",
+		n, serverConns, total, float64(total)/float64(n), most, rss(), pgbouncerShow(t, f.prefix))
 	require.LessOrEqual(t, total, limit, "server connections to the services' databases while idle")
 
 	stopSampling := samplePeak(t, f.prefix)
@@ -102,7 +130,7 @@ func TestPoolerExactlyOnce(t *testing.T) {
 	}
 	start := time.Now()
 	f.publish(ids, 2, func() {
-		pgbouncer(t, "restart")
+		pgbouncer(t, "restart", serverConns)
 		t.Logf("PgBouncer restarted after %s, %d of %d events published", time.Since(start).Round(time.Millisecond), events/2, events)
 	})
 	published := time.Since(start)
