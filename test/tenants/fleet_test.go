@@ -10,7 +10,6 @@ import (
 	"path/filepath"
 	"strconv"
 	"strings"
-	"sync"
 	"testing"
 	"time"
 
@@ -114,11 +113,7 @@ services:
 `, i, dsn, mode, migDir, i, fleetEvent, maxIdle, i, f.queue(i), fleetEvent, i, batch)
 	}
 	t.Cleanup(func() {
-		var wg sync.WaitGroup
-		for _, name := range f.names {
-			wg.Go(func() { testdb.Drop(name) })
-		}
-		wg.Wait()
+		dropDatabases(t, f.names)
 		deleteQueues(t, suffix, fc.n)
 	})
 	path := filepath.Join(dir, "platformd.yaml")
@@ -347,4 +342,30 @@ func throughPgBouncer(t *testing.T, dsn string) string {
 	require.NoError(t, err)
 	u.Host = "127.0.0.1:" + pgbouncerPort
 	return u.String()
+}
+
+// dropDatabases drops names (forcibly), on one connection taken again
+// while the server refuses it: it may be full for a moment as the fleet
+// stops (testdb.Drop gives up at once, leaving the databases behind).
+func dropDatabases(t *testing.T, names []string) {
+	ctx := context.Background()
+	deadline := time.Now().Add(time.Minute)
+	var c *pgx.Conn
+	for {
+		var err error
+		if c, err = pgx.Connect(ctx, testdb.AdminURL()); err == nil {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Errorf("databases %s_* left behind: %v", names[0], err)
+			return
+		}
+		time.Sleep(200 * time.Millisecond) // a bounded poll
+	}
+	defer c.Close(ctx)
+	for _, name := range names {
+		if _, err := c.Exec(ctx, "DROP DATABASE IF EXISTS "+pgx.Identifier{name}.Sanitize()+" WITH (FORCE)"); err != nil {
+			t.Errorf("drop %s: %v", name, err)
+		}
+	}
 }

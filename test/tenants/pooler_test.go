@@ -13,6 +13,7 @@ import (
 
 	"github.com/google/uuid"
 	"github.com/jackc/pgx/v5"
+	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 
 	"github.com/platformd/platformd/internal/testdb"
@@ -115,7 +116,9 @@ func TestPoolerExactlyOnce(t *testing.T) {
 	// daemon and the databases' drop.
 	t.Cleanup(func() { pgbouncer(t, "stop", serverConns) })
 	f := startFleet(t, fleetConfig{n: n, pooler: true, batch: 10})
-	require.Less(t, f.allUp, upWithin, "time until every service is up")
+	// Checked, not required: the stream's exactly-once result is worth
+	// having when the bring-up is slow.
+	assert.Less(t, f.allUp, upWithin, "time until every service is up")
 
 	limit := int(idleConnsPerService * float64(n))
 	total, most := f.idle(limit)
