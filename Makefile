@@ -144,12 +144,12 @@ breaking: ## buf breaking against BREAKING_AGAINST, branch main, or HEAD~1
 	@bash scripts/proto.sh breaking
 
 .PHONY: tenants
-tenants: services ## many-tenants proof (docs/tenants.md): TENANTS services in one daemon, all up in 60s, <=1.5 connections each idle, fan-out once; needs the server to itself
-	PLATFORMD_TENANTS=$(TENANTS) $(GO) test -count=1 -v -run 'TestManyTenants$$' -timeout 10m ./test/tenants/
+tenants: services ## many-tenants proof (docs/tenants.md): TENANTS services in one daemon, direct then through PgBouncer: all up in 60s, <=1.5 connections each idle, fan-out applied exactly once; needs the server to itself
+	PLATFORMD_TENANTS=$(TENANTS) PLATFORMD_PGBOUNCER=1 $(GO) test -count=1 -v -run 'TestManyTenants$$|TestPoolerExactlyOnce$$' -timeout 15m ./test/tenants/
 
 .PHONY: pooler
-pooler: services ## database_mode: pooler through a real PgBouncer (scripts/pgbouncer.sh installs and starts it), exactly once across its restart
-	PLATFORMD_PGBOUNCER=1 $(GO) test -race -count=1 -v -run 'TestPoolerExactlyOnce$$' ./test/tenants/
+pooler: services ## database_mode: pooler through a real PgBouncer (scripts/pgbouncer.sh installs and starts it): 20 services, exactly once across its restart; archive and replay through it
+	PLATFORMD_POOLER_TENANTS=20 PLATFORMD_PGBOUNCER=1 $(GO) test -race -count=1 -v -run 'TestPoolerExactlyOnce$$' ./test/tenants/
 
 .PHONY: bench
 bench: services ## bench program (./bench/cmd/bench BENCH_FLAGS) + Go micro-benchmarks in internal/

@@ -15,12 +15,25 @@
 # PostgreSQL's configuration.
 #
 # Environment:
-#   PGBOUNCER_PORT      port to listen on (default 6432)
-#   PGBOUNCER_POOL_SIZE server connections per database and user (default 10)
+#   PGBOUNCER_PORT             port to listen on (default 6432)
+#   PGBOUNCER_POOL_SIZE        server connections per database and user (default 10)
+#   PGBOUNCER_MAX_SERVER_CONNS server connections of the user across every
+#                              database (max_user_connections; default 50):
+#                              a hundred databases behind one PgBouncer then
+#                              share 50 server connections, an idle one
+#                              closed for a database that needs one
+#   PGBOUNCER_SERVER_IDLE      seconds an unused server connection stays open
+#                              (server_idle_timeout; default 30)
+#   PGBOUNCER_MAX_CLIENTS      client connections (max_client_conn; default 4000)
+# Every database of the server is served (a wildcard entry): a new service
+# database needs no change here.
 set -euo pipefail
 
 PORT="${PGBOUNCER_PORT:-6432}"
 POOL_SIZE="${PGBOUNCER_POOL_SIZE:-10}"
+MAX_SERVER_CONNS="${PGBOUNCER_MAX_SERVER_CONNS:-50}"
+SERVER_IDLE="${PGBOUNCER_SERVER_IDLE:-30}"
+MAX_CLIENTS="${PGBOUNCER_MAX_CLIENTS:-4000}"
 DIR="/tmp/platformd-pgbouncer-$PORT"
 PG_HOST=127.0.0.1
 PG_PORT=5432
@@ -76,8 +89,9 @@ auth_file = $DIR/userlist.txt
 admin_users = postgres
 pool_mode = transaction
 default_pool_size = $POOL_SIZE
-max_client_conn = 4000
-server_idle_timeout = 30
+max_user_connections = $MAX_SERVER_CONNS
+max_client_conn = $MAX_CLIENTS
+server_idle_timeout = $SERVER_IDLE
 ignore_startup_parameters = extra_float_digits
 pidfile = $DIR/pgbouncer.pid
 logfile = $DIR/pgbouncer.log
@@ -91,10 +105,14 @@ start() {
 		return
 	fi
 	write_config
-	as_postgres pgbouncer -d -q "$DIR/pgbouncer.ini" || die "pgbouncer did not start (see $DIR/pgbouncer.log)"
+	# A file per client and server connection: the default soft limit
+	# (1024) refuses clients ("accept() failed: Too many open files") well
+	# below max_client_conn; raise it as far as the hard limit allows.
+	as_postgres bash -c 'ulimit -n "$(( $2 + 200 ))" 2>/dev/null || ulimit -n "$(ulimit -Hn)"; exec pgbouncer -d -q "$1"' _ "$DIR/pgbouncer.ini" "$MAX_CLIENTS" ||
+		die "pgbouncer did not start (see $DIR/pgbouncer.log)"
 	for _ in $(seq 1 100); do
 		if answers; then
-			say "running on 127.0.0.1:$PORT (transaction pooling, $POOL_SIZE server connections per database)"
+			say "running on 127.0.0.1:$PORT (transaction pooling, $POOL_SIZE server connections per database, $MAX_SERVER_CONNS in all)"
 			return
 		fi
 		sleep 0.1

@@ -47,9 +47,13 @@ const (
 type DatabasePoolConfig struct {
 	// MaxConns is the most connections of the pool, the control session
 	// not included (default: the sum of the service's pools' concurrency
-	// plus DatabasePoolSpareConns). It is read when the service starts: a
-	// reload does not resize a running service's pool.
+	// plus DatabasePoolSpareConns). Set, a reload that changes it restarts
+	// the service on a pool of the new size; derived, it follows the
+	// pools' concurrency only when the service starts (a reload that
+	// changes a pool restarts that pool alone).
 	MaxConns int `yaml:"max_conns"`
+	// MaxConnsSet is true when the config sets max_conns (not derived).
+	MaxConnsSet bool `yaml:"-"`
 	// MinConns is how many connections the pool keeps open while idle
 	// (default 0, at most max_conns).
 	MinConns int `yaml:"min_conns"`
@@ -62,7 +66,8 @@ type DatabasePoolConfig struct {
 // database_pool block (after its pools' defaults).
 func applyDatabasePoolDefaults(s *ServiceConfig, sp string, isSet func(string) bool) {
 	dp := &s.DatabasePool
-	if !isSet(sp + ".database_pool.max_conns") {
+	dp.MaxConnsSet = isSet(sp + ".database_pool.max_conns")
+	if !dp.MaxConnsSet {
 		n := DatabasePoolSpareConns
 		for _, p := range s.Pools {
 			n += max(p.Concurrency, 0)

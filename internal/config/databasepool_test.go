@@ -12,7 +12,7 @@ func TestDatabasePoolDefaults(t *testing.T) {
 	c, err := parseWith(t, baseYAML+producerService+"    outbox: {}\n    database_pool: {max_conns: 7, min_conns: 1, max_idle: 2m}\n", nil)
 	require.NoError(t, err)
 	s, _ := c.Service("order")
-	require.Equal(t, DatabasePoolConfig{MaxConns: 7, MinConns: 1, MaxIdle: 2 * time.Minute}, s.DatabasePool)
+	require.Equal(t, DatabasePoolConfig{MaxConns: 7, MaxConnsSet: true, MinConns: 1, MaxIdle: 2 * time.Minute}, s.DatabasePool)
 	require.False(t, s.Pooler())
 
 	c, err = parseWith(t, baseYAML+producerService+"    outbox: {}\n    database_mode: pooler\n", nil)

@@ -31,7 +31,8 @@ import (
 //     the keys;
 //   - otherwise new services start (their migrations first), removed ones
 //     drain and stop, services whose own settings changed (database,
-//     horizons, purge, outbox, migrations) restart, and within the others
+//     database_mode, database_pool, horizons, purge, outbox, migrations)
+//     restart on a new database pool, and within the others
 //     new pools start, removed ones drain and stop and changed ones (their
 //     settings, or the SQL of a handler they run) restart alone; unchanged
 //     pools are not touched: no reconnect, no lost or repeated work.
@@ -171,7 +172,7 @@ func (d *Daemon) planReload(old, cfg *config.Config) *reloadPlan {
 		switch {
 		case !ok:
 			plan.add = append(plan.add, sc)
-		case !reflect.DeepEqual(serviceSettings(s.config()), serviceSettings(sc)):
+		case !reflect.DeepEqual(serviceSettings(s.config()), serviceSettings(sc)) || dbPoolResized(s, sc):
 			plan.restart = append(plan.restart, s)
 		default:
 			plan.pools[sc.Name] = planPools(old, s.config(), cfg, sc)
@@ -184,11 +185,25 @@ func (d *Daemon) planReload(old, cfg *config.Config) *reloadPlan {
 // handlers: what, changed, restarts the whole service.
 func serviceSettings(sc config.ServiceConfig) config.ServiceConfig {
 	sc.Pools, sc.SQLHandlers = nil, nil
-	// Derived from the pools' concurrency, it changes with them; a
-	// database pool is sized once, when its service starts: a reload
-	// neither resizes it nor restarts the service for it.
-	sc.DatabasePool.MaxConns = 0
+	// max_conns is compared by dbPoolResized: derived from the pools'
+	// concurrency, it changes with them, and a changed pool restarts
+	// alone, not its service.
+	sc.DatabasePool.MaxConns, sc.DatabasePool.MaxConnsSet = 0, false
 	return sc
+}
+
+// dbPoolResized reports whether a reload to sc resizes s's database pool:
+// max_conns set (in sc, or in the config in force) to another size than
+// the pool's. A pgxpool cannot be resized in place and every part of the
+// service holds it, so the service restarts on a new one, as for a
+// changed database_mode, min_conns or max_idle (serviceSettings). A
+// derived max_conns alone never restarts the service: its pool keeps the
+// size it started with.
+func dbPoolResized(s *service, sc config.ServiceConfig) bool {
+	if !s.config().DatabasePool.MaxConnsSet && !sc.DatabasePool.MaxConnsSet {
+		return false
+	}
+	return int32(max(sc.DatabasePool.MaxConns, 2)) != s.db.Config().MaxConns //nolint:gosec // validated: at most 1000
 }
 
 // planPools compares a service's pools in the config in force and in cfg.

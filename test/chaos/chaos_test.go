@@ -161,13 +161,13 @@ func runChaosExactlyOnce(t *testing.T, partitioned bool) {
 	a.stop()
 
 	r := e.check(pl, sd)
-	if listed != r.failureCopies {
-		r.problem("ListFailedMessages listed %d messages, the failure queues then held %d (reading must lose nothing)", listed, r.failureCopies)
+	if listed != r.FailureCopies {
+		r.Problem("ListFailedMessages listed %d messages, the failure queues then held %d (reading must lose nothing)", listed, r.FailureCopies)
 	}
 	if n := stats.returned.Load(); n > 0 {
-		r.problem("%d published messages were unroutable", n)
+		r.Problem("%d published messages were unroutable", n)
 	}
-	for _, p := range r.problems {
+	for _, p := range r.Problems {
 		t.Error(p)
 	}
 	// Duplicates skipped come from the daemons' metrics: exact for runs
@@ -175,10 +175,10 @@ func runChaosExactlyOnce(t *testing.T, partitioned bool) {
 	// each SIGKILL. Deliveries are the events applied plus those.
 	m := e.totals()
 	summary := fmt.Sprintf("faults: %d, events: %d, deliveries: %d, duplicates skipped: %d, applied twice: %d, lost: %d, bad inputs quarantined: %d/%d",
-		c.faults, r.events, r.applied+int(m.duplicate), int(m.duplicate), r.twice, r.lost, r.badQuarantined, r.badTotal)
+		c.faults, r.Events, r.Applied+int(m.duplicate), int(m.duplicate), r.Twice, r.Lost, r.BadQuarantined, r.BadTotal)
 	t.Log("chaos: " + summary)
 	t.Logf("chaos: copies sent: %d originals, %d relay republishes, %d replays, %d resent after broker failures; duplicates by source (metrics): %v; retried (metrics): %d; purged %v; failure-queue copies %d; wrong %d, unexpected %d",
-		stats.originals.Load(), stats.republished.Load(), stats.replayed.Load(), stats.resent.Load(), m.dupBySource, int(m.retried), c.purged, r.failureCopies, r.wrong, r.unexpected)
+		stats.originals.Load(), stats.republished.Load(), stats.replayed.Load(), stats.resent.Load(), m.dupBySource, int(m.retried), c.purged, r.FailureCopies, r.Wrong, r.Unexpected)
 }
 
 // waitPools waits until every pool of d is in state want.

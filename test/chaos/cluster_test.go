@@ -282,9 +282,9 @@ func TestChaosBrokerCluster(t *testing.T) {
 
 	r := e.check(pl, &seeds{})
 	if n := stats.returned.Load(); n > 0 {
-		r.problem("%d published messages were unroutable", n)
+		r.Problem("%d published messages were unroutable", n)
 	}
-	for _, p := range r.problems {
+	for _, p := range r.Problems {
 		t.Error(p)
 	}
 	if len(c.failovers) == 0 {
@@ -310,12 +310,12 @@ func TestChaosBrokerCluster(t *testing.T) {
 	}
 	m := e.totals()
 	summary := fmt.Sprintf("faults: %d (%s), events: %d, deliveries: %d, duplicates skipped: %d, applied twice: %d, lost: %d, bad inputs quarantined: %d/%d, failover to the first commit on another node (%d pools): median %s, max %s",
-		c.faults, strings.Join(kinds, ", "), r.events, r.applied+int(m.duplicate), int(m.duplicate), r.twice, r.lost, r.badQuarantined, r.badTotal,
+		c.faults, strings.Join(kinds, ", "), r.Events, r.Applied+int(m.duplicate), int(m.duplicate), r.Twice, r.Lost, r.BadQuarantined, r.BadTotal,
 		len(took), median(took).Round(time.Millisecond), maxOf(took).Round(time.Millisecond))
 	t.Log("chaos: cluster: " + summary)
 	t.Log("chaos: cluster: failover by kind of loss: " + strings.Join(perKind, "; "))
 	t.Logf("chaos: cluster: copies sent: %d originals, %d relay republishes, %d replays, %d resent after broker failures; duplicates by source (metrics): %v; retried (metrics): %d; failure-queue copies %d",
-		stats.originals.Load(), stats.republished.Load(), stats.replayed.Load(), stats.resent.Load(), m.dupBySource, int(m.retried), r.failureCopies)
+		stats.originals.Load(), stats.republished.Load(), stats.replayed.Load(), stats.resent.Load(), m.dupBySource, int(m.retried), r.FailureCopies)
 }
 
 func median(d []time.Duration) time.Duration {

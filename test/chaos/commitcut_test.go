@@ -81,7 +81,7 @@ func TestChaosCommitCut(t *testing.T) {
 	d.stop()
 
 	r := e.check(pl, &seeds{})
-	for _, p := range r.problems {
+	for _, p := range r.Problems {
 		t.Error(p)
 	}
 	m := e.totals()
@@ -98,7 +98,7 @@ func TestChaosCommitCut(t *testing.T) {
 		t.Errorf("%v redelivered duplicates after %d committed batches cut off: their redeliveries did not meet the rows", m.dupBySource["redelivery"], cuts["COMMIT"])
 	}
 	t.Logf("chaos: commit cut: cut commits: %v, batches of unknown outcome: %v, events: %d, deliveries: %d, duplicates skipped: %d (redelivery %v), applied twice: %d, lost: %d, bad inputs quarantined: %d/%d",
-		cuts, batchErrors, r.events, r.applied+int(m.duplicate), int(m.duplicate), m.dupBySource["redelivery"], r.twice, r.lost, r.badQuarantined, r.badTotal)
+		cuts, batchErrors, r.Events, r.Applied+int(m.duplicate), int(m.duplicate), m.dupBySource["redelivery"], r.Twice, r.Lost, r.BadQuarantined, r.BadTotal)
 }
 
 // metricSum adds up every series of one metric family on d's endpoint.

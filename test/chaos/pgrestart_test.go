@@ -146,10 +146,10 @@ func TestChaosPostgresRestart(t *testing.T) {
 	d.finalScrape()
 	d.stop()
 	r := e.check(pl, &seeds{})
-	for _, p := range r.problems {
+	for _, p := range r.Problems {
 		t.Error(p)
 	}
 	m := e.totals()
 	t.Logf("chaos: pg restart: events: %d, deliveries: %d, duplicates skipped: %d, applied twice: %d, lost: %d, bad inputs quarantined: %d/%d; retried (metrics): %d",
-		r.events, r.applied+int(m.duplicate), int(m.duplicate), r.twice, r.lost, r.badQuarantined, r.badTotal, int(m.retried))
+		r.Events, r.Applied+int(m.duplicate), int(m.duplicate), r.Twice, r.Lost, r.BadQuarantined, r.BadTotal, int(m.retried))
 }
