@@ -149,7 +149,7 @@ tenants: services ## many-tenants proof (docs/tenants.md): TENANTS services in o
 
 .PHONY: pooler
 pooler: services ## database_mode: pooler through a real PgBouncer (scripts/pgbouncer.sh installs and starts it): 20 services, exactly once across its restart; archive and replay through it
-	PLATFORMD_POOLER_TENANTS=20 PLATFORMD_PGBOUNCER=1 $(GO) test -race -count=1 -v -run 'TestPoolerExactlyOnce$$' ./test/tenants/
+	PLATFORMD_POOLER_TENANTS=20 PLATFORMD_PGBOUNCER=1 $(GO) test -race -count=1 -v -run 'TestPoolerExactlyOnce$$|TestReplayThroughPooler$$' ./test/tenants/
 
 .PHONY: bench
 bench: services ## bench program (./bench/cmd/bench BENCH_FLAGS) + Go micro-benchmarks in internal/
