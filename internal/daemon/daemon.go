@@ -257,7 +257,10 @@ func start(ctx context.Context, cfg *config.Config, reg *consumer.Registry, opts
 		if err != nil {
 			return nil, err
 		}
+		// The admin API already serves: its listings read d.services.
+		d.mu.Lock()
 		d.services = append(d.services, s)
+		d.mu.Unlock()
 		if err := s.Start(ctx); err != nil {
 			return nil, err
 		}
@@ -267,7 +270,7 @@ func start(ctx context.Context, cfg *config.Config, reg *consumer.Registry, opts
 		return nil, err
 	}
 	ok = true
-	logger.Info("daemon: running", slog.Int("services", len(d.services)),
+	logger.Info("daemon: running", slog.Int("services", len(cfg.Services)),
 		slog.String("admin", cfg.Admin.Listen), slog.String("metrics", cfg.Metrics.Listen))
 	return d, nil
 }
