@@ -38,6 +38,9 @@ func runner(t testing.TB, db *pgxpool.Pool, conn *broker.Conn, exchange string, 
 	t.Helper()
 	cfg := RunnerConfig{
 		Service: "order", DB: db, Broker: conn, Exchange: exchange, Archive: 24 * time.Hour, Poll: 50 * time.Millisecond, LockRetry: 50 * time.Millisecond,
+		// Chunks of 50 ms at the replay's rate: the tests stop runners
+		// between chunks, a few chunks in.
+		ChunkEvery:  50 * time.Millisecond,
 		TargetsFunc: func(Record) ([]Target, error) { return targets, nil }, Logger: discard, TestAfterChunkFunc: after,
 		Published: published,
 	}
