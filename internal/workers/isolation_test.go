@@ -106,8 +106,10 @@ func TestHangingHandlerHoldsUpOnlyItsPool(t *testing.T) {
 
 	hung.publishMany(20, 0)
 	sent := other.publishMany(300, 0)
-	other.waitFor("the other pool drains", func() bool { return other.reservations() == sent })
-	require.Equal(t, uint64(sent), op.Info().Processed)
+	// Processed counts a delivery once it is settled (acked), after its
+	// commit: wait for that, not for the rows, which come first.
+	other.waitSettled("the other pool drains", func() bool { return op.Info().Processed == uint64(sent) })
+	require.Equal(t, sent, other.reservations())
 	hung.waitSettled("the hung events are retried", func() bool { return hp.Info().Retried > 0 })
 	require.Zero(t, hp.Info().Processed)
 	require.Zero(t, hung.count(`SELECT count(*) FROM processed_event`), "a timed-out event leaves no row")
