@@ -516,16 +516,13 @@ func deleteRows(ctx context.Context, conn *pgxpool.Conn, ids [][16]byte, archive
 	b := &pgx.Batch{}
 	b.Queue(synchronousCommitOff.SQL(query.NoParams{}))
 	b.Queue(del.SQL(p), idsArgs(p)...)
-	br := conn.SendBatch(ctx, b)
-	if _, err := br.Exec(); err != nil {
-		_ = br.Close()
-		return fmt.Errorf("%s: %w", synchronousCommitOff.Name(), err)
-	}
-	if _, err := br.Exec(); err != nil {
-		_ = br.Close()
+	// The error is named after the delete, whichever statement met it:
+	// pgx prepares (describes) a batch's statements before it runs any, so
+	// the first result can carry the second's error.
+	if err := conn.SendBatch(ctx, b).Close(); err != nil {
 		return fmt.Errorf("%s: %w", del.Name(), err)
 	}
-	return br.Close()
+	return nil
 }
 
 // ensureArchive creates the archive's partitions ahead when the last ones
