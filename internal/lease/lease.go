@@ -30,7 +30,6 @@ import (
 	"sync"
 	"time"
 
-	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgconn"
 )
 
@@ -49,15 +48,6 @@ const (
 // ErrLost is the cause of a work context cancelled because the lease was
 // lost (not renewed in time, or taken over).
 var ErrLost = errors.New("lease lost")
-
-// Querier runs statements: a *pgxpool.Pool, a connection, a pgx.Tx. The
-// lease needs Exec and QueryRow; Query is there so that the function a
-// DoFunc runs can serve its other users too (the relay, the scheduler).
-type Querier interface {
-	Exec(ctx context.Context, sql string, args ...any) (pgconn.CommandTag, error)
-	Query(ctx context.Context, sql string, args ...any) (pgx.Rows, error)
-	QueryRow(ctx context.Context, sql string, args ...any) pgx.Row
-}
 
 // Config configures a Lease. Zero values take the defaults.
 type Config struct {
@@ -143,37 +133,22 @@ func (l *Lease) Deadline() (time.Time, bool) {
 // the clocks' drift and the renewal's own latency.
 func (l *Lease) margin() time.Duration { return l.cfg.TTL / 5 }
 
-// acquireSQL takes the lease when it is free, expired or already ours; it
-// returns a row only when this holder has it. The database's clock alone
-// decides expiry.
-const acquireSQL = `INSERT INTO platform.lease AS l (name, holder, expires_at, acquired_at, renewed_at)
-VALUES ($1, $2, clock_timestamp() + $3 * interval '1 millisecond', clock_timestamp(), clock_timestamp())
-ON CONFLICT (name) DO UPDATE SET holder = excluded.holder, expires_at = excluded.expires_at,
-	acquired_at = CASE WHEN l.holder = excluded.holder THEN l.acquired_at ELSE excluded.acquired_at END,
-	renewed_at = excluded.renewed_at
-WHERE l.holder = excluded.holder OR l.expires_at < clock_timestamp()
-RETURNING holder`
-
-// renewSQL extends the lease only while this holder has it and it has not
-// expired: an expired lease is never revived by its old holder's renewal.
-const renewSQL = `UPDATE platform.lease SET expires_at = clock_timestamp() + $3 * interval '1 millisecond',
-	renewed_at = clock_timestamp()
-WHERE name = $1 AND holder = $2 AND expires_at > clock_timestamp()`
-
 // TryAcquire takes the lease if it is free, expired or already this
 // holder's, and reports whether this holder now holds it.
 func (l *Lease) TryAcquire(ctx context.Context) (bool, error) {
 	sent := time.Now()
-	var holder string
+	var ok bool
 	err := l.cfg.DoFunc(ctx, func(ctx context.Context, q Querier) error {
-		return q.QueryRow(ctx, acquireSQL, l.cfg.Name, l.cfg.Holder, l.cfg.TTL.Milliseconds()).Scan(&holder)
+		var err error
+		_, ok, err = acquireLease.Find(ctx, q, l.params())
+		return err
 	})
-	if errors.Is(err, pgx.ErrNoRows) {
-		l.setHeld(false, time.Time{})
-		return false, nil
-	}
 	if err != nil {
 		return false, fmt.Errorf("lease %s: acquire: %w", l.cfg.Name, err)
+	}
+	if !ok {
+		l.setHeld(false, time.Time{})
+		return false, nil
 	}
 	l.setHeld(true, sent.Add(l.cfg.TTL-l.margin()))
 	return true, nil
@@ -186,7 +161,7 @@ func (l *Lease) Renew(ctx context.Context) (bool, error) {
 	var tag pgconn.CommandTag
 	err := l.cfg.DoFunc(ctx, func(ctx context.Context, q Querier) error {
 		var err error
-		tag, err = q.Exec(ctx, renewSQL, l.cfg.Name, l.cfg.Holder, l.cfg.TTL.Milliseconds())
+		tag, err = renewLease.Run(ctx, q, l.params())
 		return err
 	})
 	if err != nil {
@@ -200,12 +175,6 @@ func (l *Lease) Renew(ctx context.Context) (bool, error) {
 	return true, nil
 }
 
-// fenceSQL returns a row only while this holder holds the lease by the
-// database's clock, and locks it FOR SHARE: a take-over (the acquire's
-// upsert) waits for the caller's transaction to end.
-const fenceSQL = `SELECT true FROM platform.lease
-WHERE name = $1 AND holder = $2 AND expires_at > clock_timestamp() FOR SHARE`
-
 // Fence, run inside a transaction tx, reports whether this holder holds
 // the lease by the database's clock, and keeps that true until tx ends:
 // the lease's row stays locked, so no other holder can take the lease
@@ -214,15 +183,11 @@ WHERE name = $1 AND holder = $2 AND expires_at > clock_timestamp() FOR SHARE`
 // runs its statements in tx after a true Fence. It holds nothing between
 // transactions (it works through a transaction-mode pooler).
 func (l *Lease) Fence(ctx context.Context, tx Querier) (bool, error) {
-	var ok bool
-	err := tx.QueryRow(ctx, fenceSQL, l.cfg.Name, l.cfg.Holder).Scan(&ok)
-	if errors.Is(err, pgx.ErrNoRows) {
-		return false, nil
-	}
+	_, ok, err := fenceLease.Find(ctx, tx, l.params())
 	if err != nil {
 		return false, fmt.Errorf("lease %s: fence: %w", l.cfg.Name, err)
 	}
-	return true, nil
+	return ok, nil
 }
 
 // Release gives the lease up (only if this holder has it), so that
@@ -232,13 +197,18 @@ func (l *Lease) Release(ctx context.Context) error {
 	ctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), releaseTimeout)
 	defer cancel()
 	err := l.cfg.DoFunc(ctx, func(ctx context.Context, q Querier) error {
-		_, err := q.Exec(ctx, `DELETE FROM platform.lease WHERE name = $1 AND holder = $2`, l.cfg.Name, l.cfg.Holder)
+		_, err := releaseLease.Run(ctx, q, l.params())
 		return err
 	})
 	if err != nil {
 		return fmt.Errorf("lease %s: release: %w", l.cfg.Name, err)
 	}
 	return nil
+}
+
+// params are the lease's statements' params.
+func (l *Lease) params() leaseParams {
+	return leaseParams{Name: l.cfg.Name, Holder: l.cfg.Holder, TTLMillis: l.cfg.TTL.Milliseconds()}
 }
 
 func (l *Lease) setHeld(held bool, until time.Time) {

@@ -242,7 +242,7 @@ func TestLeaseFence(t *testing.T) {
 	require.Eventually(t, func() bool {
 		var waiting int
 		require.NoError(t, db.QueryRow(ctx, `SELECT count(*) FROM pg_stat_activity
-			WHERE datname = current_database() AND wait_event_type = 'Lock' AND query LIKE 'INSERT INTO platform.lease%'`).Scan(&waiting))
+			WHERE datname = current_database() AND wait_event_type = 'Lock' AND query LIKE '/* platformd:lease.acquire */ %'`).Scan(&waiting))
 		return waiting == 1
 	}, 5*time.Second, 10*time.Millisecond, "b waits for a's fencing transaction")
 	require.Empty(t, took)

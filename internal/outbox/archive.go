@@ -13,6 +13,7 @@ import (
 
 	"github.com/platformd/platformd/internal/dbutil"
 	"github.com/platformd/platformd/internal/envelope"
+	"github.com/platformd/platformd/internal/query"
 )
 
 // ArchiveWidth is the time range of one partition of platform.outbox_archive
@@ -41,12 +42,7 @@ func archivePartName(day time.Time) string {
 
 // archiveParts returns the days of the archive's partitions.
 func archiveParts(ctx context.Context, tx pgx.Tx) (map[time.Time]bool, error) {
-	rows, err := tx.Query(ctx, `SELECT c.relname::text FROM pg_inherits i JOIN pg_class c ON c.oid = i.inhrelid
-		WHERE i.inhparent = 'platform.outbox_archive'::regclass`)
-	if err != nil {
-		return nil, fmt.Errorf("list archive partitions: %w", err)
-	}
-	names, err := pgx.CollectRows(rows, pgx.RowTo[string])
+	names, err := listArchivePartitions.All(ctx, tx, query.NoParams{})
 	if err != nil {
 		return nil, fmt.Errorf("list archive partitions: %w", err)
 	}
@@ -73,11 +69,11 @@ func archiveParts(ctx context.Context, tx pgx.Tx) (map[time.Time]bool, error) {
 func EnsureArchivePartitions(ctx context.Context, db dbutil.TxStarter, ahead int) (time.Time, error) {
 	var until time.Time
 	err := dbutil.WithTx(ctx, db, dbutil.ReadCommitted, func(ctx context.Context, tx pgx.Tx) error {
-		if _, err := tx.Exec(ctx, `SELECT pg_advisory_xact_lock(hashtextextended($1, 0))`, archiveLockName); err != nil {
+		if _, err := lockArchivePartitions.Run(ctx, tx, query.NoParams{}); err != nil {
 			return err
 		}
-		var now time.Time
-		if err := tx.QueryRow(ctx, `SELECT now()`).Scan(&now); err != nil {
+		now, err := dbNow.One(ctx, tx, query.NoParams{})
+		if err != nil {
 			return err
 		}
 		days, err := archiveParts(ctx, tx)
@@ -91,18 +87,17 @@ func EnsureArchivePartitions(ctx context.Context, db dbutil.TxStarter, ahead int
 			if days[day] {
 				continue
 			}
-			name := pgx.Identifier{"platform", archivePartName(day)}.Sanitize()
-			if _, err := tx.Exec(ctx, `CREATE TABLE `+name+` (LIKE platform.outbox_archive INCLUDING DEFAULTS INCLUDING CONSTRAINTS)`); err != nil {
+			name := partIdent(day)
+			if _, err := createArchivePartition.Run(ctx, tx, partParams{Ident: name}); err != nil {
 				return fmt.Errorf("create archive partition %s: %w", name, err)
 			}
 			// Rows of that day already in the default partition move in
 			// first: the attach refuses a default partition holding any.
-			if _, err := tx.Exec(ctx, `WITH m AS (DELETE FROM platform.outbox_archive_default
-				WHERE published_at >= $1 AND published_at < $2 RETURNING *) INSERT INTO `+name+` SELECT * FROM m`, day, until); err != nil {
+			dp := dayParams{Ident: name, From: day, To: until}
+			if _, err := moveDefaultRows.Run(ctx, tx, dp); err != nil {
 				return fmt.Errorf("move default rows to archive partition %s: %w", name, err)
 			}
-			if _, err := tx.Exec(ctx, fmt.Sprintf(`ALTER TABLE platform.outbox_archive ATTACH PARTITION %s FOR VALUES FROM ('%s') TO ('%s')`,
-				name, day.Format(time.RFC3339), until.Format(time.RFC3339))); err != nil {
+			if _, err := attachArchivePartition.Run(ctx, tx, dp); err != nil {
 				return fmt.Errorf("attach archive partition %s: %w", name, err)
 			}
 		}
@@ -154,17 +149,18 @@ func purgeArchive(ctx context.Context, db dbutil.TxStarter, keep time.Duration, 
 	var res ArchivePurgeResult
 	var straddling bool
 	err := dbutil.WithTx(ctx, db, dbutil.ReadCommitted, func(ctx context.Context, tx pgx.Tx) error {
-		if _, err := tx.Exec(ctx, `SELECT pg_advisory_xact_lock(hashtextextended($1, 0))`, archiveLockName); err != nil {
+		if _, err := lockArchivePartitions.Run(ctx, tx, query.NoParams{}); err != nil {
 			return err
 		}
-		if err := tx.QueryRow(ctx, `SELECT now() - make_interval(secs => $1)`, keep.Seconds()).Scan(&res.Cutoff); err != nil {
+		var err error
+		if res.Cutoff, err = archiveCutoff.One(ctx, tx, keepParams{Keep: keep}); err != nil {
 			return err
 		}
 		days, err := archiveParts(ctx, tx)
 		if err != nil {
 			return err
 		}
-		if _, err := tx.Exec(ctx, fmt.Sprintf(`SET LOCAL lock_timeout = %d`, archiveDropLockTimeout.Milliseconds())); err != nil {
+		if _, err := setLockTimeout.Run(ctx, tx, archiveDropLockTimeout); err != nil {
 			return err
 		}
 		straddling = days[res.Cutoff.UTC().Truncate(ArchiveWidth)]
@@ -172,15 +168,15 @@ func purgeArchive(ctx context.Context, db dbutil.TxStarter, keep time.Duration, 
 			if day.Add(ArchiveWidth).After(res.Cutoff) {
 				continue
 			}
-			name := pgx.Identifier{"platform", archivePartName(day)}.Sanitize()
-			var n int64
-			if err := tx.QueryRow(ctx, `SELECT CASE WHEN reltuples >= 0 THEN reltuples::bigint END FROM pg_class WHERE oid = $1::regclass`,
-				name).Scan(&n); err != nil {
-				if err := tx.QueryRow(ctx, `SELECT count(*) FROM `+name).Scan(&n); err != nil {
+			pp := partParams{Ident: partIdent(day)}
+			name := pp.Ident
+			n, err := partitionReltuples.One(ctx, tx, pp)
+			if err != nil {
+				if n, err = countArchivePartition.One(ctx, tx, pp); err != nil {
 					return fmt.Errorf("count %s: %w", name, err)
 				}
 			}
-			if _, err := tx.Exec(ctx, `DROP TABLE `+name); err != nil {
+			if _, err := dropArchivePartition.Run(ctx, tx, pp); err != nil {
 				return fmt.Errorf("drop archive partition %s: %w", name, err)
 			}
 			res.Dropped = append(res.Dropped, archivePartName(day))
@@ -188,7 +184,7 @@ func purgeArchive(ctx context.Context, db dbutil.TxStarter, keep time.Duration, 
 		}
 		// The default partition holds few rows (days without their
 		// partition): those past the period go row by row.
-		tag, err := tx.Exec(ctx, `DELETE FROM platform.outbox_archive_default WHERE published_at < $1`, res.Cutoff)
+		tag, err := trimArchiveDefault.Run(ctx, tx, cutoffParams{Cutoff: res.Cutoff})
 		if err != nil {
 			return fmt.Errorf("trim the archive's default partition: %w", err)
 		}
@@ -208,48 +204,38 @@ func purgeArchive(ctx context.Context, db dbutil.TxStarter, keep time.Duration, 
 	return res, nil
 }
 
-// trimSQL deletes the first $3 rows, in published_at order, of a partition
-// published in [$1, $2), read from the index on published_at, and returns
-// how many and the latest published_at deleted: the next batch starts
-// there, so that no batch walks again over the index entries of the rows
-// deleted before it.
-const trimSQL = `WITH d AS (DELETE FROM %s WHERE ctid = ANY(ARRAY(
-	SELECT ctid FROM %s WHERE published_at >= $1 AND published_at < $2 ORDER BY published_at LIMIT $3)) RETURNING published_at)
-SELECT count(*), max(published_at) FROM d`
-
 // trimArchive deletes the rows published before cutoff from the partition
 // of cutoff's day, in batches of at most batch rows (each its own
 // transaction, under the partitions' lock, so that a drop of the same
 // partition waits for it), until a batch comes back short.
 func trimArchive(ctx context.Context, db dbutil.TxStarter, cutoff time.Time, batch int) (int64, error) {
 	day := cutoff.UTC().Truncate(ArchiveWidth)
-	name := pgx.Identifier{"platform", archivePartName(day)}.Sanitize()
-	q := fmt.Sprintf(trimSQL, name, name)
+	name := partIdent(day)
 	from := day
 	var total int64
 	for {
-		var n int64
-		var last *time.Time
+		var t trimRow
 		bctx, cancel := context.WithTimeout(ctx, archiveTrimTimeout)
 		err := dbutil.WithTx(bctx, db, dbutil.ReadCommitted, func(ctx context.Context, tx pgx.Tx) error {
-			if _, err := tx.Exec(ctx, `SELECT pg_advisory_xact_lock(hashtextextended($1, 0))`, archiveLockName); err != nil {
+			if _, err := lockArchivePartitions.Run(ctx, tx, query.NoParams{}); err != nil {
 				return err
 			}
-			var exists bool
-			if err := tx.QueryRow(ctx, `SELECT to_regclass($1) IS NOT NULL`, name).Scan(&exists); err != nil || !exists {
+			exists, err := archivePartitionExists.One(ctx, tx, partParams{Ident: name})
+			if err != nil || !exists {
 				return err // dropped meanwhile: nothing left to trim
 			}
-			return tx.QueryRow(ctx, q, from, cutoff, batch).Scan(&n, &last)
+			t, err = trimArchivePartition.One(ctx, tx, trimParams{Ident: name, From: from, Cutoff: cutoff, Limit: batch})
+			return err
 		})
 		cancel()
 		if err != nil {
 			return total, fmt.Errorf("trim archive partition %s: %w", name, err)
 		}
-		total += n
-		if n < int64(batch) || last == nil {
+		total += t.N
+		if t.N < int64(batch) || t.Last == nil {
 			return total, nil
 		}
-		from = *last
+		from = *t.Last
 		// A short pause between batches leaves room to the relay's
 		// archive writes and to autovacuum.
 		if !sleep(ctx, jitter(10*time.Millisecond)) {

@@ -20,6 +20,7 @@ import (
 	"github.com/platformd/platformd/internal/envelope"
 	"github.com/platformd/platformd/internal/lease"
 	"github.com/platformd/platformd/internal/metrics"
+	"github.com/platformd/platformd/internal/query"
 	"github.com/platformd/platformd/internal/startstop"
 )
 
@@ -229,13 +230,11 @@ func (r *Relay) Wake() {
 // Stats returns the rows waiting in the outbox and the age of the oldest,
 // read from the database now.
 func Stats(ctx context.Context, db lease.Querier) (pending int64, oldest time.Duration, err error) {
-	var secs float64
-	err = db.QueryRow(ctx, `SELECT count(*), coalesce(extract(epoch FROM now() - min(created_at)), 0)::float8
-		FROM platform.outbox`).Scan(&pending, &secs)
+	r, err := countPending.One(ctx, db, query.NoParams{})
 	if err != nil {
 		return 0, 0, fmt.Errorf("outbox stats: %w", err)
 	}
-	return pending, time.Duration(max(secs, 0) * float64(time.Second)), nil
+	return r.Pending, time.Duration(max(r.Secs, 0) * float64(time.Second)), nil
 }
 
 // refreshStats reads the gauges and returns the rows pending.
@@ -410,12 +409,6 @@ func (r *Relay) wait(ctx context.Context) bool {
 	}
 }
 
-// selectSQL reads occurred_at as NULL when it is not finite ('infinity'
-// cannot be scanned into a time: one such row failed every select, and
-// the whole outbox stalled); such a row is held instead.
-const selectSQL = `SELECT event_id, event_name, CASE WHEN isfinite(occurred_at) THEN occurred_at END, payload::text, headers::text
-FROM platform.outbox WHERE NOT (event_id = ANY($2::uuid[])) ORDER BY event_id LIMIT $1`
-
 // pass publishes the first BatchSize visible rows, in event_id order, that
 // are not held back, and deletes those the broker confirmed. It returns
 // the rows selected, the first broker error of the batch (its rows stay),
@@ -515,21 +508,22 @@ func (r *Relay) pass(ctx context.Context, conn *pgxpool.Conn) (int, error, error
 // and is archived once since it is deleted once (a lost commit loses the
 // archive rows with the delete: the rows are published and archived again).
 func deleteRows(ctx context.Context, conn *pgxpool.Conn, ids [][16]byte, archive bool) error {
-	del := `DELETE FROM platform.outbox WHERE event_id = ANY($1::uuid[])`
+	del := deletePublished
 	if archive {
-		del = archiveSQL
+		del = archivePublished
 	}
+	p := idsParams{IDs: ids}
 	b := &pgx.Batch{}
-	b.Queue(`SELECT set_config('synchronous_commit', 'off', true)`)
-	b.Queue(del, ids)
-	return conn.SendBatch(ctx, b).Close()
+	b.Queue(synchronousCommitOff.SQL(query.NoParams{}))
+	b.Queue(del.SQL(p), idsArgs(p)...)
+	// The error is named after the delete, whichever statement met it:
+	// pgx prepares (describes) a batch's statements before it runs any, so
+	// the first result can carry the second's error.
+	if err := conn.SendBatch(ctx, b).Close(); err != nil {
+		return fmt.Errorf("%s: %w", del.Name(), err)
+	}
+	return nil
 }
-
-// archiveSQL deletes the confirmed rows and archives them in one statement.
-const archiveSQL = `WITH d AS (DELETE FROM platform.outbox WHERE event_id = ANY($1::uuid[])
-	RETURNING event_id, event_name, occurred_at, payload, headers, created_at)
-INSERT INTO platform.outbox_archive (event_id, event_name, occurred_at, payload, headers, created_at, published_at)
-SELECT event_id, event_name, occurred_at, payload, headers, created_at, now() FROM d`
 
 // ensureArchive creates the archive's partitions ahead when the last ones
 // ensured end within half a day.
@@ -546,26 +540,16 @@ func (r *Relay) ensureArchive(ctx context.Context) error {
 }
 
 func (r *Relay) selectRows(ctx context.Context, conn *pgxpool.Conn, skip [][16]byte) ([]row, error) {
-	q, err := conn.Query(ctx, selectSQL, r.cfg.BatchSize, skip)
-	if err != nil {
-		return nil, fmt.Errorf("outbox: select rows: %w", err)
-	}
-	defer q.Close()
 	rows := make([]row, 0, r.cfg.BatchSize)
-	for q.Next() {
-		var rw row
-		var id [16]byte
-		var at *time.Time
-		if err := q.Scan(&id, &rw.name, &at, &rw.payload, &rw.headers); err != nil {
-			return nil, fmt.Errorf("outbox: read row: %w", err)
-		}
-		rw.id = id
-		if at != nil {
-			rw.occurredAt, rw.finite = *at, true
+	err := selectBatch.Each(ctx, conn, selectBatchParams{Limit: r.cfg.BatchSize, Skip: skip}, func(s scannedRow) error {
+		rw := row{id: s.ID, name: s.Name, payload: s.Payload, headers: s.Headers}
+		if s.OccurredAt != nil {
+			rw.occurredAt, rw.finite = *s.OccurredAt, true
 		}
 		rows = append(rows, rw)
-	}
-	if err := q.Err(); err != nil {
+		return nil
+	})
+	if err != nil {
 		return nil, fmt.Errorf("outbox: select rows: %w", err)
 	}
 	return rows, nil

@@ -15,7 +15,8 @@ import (
 
 // converted are the packages whose statements all live in their
 // queries.go (docs/queries.md), relative to the repository root.
-var converted = []string{"internal/dedup", "internal/state", "internal/daemon", "internal/migrate"}
+var converted = []string{"internal/dedup", "internal/state", "internal/daemon", "internal/migrate",
+	"internal/lease", "internal/session", "internal/outbox", "internal/replay", "internal/remote"}
 
 // sqlRE is a string literal that reads as a SQL statement.
 var sqlRE = regexp.MustCompile(`^\s*(SELECT|INSERT|UPDATE|DELETE|WITH|CREATE|DROP|ALTER|LOCK|SET|RESET|LISTEN|NOTIFY|TRUNCATE)\s`)

@@ -16,6 +16,7 @@ import (
 
 	"github.com/platformd/platformd/consumer"
 	"github.com/platformd/platformd/internal/dbutil"
+	"github.com/platformd/platformd/internal/outbox"
 	"github.com/platformd/platformd/internal/sqlhandler"
 )
 
@@ -149,6 +150,7 @@ func (h *Handler) apply(ctx context.Context, tx pgx.Tx, evs []consumer.Event, an
 	type owner struct {
 		ev     int
 		effect string
+		query  string // the named query's, when it is one (the outbox insert)
 	}
 	var owners []owner
 	// A batch whose events each ask for one statement, the same, that has
@@ -157,7 +159,7 @@ func (h *Handler) apply(ctx context.Context, tx pgx.Tx, evs []consumer.Event, an
 	rb, name := h.batchOf(answers)
 	if rb != nil {
 		b.Queue(rb.SQL(), rb.Args(evs, func(i int, arg string) any { return answers[i].effects[0].args[arg] })...)
-		owners = append(owners, owner{-1, "statement " + name + " (once for the batch)"})
+		owners = append(owners, owner{-1, "statement " + name + " (once for the batch)", ""})
 	}
 	for i := range evs {
 		ev := &evs[i]
@@ -168,7 +170,7 @@ func (h *Handler) apply(ctx context.Context, tx pgx.Tx, evs []consumer.Event, an
 			}
 			args := e.stmt.BindRemote(ev, func(name string) any { return e.args[name] }, nil)
 			b.Queue(e.stmt.SQL(), args...)
-			owners = append(owners, owner{i, "statement " + e.name})
+			owners = append(owners, owner{i, "statement " + e.name, ""})
 		}
 		for k, m := range a.publish {
 			headers, err := outboxHeaders(ev, m.headers)
@@ -181,8 +183,8 @@ func (h *Handler) apply(ctx context.Context, tx pgx.Tx, evs []consumer.Event, an
 			}
 			// Text, not []byte: PostgreSQL parses it as jsonb, so numbers
 			// keep their digits.
-			b.Queue(insertOutboxSQL, id, m.name, string(m.payload), string(headers))
-			owners = append(owners, owner{i, fmt.Sprintf("publish[%d]", k)})
+			q := outbox.QueueInsert(b, outbox.InsertParams{ID: id, Name: m.name, Payload: string(m.payload), Headers: string(headers)})
+			owners = append(owners, owner{i, fmt.Sprintf("publish[%d]", k), q})
 		}
 	}
 	if b.Len() == 0 {
@@ -193,6 +195,9 @@ func (h *Handler) apply(ctx context.Context, tx pgx.Tx, evs []consumer.Event, an
 		if _, err := br.Exec(); err != nil {
 			_ = br.Close()
 			o := owners[k]
+			if o.query != "" {
+				err = fmt.Errorf("%s: %w", o.query, err)
+			}
 			if o.ev < 0 {
 				// The batch form: which event failed is not known (the
 				// dedup step replays the batch event by event, where it
@@ -233,9 +238,6 @@ func (h *Handler) batchOf(answers []*answer) (*sqlhandler.RemoteBatch, string) {
 	}
 	return rb, name
 }
-
-// insertOutboxSQL writes one row of platform.outbox, as consumer.Publish.
-const insertOutboxSQL = `INSERT INTO platform.outbox (event_id, event_name, payload, headers) VALUES ($1, $2, $3::jsonb, $4::jsonb)`
 
 // outboxHeaders returns a message's headers as JSON with the delivery's
 // traceparent added, unless the handler set one.

@@ -86,24 +86,6 @@ func EventTime(id uuid.UUID, occurredAt time.Time) time.Time {
 	return occurredAt
 }
 
-// Querier is what Select needs of a pool or connection.
-type Querier interface {
-	Query(ctx context.Context, sql string, args ...any) (pgx.Rows, error)
-}
-
-// selectSQL reads the selected events once each (an id archived twice, by
-// a producer that reused it, is taken from its newest publication), in
-// event_id order, among those published within the archive's period
-// (rows past it wait for their day's partition to be dropped; a replay
-// never sees them).
-const selectSQL = `SELECT DISTINCT ON (event_id) event_id, event_name, occurred_at
-FROM platform.outbox_archive
-WHERE ($1::timestamptz IS NULL OR occurred_at >= $1)
-  AND ($2::timestamptz IS NULL OR occurred_at < $2)
-  AND (cardinality($3::uuid[]) = 0 OR event_id = ANY($3::uuid[]))
-  AND published_at >= now() - make_interval(secs => $4)
-ORDER BY event_id, published_at DESC`
-
 // Select reads the events s matches from the producer's archive, among
 // those published within the last keep, in event_id order, and for each
 // of s's names how many events it matched.
@@ -112,22 +94,13 @@ func Select(ctx context.Context, db Querier, s Selection, keep time.Duration) ([
 	for i, id := range s.EventIDs {
 		ids[i] = id
 	}
-	rows, err := db.Query(ctx, selectSQL, timeOrNil(s.From), timeOrNil(s.To), ids, keep.Seconds())
-	if err != nil {
-		return nil, nil, fmt.Errorf("replay: select archived events: %w", err)
-	}
-	defer rows.Close()
 	var items []Item
 	perName := make([]int, len(s.EventNames))
 	known := map[string][]int{} // name -> indexes of the patterns matching it
 	interned := map[string]string{}
-	for rows.Next() {
-		var it Item
-		var id [16]byte
-		if err := rows.Scan(&id, &it.Name, &it.OccurredAt); err != nil {
-			return nil, nil, fmt.Errorf("replay: read archived event: %w", err)
-		}
-		it.ID = id
+	params := selectParams{From: timeOrNil(s.From), To: timeOrNil(s.To), IDs: ids, KeepSecs: keep.Seconds()}
+	err := selectArchived.Each(ctx, db, params, func(row itemRow) error {
+		it := Item{ID: row.ID, Name: row.Name, OccurredAt: row.OccurredAt}
 		m, ok := known[it.Name]
 		if !ok {
 			m = []int{}
@@ -139,7 +112,7 @@ func Select(ctx context.Context, db Querier, s Selection, keep time.Duration) ([
 			known[it.Name] = m
 		}
 		if len(s.EventNames) > 0 && len(m) == 0 {
-			continue
+			return nil
 		}
 		for _, i := range m {
 			perName[i]++
@@ -150,8 +123,9 @@ func Select(ctx context.Context, db Querier, s Selection, keep time.Duration) ([
 			interned[it.Name] = it.Name
 		}
 		items = append(items, it)
-	}
-	if err := rows.Err(); err != nil {
+		return nil
+	})
+	if err != nil {
 		return nil, nil, fmt.Errorf("replay: select archived events: %w", err)
 	}
 	return items, perName, nil
@@ -205,12 +179,6 @@ type PoolCount struct {
 	BeyondHorizon    int64  `json:"beyond_horizon"`
 	Published        int64  `json:"published"`
 }
-
-// countSQL counts, of the ids given (distinct, in event_id order), those
-// in processed_event: one query per pool, one index scan with the whole
-// array (at 1M ids against 1M rows, 0.7 s where a join with unnest(),
-// planned as a nested loop, took 1.5 s to 2.6 s on the team's machine).
-const countSQL = `SELECT count(*) FROM processed_event WHERE event_id = ANY($1::uuid[])`
 
 // DryRun counts, for each target, the items it receives (all of them for
 // a targeted replay) that a copy would apply, skip as already processed,
@@ -270,7 +238,9 @@ func dryRunOne(ctx context.Context, items []Item, t Target, targeted bool, now t
 		// A read-only transaction: the services' databases are read, never
 		// written, and PostgreSQL holds the dry run to it.
 		err := pgx.BeginTxFunc(ctx, t.DB, pgx.TxOptions{AccessMode: pgx.ReadOnly}, func(tx pgx.Tx) error {
-			return tx.QueryRow(ctx, countSQL, ids).Scan(&pc.AlreadyProcessed)
+			var err error
+			pc.AlreadyProcessed, err = countProcessed.One(ctx, tx, idsParams{IDs: ids})
+			return err
 		})
 		if err != nil {
 			return pc, fmt.Errorf("replay: count processed events of %s: %w", t.Service, err)

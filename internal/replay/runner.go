@@ -20,6 +20,7 @@ import (
 	"github.com/platformd/platformd/internal/broker"
 	"github.com/platformd/platformd/internal/lease"
 	"github.com/platformd/platformd/internal/outbox"
+	"github.com/platformd/platformd/internal/query"
 	"github.com/platformd/platformd/internal/startstop"
 )
 
@@ -247,7 +248,9 @@ func (r *Runner) idle(ctx context.Context, d time.Duration) bool {
 func (r *Runner) anyRunning(ctx context.Context) (bool, error) {
 	var running bool
 	err := r.cfg.ControlFunc(ctx, func(ctx context.Context, q lease.Querier) error {
-		return q.QueryRow(ctx, `SELECT EXISTS (SELECT 1 FROM platform.replay WHERE state = 'running')`).Scan(&running)
+		var err error
+		running, err = anyRunning.One(ctx, q, query.NoParams{})
+		return err
 	})
 	if err != nil {
 		return false, fmt.Errorf("replay: look for running replays: %w", err)
@@ -286,13 +289,12 @@ func (r *Runner) work(ctx context.Context) error {
 		if err := r.held(ctx); err != nil {
 			return err
 		}
-		var id uuid.UUID
-		err := r.cfg.DB.QueryRow(ctx, `SELECT id FROM platform.replay WHERE state = 'running' ORDER BY created_at, id LIMIT 1`).Scan(&id)
+		id, found, err := nextRunning.Find(ctx, r.cfg.DB, query.NoParams{})
 		switch {
-		case errors.Is(err, pgx.ErrNoRows):
-			return nil
 		case err != nil:
 			return fmt.Errorf("replay: next replay: %w", err)
+		case !found:
+			return nil
 		}
 		if err := r.runOne(ctx, pub, id); err != nil {
 			return err
@@ -442,10 +444,6 @@ func (r *Runner) recordProgress(ctx context.Context, rec *Record, done bool) err
 	})
 }
 
-// archivedSQL reads the chunk's rows (each id's newest publication).
-const archivedSQL = `SELECT DISTINCT ON (event_id) event_id, event_name, occurred_at, payload::text, headers::text
-FROM platform.outbox_archive WHERE event_id = ANY($1::uuid[]) ORDER BY event_id, published_at DESC`
-
 // publishChunk publishes part's events (those still archived, and for a
 // targeted replay not beyond the pool's horizon unless asked) and the
 // chunk's mark in one AMQP transaction, and adds them to rec's counts and
@@ -455,19 +453,9 @@ func (r *Runner) publishChunk(ctx context.Context, pub *txChannel, rec *Record, 
 	for i, it := range part {
 		ids[i] = it.ID
 	}
-	rows, err := r.cfg.DB.Query(ctx, archivedSQL, ids)
-	if err != nil {
-		return 0, fmt.Errorf("replay: read archived events: %w", err)
-	}
-	type archived struct {
-		name, payload, headers string
-		at                     time.Time
-	}
-	byID := make(map[uuid.UUID]archived, len(part))
-	var id [16]byte
-	var a archived
-	_, err = pgx.ForEachRow(rows, []any{&id, &a.name, &a.at, &a.payload, &a.headers}, func() error {
-		byID[id] = a
+	byID := make(map[uuid.UUID]archivedRow, len(part))
+	err := readArchived.Each(ctx, r.cfg.DB, idsParams{IDs: ids}, func(a archivedRow) error {
+		byID[a.ID] = a
 		return nil
 	})
 	if err != nil {
@@ -482,7 +470,7 @@ func (r *Runner) publishChunk(ctx context.Context, pub *txChannel, rec *Record, 
 		if !ok {
 			continue // dropped from the archive since
 		}
-		msg, err := outbox.ArchivedMessage(it.ID, row.name, row.at, row.payload, row.headers, r.cfg.MaxBodyBytes)
+		msg, err := outbox.ArchivedMessage(it.ID, row.Name, row.At, row.Payload, row.Headers, r.cfg.MaxBodyBytes)
 		if err != nil {
 			r.log.WarnContext(ctx, "replay: archived event not publishable, skipped", slog.String("event_id", it.ID.String()), slog.Any("error", err))
 			continue
@@ -492,9 +480,9 @@ func (r *Runner) publishChunk(ctx context.Context, pub *txChannel, rec *Record, 
 			h[k] = v
 		}
 		h[HeaderReplay] = rec.ID.String()
-		o := broker.Outgoing{Exchange: r.cfg.Exchange, RoutingKey: row.name}
+		o := broker.Outgoing{Exchange: r.cfg.Exchange, RoutingKey: row.Name}
 		if targeted && len(targets) == 1 {
-			if targets[0].beyond(EventTime(it.ID, row.at), now) {
+			if targets[0].beyond(EventTime(it.ID, row.At), now) {
 				if !rec.IncludeBeyondHorizon {
 					continue
 				}
@@ -502,7 +490,7 @@ func (r *Runner) publishChunk(ctx context.Context, pub *txChannel, rec *Record, 
 			}
 			// By the default exchange the routing key is the queue's name:
 			// the pool reads the event's from this header.
-			h[HeaderOriginalRoutingKey] = row.name
+			h[HeaderOriginalRoutingKey] = row.Name
 			o = broker.Outgoing{RoutingKey: targets[0].Queue}
 		}
 		msg.Headers = h

@@ -55,77 +55,60 @@ func Create(ctx context.Context, tx pgx.Tx, r Record) error {
 	if err != nil {
 		return fmt.Errorf("replay: encode pools: %w", err)
 	}
-	if _, err := tx.Exec(ctx, `INSERT INTO platform.replay (id, state, selection, target_pool, rate, matched, pools, created_by)
-		VALUES ($1, $2, $3, $4, $5, $6, $7, $8)`,
-		r.ID, StateRunning, sel, r.TargetPool, r.Rate, r.Matched, pools, r.CreatedBy); err != nil {
+	if _, err := createReplay.Run(ctx, tx, createParams{ID: r.ID, State: StateRunning, Selection: sel, TargetPool: r.TargetPool,
+		Rate: r.Rate, Matched: r.Matched, Pools: pools, CreatedBy: r.CreatedBy}); err != nil {
 		return fmt.Errorf("replay: store: %w", err)
 	}
 	return nil
 }
 
-const recordColumns = `id, state, selection::text, target_pool, rate, matched, published, cursor, pools::text, error, created_by, created_at, finished_at`
-
-func scanRecord(row pgx.Row) (Record, error) {
-	var r Record
-	var sel, pools string
-	var cursor *uuid.UUID
-	var finished *time.Time
-	if err := row.Scan(&r.ID, &r.State, &sel, &r.TargetPool, &r.Rate, &r.Matched, &r.Published, &cursor, &pools,
-		&r.Error, &r.CreatedBy, &r.CreatedAt, &finished); err != nil {
-		return r, err
-	}
+// record decodes the row's JSON columns into its Record.
+func (row recordRow) record() (Record, error) {
+	r := row.Record
 	var ss storedSelection
-	if err := json.Unmarshal([]byte(sel), &ss); err != nil {
+	if err := json.Unmarshal([]byte(row.SelectionJSON), &ss); err != nil {
 		return r, fmt.Errorf("replay %s: selection: %w", r.ID, err)
 	}
 	r.Selection, r.IncludeBeyondHorizon = ss.Selection, ss.IncludeBeyondHorizon
-	if err := json.Unmarshal([]byte(pools), &r.Pools); err != nil {
+	if err := json.Unmarshal([]byte(row.PoolsJSON), &r.Pools); err != nil {
 		return r, fmt.Errorf("replay %s: pools: %w", r.ID, err)
 	}
-	r.Cursor = cursor
-	if finished != nil {
-		r.FinishedAt = *finished
+	r.Cursor = row.CursorOrNil
+	if row.FinishedOrNil != nil {
+		r.FinishedAt = *row.FinishedOrNil
 	}
 	return r, nil
 }
 
 // Get reads one replay; ErrNotFound when there is none of that id.
 func Get(ctx context.Context, db Querier, id uuid.UUID) (Record, error) {
-	rows, err := db.Query(ctx, `SELECT `+recordColumns+` FROM platform.replay WHERE id = $1`, id)
+	row, found, err := getReplay.Find(ctx, db, idParams{ID: id})
 	if err != nil {
 		return Record{}, fmt.Errorf("replay: get: %w", err)
 	}
-	list, err := collect(rows)
-	if err != nil {
-		return Record{}, err
-	}
-	if len(list) == 0 {
+	if !found {
 		return Record{}, fmt.Errorf("%w: %s", ErrNotFound, id)
 	}
-	return list[0], nil
+	r, err := row.record()
+	if err != nil {
+		return Record{}, fmt.Errorf("replay: read: %w", err)
+	}
+	return r, nil
 }
 
 // List reads the newest replays, at most limit.
 func List(ctx context.Context, db Querier, limit int) ([]Record, error) {
-	rows, err := db.Query(ctx, `SELECT `+recordColumns+` FROM platform.replay ORDER BY created_at DESC, id DESC LIMIT $1`, limit)
-	if err != nil {
-		return nil, fmt.Errorf("replay: list: %w", err)
-	}
-	return collect(rows)
-}
-
-func collect(rows pgx.Rows) ([]Record, error) {
-	defer rows.Close()
 	var out []Record
-	for rows.Next() {
-		r, err := scanRecord(rows)
+	err := listReplays.Each(ctx, db, limitParams{Limit: limit}, func(row recordRow) error {
+		r, err := row.record()
 		if err != nil {
-			return nil, fmt.Errorf("replay: read: %w", err)
+			return err
 		}
 		out = append(out, r)
-	}
-	if err := rows.Err(); err != nil {
-		return nil, fmt.Errorf("replay: read: %w", err)
+		return nil
+	})
+	if err != nil {
+		return nil, fmt.Errorf("replay: list: %w", err)
 	}
 	return out, nil
 }
@@ -134,8 +117,7 @@ func collect(rows pgx.Rows) ([]Record, error) {
 // audits in it), and reports whether it was running; the runner sees it
 // before its next chunk.
 func Cancel(ctx context.Context, tx pgx.Tx, id uuid.UUID, actor string) (bool, error) {
-	tag, err := tx.Exec(ctx, `UPDATE platform.replay SET state = $2, cancelled_by = $3, finished_at = now(), updated_at = now()
-		WHERE id = $1 AND state = $4`, id, StateCancelled, actor, StateRunning)
+	tag, err := cancelReplay.Run(ctx, tx, cancelParams{ID: id, Actor: actor})
 	if err != nil {
 		return false, fmt.Errorf("replay: cancel: %w", err)
 	}
@@ -162,10 +144,9 @@ func recordProgress(ctx context.Context, db dbutil.TxStarter, r *Record, done bo
 				return err
 			}
 		}
-		return tx.QueryRow(ctx, `UPDATE platform.replay SET cursor = $2, published = $3, pools = $4, updated_at = now(),
-			state = CASE WHEN state = 'running' AND $5 THEN 'done' ELSE state END,
-			finished_at = CASE WHEN state = 'running' AND $5 THEN now() ELSE finished_at END
-			WHERE id = $1 RETURNING state`, r.ID, r.Cursor, r.Published, pools, done).Scan(&state)
+		var err error
+		state, err = recordReplayProgress.One(ctx, tx, progressParams{ID: r.ID, Cursor: r.Cursor, Published: r.Published, Pools: pools, Done: done})
+		return err
 	})
 	if errors.Is(err, errLeaseLost) {
 		return err
@@ -183,8 +164,7 @@ func recordProgress(ctx context.Context, db dbutil.TxStarter, r *Record, done bo
 // fail marks a running replay failed with why.
 func fail(ctx context.Context, db dbutil.TxStarter, id uuid.UUID, why string) error {
 	return dbutil.WithTx(ctx, db, dbutil.ReadCommitted, func(ctx context.Context, tx pgx.Tx) error {
-		_, err := tx.Exec(ctx, `UPDATE platform.replay SET state = 'failed', error = $2, finished_at = now(), updated_at = now()
-			WHERE id = $1 AND state = 'running'`, id, why)
+		_, err := failReplay.Run(ctx, tx, failParams{ID: id, Why: why})
 		return err
 	})
 }

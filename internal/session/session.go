@@ -17,12 +17,10 @@ import (
 	"fmt"
 	"log/slog"
 	"math/rand/v2"
-	"strings"
 	"sync"
 	"time"
 
 	"github.com/jackc/pgx/v5"
-	"github.com/jackc/pgx/v5/pgconn"
 	"github.com/jackc/pgx/v5/pgxpool"
 
 	"github.com/platformd/platformd/internal/startstop"
@@ -47,17 +45,6 @@ const (
 // pg_stat_activity (the pool's connections keep the DSN's, by default
 // "platformd").
 const ApplicationName = "platformd-control"
-
-func quoteLiteral(s string) string { return "'" + strings.ReplaceAll(s, "'", "''") + "'" }
-
-// Querier runs statements: the session's connection, or the pool. A
-// statement's rows must be read and closed before the function given to Do
-// returns.
-type Querier interface {
-	Exec(ctx context.Context, sql string, args ...any) (pgconn.CommandTag, error)
-	Query(ctx context.Context, sql string, args ...any) (pgx.Rows, error)
-	QueryRow(ctx context.Context, sql string, args ...any) pgx.Row
-}
 
 // Config configures a Session.
 type Config struct {
@@ -239,11 +226,11 @@ func (s *Session) once(ctx context.Context) (held bool, err error) {
 	}()
 	// Named apart in pg_stat_activity: the service's one standing
 	// connection.
-	if _, err := conn.Exec(ctx, "SET application_name = "+quoteLiteral(ApplicationName)); err != nil {
+	if _, err := setApplicationName.Run(ctx, conn, ApplicationName); err != nil {
 		return false, fmt.Errorf("session: set application_name: %w", err)
 	}
 	for _, ch := range s.chs {
-		if _, err := conn.Exec(ctx, "LISTEN "+pgx.Identifier{ch}.Sanitize()); err != nil {
+		if _, err := listen.Run(ctx, conn, ch); err != nil {
 			return false, fmt.Errorf("session: listen %s: %w", ch, err)
 		}
 	}
