@@ -160,6 +160,9 @@ func TestLeaseTakeoverAfterKill(t *testing.T) {
 	db := newDB(t)
 	a := startElector(t, db, "a", unitsOfWork(db, "a"))
 	waitHeld(t, a, 5*time.Second)
+	// a's first unit is logged after it holds the lease: wait for it
+	// before killing a, or the log may show b alone.
+	require.Eventually(t, func() bool { return len(holders(t, db)) == 1 }, 5*time.Second, 10*time.Millisecond)
 	b := startElector(t, db, "b", unitsOfWork(db, "b"))
 	a.cut.Store(true)
 	a.stop()
