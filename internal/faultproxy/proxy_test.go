@@ -188,6 +188,9 @@ func TestHooks(t *testing.T) {
 	require.NoError(t, err)
 	_, ok := readLine(c, r, 5*time.Second)
 	require.True(t, ok)
+	// ToServer runs after the chunk was forwarded: the echo can reach the
+	// client before the hook has run.
+	require.Eventually(t, func() bool { mu.Lock(); defer mu.Unlock(); return len(toServer) > 0 }, 5*time.Second, time.Millisecond)
 	mu.Lock()
 	defer mu.Unlock()
 	require.Equal(t, []string{"ping\n"}, toServer)
