@@ -14,6 +14,7 @@ import (
 	"github.com/platformd/platformd/internal/dbutil"
 	"github.com/platformd/platformd/internal/envelope"
 	"github.com/platformd/platformd/internal/query"
+	"github.com/platformd/platformd/internal/startstop"
 )
 
 // ArchiveWidth is the time range of one partition of platform.outbox_archive
@@ -238,7 +239,7 @@ func trimArchive(ctx context.Context, db dbutil.TxStarter, cutoff time.Time, bat
 		from = *t.Last
 		// A short pause between batches leaves room to the relay's
 		// archive writes and to autovacuum.
-		if !sleep(ctx, jitter(10*time.Millisecond)) {
+		if !startstop.Sleep(ctx, startstop.Jitter(10*time.Millisecond)) {
 			return total, ctx.Err()
 		}
 	}

@@ -6,7 +6,6 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
-	"math/rand/v2"
 	"sync/atomic"
 	"time"
 
@@ -343,7 +342,7 @@ func (r *Relay) relay(ctx, work context.Context) {
 			more = n == r.cfg.BatchSize
 			continue
 		}
-		if !sleep(ctx, jitter(backoff)) {
+		if !startstop.Sleep(ctx, startstop.Jitter(backoff)) {
 			return
 		}
 		backoff = min(backoff*2, backoffMax)
@@ -571,27 +570,10 @@ func (r *Relay) hold(ctx context.Context, rw row, reason string, cause error) {
 		d = r.cfg.HoldMax
 	}
 	h.attempts++
-	h.due = time.Now().Add(jitter(d))
+	h.due = time.Now().Add(startstop.Jitter(d))
 	if reason == metrics.HeldReturned {
 		r.heldReturned.Inc()
 	} else {
 		r.heldInvalid.Inc()
 	}
-}
-
-// sleep waits d or until ctx ends; it reports whether d passed.
-func sleep(ctx context.Context, d time.Duration) bool {
-	t := time.NewTimer(d)
-	defer t.Stop()
-	select {
-	case <-ctx.Done():
-		return false
-	case <-t.C:
-		return true
-	}
-}
-
-// jitter returns d plus up to 20% at random.
-func jitter(d time.Duration) time.Duration {
-	return d + time.Duration(rand.Int64N(int64(d)/5+1))
 }

@@ -6,7 +6,6 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
-	"math/rand/v2"
 	"sort"
 	"sync/atomic"
 	"time"
@@ -222,7 +221,7 @@ func (r *Runner) run(ctx context.Context) {
 			return
 		}
 		r.log.WarnContext(ctx, "replay: runner fault, starting again", slog.Any("error", err), slog.Duration("backoff", backoff))
-		if !sleep(ctx, jitter(backoff)) {
+		if !startstop.Sleep(ctx, startstop.Jitter(backoff)) {
 			return
 		}
 		backoff = min(backoff*2, backoffMax)
@@ -382,7 +381,7 @@ func (r *Runner) runOne(ctx context.Context, pub *txChannel, id uuid.UUID) error
 			break
 		}
 		// Pace: len(part) events per len(part)/rate seconds.
-		if !sleep(ctx, time.Until(t0.Add(time.Duration(len(part))*time.Second/time.Duration(rec.Rate)))) {
+		if !startstop.Sleep(ctx, time.Until(t0.Add(time.Duration(len(part))*time.Second/time.Duration(rec.Rate)))) {
 			return ctx.Err()
 		}
 	}
@@ -540,23 +539,4 @@ func compareUUID(a, b uuid.UUID) int {
 		}
 	}
 	return 0
-}
-
-// sleep waits d or until ctx ends; it reports whether d passed.
-func sleep(ctx context.Context, d time.Duration) bool {
-	if d <= 0 {
-		return ctx.Err() == nil
-	}
-	t := time.NewTimer(d)
-	defer t.Stop()
-	select {
-	case <-ctx.Done():
-		return false
-	case <-t.C:
-		return true
-	}
-}
-
-func jitter(d time.Duration) time.Duration {
-	return d + time.Duration(rand.Int64N(int64(d)/5+1))
 }

@@ -1,0 +1,31 @@
+package startstop
+
+import (
+	"context"
+	"math/rand/v2"
+	"time"
+)
+
+// Sleep is a background service's wait between two units of work: it
+// waits d or until ctx ends (the service is being stopped) and reports
+// whether d passed. A d <= 0 does not wait. Safe for concurrent use.
+func Sleep(ctx context.Context, d time.Duration) bool {
+	if d <= 0 {
+		return ctx.Err() == nil
+	}
+	t := time.NewTimer(d)
+	defer t.Stop()
+	select {
+	case <-ctx.Done():
+		return false
+	case <-t.C:
+		return true
+	}
+}
+
+// Jitter returns d plus up to 20% at random, so that the retries of
+// several daemons' services do not fall in step. (broker.Jitter, for
+// connections, adds up to 50%.)
+func Jitter(d time.Duration) time.Duration {
+	return d + time.Duration(rand.Int64N(int64(d)/5+1))
+}
