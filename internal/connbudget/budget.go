@@ -3,6 +3,7 @@ package connbudget
 import (
 	"context"
 	"fmt"
+	"io"
 	"log/slog"
 	"net"
 	"sync"
@@ -24,6 +25,10 @@ const (
 	// closeTimeout bounds the close of one reclaimed connection (its
 	// Terminate message).
 	closeTimeout = time.Second
+	// drainTimeout bounds how long a connection's Close waits for the
+	// server to close its end (it does within a millisecond of a
+	// Terminate).
+	drainTimeout = 250 * time.Millisecond
 )
 
 // Config configures New.
@@ -170,8 +175,15 @@ type conn struct {
 }
 
 // Close closes the connection and gives its token back (once, whoever
-// calls it and however often).
+// calls it and however often). It first waits, at most drainTimeout, for
+// the server to close its end: PostgreSQL frees a backend's slot before its
+// socket closes (pgx sends Terminate before Close), so a token given back
+// after that is a slot the server has freed too, and the dial it lets
+// through cannot find the server still full of the connection just closed.
 func (c *conn) Close() error {
+	if c.Conn.SetReadDeadline(time.Now().Add(drainTimeout)) == nil {
+		_, _ = io.Copy(io.Discard, c.Conn) // until EOF, an error or the deadline
+	}
 	err := c.Conn.Close()
 	c.once.Do(c.b.release)
 	return err

@@ -10,7 +10,10 @@
 // pgconn.DialFunc wrapper (Budget.Wrap): a dial first takes a token,
 // waiting with the dial's context (a caller's deadline is honoured), a
 // failed dial gives it back, and the returned net.Conn gives it back
-// exactly once when it is closed. Because the token travels with the
+// exactly once when it is closed, after the server has closed its end (or
+// a quarter of a second, whichever comes first): PostgreSQL frees a
+// backend's slot before its socket closes, so the budget never counts a
+// slot free that the server still holds. Because the token travels with the
 // connection, it survives pgxpool's Hijack (the services' control sessions)
 // and is released whoever closes the connection: the pool, the session, or
 // a check at start. Every platformd connection to a service's server goes
