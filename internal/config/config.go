@@ -23,6 +23,9 @@ type Config struct {
 	Services []ServiceConfig `yaml:"services"`
 	// Tracing configures OpenTelemetry traces (off by default).
 	Tracing TracingConfig `yaml:"tracing"`
+	// DatabaseBudget caps the connections to the services' databases
+	// across the daemon (off by default).
+	DatabaseBudget DatabaseBudgetConfig `yaml:"database_budget"`
 }
 
 // LogConfig sets the slog level and format.

@@ -67,6 +67,7 @@ func (v *validator) validate() {
 	v.broker()
 	v.sqlHandlers() // before services: their pools may reference SQL handlers
 	v.services()
+	v.databaseBudget()
 	v.tracing()
 }
 

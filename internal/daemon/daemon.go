@@ -24,6 +24,7 @@ import (
 	"github.com/platformd/platformd/internal/admin"
 	"github.com/platformd/platformd/internal/broker"
 	"github.com/platformd/platformd/internal/config"
+	"github.com/platformd/platformd/internal/connbudget"
 	"github.com/platformd/platformd/internal/console"
 	"github.com/platformd/platformd/internal/dedup"
 	"github.com/platformd/platformd/internal/metrics"
@@ -60,10 +61,12 @@ func serviceHandlers(s config.ServiceConfig) []string {
 // Migrate applies the platform's, the service's own and the handlers'
 // migrations to every service database, then prepares its SQL handlers'
 // statements; with createDB it first creates missing databases. reg must
-// hold the config's SQL handlers (WithSQLHandlers).
+// hold the config's SQL handlers (WithSQLHandlers). It opens one or two
+// connections at a time, one service after the other: database_budget,
+// a daemon's cap, does not apply to it.
 func Migrate(ctx context.Context, cfg *config.Config, reg *consumer.Registry, createDB bool, logger *slog.Logger) error {
 	for _, s := range cfg.Services {
-		if err := migrateService(ctx, s, reg, createDB, logger); err != nil {
+		if err := migrateService(ctx, s, reg, createDB, nil, logger); err != nil {
 			return err
 		}
 	}
@@ -80,9 +83,10 @@ func migrateSets(s config.ServiceConfig, reg *consumer.Registry) ([]migrate.Set,
 	return withServiceSet(s, sets), nil
 }
 
-// applyMigrations applies sets to the service's database.
-func applyMigrations(ctx context.Context, s config.ServiceConfig, sets []migrate.Set, logger *slog.Logger) error {
-	if err := migrate.Apply(ctx, s.Database, sets, logger.With(slog.String("service", s.Name))); err != nil {
+// applyMigrations applies sets to the service's database, its connections
+// under budget (nil: none).
+func applyMigrations(ctx context.Context, s config.ServiceConfig, sets []migrate.Set, budget *connbudget.Budget, logger *slog.Logger) error {
+	if err := migrate.ApplyWith(ctx, s.Database, sets, logger.With(slog.String("service", s.Name)), migrate.Options{Budget: budget}); err != nil {
 		return fmt.Errorf("service %s: %w", s.Name, err)
 	}
 	return nil
@@ -91,12 +95,19 @@ func applyMigrations(ctx context.Context, s config.ServiceConfig, sets []migrate
 // CreateDatabase creates the database named in dsn if it does not exist,
 // connecting to the same server's "postgres" database.
 func CreateDatabase(ctx context.Context, dsn string, logger *slog.Logger) error {
+	return createDatabaseUnder(ctx, dsn, nil, logger)
+}
+
+// createDatabaseUnder is CreateDatabase with its connection under budget
+// (nil: none): the maintenance database is on the services' server.
+func createDatabaseUnder(ctx context.Context, dsn string, budget *connbudget.Budget, logger *slog.Logger) error {
 	cc, err := pgx.ParseConfig(dsn)
 	if err != nil {
 		return fmt.Errorf("create database: %w", err)
 	}
 	name := cc.Database
 	cc.Database = "postgres"
+	cc.DialFunc = budget.Wrap(cc.DialFunc)
 	conn, err := pgx.ConnectConfig(ctx, cc)
 	if err != nil {
 		return fmt.Errorf("create database %s: %w", name, err)
@@ -140,6 +151,9 @@ type Options struct {
 	// testSignals, set by this package's tests only, are the daemon's
 	// test signals (nil: a set of its own that nobody initialises).
 	testSignals *TestSignals
+	// budget, set by Run, is the connection budget its migrations ran
+	// under (nil: start makes the config's).
+	budget *connbudget.Budget
 }
 
 // Daemon is a running platformd. Its services come and go with reloads;
@@ -164,6 +178,9 @@ type Daemon struct {
 	// to stop: a reload waiting behind it must not start others then.
 	stopping bool
 	tracing  *tracing.Provider
+	// budget caps the connections to every service's databases
+	// (database_budget; nil: no cap). A reload never changes it.
+	budget *connbudget.Budget
 
 	mu       sync.RWMutex
 	cfg      *config.Config
@@ -179,13 +196,15 @@ type Daemon struct {
 // waits for it in the background while the others run). opts.Reload
 // reloads the config.
 func Run(ctx context.Context, cfg *config.Config, reg *consumer.Registry, opts Options, logger *slog.Logger) error {
+	// The budget holds from the first connection: the migrations' too.
+	opts.budget = newBudget(cfg, logger)
 	migrated := make(map[string]bool, len(cfg.Services))
 	for _, s := range cfg.Services {
 		var err error
 		if !opts.NoMigrate || opts.CreateDB {
-			err = migrateService(ctx, s, reg, opts.CreateDB, logger)
+			err = migrateService(ctx, s, reg, opts.CreateDB, opts.budget, logger)
 		} else {
-			err = prepareSQLHandlers(ctx, s, reg, logger)
+			err = prepareSQLHandlers(ctx, s, reg, opts.budget, logger)
 		}
 		switch {
 		case err == nil:
@@ -225,9 +244,12 @@ func Run(ctx context.Context, cfg *config.Config, reg *consumer.Registry, opts O
 // the services whose migrations already ran (the others run theirs in the
 // background first).
 func start(ctx context.Context, cfg *config.Config, reg *consumer.Registry, opts Options, migrated map[string]bool, logger *slog.Logger) (*Daemon, error) {
-	d := &Daemon{cfg: cfg, log: logger, metrics: metrics.New(), opts: opts, testSignals: opts.testSignals}
+	d := &Daemon{cfg: cfg, log: logger, metrics: metrics.New(), opts: opts, testSignals: opts.testSignals, budget: opts.budget}
 	if d.testSignals == nil {
 		d.testSignals = &TestSignals{}
+	}
+	if d.budget == nil {
+		d.budget = newBudget(cfg, logger)
 	}
 	ok := false
 	defer func() { //nolint:contextcheck // cleanup of a failed start must run whatever ctx says
@@ -239,6 +261,9 @@ func start(ctx context.Context, cfg *config.Config, reg *consumer.Registry, opts
 		logger.Warn("daemon: built with tag platformd_nodedup: the dedup insert is OFF; duplicates WILL be applied. Benchmarks only.")
 	}
 	if err := d.startTracing(ctx); err != nil {
+		return nil, err
+	}
+	if err := d.startBudget(ctx); err != nil {
 		return nil, err
 	}
 	d.publish = broker.NewConn(cfg.Broker.Addresses(), "platformd-publish", d.metrics, logger)
@@ -392,7 +417,8 @@ func (d *Daemon) Stop() {
 //  2. the services, each in its own order (service.Start): its scheduler,
 //     then its pools drain and settle, then its relay and watchers, then
 //     its database pool closes;
-//  3. the metrics endpoint, scrapable until the drain is done;
+//  3. the metrics endpoint, scrapable until the drain is done, and the
+//     connection budget's reclaim, which the services' pools used;
 //  4. the shared broker connections, which the services used;
 //  5. the tracer provider, which flushes the spans of everything above.
 func (d *Daemon) stopStages() [][]startstop.Stopper {
@@ -412,7 +438,7 @@ func (d *Daemon) stopStages() [][]startstop.Stopper {
 	return [][]startstop.Stopper{
 		{d.admin, d.console},
 		services,
-		{d.httpSrv},
+		{d.httpSrv, d.budget},
 		conns,
 		{d.tracing},
 	}

@@ -11,6 +11,7 @@ import (
 	"github.com/platformd/platformd/consumer"
 	"github.com/platformd/platformd/internal/admin"
 	"github.com/platformd/platformd/internal/config"
+	"github.com/platformd/platformd/internal/connbudget"
 	"github.com/platformd/platformd/internal/dedup"
 	"github.com/platformd/platformd/internal/state"
 )
@@ -24,11 +25,11 @@ func wantLayout(s config.ServiceConfig) dedup.Layout {
 	return dedup.LayoutPlain
 }
 
-// layoutDB opens a small pool on s's database for layout work and reads
-// the service's horizon (as stored, or configured); the caller closes the
-// pool.
-func layoutDB(ctx context.Context, s config.ServiceConfig) (*pgxpool.Pool, time.Duration, error) {
-	db, err := dedup.Connect(ctx, s.Database, dedup.PoolConfig{MaxConns: 2, ApplicationName: "platformd-migrate", Pooler: s.Pooler()})
+// layoutDB opens a small pool on s's database for layout work, its
+// connections under budget (nil: none), and reads the service's horizon
+// (as stored, or configured); the caller closes the pool.
+func layoutDB(ctx context.Context, s config.ServiceConfig, budget *connbudget.Budget) (*pgxpool.Pool, time.Duration, error) {
+	db, err := dedup.Connect(ctx, s.Database, dedup.PoolConfig{MaxConns: 2, ApplicationName: "platformd-migrate", Pooler: s.Pooler(), Budget: budget})
 	if err != nil {
 		return nil, 0, err
 	}
@@ -44,8 +45,8 @@ func layoutDB(ctx context.Context, s config.ServiceConfig) (*pgxpool.Pool, time.
 // layout, or checks that it has it, and creates a partitioned table's
 // partitions ahead (migrate and run do it for every service). A table of
 // rows in the other layout is an error naming the fixes.
-func ensureProcessedEvent(ctx context.Context, s config.ServiceConfig) error {
-	db, horizon, err := layoutDB(ctx, s)
+func ensureProcessedEvent(ctx context.Context, s config.ServiceConfig, budget *connbudget.Budget) error {
+	db, horizon, err := layoutDB(ctx, s, budget)
 	if err != nil {
 		return err
 	}
@@ -80,10 +81,10 @@ func ConvertProcessedEvent(ctx context.Context, cfg *config.Config, reg *consume
 	if err != nil {
 		return err
 	}
-	if err := applyMigrations(ctx, s, sets, logger); err != nil {
+	if err := applyMigrations(ctx, s, sets, nil, logger); err != nil {
 		return err
 	}
-	db, horizon, err := layoutDB(ctx, s)
+	db, horizon, err := layoutDB(ctx, s, nil)
 	if err != nil {
 		return fmt.Errorf("service %s: %w", s.Name, err)
 	}

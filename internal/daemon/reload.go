@@ -128,6 +128,7 @@ func needsRestart(old, cfg *config.Config) []string {
 		{"broker", old.Broker, cfg.Broker},
 		{"console", old.Console, cfg.Console},
 		{"tracing", old.Tracing, cfg.Tracing},
+		{"database_budget", old.DatabaseBudget, cfg.DatabaseBudget},
 	} {
 		if !reflect.DeepEqual(k.old, k.new) {
 			keys = append(keys, k.key)
@@ -275,7 +276,7 @@ func (d *Daemon) prepareReload(ctx context.Context, cfg *config.Config, reg *con
 	migrated := map[string]bool{}
 	var problems []admin.ConfigProblem
 	for _, sc := range todo {
-		err := migrateService(ctx, sc, reg, false, d.log)
+		err := migrateService(ctx, sc, reg, false, d.budget, d.log)
 		var kp *keyPathError
 		switch {
 		case err == nil:

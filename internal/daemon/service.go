@@ -16,6 +16,7 @@ import (
 	"github.com/platformd/platformd/consumer"
 	"github.com/platformd/platformd/internal/broker"
 	"github.com/platformd/platformd/internal/config"
+	"github.com/platformd/platformd/internal/connbudget"
 	"github.com/platformd/platformd/internal/dedup"
 	"github.com/platformd/platformd/internal/outbox"
 	"github.com/platformd/platformd/internal/query"
@@ -133,7 +134,7 @@ func (d *Daemon) newService(ctx context.Context, sc config.ServiceConfig, reg *c
 	}
 	db, err := dedup.Connect(ctx, sc.Database, dedup.PoolConfig{
 		MaxConns: int32(max(dp.MaxConns, 2)), MinConns: int32(dp.MinConns), MaxConnIdleTime: dp.MaxIdle, //nolint:gosec // validated: at most 1000
-		Pooler: sc.Pooler(),
+		Pooler: sc.Pooler(), Budget: d.budget,
 	})
 	if err != nil {
 		return nil, fmt.Errorf("service %s: %w", sc.Name, err)
@@ -214,6 +215,8 @@ func (s *service) newPool(pc config.PoolConfig) (*servicePool, error) {
 func (s *service) Start(ctx context.Context) error {
 	return s.StartFunc(func() (func(), error) {
 		runCtx, cancel := context.WithCancel(context.WithoutCancel(ctx))
+		// Its idle connections may go to another service's waiting dial.
+		unregister := s.d.budget.Register(s.db)
 		health := startstop.NewLoop(s.watchHealth)
 		s.subscribe()
 		done := make(chan struct{})
@@ -287,6 +290,7 @@ func (s *service) Start(ctx context.Context) error {
 			}
 			s.mu.RUnlock()
 			closeRemoteHandlers(s.registry(), serviceHandlers(s.config()))
+			unregister()
 			s.db.Close()
 			s.d.setServiceHealth(s.name, false)
 			s.d.testSignals.ServiceDown.Signal(s.name)
@@ -306,7 +310,7 @@ func (s *service) bringUp(ctx context.Context) bool {
 	backoff := 200 * time.Millisecond
 	for {
 		c := s.conf.Load()
-		err := migrateService(ctx, c.cfg, c.reg, false, s.d.log)
+		err := migrateService(ctx, c.cfg, c.reg, false, s.d.budget, s.d.log)
 		if err == nil {
 			return true
 		}
@@ -516,9 +520,9 @@ func (s *service) pool(name string) (*workers.Pool, bool) {
 // migrateService applies the platform's, the service's own and the
 // handlers' migrations to the service's database, then prepares its SQL
 // handlers' statements; with createDB it first creates the database.
-func migrateService(ctx context.Context, s config.ServiceConfig, reg *consumer.Registry, createDB bool, logger *slog.Logger) error {
+func migrateService(ctx context.Context, s config.ServiceConfig, reg *consumer.Registry, createDB bool, budget *connbudget.Budget, logger *slog.Logger) error {
 	if createDB {
-		if err := CreateDatabase(ctx, s.Database, logger); err != nil {
+		if err := createDatabaseUnder(ctx, s.Database, budget, logger); err != nil {
 			return fmt.Errorf("service %s: %w", s.Name, err)
 		}
 	}
@@ -526,13 +530,13 @@ func migrateService(ctx context.Context, s config.ServiceConfig, reg *consumer.R
 	if err != nil {
 		return err
 	}
-	if err := applyMigrations(ctx, s, sets, logger); err != nil {
+	if err := applyMigrations(ctx, s, sets, budget, logger); err != nil {
 		return err
 	}
-	if err := ensureProcessedEvent(ctx, s); err != nil { // processedevent.go
+	if err := ensureProcessedEvent(ctx, s, budget); err != nil { // processedevent.go
 		return fmt.Errorf("service %s: %w", s.Name, err)
 	}
-	if err := prepareSQLHandlers(ctx, s, reg, logger); err != nil {
+	if err := prepareSQLHandlers(ctx, s, reg, budget, logger); err != nil {
 		return fmt.Errorf("service %s: %w", s.Name, err)
 	}
 	return nil

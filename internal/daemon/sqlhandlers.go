@@ -13,6 +13,7 @@ import (
 
 	"github.com/platformd/platformd/consumer"
 	"github.com/platformd/platformd/internal/config"
+	"github.com/platformd/platformd/internal/connbudget"
 	"github.com/platformd/platformd/internal/metrics"
 	"github.com/platformd/platformd/internal/migrate"
 	"github.com/platformd/platformd/internal/remote"
@@ -80,12 +81,18 @@ func withServiceSet(s config.ServiceConfig, sets []migrate.Set) []migrate.Set {
 // PostgreSQL's message) instead of failing its first event. It prepares
 // the handlers of reg, those the pools run, which also decides whether
 // each may run its statement once per batch (logged). The returned error
-// wraps PostgreSQL's when the database answered.
-func prepareSQLHandlers(ctx context.Context, s config.ServiceConfig, reg *consumer.Registry, logger *slog.Logger) error {
+// wraps PostgreSQL's when the database answered. Its connection is under
+// budget (nil: none).
+func prepareSQLHandlers(ctx context.Context, s config.ServiceConfig, reg *consumer.Registry, budget *connbudget.Budget, logger *slog.Logger) error {
 	if len(s.SQLHandlers) == 0 && len(s.RemoteHandlers) == 0 {
 		return nil
 	}
-	conn, err := pgx.Connect(ctx, s.Database)
+	cc, err := pgx.ParseConfig(s.Database)
+	if err != nil {
+		return fmt.Errorf("prepare SQL handlers: %w", err)
+	}
+	cc.DialFunc = budget.Wrap(cc.DialFunc)
+	conn, err := pgx.ConnectConfig(ctx, cc)
 	if err != nil {
 		return fmt.Errorf("prepare SQL handlers: %w", err)
 	}

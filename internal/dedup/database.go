@@ -7,6 +7,8 @@ import (
 	"time"
 
 	"github.com/jackc/pgx/v5/pgxpool"
+
+	"github.com/platformd/platformd/internal/connbudget"
 )
 
 // Session timeout defaults applied to every platformd connection unless the
@@ -37,6 +39,11 @@ type PoolConfig struct {
 	// StatementTimeout, IdleInTransactionTimeout override the defaults.
 	StatementTimeout         time.Duration
 	IdleInTransactionTimeout time.Duration
+	// Budget, when set, is the daemon's connection budget: every
+	// connection the pool opens takes one of its tokens, and gives it back
+	// when closed, hijacked or not (nil, the default: no budget). The
+	// caller registers the pool with it for reclaim (Budget.Register).
+	Budget *connbudget.Budget
 }
 
 // Connect opens a pgx pool on dsn with platformd's session settings.
@@ -51,6 +58,7 @@ func Connect(ctx context.Context, dsn string, pc PoolConfig) (*pgxpool.Pool, err
 		cfg.MaxConns = 8
 	}
 	cfg.MinConns = min(max(pc.MinConns, 0), cfg.MaxConns)
+	cfg.ConnConfig.DialFunc = pc.Budget.Wrap(cfg.ConnConfig.DialFunc)
 	if pc.MaxConnIdleTime > 0 {
 		cfg.MaxConnIdleTime = pc.MaxConnIdleTime
 	}

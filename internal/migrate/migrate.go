@@ -20,6 +20,7 @@ import (
 	"github.com/pressly/goose/v3/lock"
 
 	"github.com/platformd/platformd/consumer"
+	"github.com/platformd/platformd/internal/connbudget"
 	"github.com/platformd/platformd/internal/dbutil"
 	"github.com/platformd/platformd/internal/query"
 	"github.com/platformd/platformd/migrations"
@@ -84,10 +85,23 @@ func tableName(set string) string {
 // a pooler cannot hold; run `platformd migrate` once before starting
 // several daemons together, or point it at the server.
 func Apply(ctx context.Context, dsn string, sets []Set, logger *slog.Logger) error {
+	return ApplyWith(ctx, dsn, sets, logger, Options{})
+}
+
+// Options tunes ApplyWith.
+type Options struct {
+	// Budget, when set, is the daemon's connection budget: every
+	// connection the migrations open takes one of its tokens (nil: none).
+	Budget *connbudget.Budget
+}
+
+// ApplyWith is Apply with options.
+func ApplyWith(ctx context.Context, dsn string, sets []Set, logger *slog.Logger, opts Options) error {
 	cfg, err := pgx.ParseConfig(dsn)
 	if err != nil {
 		return fmt.Errorf("migrate: parse database url: %w", err)
 	}
+	cfg.DialFunc = opts.Budget.Wrap(cfg.DialFunc)
 	sessionLock := cfg.DefaultQueryExecMode == pgx.QueryExecModeCacheStatement
 	if err := ensureSchema(ctx, cfg); err != nil {
 		return err

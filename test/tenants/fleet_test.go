@@ -35,6 +35,8 @@ type fleetConfig struct {
 	pooler bool
 	// batch is the pools' batch size (0: the default).
 	batch int
+	// budget is the daemon's database_budget.max_conns (0: no budget).
+	budget int
 }
 
 // fleet is one daemon hosting n services, each on a database of its own
@@ -81,8 +83,9 @@ DROP TABLE applied;
 admin: {listen: "127.0.0.1:0"}
 metrics: {listen: "-"}
 broker: {url: %q, exchange: %s}
+database_budget: {max_conns: %d}
 services:
-`, level, amqpURL, f.exchange)
+`, level, amqpURL, f.exchange, fc.budget)
 	batch := ""
 	if fc.batch > 0 {
 		batch = fmt.Sprintf("        batch: {size: %d}\n", fc.batch)

@@ -32,27 +32,38 @@ const (
 	// fan-out's burst (every service's workers at once) gives its
 	// connections back quickly.
 	maxIdle = 2 * time.Second
+	// budgetMargin is what the daemon's database_budget leaves of the
+	// server's max_connections to other clients: the test's own
+	// connections (its sampler, its checks) and some to spare.
+	budgetMargin = 30
+	// daemonSessions matches the application_name of every session the
+	// daemon opens (platformd, platformd-control, platformd-migrate).
+	daemonSessions = "platformd%"
 )
 
 const amqpURL = "amqp://guest:guest@127.0.0.1:5672/"
 
 // TestManyTenants starts one daemon hosting N services (PLATFORMD_TENANTS),
 // each on a database of its own with one pool of concurrency 2 on a
-// classic queue, and checks: all up within upWithin; once idle, at most
-// idleConnsPerService connections per service to their databases; an event
-// published twice and fanned out to every queue applied exactly once in
-// each (the exactly-once checker, package exactly). It reports the
-// daemon's RSS and the connection counts. TestPoolerExactlyOnce is the
-// same fleet through PgBouncer.
+// classic queue, under a database_budget of the server's max_connections
+// less budgetMargin, and checks: all up within upWithin; once idle, at
+// most idleConnsPerService connections per service to their databases; an
+// event published twice and fanned out to every queue applied exactly once
+// in each (the exactly-once checker, package exactly), the daemon holding
+// at most its budget meanwhile. It reports the daemon's RSS and the
+// connection counts. TestPoolerExactlyOnce is the same fleet through
+// PgBouncer.
 //
 // It owns the server while it runs (N databases, up to 1.5 N connections
-// idle and up to 3 N under load): run it alone, through make tenants.
+// idle and up to its budget under load): run it alone, through make
+// tenants.
 func TestManyTenants(t *testing.T) {
 	n, _ := strconv.Atoi(os.Getenv(TenantsEnv))
 	if n <= 0 {
 		t.Skip("set " + TenantsEnv + "=N (make tenants) to host N services in one daemon")
 	}
-	f := startFleet(t, fleetConfig{n: n})
+	budget := tenantsBudget(t, n)
+	f := startFleet(t, fleetConfig{n: n, budget: budget})
 
 	// Idle: wait until the count settles (pools shrink after their idle
 	// time), bounded.
@@ -65,8 +76,8 @@ func TestManyTenants(t *testing.T) {
 	require.Less(t, f.allUp, upWithin, "time until every service is up")
 
 	// Fan-out: one event published twice reaches every queue; each service
-	// applies it once.
-	stopSampling := samplePeak(t, f.prefix)
+	// applies it once, the daemon within its budget.
+	stopSampling := samplePeakOf(t, f.prefix, daemonSessions)
 	ids := []uuid.UUID{uuid.New()}
 	fanout := time.Now()
 	f.publish(ids, 2, nil)
@@ -75,15 +86,43 @@ func TestManyTenants(t *testing.T) {
 	peak, peakWhat := stopSampling()
 	applied, twice, lost := f.assertExactlyOnce(f.check(ids))
 	total, most = f.conns()
-	t.Logf("%d services: the event (published twice) applied once in %d services after %s (%d twice, %d lost); at most %d connections meanwhile (the checker refused %d times):\n%s",
-		n, applied, took.Round(time.Millisecond), twice, lost, peak, refused, peakWhat)
+	t.Logf("%d services: the event (published twice) applied once in %d services after %s (%d twice, %d lost); at most %d daemon connections meanwhile, budget %d (the checker refused %d times):\n%s",
+		n, applied, took.Round(time.Millisecond), twice, lost, peak, budget, refused, peakWhat)
 	t.Logf("%d services after the fan-out: %d connections (at most %d on one)", n, total, most)
+	require.LessOrEqual(t, peak, budget, "the daemon's connections to the services' databases during the fan-out, under database_budget.max_conns")
+}
+
+// tenantsBudget is the database_budget.max_conns of TestManyTenants's
+// daemon: the server's max_connections less budgetMargin (170 of 200). It
+// fails the test when that leaves less than a control session per service
+// and one to share.
+func tenantsBudget(t *testing.T, n int) int {
+	t.Helper()
+	ctx := context.Background()
+	c, err := pgx.Connect(ctx, testdb.AdminURL())
+	require.NoError(t, err)
+	defer c.Close(ctx)
+	var setting string
+	require.NoError(t, c.QueryRow(ctx, `SHOW max_connections`).Scan(&setting))
+	maxConns, err := strconv.Atoi(setting)
+	require.NoError(t, err)
+	budget := maxConns - budgetMargin
+	require.GreaterOrEqual(t, budget, n+1, "the server's max_connections %d, less %d for other clients, cannot hold %d services' control sessions and one connection to share",
+		maxConns, budgetMargin, n)
+	return budget
 }
 
 // samplePeak samples, on a connection of its own, the connections to the
 // databases named prefix* until the returned function is called, which
 // returns the most seen and what they ran then.
 func samplePeak(t *testing.T, prefix string) func() (int, string) {
+	t.Helper()
+	return samplePeakOf(t, prefix, "%")
+}
+
+// samplePeakOf is samplePeak counting only the sessions whose
+// application_name is LIKE app.
+func samplePeakOf(t *testing.T, prefix, app string) func() (int, string) {
 	t.Helper()
 	ctx := context.Background()
 	sampler, err := pgx.Connect(ctx, testdb.AdminURL())
@@ -94,7 +133,7 @@ func samplePeak(t *testing.T, prefix string) func() (int, string) {
 		defer close(done)
 		for {
 			var c int
-			if sampler.QueryRow(ctx, `SELECT count(*) FROM pg_stat_activity WHERE datname LIKE $1 || '%'`, prefix).Scan(&c) == nil && c > peak {
+			if sampler.QueryRow(ctx, `SELECT count(*) FROM pg_stat_activity WHERE datname LIKE $1 || '%' AND application_name LIKE $2`, prefix, app).Scan(&c) == nil && c > peak {
 				peak = c
 				peakWhat = sessionsByQuery(ctx, sampler, prefix)
 			}
