@@ -403,11 +403,10 @@ func (d *decoder) decodeSlice(path string, n ast.Node, v reflect.Value) {
 // decodeMap decodes a mapping into a map keyed by strings; each value's
 // path is path.key. The parser already refuses a key given twice.
 func (d *decoder) decodeMap(path string, n ast.Node, v reflect.Value) {
-	entries, ok := d.mapEntries(path, n, map[ast.Node]bool{})
+	entries, ok := d.mapping(path, n)
 	if !ok {
 		return
 	}
-	d.set[path] = true
 	m := reflect.MakeMapWithSize(v.Type(), len(entries))
 	for _, e := range entries {
 		ev := reflect.New(v.Type().Elem()).Elem()
@@ -418,11 +417,10 @@ func (d *decoder) decodeMap(path string, n ast.Node, v reflect.Value) {
 }
 
 func (d *decoder) decodeStruct(path string, n ast.Node, v reflect.Value) {
-	entries, ok := d.mapEntries(path, n, map[ast.Node]bool{})
+	entries, ok := d.mapping(path, n)
 	if !ok {
 		return
 	}
-	d.set[path] = true
 	fields := structFields(v.Type())
 	for _, e := range entries {
 		p := joinPath(path, e.key)
@@ -467,6 +465,17 @@ func joinPath(path, key string) string {
 type mapEntry struct {
 	key   string
 	value ast.Node
+}
+
+// mapping returns the entries of the mapping n at path (see mapEntries)
+// and marks path set; false, with the problem recorded, if n is not a
+// mapping. It reads the mapping a map or a struct field is decoded from.
+func (d *decoder) mapping(path string, n ast.Node) ([]mapEntry, bool) {
+	entries, ok := d.mapEntries(path, n, map[ast.Node]bool{})
+	if ok {
+		d.set[path] = true
+	}
+	return entries, ok
 }
 
 // mapEntries returns the entries of the mapping n in document order, with
