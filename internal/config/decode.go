@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"math"
 	"reflect"
+	"slices"
 	"strconv"
 	"strings"
 	"time"
@@ -254,6 +255,26 @@ func (d *decoder) typeErr(path string, sc scalarValue, msg string) {
 	}
 }
 
+// scalarOf returns n's scalar for a field that msg describes ("must be a
+// boolean"): native when n is a node of one of types (not tagged !!str),
+// otherwise a string that came from an environment reference, its text
+// for the caller to parse. Anything else is recorded as msg, and ok is
+// false.
+func (d *decoder) scalarOf(path string, n ast.Node, tag, msg string, types ...ast.NodeType) (sc scalarValue, native, ok bool) {
+	sc, ok = d.scalar(path, n, tag)
+	switch {
+	case !ok:
+		d.typeErr(path, sc, msg)
+		return sc, false, false
+	case !sc.str && slices.Contains(types, sc.node.Type()):
+		return sc, true, true
+	case sc.env:
+		return sc, false, true
+	}
+	d.ps.decodeErr(path, "%s", msg)
+	return sc, false, false
+}
+
 func (d *decoder) decodeDuration(path string, n ast.Node, tag string, v reflect.Value) {
 	sc, ok := d.scalar(path, n, tag)
 	if !ok {
@@ -291,13 +312,12 @@ func isZero(n *ast.IntegerNode) bool {
 // integer returns the value of an integer node, or of a string that came
 // from an environment reference.
 func (d *decoder) integer(path string, n ast.Node, tag string) (i int64, u uint64, neg bool, ok bool) {
-	sc, isScalar := d.scalar(path, n, tag)
+	sc, native, isScalar := d.scalarOf(path, n, tag, "must be an integer", ast.IntegerType)
 	if !isScalar {
-		d.typeErr(path, sc, "must be an integer")
 		return 0, 0, false, false
 	}
-	if in, isInt := sc.node.(*ast.IntegerNode); isInt && !sc.str {
-		switch x := in.Value.(type) {
+	if native {
+		switch x := sc.node.(*ast.IntegerNode).Value.(type) {
 		case int64:
 			return x, uint64(x), x < 0, true
 		case uint64:
@@ -306,19 +326,17 @@ func (d *decoder) integer(path string, n ast.Node, tag string) (i int64, u uint6
 			}
 			return int64(x), x, false, true
 		}
-	}
-	if sc.env {
-		text := strings.TrimSpace(sc.text)
-		if x, err := strconv.ParseInt(text, 10, 64); err == nil {
-			return x, uint64(x), x < 0, true
-		}
-		if x, err := strconv.ParseUint(text, 10, 64); err == nil {
-			return math.MaxInt64, x, false, true
-		}
-		d.ps.decodeErr(path, "must be an integer (got %q)", sc.text)
+		d.ps.decodeErr(path, "must be an integer")
 		return 0, 0, false, false
 	}
-	d.ps.decodeErr(path, "must be an integer")
+	text := strings.TrimSpace(sc.text)
+	if x, err := strconv.ParseInt(text, 10, 64); err == nil {
+		return x, uint64(x), x < 0, true
+	}
+	if x, err := strconv.ParseUint(text, 10, 64); err == nil {
+		return math.MaxInt64, x, false, true
+	}
+	d.ps.decodeErr(path, "must be an integer (got %q)", sc.text)
 	return 0, 0, false, false
 }
 
@@ -349,25 +367,20 @@ func (d *decoder) decodeUint(path string, n ast.Node, tag string, v reflect.Valu
 }
 
 func (d *decoder) decodeBool(path string, n ast.Node, tag string, v reflect.Value) {
-	sc, ok := d.scalar(path, n, tag)
+	sc, native, ok := d.scalarOf(path, n, tag, "must be a boolean", ast.BoolType)
 	if !ok {
-		d.typeErr(path, sc, "must be a boolean")
 		return
 	}
 	var b bool
-	switch {
-	case !sc.str && sc.node.Type() == ast.BoolType:
+	if native {
 		b = sc.node.(*ast.BoolNode).Value
-	case sc.env:
+	} else {
 		x, err := strconv.ParseBool(strings.TrimSpace(sc.text))
 		if err != nil {
 			d.ps.decodeErr(path, "must be a boolean (got %q)", sc.text)
 			return
 		}
 		b = x
-	default:
-		d.ps.decodeErr(path, "must be a boolean")
-		return
 	}
 	v.SetBool(b)
 	d.set[path] = true
@@ -390,11 +403,10 @@ func (d *decoder) decodeSlice(path string, n ast.Node, v reflect.Value) {
 // decodeMap decodes a mapping into a map keyed by strings; each value's
 // path is path.key. The parser already refuses a key given twice.
 func (d *decoder) decodeMap(path string, n ast.Node, v reflect.Value) {
-	entries, ok := d.mapEntries(path, n, map[ast.Node]bool{})
+	entries, ok := d.mapping(path, n)
 	if !ok {
 		return
 	}
-	d.set[path] = true
 	m := reflect.MakeMapWithSize(v.Type(), len(entries))
 	for _, e := range entries {
 		ev := reflect.New(v.Type().Elem()).Elem()
@@ -405,11 +417,10 @@ func (d *decoder) decodeMap(path string, n ast.Node, v reflect.Value) {
 }
 
 func (d *decoder) decodeStruct(path string, n ast.Node, v reflect.Value) {
-	entries, ok := d.mapEntries(path, n, map[ast.Node]bool{})
+	entries, ok := d.mapping(path, n)
 	if !ok {
 		return
 	}
-	d.set[path] = true
 	fields := structFields(v.Type())
 	for _, e := range entries {
 		p := joinPath(path, e.key)
@@ -454,6 +465,17 @@ func joinPath(path, key string) string {
 type mapEntry struct {
 	key   string
 	value ast.Node
+}
+
+// mapping returns the entries of the mapping n at path (see mapEntries)
+// and marks path set; false, with the problem recorded, if n is not a
+// mapping. It reads the mapping a map or a struct field is decoded from.
+func (d *decoder) mapping(path string, n ast.Node) ([]mapEntry, bool) {
+	entries, ok := d.mapEntries(path, n, map[ast.Node]bool{})
+	if ok {
+		d.set[path] = true
+	}
+	return entries, ok
 }
 
 // mapEntries returns the entries of the mapping n in document order, with

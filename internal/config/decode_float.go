@@ -12,20 +12,13 @@ import (
 // decodeFloat decodes a number (integer or float node, or a string that
 // came from an environment reference) into a float field.
 func (d *decoder) decodeFloat(path string, n ast.Node, tag string, v reflect.Value) {
-	sc, ok := d.scalar(path, n, tag)
+	sc, native, ok := d.scalarOf(path, n, tag, "must be a number", ast.FloatType, ast.IntegerType)
 	if !ok {
-		d.typeErr(path, sc, "must be a number")
 		return
 	}
-	var text string
-	switch {
-	case !sc.str && (sc.node.Type() == ast.FloatType || sc.node.Type() == ast.IntegerType):
+	text := strings.TrimSpace(sc.text)
+	if native {
 		text = sc.node.GetToken().Value
-	case sc.env:
-		text = strings.TrimSpace(sc.text)
-	default:
-		d.ps.decodeErr(path, "must be a number")
-		return
 	}
 	f, err := strconv.ParseFloat(strings.ReplaceAll(text, "_", ""), 64)
 	if err != nil || math.IsNaN(f) || math.IsInf(f, 0) || v.OverflowFloat(f) {

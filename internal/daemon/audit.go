@@ -101,13 +101,9 @@ func (b *backend) DescribeService(ctx context.Context, name string) (admin.Servi
 
 func (b *backend) ListAudit(ctx context.Context, name string, limit int) (admin.AuditList, error) {
 	var out admin.AuditList
-	svcs := b.d.serviceList()
-	if name != "" {
-		s, err := b.service(name)
-		if err != nil {
-			return out, err
-		}
-		svcs = []*service{s}
+	svcs, err := b.services(name)
+	if err != nil {
+		return out, err
 	}
 	for _, s := range svcs {
 		entries, err := state.ListAudit(ctx, s.db, limit)

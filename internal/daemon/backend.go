@@ -31,6 +31,19 @@ func (b *backend) service(name string) (*service, error) {
 	return nil, fmt.Errorf("%w: service %q", admin.ErrNotFound, name)
 }
 
+// services returns the service named name, or every service when name is
+// "": the admin calls that take an optional service filter.
+func (b *backend) services(name string) ([]*service, error) {
+	if name == "" {
+		return b.d.serviceList(), nil
+	}
+	s, err := b.service(name)
+	if err != nil {
+		return nil, err
+	}
+	return []*service{s}, nil
+}
+
 func (b *backend) pool(name string) (*workers.Pool, *service, error) {
 	for _, s := range b.d.serviceList() {
 		if p, ok := s.pool(name); ok {
@@ -109,13 +122,9 @@ func poolInfo(i workers.Info) admin.PoolInfo {
 }
 
 func (b *backend) ListPools(_ context.Context, serviceName string) ([]admin.PoolInfo, error) {
-	svcs := b.d.serviceList()
-	if serviceName != "" {
-		s, err := b.service(serviceName)
-		if err != nil {
-			return nil, err
-		}
-		svcs = []*service{s}
+	svcs, err := b.services(serviceName)
+	if err != nil {
+		return nil, err
 	}
 	var out []admin.PoolInfo
 	for _, s := range svcs {
@@ -160,13 +169,9 @@ func (b *backend) ResumePool(ctx context.Context, name, actor string) (admin.Poo
 }
 
 func (b *backend) LookupEvent(ctx context.Context, id uuid.UUID, serviceName string) ([]admin.LookupResult, error) {
-	svcs := b.d.serviceList()
-	if serviceName != "" {
-		s, err := b.service(serviceName)
-		if err != nil {
-			return nil, err
-		}
-		svcs = []*service{s}
+	svcs, err := b.services(serviceName)
+	if err != nil {
+		return nil, err
 	}
 	out := make([]admin.LookupResult, 0, len(svcs))
 	for _, s := range svcs {

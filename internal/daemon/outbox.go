@@ -33,13 +33,7 @@ func (s *service) startRelay(ctx context.Context) error {
 	if err != nil {
 		return err
 	}
-	if err := r.Start(ctx); err != nil {
-		return err
-	}
-	s.mu.Lock()
-	s.relay = r
-	s.mu.Unlock()
-	return nil
+	return startKept(ctx, s, &s.relay, r)
 }
 
 // control runs fn on the service's control session (see package session):

@@ -31,13 +31,7 @@ func (s *service) startReplayer(ctx context.Context) error {
 	if err != nil {
 		return err
 	}
-	if err := r.Start(ctx); err != nil {
-		return err
-	}
-	s.mu.Lock()
-	s.replayer = r
-	s.mu.Unlock()
-	return nil
+	return startKept(ctx, s, &s.replayer, r)
 }
 
 // target returns a pool of s as a replay target.

@@ -365,11 +365,19 @@ func (s *service) startScheduler(ctx context.Context) error {
 	if err != nil {
 		return err
 	}
-	if err := sched.Start(ctx); err != nil {
+	return startKept(ctx, s, &s.sched, sched)
+}
+
+// startKept starts c, one of the service's components (its relay, replay
+// runner or scheduler), and once it runs stores it in *field under s.mu,
+// where the admin API and Stop find it; a component that did not start is
+// not stored.
+func startKept[C startstop.Service](ctx context.Context, s *service, field *C, c C) error {
+	if err := c.Start(ctx); err != nil {
 		return err
 	}
 	s.mu.Lock()
-	s.sched = sched
+	*field = c
 	s.mu.Unlock()
 	return nil
 }

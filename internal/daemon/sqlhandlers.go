@@ -101,13 +101,9 @@ func prepareSQLHandlers(ctx context.Context, s config.ServiceConfig, reg *consum
 		return err
 	}
 	for _, hc := range s.SQLHandlers {
-		r, err := reg.Lookup(hc.Name)
+		h, err := configHandler[*sqlhandler.Handler](reg, hc.Name, hc.KeyPath(), "SQL")
 		if err != nil {
-			return &keyPathError{path: hc.KeyPath(), err: err}
-		}
-		h, ok := r.Handler.(*sqlhandler.Handler)
-		if !ok {
-			return &keyPathError{path: hc.KeyPath(), err: fmt.Errorf("handler %q is not the config's SQL handler", hc.Name)}
+			return err
 		}
 		if err := h.Prepare(ctx, conn.PgConn()); err != nil {
 			var perr *sqlhandler.PrepareError
@@ -125,6 +121,22 @@ func prepareSQLHandlers(ctx context.Context, s config.ServiceConfig, reg *consum
 		}
 	}
 	return nil
+}
+
+// configHandler returns the handler the config declares as name, which
+// reg holds as an H (kind names H in the error: "SQL", "remote"); its
+// errors are keyPathErrors at keyPath.
+func configHandler[H consumer.Handler](reg *consumer.Registry, name, keyPath, kind string) (H, error) {
+	var zero H
+	r, err := reg.Lookup(name)
+	if err != nil {
+		return zero, &keyPathError{path: keyPath, err: err}
+	}
+	h, ok := r.Handler.(H)
+	if !ok {
+		return zero, &keyPathError{path: keyPath, err: fmt.Errorf("handler %q is not the config's %s handler", name, kind)}
+	}
+	return h, nil
 }
 
 // keyPathError is an error about the config key at path (a statement that
@@ -171,13 +183,19 @@ func newRemoteHandler(s config.ServiceConfig, hc config.RemoteHandlerConfig) (*r
 		Statements: stmts, MaxConns: conns,
 	})
 	if err != nil {
-		var serr *remote.StatementError
-		if errors.As(err, &serr) {
-			return nil, &keyPathError{path: hc.KeyPath() + ".statements." + serr.Name, err: serr.Err}
-		}
-		return nil, &keyPathError{path: hc.KeyPath(), err: err}
+		return nil, remoteKeyPathError(hc, err)
 	}
 	return h, nil
+}
+
+// remoteKeyPathError places err, about remote handler hc, at hc's key path,
+// or at its statement's ("...statements.open_invoice") when it is about one.
+func remoteKeyPathError(hc config.RemoteHandlerConfig, err error) error {
+	var serr *remote.StatementError
+	if errors.As(err, &serr) {
+		return &keyPathError{path: hc.KeyPath() + ".statements." + serr.Name, err: serr.Err}
+	}
+	return &keyPathError{path: hc.KeyPath(), err: err}
 }
 
 // prepareRemoteHandlers prepares every statement of the service's remote
@@ -187,20 +205,12 @@ func newRemoteHandler(s config.ServiceConfig, hc config.RemoteHandlerConfig) (*r
 // message.
 func prepareRemoteHandlers(ctx context.Context, s config.ServiceConfig, reg *consumer.Registry, conn *pgx.Conn, logger *slog.Logger) error {
 	for _, hc := range s.RemoteHandlers {
-		r, err := reg.Lookup(hc.Name)
+		h, err := configHandler[*remote.Handler](reg, hc.Name, hc.KeyPath(), "remote")
 		if err != nil {
-			return &keyPathError{path: hc.KeyPath(), err: err}
-		}
-		h, ok := r.Handler.(*remote.Handler)
-		if !ok {
-			return &keyPathError{path: hc.KeyPath(), err: fmt.Errorf("handler %q is not the config's remote handler", hc.Name)}
+			return err
 		}
 		if err := h.Prepare(ctx, conn.PgConn()); err != nil {
-			var serr *remote.StatementError
-			if errors.As(err, &serr) {
-				return &keyPathError{path: hc.KeyPath() + ".statements." + serr.Name, err: serr.Err}
-			}
-			return &keyPathError{path: hc.KeyPath(), err: err}
+			return remoteKeyPathError(hc, err)
 		}
 		logger.InfoContext(ctx, "daemon: remote handler prepared", slog.String("service", s.Name), slog.String("handler", hc.Name),
 			slog.Any("once_per_batch", h.BatchStatements()))

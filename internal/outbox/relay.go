@@ -174,13 +174,8 @@ func (r *Relay) Start(ctx context.Context) error {
 	return r.StartFunc(func() (func(), error) {
 		// Waits end with fetch; database and broker work runs under work,
 		// which outlives fetch by Stop's grace.
-		fetchCtx, cancel := context.WithCancel(context.WithoutCancel(ctx))
 		workCtx, hard := context.WithCancel(context.WithoutCancel(ctx))
-		done := make(chan struct{})
-		go func() {
-			defer close(done)
-			r.run(fetchCtx, workCtx)
-		}()
+		cancel, done := startstop.Go(ctx, func(fetchCtx context.Context) { r.run(fetchCtx, workCtx) })
 		return func() { r.stop(cancel, hard, done) }, nil
 	})
 }
@@ -195,16 +190,13 @@ func (r *Relay) Stop() { r.Base.Stop() }
 
 func (r *Relay) stop(cancel, hard context.CancelFunc, done <-chan struct{}) {
 	cancel()
-	select {
-	case <-done:
-	case <-time.After(StopTimeoutDefault):
+	if !startstop.WaitDone(done, StopTimeoutDefault) {
 		r.log.Warn("outbox: stop timed out, abandoning the pass in flight")
 	}
 	hard()
-	select {
-	case <-done:
+	if startstop.WaitDone(done, StopTimeoutDefault) {
 		r.pub.Close()
-	case <-time.After(StopTimeoutDefault):
+	} else {
 		// A publish blocked in a socket write (the broker blocking a
 		// connection in a memory or disk alarm) heeds no context: the
 		// pass ends when the daemon closes the broker connection, after
@@ -396,16 +388,7 @@ func (r *Relay) wait(ctx context.Context) bool {
 	for _, h := range r.held {
 		d = min(d, max(h.due.Sub(now), time.Millisecond))
 	}
-	t := time.NewTimer(d)
-	defer t.Stop()
-	select {
-	case <-ctx.Done():
-		return false
-	case <-r.wake:
-		return true
-	case <-t.C:
-		return true
-	}
+	return startstop.SleepOrWake(ctx, d, r.wake)
 }
 
 // pass publishes the first BatchSize visible rows, in event_id order, that

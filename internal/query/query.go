@@ -83,6 +83,13 @@ type stmt[P any] struct {
 	args  func(P) []any
 }
 
+// scanned is what Row and Rows add to stmt: dest(r), the scan targets of
+// r for the query's columns, in order.
+type scanned[P, R any] struct {
+	stmt[P]
+	dest func(*R) []any
+}
+
 func newStmt[P any](name, sql string, build func(P) string, args func(P) []any) stmt[P] {
 	register(name)
 	if build == nil && strings.TrimSpace(sql) == "" {

@@ -9,10 +9,7 @@ import (
 
 // Row is a named query that returns one row, read into an R. It is safe
 // for concurrent use.
-type Row[P, R any] struct {
-	stmt[P]
-	dest func(*R) []any
-}
+type Row[P, R any] struct{ scanned[P, R] }
 
 // NewRow declares the query sql named name, its arguments args(p) (nil:
 // none) and dest(r) the scan targets of r for its columns, in order
@@ -20,13 +17,13 @@ type Row[P, R any] struct {
 // of the package that owns its tables; a name that is not "owner.what" or
 // is declared twice panics.
 func NewRow[P, R any](name, sql string, args func(P) []any, dest func(*R) []any) *Row[P, R] {
-	return &Row[P, R]{stmt: newStmt(name, sql, nil, args), dest: dest}
+	return &Row[P, R]{scanned[P, R]{newStmt(name, sql, nil, args), dest}}
 }
 
 // BuildRow is NewRow for a query whose text build(p) makes per call (see
 // BuildExec).
 func BuildRow[P, R any](name string, build func(P) string, args func(P) []any, dest func(*R) []any) *Row[P, R] {
-	return &Row[P, R]{stmt: newStmt(name, "", build, args), dest: dest}
+	return &Row[P, R]{scanned[P, R]{newStmt(name, "", build, args), dest}}
 }
 
 // One runs the query with params p on db and returns its row; with no

@@ -8,10 +8,7 @@ import (
 
 // Rows is a named query that returns any number of rows, each read into
 // an R. It is safe for concurrent use.
-type Rows[P, R any] struct {
-	stmt[P]
-	dest func(*R) []any
-}
+type Rows[P, R any] struct{ scanned[P, R] }
 
 // NewRows declares the query sql named name, its arguments args(p) (nil:
 // none) and dest(r) the scan targets of r for its columns, in order
@@ -19,7 +16,7 @@ type Rows[P, R any] struct {
 // of the package that owns its tables; a name that is not "owner.what" or
 // is declared twice panics.
 func NewRows[P, R any](name, sql string, args func(P) []any, dest func(*R) []any) *Rows[P, R] {
-	return &Rows[P, R]{stmt: newStmt(name, sql, nil, args), dest: dest}
+	return &Rows[P, R]{scanned[P, R]{newStmt(name, sql, nil, args), dest}}
 }
 
 // Each runs the query with params p on db and calls fn with every row, in

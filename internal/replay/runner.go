@@ -143,17 +143,10 @@ func NewRunner(cfg RunnerConfig) (*Runner, error) {
 // Start runs the runner in the background until Stop.
 func (r *Runner) Start(ctx context.Context) error {
 	return r.StartFunc(func() (func(), error) {
-		rctx, cancel := context.WithCancel(context.WithoutCancel(ctx))
-		done := make(chan struct{})
-		go func() {
-			defer close(done)
-			r.run(rctx)
-		}()
+		cancel, done := startstop.Go(ctx, r.run)
 		return func() {
 			cancel()
-			select {
-			case <-done:
-			case <-time.After(StopTimeoutDefault):
+			if !startstop.WaitDone(done, StopTimeoutDefault) {
 				// A tx.commit blocked by a broker that blocks publishers
 				// (a memory or disk alarm) heeds no context: the runner
 				// ends with the broker connection, which the daemon
@@ -192,7 +185,7 @@ func (r *Runner) run(ctx context.Context) {
 		running, err := r.anyRunning(ctx)
 		if err == nil && !running {
 			backoff = backoffMin
-			if !r.idle(ctx, r.cfg.Poll) {
+			if !startstop.SleepOrWake(ctx, r.cfg.Poll, r.wake) {
 				return
 			}
 			continue
@@ -203,7 +196,7 @@ func (r *Runner) run(ctx context.Context) {
 		}
 		if err == nil && !ok {
 			// Another daemon runs the producer's replays.
-			if !r.idle(ctx, r.cfg.LockRetry) {
+			if !startstop.SleepOrWake(ctx, r.cfg.LockRetry, r.wake) {
 				return
 			}
 			continue
@@ -225,20 +218,6 @@ func (r *Runner) run(ctx context.Context) {
 			return
 		}
 		backoff = min(backoff*2, backoffMax)
-	}
-}
-
-// idle waits d, or until Wake; false when ctx ended.
-func (r *Runner) idle(ctx context.Context, d time.Duration) bool {
-	t := time.NewTimer(d)
-	defer t.Stop()
-	select {
-	case <-ctx.Done():
-		return false
-	case <-r.wake:
-		return true
-	case <-t.C:
-		return true
 	}
 }
 

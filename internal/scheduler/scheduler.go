@@ -237,41 +237,42 @@ func (s *Scheduler) Start(ctx context.Context) error {
 func (s *Scheduler) addJobs(cron gocron.Scheduler) error {
 	for _, svc := range s.order {
 		if svc.Every > 0 {
-			// No WithStartImmediately: the first run comes one period after
-			// Start (see the package doc).
-			if _, err := cron.NewJob(gocron.DurationJob(svc.Every),
-				gocron.NewTask(s.scheduledPurge, svc),
-				gocron.WithName("purge:"+svc.Name),
-				gocron.WithSingletonMode(gocron.LimitModeReschedule),
-				gocron.WithContext(s.runCtx),
-			); err != nil {
+			// No first run at once: it comes one period after Start (see
+			// the package doc).
+			if err := s.addJob(cron, svc, "purge", svc.Every, false, s.scheduledPurge); err != nil {
 				return fmt.Errorf("purge job of %s: %w", svc.Name, err)
 			}
 		}
 		if svc.Archive > 0 {
-			if _, err := cron.NewJob(gocron.DurationJob(cmp.Or(svc.ArchiveEvery, ArchiveEveryDefault)),
-				gocron.NewTask(s.scheduledArchive, svc),
-				gocron.WithName("archive:"+svc.Name),
-				gocron.WithSingletonMode(gocron.LimitModeReschedule),
-				gocron.WithStartAt(gocron.WithStartImmediately()),
-				gocron.WithContext(s.runCtx),
-			); err != nil {
+			if err := s.addJob(cron, svc, "archive", cmp.Or(svc.ArchiveEvery, ArchiveEveryDefault), true, s.scheduledArchive); err != nil {
 				return fmt.Errorf("archive job of %s: %w", svc.Name, err)
 			}
 		}
 		if s.metrics != nil && s.rowEvery > 0 {
-			if _, err := cron.NewJob(gocron.DurationJob(s.rowEvery),
-				gocron.NewTask(s.estimateRows, svc),
-				gocron.WithName("rows:"+svc.Name),
-				gocron.WithSingletonMode(gocron.LimitModeReschedule),
-				gocron.WithStartAt(gocron.WithStartImmediately()),
-				gocron.WithContext(s.runCtx),
-			); err != nil {
+			if err := s.addJob(cron, svc, "rows", s.rowEvery, true, s.estimateRows); err != nil {
 				return fmt.Errorf("row estimate job of %s: %w", svc.Name, err)
 			}
 		}
 	}
 	return nil
+}
+
+// addJob adds svc's job kind ("kind:<service>") running task every
+// period: in singleton mode (a run that overlaps the next is rescheduled)
+// under the scheduler's run context, its first run at once when now.
+func (s *Scheduler) addJob(cron gocron.Scheduler, svc *ServiceConfig, kind string, every time.Duration, now bool,
+	task func(context.Context, *ServiceConfig),
+) error {
+	opts := []gocron.JobOption{
+		gocron.WithName(kind + ":" + svc.Name),
+		gocron.WithSingletonMode(gocron.LimitModeReschedule),
+	}
+	if now {
+		opts = append(opts, gocron.WithStartAt(gocron.WithStartImmediately()))
+	}
+	opts = append(opts, gocron.WithContext(s.runCtx))
+	_, err := cron.NewJob(gocron.DurationJob(every), gocron.NewTask(task, svc), opts...)
+	return err
 }
 
 // Stop cancels the running purges, waits until every run (scheduled or

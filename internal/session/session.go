@@ -119,17 +119,14 @@ func (s *Session) Subscribe(channel string, fn Func) {
 // Start runs the session in the background until Stop.
 func (s *Session) Start(ctx context.Context) error {
 	return s.StartFunc(func() (func(), error) {
-		runCtx, cancel := context.WithCancel(context.WithoutCancel(ctx))
-		done := make(chan struct{})
-		go func() {
-			defer close(done)
+		cancel, done := startstop.Go(ctx, func(ctx context.Context) {
 			if s.cfg.NoListen {
 				s.firstOnce.Do(func() { close(s.first) })
-				s.poll(runCtx)
+				s.poll(ctx)
 				return
 			}
-			s.run(runCtx)
-		}()
+			s.run(ctx)
+		})
 		return func() { cancel(); <-done }, nil
 	})
 }
@@ -199,12 +196,8 @@ func (s *Session) run(ctx context.Context) {
 		s.mu.Unlock()
 		s.log.WarnContext(ctx, "session: control session lost, taking it again",
 			slog.Any("error", err), slog.Duration("backoff", backoff))
-		t := time.NewTimer(backoff + time.Duration(rand.Int64N(int64(backoff))))
-		select {
-		case <-ctx.Done():
-			t.Stop()
+		if !startstop.Sleep(ctx, backoff+time.Duration(rand.Int64N(int64(backoff)))) {
 			return
-		case <-t.C:
 		}
 		backoff = min(backoff*2, backoffMax)
 	}

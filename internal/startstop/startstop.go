@@ -157,14 +157,24 @@ func NewLoop(run func(ctx context.Context)) *Loop { return &Loop{run: run} }
 // cancellation does not end (Stop does).
 func (l *Loop) Start(ctx context.Context) error {
 	return l.StartFunc(func() (func(), error) {
-		lctx, cancel := context.WithCancel(context.WithoutCancel(ctx))
-		done := make(chan struct{})
-		go func() {
-			defer close(done)
-			l.run(lctx)
-		}()
+		cancel, done := Go(ctx, l.run)
 		return func() { cancel(); <-done }, nil
 	})
+}
+
+// Go runs run in a goroutine under a context that ctx's cancellation does
+// not end (a Start's ctx bounds the start only): cancel ends it, and done
+// is closed once run has returned. It is the background half of a
+// service's Start; its stop function cancels, then waits for done (with
+// WaitDone where the wait is bounded).
+func Go(ctx context.Context, run func(ctx context.Context)) (cancel context.CancelFunc, done <-chan struct{}) {
+	rctx, cancel := context.WithCancel(context.WithoutCancel(ctx))
+	ch := make(chan struct{})
+	go func() {
+		defer close(ch)
+		run(rctx)
+	}()
+	return cancel, ch
 }
 
 // Tick calls fn every period until ctx ends. The first call comes one

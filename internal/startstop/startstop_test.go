@@ -6,6 +6,7 @@ import (
 	"sync"
 	"sync/atomic"
 	"testing"
+	"time"
 
 	"github.com/stretchr/testify/require"
 	"go.uber.org/goleak"
@@ -146,4 +147,35 @@ func TestLoopRunsUntilStop(t *testing.T) {
 	l.Stop()
 	require.ErrorIs(t, lctx.Err(), context.Canceled)
 	require.True(t, ended.Load(), "Stop returns once the loop has returned")
+}
+
+func TestSleepOrWake(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+
+	wake := make(chan struct{}, 1)
+	wake <- struct{}{}
+	require.True(t, startstop.SleepOrWake(ctx, time.Hour, wake), "a wake-up ends the wait at once")
+	require.True(t, startstop.SleepOrWake(ctx, time.Millisecond, nil), "the wait ends when d passed")
+	require.True(t, startstop.SleepOrWake(ctx, 0, wake), "d <= 0 does not wait")
+
+	cctx, cancel := context.WithCancel(ctx)
+	cancel()
+	require.False(t, startstop.SleepOrWake(cctx, time.Hour, wake), "an ended ctx stops the service")
+	require.False(t, startstop.Sleep(cctx, 0))
+}
+
+func TestGoAndWaitDone(t *testing.T) {
+	t.Parallel()
+	ctx, cancelStart := context.WithCancel(context.Background())
+	running := make(chan struct{})
+	cancel, done := startstop.Go(ctx, func(ctx context.Context) {
+		close(running)
+		<-ctx.Done()
+	})
+	<-running
+	cancelStart()
+	require.False(t, startstop.WaitDone(done, time.Millisecond), "the start context ending does not end run")
+	cancel()
+	require.True(t, startstop.WaitDone(done, time.Minute), "cancel ends run, and done is closed once it returned")
 }

@@ -8,6 +8,8 @@ import (
 
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgxpool"
+
+	"github.com/platformd/platformd/internal/query"
 )
 
 // Purge triggers (PurgeRun.Trigger).
@@ -116,14 +118,7 @@ func ListPurgeRuns(ctx context.Context, db *pgxpool.Pool, service string, limit 
 // LastPurge returns the last finished, successful run of service that
 // deleted (not a dry run), by finish time; false when there is none.
 func LastPurge(ctx context.Context, db *pgxpool.Pool, service string) (PurgeRun, bool, error) {
-	r, ok, err := lastPurge.Find(ctx, db, serviceParams{Service: service})
-	if err != nil {
-		return PurgeRun{}, false, fmt.Errorf("state: last purge of %s: %w", service, err)
-	}
-	if !ok {
-		return PurgeRun{}, false, nil
-	}
-	return r.run(), true, nil
+	return findPurgeRun(ctx, db, lastPurge, service, "last purge")
 }
 
 // PrunePurgeRuns deletes the finished runs of service beyond its newest
@@ -144,9 +139,15 @@ func PrunePurgeRuns(ctx context.Context, db *pgxpool.Pool, service string, keep 
 // a dry run, failed or not (its Error says), by finish time; false when
 // there is none. It is what an operator asks: did the last purge work?
 func LastFinishedPurge(ctx context.Context, db *pgxpool.Pool, service string) (PurgeRun, bool, error) {
-	r, ok, err := lastFinishedPurge.Find(ctx, db, serviceParams{Service: service})
+	return findPurgeRun(ctx, db, lastFinishedPurge, service, "last finished purge")
+}
+
+// findPurgeRun runs q, a query for one run of service that may find none
+// (LastPurge, LastFinishedPurge); what names the run in errors.
+func findPurgeRun(ctx context.Context, db *pgxpool.Pool, q *query.Row[serviceParams, purgeRunRow], service, what string) (PurgeRun, bool, error) {
+	r, ok, err := q.Find(ctx, db, serviceParams{Service: service})
 	if err != nil {
-		return PurgeRun{}, false, fmt.Errorf("state: last finished purge of %s: %w", service, err)
+		return PurgeRun{}, false, fmt.Errorf("state: %s of %s: %w", what, service, err)
 	}
 	if !ok {
 		return PurgeRun{}, false, nil
