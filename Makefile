@@ -10,11 +10,13 @@ SHELL := bash
 .DEFAULT_GOAL := help
 # Targets are steps of one pipeline (test = services, unit, pooler, fuzz,
 # chaos, chaos-cluster, verify); never run them side by side, even under
-# make -j. The one exception is `test`'s own: verify (compiling and
-# running the linters and buf, CPU-bound, touching no service) runs beside
-# the chaos suites, which mostly wait on the faults they inject: on 2 cores
-# the suites leave about 650 core-seconds idle, and verify needs about 450
-# on an empty build cache (scripts/beside.sh).
+# make -j. The exceptions are `test`'s own, through scripts/beside.sh: verify
+# (compiling and running the linters and buf, CPU-bound, touching no
+# service) runs beside the chaos suites, which mostly wait on the faults
+# they inject (on 2 cores they leave about 650 core-seconds idle; verify
+# needs about as much on an empty build cache, most of it building
+# golangci-lint and buf); and unit runs the nested modules beside the root's
+# packages (below).
 .NOTPARALLEL:
 
 GO ?= go## Go command
@@ -74,8 +76,21 @@ NESTED_MODULES := examples/billing deploy/image deploy/helmcheck
 RACE_NESTED_MODULES := examples/billing deploy/image
 
 .PHONY: unit
-unit: services ## go test -race on all packages and the nested modules (deploy/helmcheck without -race) but the chaos suite (run by `make chaos`)
+unit: services ## go test -race on all packages (but the chaos suite, run by `make chaos`) and, beside them, the nested modules (deploy/helmcheck without -race)
+	@bash scripts/beside.sh nested-modules -- $(MAKE) --no-print-directory unit-nested -- $(MAKE) --no-print-directory unit-root
+
+# The root packages and the nested modules run side by side (scripts/beside.sh,
+# the nested modules' log printed after): the root's tests spend most of their
+# time waiting on PostgreSQL, RabbitMQ and the daemons they start (cmd/platformd
+# alone ~200 s), while the nested modules mostly compile (deploy/image builds
+# the static release binary, helmcheck helm's library): in turn they took ~2
+# minutes at the end of `unit`.
+.PHONY: unit-root
+unit-root: ## go test -race on the root module's packages but the chaos suite (part of unit)
 	$(GO) test -race -count=1 -timeout 20m $$($(GO) list ./... | grep -v '/test/chaos')
+
+.PHONY: unit-nested
+unit-nested: ## go test on the nested modules, -race but deploy/helmcheck (part of unit)
 	@for d in $(RACE_NESTED_MODULES); do \
 		echo "cd $$d && $(GO) test -race -count=1 ./..."; \
 		(cd $$d && $(GO) test -race -count=1 -timeout 10m ./...) || exit 1; \
