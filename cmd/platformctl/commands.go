@@ -1,14 +1,17 @@
 package main
 
 import (
+	"context"
 	"fmt"
 	"io"
 	"strings"
 	"time"
 
 	"github.com/spf13/cobra"
+	"google.golang.org/grpc"
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
+	"google.golang.org/protobuf/proto"
 	"google.golang.org/protobuf/types/known/durationpb"
 
 	adminv1 "github.com/platformd/platformd/api/gen/platform/admin/v1"
@@ -183,19 +186,15 @@ func newPurgeCmd(a *app) *cobra.Command {
 	}
 	runCmd.Flags().BoolVar(&dryRun, "dry-run", false, "only count the rows that would be deleted")
 
-	var limit int32
-	list := &cobra.Command{
+	list := listCmd(a, &cobra.Command{
 		Use:     "list SERVICE",
 		Short:   "List a service's recent purge runs, newest first",
 		Example: "  platformctl purge list stock\n  platformctl purge list stock --limit 10 -o json",
-		Args:    cobra.ExactArgs(1),
-		RunE: call(a, adminv1.AdminServiceClient.ListPurgeRuns,
-			func(args []string) (*adminv1.ListPurgeRunsRequest, error) {
-				return &adminv1.ListPurgeRunsRequest{Service: args[0], Limit: limit}, nil
-			},
-			func(w io.Writer, resp *adminv1.ListPurgeRunsResponse) { purgeRunsTable(w, resp.GetRuns()) }),
-	}
-	list.Flags().Int32Var(&limit, "limit", 0, "at most this many runs, up to 10000 (0: the server's default, 100)")
+	}, "runs", adminv1.AdminServiceClient.ListPurgeRuns,
+		func(name string, limit int32) *adminv1.ListPurgeRunsRequest {
+			return &adminv1.ListPurgeRunsRequest{Service: name, Limit: limit}
+		},
+		func(w io.Writer, resp *adminv1.ListPurgeRunsResponse) { purgeRunsTable(w, resp.GetRuns()) })
 	cmd.AddCommand(runCmd, list)
 	return cmd
 }
@@ -210,19 +209,15 @@ func newFailedCmd(a *app) *cobra.Command {
 		RunE:    missingSubcommand,
 	}
 
-	var limit int32
-	list := &cobra.Command{
+	list := listCmd(a, &cobra.Command{
 		Use:     "list POOL",
 		Short:   "List the messages of a pool's failure queue, oldest first, without removing them",
 		Example: "  platformctl failed list stock-events\n  platformctl failed list stock-events --limit 10 -o json",
-		Args:    cobra.ExactArgs(1),
-		RunE: call(a, adminv1.AdminServiceClient.ListFailedMessages,
-			func(args []string) (*adminv1.ListFailedMessagesRequest, error) {
-				return &adminv1.ListFailedMessagesRequest{Pool: args[0], Limit: limit}, nil
-			},
-			func(w io.Writer, resp *adminv1.ListFailedMessagesResponse) { failedTable(w, resp.GetMessages()) }),
-	}
-	list.Flags().Int32Var(&limit, "limit", 0, "at most this many messages, up to 10000 (0: the server's default, 100)")
+	}, "messages", adminv1.AdminServiceClient.ListFailedMessages,
+		func(name string, limit int32) *adminv1.ListFailedMessagesRequest {
+			return &adminv1.ListFailedMessagesRequest{Pool: name, Limit: limit}
+		},
+		func(w io.Writer, resp *adminv1.ListFailedMessagesResponse) { failedTable(w, resp.GetMessages()) })
 
 	var all, override bool
 	retry := &cobra.Command{
@@ -288,4 +283,24 @@ mistakes changes nothing; every mistake is printed with its key path.`,
 				}
 			}),
 	}
+}
+
+// listCmd completes cmd as a listing of one service's or pool's items
+// (runs, messages, replays): it takes that name as its one argument, has
+// the --limit flag every listing of the admin API has, and calls rpc with
+// the request that request builds. items names the items in the flag's
+// help.
+func listCmd[Req, Resp proto.Message](
+	a *app,
+	cmd *cobra.Command,
+	items string,
+	rpc func(adminv1.AdminServiceClient, context.Context, Req, ...grpc.CallOption) (Resp, error),
+	request func(name string, limit int32) Req,
+	table func(w io.Writer, resp Resp),
+) *cobra.Command {
+	var limit int32
+	cmd.Args = cobra.ExactArgs(1)
+	cmd.RunE = call(a, rpc, func(args []string) (Req, error) { return request(args[0], limit), nil }, table)
+	cmd.Flags().Int32Var(&limit, "limit", 0, "at most this many "+items+", up to 10000 (0: the server's default, 100)")
+	return cmd
 }

@@ -96,19 +96,15 @@ publishes one event twice.`,
 			func(w io.Writer, resp *adminv1.GetReplayResponse) { replayTable(w, resp.GetReplay()) }),
 	}
 
-	var limit int32
-	list := &cobra.Command{
+	list := listCmd(a, &cobra.Command{
 		Use:     "list SERVICE",
 		Short:   "List a producer's replays, newest first",
 		Example: "  platformctl replay list order\n  platformctl replay list order --limit 10 -o json",
-		Args:    cobra.ExactArgs(1),
-		RunE: call(a, adminv1.AdminServiceClient.ListReplays,
-			func(args []string) (*adminv1.ListReplaysRequest, error) {
-				return &adminv1.ListReplaysRequest{Service: args[0], Limit: limit}, nil
-			},
-			func(w io.Writer, resp *adminv1.ListReplaysResponse) { replaysTable(w, resp.GetReplays()) }),
-	}
-	list.Flags().Int32Var(&limit, "limit", 0, "at most this many replays, up to 10000 (0: the server's default, 100)")
+	}, "replays", adminv1.AdminServiceClient.ListReplays,
+		func(name string, limit int32) *adminv1.ListReplaysRequest {
+			return &adminv1.ListReplaysRequest{Service: name, Limit: limit}
+		},
+		func(w io.Writer, resp *adminv1.ListReplaysResponse) { replaysTable(w, resp.GetReplays()) })
 
 	cancel := &cobra.Command{
 		Use:     "cancel SERVICE ID",
