@@ -3,7 +3,6 @@ package main
 import (
 	"fmt"
 	"io"
-	"strings"
 	"time"
 
 	"github.com/spf13/cobra"
@@ -121,15 +120,6 @@ publishes one event twice.`,
 	return cmd
 }
 
-// formatReplayState formats a replay state as a lower-case word.
-func formatReplayState(s adminv1.ReplayState) string {
-	name, ok := strings.CutPrefix(s.String(), "REPLAY_STATE_")
-	if !ok {
-		return s.String()
-	}
-	return strings.ToLower(name)
-}
-
 // replayTable prints a replay's summary line, then its per-pool table.
 func replayTable(w io.Writer, r *adminv1.Replay) {
 	row(w, "ID", "SERVICE", "STATE", "MATCHED", "PUBLISHED", "TARGET_POOL", "RATE", "CREATED_AT", "FINISHED_AT", "ERROR")
@@ -143,7 +133,7 @@ func replayTable(w io.Writer, r *adminv1.Replay) {
 }
 
 func replayRow(w io.Writer, r *adminv1.Replay) {
-	row(w, orDash(r.GetId()), r.GetService(), formatReplayState(r.GetState()), fmt.Sprint(r.GetMatched()), fmt.Sprint(r.GetPublished()),
+	row(w, orDash(r.GetId()), r.GetService(), enumWord(r.GetState(), "REPLAY_STATE_"), fmt.Sprint(r.GetMatched()), fmt.Sprint(r.GetPublished()),
 		orDash(r.GetTargetPool()), fmt.Sprint(r.GetRate()), formatTime(r.GetCreatedAt()), formatTime(r.GetFinishedAt()), orDash(oneLine(r.GetError())))
 }
 
