@@ -96,6 +96,26 @@ func (h *Handler) page(s session, title, nav string, body any) pageData {
 	return pageData{Title: title, Nav: nav, Session: viewOf(s), Flash: h.sessions.takeFlash(s.id), Body: body, Now: h.now()}
 }
 
+// renderBody renders page, titled title, with body b under status: edit,
+// when set, adjusts b first (a dry run's result, an input kept after a
+// refusal), and msg, when set, is the page's error banner.
+func renderBody[B any](h *Handler, w http.ResponseWriter, r *http.Request, s session, status int, page, title, msg string, b B, edit func(*B)) {
+	if edit != nil {
+		edit(&b)
+	}
+	data := h.page(s, title, "", b)
+	data.Error = msg
+	h.render(w, r, status, page, data)
+}
+
+// fragmentError answers a fragment whose data the backend did not give
+// (op names the call in the log) with the error's status and text: htmx
+// leaves the page as it was.
+func (h *Handler) fragmentError(w http.ResponseWriter, r *http.Request, op string, err error) {
+	code, text := h.backendError(r.Context(), op, err)
+	http.Error(w, text, code)
+}
+
 // renderError writes the error page: msg, under status, with a way back.
 func (h *Handler) renderError(w http.ResponseWriter, r *http.Request, s session, status int, msg string) {
 	h.render(w, r, status, "error", pageData{Title: http.StatusText(status), Session: viewOf(s), Error: msg,
