@@ -14,6 +14,7 @@ import (
 	"time"
 
 	"github.com/platformd/platformd/internal/admin"
+	"github.com/platformd/platformd/internal/config"
 )
 
 // pageNames are the templates/*.html files that are pages; each is parsed
@@ -153,8 +154,8 @@ var templateFuncs = template.FuncMap{
 	"upper":   strings.ToUpper,
 }
 
-// fmtDuration formats d for an operator: whole days as "14d", else Go's
-// form without trailing zero units ("1h30m", "11s").
+// fmtDuration formats d for an operator: whole days as "14d", else as the
+// config writes it ("1h30m", "11s").
 func fmtDuration(d time.Duration) string {
 	switch {
 	case d == 0:
@@ -162,14 +163,7 @@ func fmtDuration(d time.Duration) string {
 	case d%(24*time.Hour) == 0:
 		return strconv.FormatInt(int64(d/(24*time.Hour)), 10) + "d"
 	}
-	s := d.String()
-	if strings.HasSuffix(s, "m0s") {
-		s = s[:len(s)-2]
-	}
-	if strings.HasSuffix(s, "h0m") {
-		s = s[:len(s)-2]
-	}
-	return s
+	return config.FormatDuration(d)
 }
 
 // fmtTime formats t in UTC to the second; "—" for the zero time.
