@@ -100,20 +100,12 @@ FROM unnest($1::uuid[], $2::uuid[], $3::uuid[], $4::text[]::numeric[]) AS l(id, 
 // per order line. A payload that does not decode or validate is a
 // permanent error.
 func Reserve(ctx context.Context, tx pgx.Tx, ev consumer.Event) error {
-	return reserveHandler{}.HandleBatch(ctx, tx, []consumer.Event{ev})
+	return reserve(ctx, tx, []consumer.Event{ev})
 }
 
-// reserveHandler is stock.reserve; it implements consumer.BatchHandler so
-// that a batch's reservations are one INSERT.
-type reserveHandler struct{}
-
-// Handle reserves one event's lines.
-func (reserveHandler) Handle(ctx context.Context, tx pgx.Tx, ev consumer.Event) error {
-	return Reserve(ctx, tx, ev)
-}
-
-// HandleBatch reserves the lines of every event in one statement.
-func (reserveHandler) HandleBatch(ctx context.Context, tx pgx.Tx, evs []consumer.Event) error {
+// reserve is stock.reserve over a batch: it reserves the lines of every
+// event in one statement.
+func reserve(ctx context.Context, tx pgx.Tx, evs []consumer.Event) error {
 	// [16]byte and text encode directly; uuid.UUID (a driver.Valuer) and
 	// strings bound to numeric[] make pgx try and fail a binary plan per
 	// element first (a fifth of the daemon's CPU in the bench profile).
