@@ -9,8 +9,6 @@ import (
 
 	"github.com/spf13/cobra"
 	"google.golang.org/grpc"
-	"google.golang.org/grpc/codes"
-	"google.golang.org/grpc/status"
 	"google.golang.org/protobuf/proto"
 	"google.golang.org/protobuf/types/known/durationpb"
 
@@ -149,7 +147,7 @@ token's name.`,
 			func(args []string) (*adminv1.SetHorizonRequest, error) {
 				d, err := time.ParseDuration(args[1])
 				if err != nil {
-					return nil, status.Errorf(codes.InvalidArgument, "horizon %q: %v", args[1], err)
+					return nil, invalidf("horizon %q: %v", args[1], err)
 				}
 				return &adminv1.SetHorizonRequest{Service: args[0], Horizon: durationpb.New(d), Force: force}, nil
 			},

@@ -6,8 +6,6 @@ import (
 	"time"
 
 	"github.com/spf13/cobra"
-	"google.golang.org/grpc/codes"
-	"google.golang.org/grpc/status"
 	"google.golang.org/protobuf/types/known/timestamppb"
 
 	adminv1 "github.com/platformd/platformd/api/gen/platform/admin/v1"
@@ -65,7 +63,7 @@ publishes one event twice.`,
 					}
 					t, err := time.Parse(time.RFC3339Nano, f.value)
 					if err != nil {
-						return nil, status.Errorf(codes.InvalidArgument, "--%s %q: want RFC 3339 (2026-01-02T15:04:05Z)", f.name, f.value)
+						return nil, invalidf("--%s %q: want RFC 3339 (2026-01-02T15:04:05Z)", f.name, f.value)
 					}
 					*f.dst = timestamppb.New(t)
 				}
