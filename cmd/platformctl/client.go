@@ -12,6 +12,7 @@ import (
 	"text/tabwriter"
 	"time"
 
+	"github.com/spf13/cobra"
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/credentials"
 	"google.golang.org/grpc/credentials/insecure"
@@ -135,4 +136,26 @@ func invoke[T proto.Message](ctx context.Context, a *app, rpc func(context.Conte
 		return fmt.Errorf("error writing output: %w", err)
 	}
 	return nil
+}
+
+// call returns the RunE of a command that makes one call: request builds
+// the call's request from the command's arguments (and the flags it closes
+// over), rpc is the AdminServiceClient method (a method expression, such as
+// adminv1.AdminServiceClient.ListPools), and table prints the response.
+// An error of request is returned before anything is dialled.
+func call[Req, Resp proto.Message](
+	a *app,
+	rpc func(adminv1.AdminServiceClient, context.Context, Req, ...grpc.CallOption) (Resp, error),
+	request func(args []string) (Req, error),
+	table func(w io.Writer, resp Resp),
+) func(*cobra.Command, []string) error {
+	return runE(func(cmd *cobra.Command, args []string) error {
+		req, err := request(args)
+		if err != nil {
+			return err
+		}
+		return invoke(cmd.Context(), a,
+			func(ctx context.Context, c adminv1.AdminServiceClient) (Resp, error) { return rpc(c, ctx, req) },
+			table)
+	})
 }

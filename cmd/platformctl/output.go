@@ -42,11 +42,13 @@ func orDash(s string) string {
 	return s
 }
 
-// formatState formats a pool state as a lower-case word (running, paused...).
-func formatState(s adminv1.PoolState) string {
-	name, ok := strings.CutPrefix(s.String(), "POOL_STATE_")
+// enumWord formats an enum value of the API as a lower-case word without
+// the enum's prefix (POOL_STATE_RUNNING: running, REPLAY_STATE_DONE:
+// done); a value without the prefix stays as it is.
+func enumWord(v fmt.Stringer, prefix string) string {
+	name, ok := strings.CutPrefix(v.String(), prefix)
 	if !ok {
-		return s.String()
+		return v.String()
 	}
 	return strings.ToLower(name)
 }
@@ -72,7 +74,7 @@ func servicesTable(w io.Writer, services []*adminv1.Service) {
 func poolsTable(w io.Writer, pools []*adminv1.Pool) {
 	row(w, "NAME", "SERVICE", "QUEUE", "STATE", "NODE", "CONCURRENCY", "IN_FLIGHT", "PROCESSED", "DUPLICATES", "RETRIED", "FAILED", "PAUSED_REASON")
 	for _, p := range pools {
-		row(w, p.GetName(), p.GetService(), p.GetQueue(), formatState(p.GetState()), orDash(p.GetBrokerNode()),
+		row(w, p.GetName(), p.GetService(), p.GetQueue(), enumWord(p.GetState(), "POOL_STATE_"), orDash(p.GetBrokerNode()),
 			strconv.Itoa(int(p.GetConcurrency())), strconv.Itoa(int(p.GetInFlight())),
 			strconv.FormatUint(p.GetProcessed(), 10), strconv.FormatUint(p.GetDuplicates(), 10),
 			strconv.FormatUint(p.GetRetried(), 10), strconv.FormatUint(p.GetFailed(), 10),

@@ -1,15 +1,11 @@
 package main
 
 import (
-	"context"
 	"fmt"
 	"io"
-	"strings"
 	"time"
 
 	"github.com/spf13/cobra"
-	"google.golang.org/grpc/codes"
-	"google.golang.org/grpc/status"
 	"google.golang.org/protobuf/types/known/timestamppb"
 
 	adminv1 "github.com/platformd/platformd/api/gen/platform/admin/v1"
@@ -52,30 +48,28 @@ publishes one event twice.`,
 		Example: "  platformctl replay start order --from 2026-01-02T00:00:00Z --dry-run\n" +
 			"  platformctl replay start order --event-id 0190b2f4-7c1e-7b3a-9f1d-2c4e6a8b0d1f --target-pool stock-events",
 		Args: cobra.ExactArgs(1),
-		RunE: runE(func(cmd *cobra.Command, args []string) error {
-			req := &adminv1.ReplayEventsRequest{
-				Service: args[0], EventNames: names, EventIds: ids, TargetPool: targetPool, DryRun: dryRun,
-				Rate: rate, IncludeBeyondHorizon: includeBeyond,
-			}
-			for _, f := range []struct {
-				name, value string
-				dst         **timestamppb.Timestamp
-			}{{"from", from, &req.From}, {"to", to, &req.To}} {
-				if f.value == "" {
-					continue
+		RunE: call(a, adminv1.AdminServiceClient.ReplayEvents,
+			func(args []string) (*adminv1.ReplayEventsRequest, error) {
+				req := &adminv1.ReplayEventsRequest{
+					Service: args[0], EventNames: names, EventIds: ids, TargetPool: targetPool, DryRun: dryRun,
+					Rate: rate, IncludeBeyondHorizon: includeBeyond,
 				}
-				t, err := time.Parse(time.RFC3339Nano, f.value)
-				if err != nil {
-					return status.Errorf(codes.InvalidArgument, "--%s %q: want RFC 3339 (2026-01-02T15:04:05Z)", f.name, f.value)
+				for _, f := range []struct {
+					name, value string
+					dst         **timestamppb.Timestamp
+				}{{"from", from, &req.From}, {"to", to, &req.To}} {
+					if f.value == "" {
+						continue
+					}
+					t, err := time.Parse(time.RFC3339Nano, f.value)
+					if err != nil {
+						return nil, invalidf("--%s %q: want RFC 3339 (2026-01-02T15:04:05Z)", f.name, f.value)
+					}
+					*f.dst = timestamppb.New(t)
 				}
-				*f.dst = timestamppb.New(t)
-			}
-			return invoke(cmd.Context(), a,
-				func(ctx context.Context, c adminv1.AdminServiceClient) (*adminv1.ReplayEventsResponse, error) {
-					return c.ReplayEvents(ctx, req)
-				},
-				func(w io.Writer, resp *adminv1.ReplayEventsResponse) { replayTable(w, resp.GetReplay()) })
-		}),
+				return req, nil
+			},
+			func(w io.Writer, resp *adminv1.ReplayEventsResponse) { replayTable(w, resp.GetReplay()) }),
 	}
 	fl := start.Flags()
 	fl.StringSliceVar(&names, "event-name", nil, "event name or topic pattern (* one word, # any); repeat or comma-separate; none: all")
@@ -92,55 +86,36 @@ publishes one event twice.`,
 		Short:   "Show a replay and its progress",
 		Example: "  platformctl replay get order 0190b2f4-7c1e-7b3a-9f1d-2c4e6a8b0d1f -o json",
 		Args:    cobra.ExactArgs(2),
-		RunE: runE(func(cmd *cobra.Command, args []string) error {
-			return invoke(cmd.Context(), a,
-				func(ctx context.Context, c adminv1.AdminServiceClient) (*adminv1.GetReplayResponse, error) {
-					return c.GetReplay(ctx, &adminv1.GetReplayRequest{Service: args[0], Id: args[1]})
-				},
-				func(w io.Writer, resp *adminv1.GetReplayResponse) { replayTable(w, resp.GetReplay()) })
-		}),
+		RunE: call(a, adminv1.AdminServiceClient.GetReplay,
+			func(args []string) (*adminv1.GetReplayRequest, error) {
+				return &adminv1.GetReplayRequest{Service: args[0], Id: args[1]}, nil
+			},
+			func(w io.Writer, resp *adminv1.GetReplayResponse) { replayTable(w, resp.GetReplay()) }),
 	}
 
-	var limit int32
-	list := &cobra.Command{
+	list := listCmd(a, &cobra.Command{
 		Use:     "list SERVICE",
 		Short:   "List a producer's replays, newest first",
 		Example: "  platformctl replay list order\n  platformctl replay list order --limit 10 -o json",
-		Args:    cobra.ExactArgs(1),
-		RunE: runE(func(cmd *cobra.Command, args []string) error {
-			return invoke(cmd.Context(), a,
-				func(ctx context.Context, c adminv1.AdminServiceClient) (*adminv1.ListReplaysResponse, error) {
-					return c.ListReplays(ctx, &adminv1.ListReplaysRequest{Service: args[0], Limit: limit})
-				},
-				func(w io.Writer, resp *adminv1.ListReplaysResponse) { replaysTable(w, resp.GetReplays()) })
-		}),
-	}
-	list.Flags().Int32Var(&limit, "limit", 0, "at most this many replays, up to 10000 (0: the server's default, 100)")
+	}, "replays", adminv1.AdminServiceClient.ListReplays,
+		func(name string, limit int32) *adminv1.ListReplaysRequest {
+			return &adminv1.ListReplaysRequest{Service: name, Limit: limit}
+		},
+		func(w io.Writer, resp *adminv1.ListReplaysResponse) { replaysTable(w, resp.GetReplays()) })
 
 	cancel := &cobra.Command{
 		Use:     "cancel SERVICE ID",
 		Short:   "Stop a running replay where it is (admin token)",
 		Example: "  platformctl replay cancel order 0190b2f4-7c1e-7b3a-9f1d-2c4e6a8b0d1f",
 		Args:    cobra.ExactArgs(2),
-		RunE: runE(func(cmd *cobra.Command, args []string) error {
-			return invoke(cmd.Context(), a,
-				func(ctx context.Context, c adminv1.AdminServiceClient) (*adminv1.CancelReplayResponse, error) {
-					return c.CancelReplay(ctx, &adminv1.CancelReplayRequest{Service: args[0], Id: args[1]})
-				},
-				func(w io.Writer, resp *adminv1.CancelReplayResponse) { replayTable(w, resp.GetReplay()) })
-		}),
+		RunE: call(a, adminv1.AdminServiceClient.CancelReplay,
+			func(args []string) (*adminv1.CancelReplayRequest, error) {
+				return &adminv1.CancelReplayRequest{Service: args[0], Id: args[1]}, nil
+			},
+			func(w io.Writer, resp *adminv1.CancelReplayResponse) { replayTable(w, resp.GetReplay()) }),
 	}
 	cmd.AddCommand(start, get, list, cancel)
 	return cmd
-}
-
-// formatReplayState formats a replay state as a lower-case word.
-func formatReplayState(s adminv1.ReplayState) string {
-	name, ok := strings.CutPrefix(s.String(), "REPLAY_STATE_")
-	if !ok {
-		return s.String()
-	}
-	return strings.ToLower(name)
 }
 
 // replayTable prints a replay's summary line, then its per-pool table.
@@ -156,7 +131,7 @@ func replayTable(w io.Writer, r *adminv1.Replay) {
 }
 
 func replayRow(w io.Writer, r *adminv1.Replay) {
-	row(w, orDash(r.GetId()), r.GetService(), formatReplayState(r.GetState()), fmt.Sprint(r.GetMatched()), fmt.Sprint(r.GetPublished()),
+	row(w, orDash(r.GetId()), r.GetService(), enumWord(r.GetState(), "REPLAY_STATE_"), fmt.Sprint(r.GetMatched()), fmt.Sprint(r.GetPublished()),
 		orDash(r.GetTargetPool()), fmt.Sprint(r.GetRate()), formatTime(r.GetCreatedAt()), formatTime(r.GetFinishedAt()), orDash(oneLine(r.GetError())))
 }
 

@@ -69,6 +69,13 @@ func usagef(format string, args ...any) error {
 	return &usageError{msg: fmt.Sprintf(format, args...)}
 }
 
+// invalidf returns the error of a value typed on the command line that
+// does not parse (a duration, a time): an InvalidArgument status, printed
+// and mapped to exit code 4 as the daemon's own InvalidArgument answers.
+func invalidf(format string, args ...any) error {
+	return status.Errorf(codes.InvalidArgument, format, args...)
+}
+
 // runError is an error of a command's work (as opposed to parsing its
 // command line): exit code by gRPC code, or 1.
 type runError struct{ err error }

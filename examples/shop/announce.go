@@ -11,12 +11,8 @@ import (
 )
 
 // StockReserved is the payload of stock.stock.reserved.v1: the order whose
-// lines the stock service reserved.
-type StockReserved struct {
-	OrderID    uuid.UUID   `json:"order_id"`
-	CustomerID uuid.UUID   `json:"customer_id"`
-	Lines      []OrderLine `json:"lines"`
-}
+// lines the stock service reserved, with order.order.placed.v1's fields.
+type StockReserved OrderPlaced
 
 // AnnounceReserved is the stock.announce_reserved handler: it tells the
 // other services that an order's stock is reserved by writing
@@ -25,14 +21,11 @@ type StockReserved struct {
 // message leaves only if the reservation committed, once per event, and
 // platformd's relay publishes it after the commit.
 func AnnounceReserved(ctx context.Context, tx pgx.Tx, ev consumer.Event) error {
-	var o OrderPlaced
-	if err := decodeStrict(ev.Payload, &o); err != nil {
-		return consumer.Permanent(fmt.Errorf("stock.announce_reserved: event %s: payload: %w", ev.ID, err))
+	o, err := decodeOrder(HandlerStockAnnounce, ev)
+	if err != nil {
+		return err
 	}
-	if err := o.Validate(); err != nil {
-		return consumer.Permanent(fmt.Errorf("stock.announce_reserved: event %s: payload: %w", ev.ID, err))
-	}
-	_, err := consumer.Publish(ctx, tx, consumer.Message{
+	_, err = consumer.Publish(ctx, tx, consumer.Message{
 		Name:    EventStockReserved,
 		Payload: StockReserved(o),
 	})
@@ -50,12 +43,9 @@ const parcelSQL = `INSERT INTO parcel (id, order_id, customer_id, items, created
 // stock.stock.reserved.v1, holding the order's lines. The insert is
 // cumulative; platformd's dedup step makes it happen once per event.
 func PrepareParcel(ctx context.Context, tx pgx.Tx, ev consumer.Event) error {
-	var r StockReserved
-	if err := decodeStrict(ev.Payload, &r); err != nil {
-		return consumer.Permanent(fmt.Errorf("shipping.prepare_parcel: event %s: payload: %w", ev.ID, err))
-	}
-	if err := OrderPlaced(r).Validate(); err != nil {
-		return consumer.Permanent(fmt.Errorf("shipping.prepare_parcel: event %s: payload: %w", ev.ID, err))
+	r, err := decodeOrder(HandlerShippingParcel, ev)
+	if err != nil {
+		return err
 	}
 	id, err := uuid.NewV7()
 	if err != nil {

@@ -33,25 +33,17 @@ WHERE order_status.version < EXCLUDED.version`
 // TrackStatus is the shipping.track_status handler for one event: a
 // versioned upsert of the order's status.
 func TrackStatus(ctx context.Context, tx pgx.Tx, ev consumer.Event) error {
-	return trackHandler{}.HandleBatch(ctx, tx, []consumer.Event{ev})
+	return track(ctx, tx, []consumer.Event{ev})
 }
 
-// trackHandler is shipping.track_status; it implements
-// consumer.BatchHandler.
-type trackHandler struct{}
-
-// Handle applies one status change.
-func (trackHandler) Handle(ctx context.Context, tx pgx.Tx, ev consumer.Event) error {
-	return TrackStatus(ctx, tx, ev)
-}
-
-// HandleBatch applies a batch of status changes in one upsert. Applying
-// them one by one keeps, per order, the first change with the highest
-// version; so does reducing them to that change first (an upsert may not
-// touch a row twice). The orders are then upserted in key order, so that
-// two transactions whose batches share orders lock their rows in the same
-// order: in first-seen order they deadlocked (40P01) on hot orders.
-func (trackHandler) HandleBatch(ctx context.Context, tx pgx.Tx, evs []consumer.Event) error {
+// track is shipping.track_status over a batch: it applies a batch of
+// status changes in one upsert. Applying them one by one keeps, per order,
+// the first change with the highest version; so does reducing them to that
+// change first (an upsert may not touch a row twice). The orders are then
+// upserted in key order, so that two transactions whose batches share
+// orders lock their rows in the same order: in first-seen order they
+// deadlocked (40P01) on hot orders.
+func track(ctx context.Context, tx pgx.Tx, evs []consumer.Event) error {
 	latest := make(map[uuid.UUID]OrderStatusChanged, len(evs))
 	var order []uuid.UUID
 	for _, ev := range evs {
@@ -86,6 +78,22 @@ func (trackHandler) HandleBatch(ctx context.Context, tx pgx.Tx, evs []consumer.E
 		return fmt.Errorf("shipping.track_status: upsert %d orders: %w", len(ids), err)
 	}
 	return nil
+}
+
+// batchFunc adapts a function over a batch of events to
+// consumer.BatchHandler: Handle calls it with a batch of one. The function
+// must have, for a batch, exactly the effects it has for each event alone,
+// in order (consumer.BatchHandler's rule).
+type batchFunc func(ctx context.Context, tx pgx.Tx, evs []consumer.Event) error
+
+// Handle calls f with ev alone.
+func (f batchFunc) Handle(ctx context.Context, tx pgx.Tx, ev consumer.Event) error {
+	return f(ctx, tx, []consumer.Event{ev})
+}
+
+// HandleBatch calls f with evs.
+func (f batchFunc) HandleBatch(ctx context.Context, tx pgx.Tx, evs []consumer.Event) error {
+	return f(ctx, tx, evs)
 }
 
 // decodeStrict decodes a payload refusing unknown and duplicate members,

@@ -47,35 +47,18 @@ func sub(dir string) fs.FS {
 	return f
 }
 
-// Register adds the shop's handlers to reg.
+// Register adds the shop's handlers to reg; it stops at the first that
+// reg refuses.
 func Register(reg *consumer.Registry) error {
-	if err := reg.Register(consumer.Registration{
-		Name:       HandlerStockReserve,
-		Events:     []string{EventOrderPlaced},
-		Handler:    reserveHandler{},
-		Migrations: sub("stock"),
-	}); err != nil {
-		return err
+	for _, r := range []consumer.Registration{
+		{Name: HandlerStockReserve, Events: []string{EventOrderPlaced}, Handler: batchFunc(reserve), Migrations: sub("stock")},
+		{Name: HandlerShippingTrack, Events: []string{EventOrderStatusChanged}, Handler: batchFunc(track), Migrations: sub("shipping")},
+		{Name: HandlerStockAnnounce, Events: []string{EventOrderPlaced}, Handler: consumer.HandlerFunc(AnnounceReserved)},
+		{Name: HandlerShippingParcel, Events: []string{EventStockReserved}, Handler: consumer.HandlerFunc(PrepareParcel), Migrations: sub("parcel")},
+	} {
+		if err := reg.Register(r); err != nil {
+			return err
+		}
 	}
-	if err := reg.Register(consumer.Registration{
-		Name:       HandlerShippingTrack,
-		Events:     []string{EventOrderStatusChanged},
-		Handler:    trackHandler{},
-		Migrations: sub("shipping"),
-	}); err != nil {
-		return err
-	}
-	if err := reg.Register(consumer.Registration{
-		Name:    HandlerStockAnnounce,
-		Events:  []string{EventOrderPlaced},
-		Handler: consumer.HandlerFunc(AnnounceReserved),
-	}); err != nil {
-		return err
-	}
-	return reg.Register(consumer.Registration{
-		Name:       HandlerShippingParcel,
-		Events:     []string{EventStockReserved},
-		Handler:    consumer.HandlerFunc(PrepareParcel),
-		Migrations: sub("parcel"),
-	})
+	return nil
 }

@@ -111,6 +111,16 @@ func failedMessageToProto(m FailedMessage) *adminv1.FailedMessage {
 	}
 }
 
+// toProtos converts every item of items with convert, in order. The
+// result is empty, not nil, for no items.
+func toProtos[T any, P any](items []T, convert func(T) P) []P {
+	out := make([]P, 0, len(items))
+	for _, item := range items {
+		out = append(out, convert(item))
+	}
+	return out
+}
+
 // timestampOrNil converts t, with the zero time as an unset timestamp.
 func timestampOrNil(t time.Time) *timestamppb.Timestamp {
 	if t.IsZero() {

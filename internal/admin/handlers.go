@@ -12,11 +12,7 @@ func (s *Server) ListServices(ctx context.Context, _ *adminv1.ListServicesReques
 	if err != nil {
 		return nil, s.toStatus(ctx, "ListServices", err)
 	}
-	resp := &adminv1.ListServicesResponse{Services: make([]*adminv1.Service, 0, len(services))}
-	for _, svc := range services {
-		resp.Services = append(resp.Services, serviceToProto(svc))
-	}
-	return resp, nil
+	return &adminv1.ListServicesResponse{Services: toProtos(services, serviceToProto)}, nil
 }
 
 // ListPools implements AdminService.ListPools.
@@ -25,11 +21,7 @@ func (s *Server) ListPools(ctx context.Context, req *adminv1.ListPoolsRequest) (
 	if err != nil {
 		return nil, s.toStatus(ctx, "ListPools", err)
 	}
-	resp := &adminv1.ListPoolsResponse{Pools: make([]*adminv1.Pool, 0, len(pools))}
-	for _, p := range pools {
-		resp.Pools = append(resp.Pools, poolToProto(p))
-	}
-	return resp, nil
+	return &adminv1.ListPoolsResponse{Pools: toProtos(pools, poolToProto)}, nil
 }
 
 // PausePool implements AdminService.PausePool.
@@ -69,11 +61,7 @@ func (s *Server) LookupEvent(ctx context.Context, req *adminv1.LookupEventReques
 	if err != nil {
 		return nil, s.toStatus(ctx, "LookupEvent", err)
 	}
-	resp := &adminv1.LookupEventResponse{Results: make([]*adminv1.LookupResult, 0, len(results))}
-	for _, r := range results {
-		resp.Results = append(resp.Results, lookupResultToProto(r))
-	}
-	return resp, nil
+	return &adminv1.LookupEventResponse{Results: toProtos(results, lookupResultToProto)}, nil
 }
 
 // GetHorizon implements AdminService.GetHorizon.
@@ -129,11 +117,7 @@ func (s *Server) ListPurgeRuns(ctx context.Context, req *adminv1.ListPurgeRunsRe
 	if err != nil {
 		return nil, s.toStatus(ctx, "ListPurgeRuns", err)
 	}
-	resp := &adminv1.ListPurgeRunsResponse{Runs: make([]*adminv1.PurgeRun, 0, len(runs))}
-	for _, r := range runs {
-		resp.Runs = append(resp.Runs, purgeRunToProto(r))
-	}
-	return resp, nil
+	return &adminv1.ListPurgeRunsResponse{Runs: toProtos(runs, purgeRunToProto)}, nil
 }
 
 // ListFailedMessages implements AdminService.ListFailedMessages.
@@ -149,11 +133,7 @@ func (s *Server) ListFailedMessages(ctx context.Context, req *adminv1.ListFailed
 	if err != nil {
 		return nil, s.toStatus(ctx, "ListFailedMessages", err)
 	}
-	resp := &adminv1.ListFailedMessagesResponse{Messages: make([]*adminv1.FailedMessage, 0, len(msgs))}
-	for _, m := range msgs {
-		resp.Messages = append(resp.Messages, failedMessageToProto(m))
-	}
-	return resp, nil
+	return &adminv1.ListFailedMessagesResponse{Messages: toProtos(msgs, failedMessageToProto)}, nil
 }
 
 // RetryFailedMessages implements AdminService.RetryFailedMessages.

@@ -173,11 +173,7 @@ func (s *Server) ListReplays(ctx context.Context, req *adminv1.ListReplaysReques
 	if err != nil {
 		return nil, s.toStatus(ctx, "ListReplays", err)
 	}
-	resp := &adminv1.ListReplaysResponse{Replays: make([]*adminv1.Replay, 0, len(list))}
-	for _, r := range list {
-		resp.Replays = append(resp.Replays, replayToProto(r))
-	}
-	return resp, nil
+	return &adminv1.ListReplaysResponse{Replays: toProtos(list, replayToProto)}, nil
 }
 
 // CancelReplay implements AdminService.CancelReplay.

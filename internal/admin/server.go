@@ -12,7 +12,6 @@ import (
 	"os"
 	"runtime/debug"
 	"strings"
-	"sync"
 	"time"
 
 	"github.com/grpc-ecosystem/go-grpc-middleware/v2/interceptors"
@@ -29,7 +28,7 @@ import (
 
 	adminv1 "github.com/platformd/platformd/api/gen/platform/admin/v1"
 	"github.com/platformd/platformd/internal/config"
-	"github.com/platformd/platformd/internal/startstop"
+	"github.com/platformd/platformd/internal/listener"
 )
 
 // Defaults and limits of the admin server.
@@ -86,15 +85,12 @@ type Server struct {
 
 	backend     Backend
 	logger      *slog.Logger
-	listen      string
 	stopTimeout time.Duration
 	grpcServer  *grpc.Server
 	health      *health.Server
 
-	startstop.Base
-
-	mu   sync.Mutex
-	addr net.Addr
+	// Lifecycle listens, and gives Stop and Addr.
+	*listener.Lifecycle
 }
 
 // Compile-time check that Server implements the generated interface.
@@ -124,9 +120,9 @@ func NewServer(cfg ServerConfig, backend Backend, logger *slog.Logger) (*Server,
 	s := &Server{
 		backend:     backend,
 		logger:      logger,
-		listen:      cmp.Or(cfg.Listen, config.AdminListenDefault),
 		stopTimeout: cmp.Or(cfg.StopTimeout, StopTimeoutDefault),
 		health:      health.NewServer(),
+		Lifecycle:   listener.New("admin", cmp.Or(cfg.Listen, config.AdminListenDefault)),
 	}
 
 	auth := newAuthenticator(cfg.Tokens)
@@ -174,19 +170,13 @@ func NewServer(cfg ServerConfig, backend Backend, logger *slog.Logger) (*Server,
 // until Stop. ctx bounds only the listen: cancelling it later does not stop
 // the server.
 func (s *Server) Start(ctx context.Context) error {
-	err := s.StartFunc(func() (func(), error) {
-		var lc net.ListenConfig
-		lis, err := lc.Listen(ctx, "tcp", s.listen)
-		if err != nil {
-			return nil, fmt.Errorf("admin: error listening on %s: %w", s.listen, err)
-		}
+	return s.Lifecycle.Start(ctx, func(lis net.Listener) func() {
 		done := s.serveInBackground(lis, func(err error) {
 			s.logger.ErrorContext(ctx, "admin: server stopped", slog.Any("error", err))
 		})
 		s.logger.InfoContext(ctx, "admin: serving", slog.String("addr", lis.Addr().String()))
-		return func() { s.shutdown(); <-done }, nil
+		return func() { s.shutdown(); <-done }
 	})
-	return startError(err)
 }
 
 // Serve serves on lis, which it closes, until Stop; it returns nil after
@@ -195,36 +185,22 @@ func (s *Server) Start(ctx context.Context) error {
 func (s *Server) Serve(lis net.Listener) error {
 	var serveErr error
 	var done <-chan struct{}
-	err := s.StartFunc(func() (func(), error) {
+	err := s.Lifecycle.Serve(lis, func(lis net.Listener) func() {
 		done = s.serveInBackground(lis, func(err error) { serveErr = err })
-		return func() { s.shutdown(); <-done }, nil
+		return func() { s.shutdown(); <-done }
 	})
 	if err != nil {
 		_ = lis.Close()
-		return startError(err)
+		return err
 	}
 	<-done
 	return serveErr
-}
-
-// startError names the lifecycle errors of Start and Serve.
-func startError(err error) error {
-	switch {
-	case errors.Is(err, startstop.ErrStopped):
-		return errors.New("admin: server stopped")
-	case errors.Is(err, startstop.ErrStarted):
-		return errors.New("admin: server already started")
-	}
-	return err
 }
 
 // serveInBackground marks the server SERVING and serves lis in a goroutine;
 // the channel returned is closed when serving ends, after onErr saw its
 // error, if any.
 func (s *Server) serveInBackground(lis net.Listener, onErr func(error)) <-chan struct{} {
-	s.mu.Lock()
-	s.addr = lis.Addr()
-	s.mu.Unlock()
 	done := make(chan struct{})
 	s.setServing(grpc_health_v1.HealthCheckResponse_SERVING)
 	go func() {
@@ -238,8 +214,8 @@ func (s *Server) serveInBackground(lis net.Listener, onErr func(error)) <-chan s
 
 // shutdown stops the server: health turns NOT_SERVING first, then in-flight
 // calls get up to the stop timeout to finish before they are cut off. Stop
-// (startstop's, embedded) calls it once, and makes every Stop wait for it;
-// Stop before Start only refuses a later Start.
+// (startstop's, through the embedded Lifecycle) calls it once, and makes
+// every Stop wait for it; Stop before Start only refuses a later Start.
 func (s *Server) shutdown() {
 	s.health.Shutdown()
 	done := make(chan struct{})
@@ -257,14 +233,6 @@ func (s *Server) shutdown() {
 		s.grpcServer.Stop()
 		<-done
 	}
-}
-
-// Addr returns the address the server listens on, or nil before Start or
-// Serve.
-func (s *Server) Addr() net.Addr {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.addr
 }
 
 // ServiceHealthName is the grpc.health.v1 service name that reports the

@@ -606,7 +606,12 @@ func oneOf(ps *problems, path, value string, allowed ...string) {
 }
 
 // fmtDuration formats d without trailing zero units: 24h, 10m, 1h30m.
-func fmtDuration(d time.Duration) string {
+func fmtDuration(d time.Duration) string { return FormatDuration(d) }
+
+// FormatDuration formats d as a config file writes it: Go's form without
+// trailing zero units (24h, 10m, 1h30m). The console shows durations in
+// the same form.
+func FormatDuration(d time.Duration) string {
 	s := d.String()
 	if strings.HasSuffix(s, "m0s") {
 		s = s[:len(s)-2]

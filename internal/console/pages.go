@@ -143,9 +143,7 @@ func (h *Handler) renderPool(w http.ResponseWriter, r *http.Request, s session, 
 	}
 	b := poolBody{Pool: h.poolCard(p), FailedLimit: failedListLimit}
 	b.Failed, b.FailedError = h.failed(ctx, name)
-	data := h.page(s, "Pool "+name, "", b)
-	data.Error = msg
-	h.render(w, r, status, "pool", data)
+	renderBody(h, w, r, s, status, "pool", "Pool "+name, msg, b, nil)
 }
 
 // failed reads the pool's failure queue (which leaves it unchanged).
@@ -161,8 +159,7 @@ func (h *Handler) failed(ctx context.Context, pool string) ([]admin.FailedMessag
 func (h *Handler) poolFragment(w http.ResponseWriter, r *http.Request, s session) {
 	p, err := h.findPool(r.Context(), r.PathValue("pool"))
 	if err != nil {
-		code, text := h.backendError(r.Context(), "ListPools", err)
-		http.Error(w, text, code)
+		h.fragmentError(w, r, "ListPools", err)
 		return
 	}
 	h.renderFragment(w, r, "pool", "pool-live", pageData{Session: viewOf(s), Body: poolBody{Pool: h.poolCard(p)}})
@@ -171,8 +168,7 @@ func (h *Handler) poolFragment(w http.ResponseWriter, r *http.Request, s session
 func (h *Handler) failedFragment(w http.ResponseWriter, r *http.Request, s session) {
 	name := r.PathValue("pool")
 	if _, err := h.findPool(r.Context(), name); err != nil {
-		code, text := h.backendError(r.Context(), "ListPools", err)
-		http.Error(w, text, code)
+		h.fragmentError(w, r, "ListPools", err)
 		return
 	}
 	b := poolBody{Pool: poolCard{Info: admin.PoolInfo{Name: name}}, FailedLimit: failedListLimit}
@@ -236,19 +232,13 @@ func (h *Handler) renderService(w http.ResponseWriter, r *http.Request, s sessio
 		h.renderError(w, r, s, code, text)
 		return
 	}
-	if edit != nil {
-		edit(&b)
-	}
-	data := h.page(s, "Service "+name, "", b)
-	data.Error = msg
-	h.render(w, r, status, "service", data)
+	renderBody(h, w, r, s, status, "service", "Service "+name, msg, b, edit)
 }
 
 func (h *Handler) serviceFragment(w http.ResponseWriter, r *http.Request, s session) {
 	b, err := h.serviceData(r.Context(), r.PathValue("service"))
 	if err != nil {
-		code, text := h.backendError(r.Context(), "service page", err)
-		http.Error(w, text, code)
+		h.fragmentError(w, r, "service page", err)
 		return
 	}
 	part := "service-live"

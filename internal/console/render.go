@@ -14,6 +14,7 @@ import (
 	"time"
 
 	"github.com/platformd/platformd/internal/admin"
+	"github.com/platformd/platformd/internal/config"
 )
 
 // pageNames are the templates/*.html files that are pages; each is parsed
@@ -96,6 +97,26 @@ func (h *Handler) page(s session, title, nav string, body any) pageData {
 	return pageData{Title: title, Nav: nav, Session: viewOf(s), Flash: h.sessions.takeFlash(s.id), Body: body, Now: h.now()}
 }
 
+// renderBody renders page, titled title, with body b under status: edit,
+// when set, adjusts b first (a dry run's result, an input kept after a
+// refusal), and msg, when set, is the page's error banner.
+func renderBody[B any](h *Handler, w http.ResponseWriter, r *http.Request, s session, status int, page, title, msg string, b B, edit func(*B)) {
+	if edit != nil {
+		edit(&b)
+	}
+	data := h.page(s, title, "", b)
+	data.Error = msg
+	h.render(w, r, status, page, data)
+}
+
+// fragmentError answers a fragment whose data the backend did not give
+// (op names the call in the log) with the error's status and text: htmx
+// leaves the page as it was.
+func (h *Handler) fragmentError(w http.ResponseWriter, r *http.Request, op string, err error) {
+	code, text := h.backendError(r.Context(), op, err)
+	http.Error(w, text, code)
+}
+
 // renderError writes the error page: msg, under status, with a way back.
 func (h *Handler) renderError(w http.ResponseWriter, r *http.Request, s session, status int, msg string) {
 	h.render(w, r, status, "error", pageData{Title: http.StatusText(status), Session: viewOf(s), Error: msg,
@@ -133,8 +154,8 @@ var templateFuncs = template.FuncMap{
 	"upper":   strings.ToUpper,
 }
 
-// fmtDuration formats d for an operator: whole days as "14d", else Go's
-// form without trailing zero units ("1h30m", "11s").
+// fmtDuration formats d for an operator: whole days as "14d", else as the
+// config writes it ("1h30m", "11s").
 func fmtDuration(d time.Duration) string {
 	switch {
 	case d == 0:
@@ -142,14 +163,7 @@ func fmtDuration(d time.Duration) string {
 	case d%(24*time.Hour) == 0:
 		return strconv.FormatInt(int64(d/(24*time.Hour)), 10) + "d"
 	}
-	s := d.String()
-	if strings.HasSuffix(s, "m0s") {
-		s = s[:len(s)-2]
-	}
-	if strings.HasSuffix(s, "h0m") {
-		s = s[:len(s)-2]
-	}
-	return s
+	return config.FormatDuration(d)
 }
 
 // fmtTime formats t in UTC to the second; "—" for the zero time.

@@ -113,12 +113,7 @@ func (h *Handler) renderReplay(w http.ResponseWriter, r *http.Request, s session
 		h.renderError(w, r, s, code, text)
 		return
 	}
-	if edit != nil {
-		edit(&b)
-	}
-	data := h.page(s, "Replay "+service, "", b)
-	data.Error = msg
-	h.render(w, r, status, "replay", data)
+	renderBody(h, w, r, s, status, "replay", "Replay "+service, msg, b, edit)
 }
 
 func (h *Handler) replayPage(w http.ResponseWriter, r *http.Request, s session) {
@@ -128,8 +123,7 @@ func (h *Handler) replayPage(w http.ResponseWriter, r *http.Request, s session) 
 func (h *Handler) replayFragment(w http.ResponseWriter, r *http.Request, s session) {
 	b, err := h.replayData(r.Context(), r.PathValue("service"))
 	if err != nil {
-		code, text := h.backendError(r.Context(), "replay page", err)
-		http.Error(w, text, code)
+		h.fragmentError(w, r, "replay page", err)
 		return
 	}
 	h.renderFragment(w, r, "replay", "replay-live", pageData{Session: viewOf(s), Body: b, Now: h.now()})

@@ -13,7 +13,7 @@ import (
 	"time"
 
 	"github.com/platformd/platformd/internal/admin"
-	"github.com/platformd/platformd/internal/startstop"
+	"github.com/platformd/platformd/internal/listener"
 )
 
 // Defaults of Config.
@@ -63,17 +63,14 @@ type Config struct {
 // Server serves the console. Its lifecycle is startstop's (Start, Stop);
 // its methods are safe for concurrent use.
 type Server struct {
-	listen      string
 	tlsConfig   *tls.Config
 	stopTimeout time.Duration
 	logger      *slog.Logger
 	handler     *Handler
 	httpServer  *http.Server
 
-	startstop.Base
-
-	mu   sync.Mutex
-	addr net.Addr
+	// Lifecycle listens, and gives Stop and Addr.
+	*listener.Lifecycle
 }
 
 // NewServer validates cfg and returns a Server calling backend. It does
@@ -97,7 +94,7 @@ func NewServer(cfg Config, backend admin.Backend, logger *slog.Logger) (*Server,
 		return nil, err
 	}
 	s := &Server{
-		listen:      cfg.Listen,
+		Lifecycle:   listener.New("console", cfg.Listen),
 		tlsConfig:   tlsConfig,
 		stopTimeout: cmp.Or(cfg.StopTimeout, StopTimeoutDefault),
 		logger:      logger,
@@ -121,15 +118,7 @@ func NewServer(cfg Config, backend admin.Backend, logger *slog.Logger) (*Server,
 // sampling the pools' counters, until Stop. ctx bounds only the listen:
 // cancelling it later does not stop the server.
 func (s *Server) Start(ctx context.Context) error {
-	err := s.StartFunc(func() (func(), error) {
-		var lc net.ListenConfig
-		lis, err := lc.Listen(ctx, "tcp", s.listen)
-		if err != nil {
-			return nil, fmt.Errorf("console: error listening on %s: %w", s.listen, err)
-		}
-		s.mu.Lock()
-		s.addr = lis.Addr()
-		s.mu.Unlock()
+	return s.Lifecycle.Start(ctx, func(lis net.Listener) func() {
 		runCtx, cancel := context.WithCancel(context.WithoutCancel(ctx))
 		var wg sync.WaitGroup
 		wg.Go(func() { s.handler.Sample(runCtx) })
@@ -149,21 +138,14 @@ func (s *Server) Start(ctx context.Context) error {
 			scheme = "https"
 		}
 		s.logger.InfoContext(ctx, "console: serving", slog.String("addr", lis.Addr().String()), slog.String("scheme", scheme))
-		return func() { s.shutdown(); cancel(); wg.Wait() }, nil //nolint:contextcheck // Stop runs long after Start: its ctx must not bound the shutdown
+		return func() { s.shutdown(); cancel(); wg.Wait() } //nolint:contextcheck // Stop runs long after Start: its ctx must not bound the shutdown
 	})
-	switch {
-	case errors.Is(err, startstop.ErrStopped):
-		return errors.New("console: server stopped")
-	case errors.Is(err, startstop.ErrStarted):
-		return errors.New("console: server already started")
-	}
-	return err
 }
 
 // shutdown stops accepting connections and lets requests in flight finish
-// within the stop timeout, then cuts them off. Stop (startstop's,
-// embedded) calls it once and makes every Stop wait for it; Stop is safe
-// before Start and more than once.
+// within the stop timeout, then cuts them off. Stop (startstop's, through
+// the embedded Lifecycle) calls it once and makes every Stop wait for it;
+// Stop is safe before Start and more than once.
 func (s *Server) shutdown() {
 	ctx, cancel := context.WithTimeout(context.Background(), s.stopTimeout)
 	defer cancel()
@@ -172,11 +154,4 @@ func (s *Server) shutdown() {
 			slog.Duration("stop_timeout", s.stopTimeout))
 		_ = s.httpServer.Close()
 	}
-}
-
-// Addr returns the address the server listens on, or nil before Start.
-func (s *Server) Addr() net.Addr {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.addr
 }

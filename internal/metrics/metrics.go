@@ -101,77 +101,60 @@ type Metrics struct {
 func New() *Metrics {
 	r := prometheus.NewRegistry()
 	r.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
+	f := factory{r: r}
 	sp := []string{"service", "pool"}
 	latency := []float64{.0005, .001, .0025, .005, .01, .025, .05, .1, .25, .5, 1, 2.5, 5, 10}
 	m := &Metrics{
-		Registry: r,
-		MessagesTotal: prometheus.NewCounterVec(prometheus.CounterOpts{
-			Name: "platformd_messages_total", Help: "Messages handled, by outcome.",
-		}, []string{"service", "pool", "outcome"}),
-		DuplicatesTotal: prometheus.NewCounterVec(prometheus.CounterOpts{
-			Name: "platformd_duplicates_total", Help: "Duplicate deliveries skipped, by source (redelivery, replay, republish).",
-		}, []string{"service", "pool", "source"}),
-		FailuresTotal: prometheus.NewCounterVec(prometheus.CounterOpts{
-			Name: "platformd_failures_total", Help: "Messages sent to the failure queue, by reason.",
-		}, []string{"service", "pool", "reason"}),
-		BatchDuration: prometheus.NewHistogramVec(prometheus.HistogramOpts{
-			Name: "platformd_batch_duration_seconds", Help: "Time from batch start until its outcome is durable and acked.", Buckets: latency,
-		}, sp),
-		BatchSize: prometheus.NewHistogramVec(prometheus.HistogramOpts{
-			Name: "platformd_batch_size", Help: "Deliveries per batch.", Buckets: []float64{1, 2, 5, 10, 25, 50, 100, 250, 500, 1000},
-		}, sp),
-		HandlerDuration: prometheus.NewHistogramVec(prometheus.HistogramOpts{
-			Name: "platformd_handler_duration_seconds", Help: "Time one event's handlers took.", Buckets: latency,
-		}, sp),
-		PoolPaused: prometheus.NewGaugeVec(prometheus.GaugeOpts{
-			Name: "platformd_pool_paused", Help: "1 while the pool is paused.",
-		}, sp),
-		PoolInFlight: prometheus.NewGaugeVec(prometheus.GaugeOpts{
-			Name: "platformd_pool_in_flight", Help: "Deliveries held by the pool and not yet settled.",
-		}, sp),
-		Reconnects: prometheus.NewCounterVec(prometheus.CounterOpts{
-			Name: "platformd_broker_reconnects_total", Help: "Broker reconnections.",
-		}, sp),
-		BatchErrors: prometheus.NewCounterVec(prometheus.CounterOpts{
-			Name: "platformd_batch_errors_total", Help: "Batches whose outcome was not known durable; requeued whole.",
-		}, sp),
-		TxConflicts: prometheus.NewCounterVec(prometheus.CounterOpts{
-			Name: "platformd_tx_conflicts_total", Help: "Batch transactions aborted by a deadlock or a serialization failure, by SQLSTATE (retried at once).",
-		}, []string{"service", "pool", "sqlstate"}),
-		BatchReplays: prometheus.NewCounterVec(prometheus.CounterOpts{
-			Name: "platformd_batch_replays_total", Help: "Failed batches replayed event by event, one savepoint each.",
-		}, sp),
-		ConfigReloads: prometheus.NewCounterVec(prometheus.CounterOpts{
-			Name: "platformd_config_reloads_total", Help: "Config reloads (SIGHUP or ReloadConfig), by result: applied, invalid, refused (needs a restart), failed.",
-		}, []string{"result"}),
-		ServiceUp: prometheus.NewGaugeVec(prometheus.GaugeOpts{
-			Name: "platformd_service_up", Help: "1 while the service is up: migrated, running, and its database answering.",
-		}, []string{"service"}),
-		BrokerConnected: prometheus.NewGaugeVec(prometheus.GaugeOpts{
-			Name: "platformd_broker_connected", Help: "1 for the broker node a connection is on, 0 for a node it lost.",
-		}, []string{"connection", "node"}),
-		PurgeRowsDeleted: prometheus.NewCounterVec(prometheus.CounterOpts{
-			Name: "platformd_purge_rows_deleted_total", Help: "processed_event rows deleted by purges.",
-		}, []string{"service"}),
-		PurgeDuration: prometheus.NewHistogramVec(prometheus.HistogramOpts{
-			Name: "platformd_purge_duration_seconds", Help: "Duration of purge runs.", Buckets: prometheus.ExponentialBuckets(0.01, 3, 12),
-		}, []string{"service"}),
-		PurgeChunkDuration: prometheus.NewHistogramVec(prometheus.HistogramOpts{
-			Name: "platformd_purge_chunk_duration_seconds", Help: "Duration of single purge chunks.", Buckets: latency,
-		}, []string{"service"}),
-		PurgeLastSuccess: prometheus.NewGaugeVec(prometheus.GaugeOpts{
-			Name: "platformd_purge_last_success_timestamp_seconds", Help: "Unix time of the last successful purge run.",
-		}, []string{"service"}),
-		ProcessedEventRows: prometheus.NewGaugeVec(prometheus.GaugeOpts{
-			Name: "platformd_processed_event_rows_estimate", Help: "Planner estimate of processed_event rows.",
-		}, []string{"service"}),
+		Registry:           r,
+		MessagesTotal:      f.counter("platformd_messages_total", "Messages handled, by outcome.", "service", "pool", "outcome"),
+		DuplicatesTotal:    f.counter("platformd_duplicates_total", "Duplicate deliveries skipped, by source (redelivery, replay, republish).", "service", "pool", "source"),
+		FailuresTotal:      f.counter("platformd_failures_total", "Messages sent to the failure queue, by reason.", "service", "pool", "reason"),
+		BatchDuration:      f.histogram("platformd_batch_duration_seconds", "Time from batch start until its outcome is durable and acked.", latency, sp...),
+		BatchSize:          f.histogram("platformd_batch_size", "Deliveries per batch.", []float64{1, 2, 5, 10, 25, 50, 100, 250, 500, 1000}, sp...),
+		HandlerDuration:    f.histogram("platformd_handler_duration_seconds", "Time one event's handlers took.", latency, sp...),
+		PoolPaused:         f.gauge("platformd_pool_paused", "1 while the pool is paused.", sp...),
+		PoolInFlight:       f.gauge("platformd_pool_in_flight", "Deliveries held by the pool and not yet settled.", sp...),
+		Reconnects:         f.counter("platformd_broker_reconnects_total", "Broker reconnections.", sp...),
+		BatchErrors:        f.counter("platformd_batch_errors_total", "Batches whose outcome was not known durable; requeued whole.", sp...),
+		TxConflicts:        f.counter("platformd_tx_conflicts_total", "Batch transactions aborted by a deadlock or a serialization failure, by SQLSTATE (retried at once).", "service", "pool", "sqlstate"),
+		BatchReplays:       f.counter("platformd_batch_replays_total", "Failed batches replayed event by event, one savepoint each.", sp...),
+		ConfigReloads:      f.counter("platformd_config_reloads_total", "Config reloads (SIGHUP or ReloadConfig), by result: applied, invalid, refused (needs a restart), failed.", "result"),
+		ServiceUp:          f.gauge("platformd_service_up", "1 while the service is up: migrated, running, and its database answering.", "service"),
+		BrokerConnected:    f.gauge("platformd_broker_connected", "1 for the broker node a connection is on, 0 for a node it lost.", "connection", "node"),
+		PurgeRowsDeleted:   f.counter("platformd_purge_rows_deleted_total", "processed_event rows deleted by purges.", "service"),
+		PurgeDuration:      f.histogram("platformd_purge_duration_seconds", "Duration of purge runs.", prometheus.ExponentialBuckets(0.01, 3, 12), "service"),
+		PurgeChunkDuration: f.histogram("platformd_purge_chunk_duration_seconds", "Duration of single purge chunks.", latency, "service"),
+		PurgeLastSuccess:   f.gauge("platformd_purge_last_success_timestamp_seconds", "Unix time of the last successful purge run.", "service"),
+		ProcessedEventRows: f.gauge("platformd_processed_event_rows_estimate", "Planner estimate of processed_event rows.", "service"),
 	}
-	m.Outbox = newOutboxMetrics(r)
-	m.Remote = newRemoteMetrics(r)
-	r.MustRegister(m.MessagesTotal, m.DuplicatesTotal, m.FailuresTotal, m.BatchDuration, m.BatchSize,
-		m.HandlerDuration, m.PoolPaused, m.PoolInFlight, m.Reconnects, m.BatchErrors, m.TxConflicts, m.BatchReplays, m.ConfigReloads, m.ServiceUp, m.BrokerConnected,
-		m.PurgeRowsDeleted, m.PurgeDuration, m.PurgeChunkDuration, m.PurgeLastSuccess, m.ProcessedEventRows)
+	m.Outbox = newOutboxMetrics(f)
+	m.Remote = newRemoteMetrics(f)
 	return m
+}
+
+// factory makes collectors registered on r as they are made, so that no
+// collector is declared and left out of the registry.
+type factory struct{ r *prometheus.Registry }
+
+// counter makes a CounterVec, registered.
+func (f factory) counter(name, help string, labels ...string) *prometheus.CounterVec {
+	c := prometheus.NewCounterVec(prometheus.CounterOpts{Name: name, Help: help}, labels)
+	f.r.MustRegister(c)
+	return c
+}
+
+// gauge makes a GaugeVec, registered.
+func (f factory) gauge(name, help string, labels ...string) *prometheus.GaugeVec {
+	g := prometheus.NewGaugeVec(prometheus.GaugeOpts{Name: name, Help: help}, labels)
+	f.r.MustRegister(g)
+	return g
+}
+
+// histogram makes a HistogramVec with buckets, registered.
+func (f factory) histogram(name, help string, buckets []float64, labels ...string) *prometheus.HistogramVec {
+	h := prometheus.NewHistogramVec(prometheus.HistogramOpts{Name: name, Help: help, Buckets: buckets}, labels)
+	f.r.MustRegister(h)
+	return h
 }
 
 // Handler serves the registry in the Prometheus text format.

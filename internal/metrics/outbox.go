@@ -31,28 +31,15 @@ type OutboxMetrics struct {
 	ReplayPublished *prometheus.CounterVec
 }
 
-func newOutboxMetrics(r *prometheus.Registry) OutboxMetrics {
+func newOutboxMetrics(f factory) OutboxMetrics {
 	svc := []string{"service"}
 	m := OutboxMetrics{
-		Published: prometheus.NewCounterVec(prometheus.CounterOpts{
-			Name: "platformd_outbox_published_total", Help: "Outbox rows published and confirmed by the broker.",
-		}, svc),
-		Pending: prometheus.NewGaugeVec(prometheus.GaugeOpts{
-			Name: "platformd_outbox_pending", Help: "Rows waiting in the service's platform.outbox.",
-		}, svc),
-		Oldest: prometheus.NewGaugeVec(prometheus.GaugeOpts{
-			Name: "platformd_outbox_oldest_seconds", Help: "Age of the oldest row of the service's platform.outbox (0 when empty).",
-		}, svc),
-		Held: prometheus.NewCounterVec(prometheus.CounterOpts{
-			Name: "platformd_outbox_held_total", Help: "Outbox rows held back for a later retry, by reason (returned, invalid).",
-		}, []string{"service", "reason"}),
-		Active: prometheus.NewGaugeVec(prometheus.GaugeOpts{
-			Name: "platformd_outbox_relay_active", Help: "1 on the daemon whose relay is the service's active one.",
-		}, svc),
+		Published: f.counter("platformd_outbox_published_total", "Outbox rows published and confirmed by the broker.", svc...),
+		Pending:   f.gauge("platformd_outbox_pending", "Rows waiting in the service's platform.outbox.", svc...),
+		Oldest:    f.gauge("platformd_outbox_oldest_seconds", "Age of the oldest row of the service's platform.outbox (0 when empty).", svc...),
+		Held:      f.counter("platformd_outbox_held_total", "Outbox rows held back for a later retry, by reason (returned, invalid).", "service", "reason"),
+		Active:    f.gauge("platformd_outbox_relay_active", "1 on the daemon whose relay is the service's active one.", svc...),
 	}
-	m.ReplayPublished = prometheus.NewCounterVec(prometheus.CounterOpts{
-		Name: "platformd_replay_published_total", Help: "Copies a replay published and the broker confirmed, by producer service and replay.",
-	}, []string{"service", "replay"})
-	r.MustRegister(m.Published, m.Pending, m.Oldest, m.Held, m.Active, m.ReplayPublished)
+	m.ReplayPublished = f.counter("platformd_replay_published_total", "Copies a replay published and the broker confirmed, by producer service and replay.", "service", "replay")
 	return m
 }

@@ -32,20 +32,12 @@ type RemoteMetrics struct {
 	CallDuration *prometheus.HistogramVec
 }
 
-func newRemoteMetrics(r *prometheus.Registry) RemoteMetrics {
+func newRemoteMetrics(f factory) RemoteMetrics {
 	sh := []string{"service", "handler"}
 	m := RemoteMetrics{
-		Up: prometheus.NewGaugeVec(prometheus.GaugeOpts{
-			Name: "platformd_remote_handler_up", Help: "1 while the remote handler answers, 0 after a call it did not answer.",
-		}, sh),
-		Calls: prometheus.NewCounterVec(prometheus.CounterOpts{
-			Name: "platformd_remote_handler_calls_total", Help: "Calls to the remote handler, by result (ok, unavailable, timeout, bad_answer).",
-		}, []string{"service", "handler", "result"}),
-		CallDuration: prometheus.NewHistogramVec(prometheus.HistogramOpts{
-			Name: "platformd_remote_handler_call_duration_seconds", Help: "Time of one call to the remote handler, request sent to answer read.",
-			Buckets: []float64{.0005, .001, .0025, .005, .01, .025, .05, .1, .25, .5, 1, 2.5, 5, 10, 30},
-		}, sh),
+		Up:           f.gauge("platformd_remote_handler_up", "1 while the remote handler answers, 0 after a call it did not answer.", sh...),
+		Calls:        f.counter("platformd_remote_handler_calls_total", "Calls to the remote handler, by result (ok, unavailable, timeout, bad_answer).", "service", "handler", "result"),
+		CallDuration: f.histogram("platformd_remote_handler_call_duration_seconds", "Time of one call to the remote handler, request sent to answer read.", []float64{.0005, .001, .0025, .005, .01, .025, .05, .1, .25, .5, 1, 2.5, 5, 10, 30}, sh...),
 	}
-	r.MustRegister(m.Up, m.Calls, m.CallDuration)
 	return m
 }

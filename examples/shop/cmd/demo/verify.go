@@ -8,6 +8,7 @@ import (
 	"time"
 
 	"github.com/google/uuid"
+	"github.com/jackc/pgx/v5"
 
 	"github.com/platformd/platformd/examples/shop"
 	"github.com/platformd/platformd/internal/metrics"
@@ -68,25 +69,17 @@ func (dm *demo) verify(ctx context.Context) (verdict, error) {
 	}
 	got := make(map[uuid.UUID]int, len(pl.orders))
 	wrongQty := problemList{what: "reservations with a wrong product or quantity"}
-	rows, err := dm.stock.db.Query(ctx, `SELECT order_id, product_id, quantity::text FROM reservation WHERE order_id = ANY($1)`, pl.orderIDs)
-	if err != nil {
-		return v, fmt.Errorf("read reservations: %w", err)
-	}
-	for rows.Next() {
-		var order, product uuid.UUID
-		var qty string
-		if err := rows.Scan(&order, &product, &qty); err != nil {
-			rows.Close()
-			return v, fmt.Errorf("read reservations: %w", err)
-		}
+	var order, product uuid.UUID
+	var qty string
+	rows, _ := dm.stock.db.Query(ctx, `SELECT order_id, product_id, quantity::text FROM reservation WHERE order_id = ANY($1)`, pl.orderIDs)
+	if _, err := pgx.ForEachRow(rows, []any{&order, &product, &qty}, func() error {
 		v.reservations++
 		got[order]++
 		if w, ok := want[lineKey{order, product}]; !ok || w != qty {
 			wrongQty.add("order %s product %s quantity %s (expected %q)", order, product, qty, w)
 		}
-	}
-	rows.Close()
-	if err := rows.Err(); err != nil {
+		return nil
+	}); err != nil {
 		return v, fmt.Errorf("read reservations: %w", err)
 	}
 	twice := problemList{what: "orders whose reservation was applied twice"}
@@ -109,21 +102,13 @@ func (dm *demo) verify(ctx context.Context) (verdict, error) {
 		version int32
 	}
 	have := make(map[uuid.UUID]status, len(pl.orders))
-	rows, err = dm.shipping.db.Query(ctx, `SELECT order_id, status, version FROM order_status WHERE order_id = ANY($1)`, pl.orderIDs)
-	if err != nil {
-		return v, fmt.Errorf("read order statuses: %w", err)
-	}
-	for rows.Next() {
-		var id uuid.UUID
-		var s status
-		if err := rows.Scan(&id, &s.status, &s.version); err != nil {
-			rows.Close()
-			return v, fmt.Errorf("read order statuses: %w", err)
-		}
+	var id uuid.UUID
+	var s status
+	rows, _ = dm.shipping.db.Query(ctx, `SELECT order_id, status, version FROM order_status WHERE order_id = ANY($1)`, pl.orderIDs)
+	if _, err := pgx.ForEachRow(rows, []any{&id, &s.status, &s.version}, func() error {
 		have[id] = s
-	}
-	rows.Close()
-	if err := rows.Err(); err != nil {
+		return nil
+	}); err != nil {
 		return v, fmt.Errorf("read order statuses: %w", err)
 	}
 	stale := problemList{what: "orders not at their latest status (an update lost)"}
@@ -143,22 +128,13 @@ func (dm *demo) verify(ctx context.Context) (verdict, error) {
 	// Parcels: the end of the chain, order -> relay -> stock -> stock's
 	// outbox -> relay -> shipping; cumulative like reservations.
 	parcels := make(map[uuid.UUID]int, len(pl.orders))
-	rows, err = dm.shipping.db.Query(ctx, `SELECT order_id, count(*) FROM parcel WHERE order_id = ANY($1) GROUP BY order_id`, pl.orderIDs)
-	if err != nil {
-		return v, fmt.Errorf("read parcels: %w", err)
-	}
-	for rows.Next() {
-		var id uuid.UUID
-		var n int
-		if err := rows.Scan(&id, &n); err != nil {
-			rows.Close()
-			return v, fmt.Errorf("read parcels: %w", err)
-		}
+	var n int
+	rows, _ = dm.shipping.db.Query(ctx, `SELECT order_id, count(*) FROM parcel WHERE order_id = ANY($1) GROUP BY order_id`, pl.orderIDs)
+	if _, err := pgx.ForEachRow(rows, []any{&id, &n}, func() error {
 		parcels[id] = n
 		v.parcels += n
-	}
-	rows.Close()
-	if err := rows.Err(); err != nil {
+		return nil
+	}); err != nil {
 		return v, fmt.Errorf("read parcels: %w", err)
 	}
 	twiceParcel := problemList{what: "orders with more than one parcel (stock.stock.reserved.v1 applied twice)"}
@@ -332,22 +308,14 @@ func (dm *demo) verifyBilling(ctx context.Context, v *verdict, rolledBack []uuid
 		quantity string
 	}
 	got := make(map[uuid.UUID]invoice, len(pl.orders))
-	rows, err := dm.billing.db.Query(ctx, `SELECT order_id, count(*), min(lines), min(quantity)::text FROM invoice WHERE order_id = ANY($1) GROUP BY order_id`, pl.orderIDs)
-	if err != nil {
-		return fmt.Errorf("read invoices: %w", err)
-	}
-	for rows.Next() {
-		var id uuid.UUID
-		var in invoice
-		if err := rows.Scan(&id, &in.n, &in.lines, &in.quantity); err != nil {
-			rows.Close()
-			return fmt.Errorf("read invoices: %w", err)
-		}
+	var id uuid.UUID
+	var in invoice
+	rows, _ := dm.billing.db.Query(ctx, `SELECT order_id, count(*), min(lines), min(quantity)::text FROM invoice WHERE order_id = ANY($1) GROUP BY order_id`, pl.orderIDs)
+	if _, err := pgx.ForEachRow(rows, []any{&id, &in.n, &in.lines, &in.quantity}, func() error {
 		got[id] = in
 		v.invoices += in.n
-	}
-	rows.Close()
-	if err := rows.Err(); err != nil {
+		return nil
+	}); err != nil {
 		return fmt.Errorf("read invoices: %w", err)
 	}
 	twice := problemList{what: "orders invoiced twice (order.order.placed.v1 applied twice by billing)"}
