@@ -106,34 +106,41 @@ func (s *Server) RunPurge(ctx context.Context, req *adminv1.RunPurgeRequest) (*a
 
 // ListPurgeRuns implements AdminService.ListPurgeRuns.
 func (s *Server) ListPurgeRuns(ctx context.Context, req *adminv1.ListPurgeRunsRequest) (*adminv1.ListPurgeRunsResponse, error) {
-	if err := requireName("service", req.GetService()); err != nil {
-		return nil, err
-	}
-	limit, err := listLimit(req.GetLimit())
+	runs, err := listNamed(ctx, s, "ListPurgeRuns", "service", req.GetService(), req.GetLimit(), s.backend.ListPurgeRuns, purgeRunToProto)
 	if err != nil {
 		return nil, err
 	}
-	runs, err := s.backend.ListPurgeRuns(ctx, req.GetService(), limit)
-	if err != nil {
-		return nil, s.toStatus(ctx, "ListPurgeRuns", err)
-	}
-	return &adminv1.ListPurgeRunsResponse{Runs: toProtos(runs, purgeRunToProto)}, nil
+	return &adminv1.ListPurgeRunsResponse{Runs: runs}, nil
 }
 
 // ListFailedMessages implements AdminService.ListFailedMessages.
 func (s *Server) ListFailedMessages(ctx context.Context, req *adminv1.ListFailedMessagesRequest) (*adminv1.ListFailedMessagesResponse, error) {
-	if err := requireName("pool", req.GetPool()); err != nil {
-		return nil, err
-	}
-	limit, err := listLimit(req.GetLimit())
+	msgs, err := listNamed(ctx, s, "ListFailedMessages", "pool", req.GetPool(), req.GetLimit(), s.backend.ListFailedMessages, failedMessageToProto)
 	if err != nil {
 		return nil, err
 	}
-	msgs, err := s.backend.ListFailedMessages(ctx, req.GetPool(), limit)
-	if err != nil {
-		return nil, s.toStatus(ctx, "ListFailedMessages", err)
+	return &adminv1.ListFailedMessagesResponse{Messages: msgs}, nil
+}
+
+// listNamed is the body of the listings of one named service or pool
+// (ListPurgeRuns, ListFailedMessages, ListReplays): the name required
+// (as field), the limit checked and defaulted, the backend's list
+// converted, its error mapped to a status under method.
+func listNamed[T, P any](ctx context.Context, s *Server, method, field, name string, rawLimit int32,
+	list func(context.Context, string, int) ([]T, error), convert func(T) P,
+) ([]P, error) {
+	if err := requireName(field, name); err != nil {
+		return nil, err
 	}
-	return &adminv1.ListFailedMessagesResponse{Messages: toProtos(msgs, failedMessageToProto)}, nil
+	limit, err := listLimit(rawLimit)
+	if err != nil {
+		return nil, err
+	}
+	items, err := list(ctx, name, limit)
+	if err != nil {
+		return nil, s.toStatus(ctx, method, err)
+	}
+	return toProtos(items, convert), nil
 }
 
 // RetryFailedMessages implements AdminService.RetryFailedMessages.

@@ -162,18 +162,11 @@ func (s *Server) GetReplay(ctx context.Context, req *adminv1.GetReplayRequest) (
 
 // ListReplays implements AdminService.ListReplays.
 func (s *Server) ListReplays(ctx context.Context, req *adminv1.ListReplaysRequest) (*adminv1.ListReplaysResponse, error) {
-	if err := requireName("service", req.GetService()); err != nil {
-		return nil, err
-	}
-	limit, err := listLimit(req.GetLimit())
+	list, err := listNamed(ctx, s, "ListReplays", "service", req.GetService(), req.GetLimit(), s.backend.ListReplays, replayToProto)
 	if err != nil {
 		return nil, err
 	}
-	list, err := s.backend.ListReplays(ctx, req.GetService(), limit)
-	if err != nil {
-		return nil, s.toStatus(ctx, "ListReplays", err)
-	}
-	return &adminv1.ListReplaysResponse{Replays: toProtos(list, replayToProto)}, nil
+	return &adminv1.ListReplaysResponse{Replays: list}, nil
 }
 
 // CancelReplay implements AdminService.CancelReplay.
