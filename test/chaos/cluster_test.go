@@ -433,6 +433,10 @@ func (c *clusterChaos) loseNode(kind string, n int, inject func() error) {
 		t.Fatalf("node %d still quorum critical after 60s", n)
 	}
 	before := c.progress()
+	// Every event already out: a pool that moves has nothing left to
+	// commit through its new node (on a slow machine the faults can
+	// outlast the producer's ~1m40s), so moving is all it can show.
+	idle := c.prod.published() >= len(c.prod.pl.goods)
 	c.rc.setOff(n, true)
 	// The clock starts as the command starts (for a stop, the CLI's own
 	// start-up counts as part of the loss) and the pools are watched
@@ -479,6 +483,9 @@ func (c *clusterChaos) loseNode(kind string, n int, inject func() error) {
 				}
 			}
 		}
+		if idle && !slices.ContainsFunc(ws, func(w *watched) bool { return !w.done && !w.moved }) {
+			break // every pool moved, and none has anything left to commit
+		}
 		time.Sleep(50 * time.Millisecond)
 	}
 	res := <-injected
@@ -496,7 +503,12 @@ func (c *clusterChaos) loseNode(kind string, n int, inject func() error) {
 	}
 	c.logf("node %d lost (%s; the command took %.1fs)", n, kind, res.took.Seconds())
 	for _, w := range ws {
-		if !w.done {
+		switch {
+		case w.done:
+		case idle && w.moved:
+			c.logf("%s of node %d: pool %s on %s moved to %s; no commit to measure, the producer had published every event before the loss",
+				kind, n, w.pool, w.d.name, w.to)
+		default:
 			t.Errorf("%s of node %d: pool %s on %s did not commit through another node within 90s (moved: %v)", kind, n, w.pool, w.d.name, w.moved)
 		}
 	}
