@@ -147,7 +147,7 @@ type Pool struct {
 	paused  bool
 	reason  string
 	changed chan struct{} // closed and replaced on every pause change
-	idle    map[int]bool  // worker id -> quiesced while paused
+	idle    map[int]bool  // worker id -> applying nothing: no consumer, or paused and drained
 
 	testSignals PoolTestSignals
 }
@@ -182,7 +182,12 @@ func NewPool(cfg PoolConfig, deps Deps) (*Pool, error) {
 		deps:    deps,
 		log:     deps.Logger.With(slog.String("pool", cfg.Name), slog.String("service", cfg.Service)),
 		changed: make(chan struct{}),
-		idle:    map[int]bool{},
+		idle:    make(map[int]bool, cfg.Concurrency),
+	}
+	// A worker that has no consumer yet applies nothing: quiet until its
+	// session starts consuming.
+	for i := range cfg.Concurrency {
+		p.idle[i] = true
 	}
 	p.count.m = newPoolMetrics(deps.Metrics, cfg.Service, cfg.Name)
 	p.count.settled = &p.testSignals.BatchSettled
@@ -406,15 +411,21 @@ func (p *Pool) signalQuiescedLocked() {
 	if !p.testSignals.Quiesced.Initialized() || !p.paused {
 		return
 	}
-	n := 0
-	for _, idle := range p.idle {
-		if idle {
-			n++
-		}
-	}
-	if n == p.cfg.Concurrency {
+	if p.quietLocked() {
 		p.testSignals.Quiesced.Signal(struct{}{})
 	}
+}
+
+// quietLocked reports whether no worker applies anything: each has no
+// consumer, or has cancelled its consumer and settled what the broker had
+// already sent it.
+func (p *Pool) quietLocked() bool {
+	for _, idle := range p.idle {
+		if !idle {
+			return false
+		}
+	}
+	return true
 }
 
 // pauseState returns whether the pool is paused and the channel closed on
@@ -442,15 +453,9 @@ func (p *Pool) waitQuiesced(ctx context.Context) (Info, error) {
 	defer t.Stop()
 	for {
 		p.mu.Lock()
-		n := 0
-		for _, idle := range p.idle {
-			if idle {
-				n++
-			}
-		}
-		paused := p.paused
+		quiet, paused := p.quietLocked(), p.paused
 		p.mu.Unlock()
-		done := !p.Running() || !paused || n == p.cfg.Concurrency
+		done := !p.Running() || !paused || quiet
 		if done {
 			return p.Info(), nil
 		}
@@ -470,7 +475,11 @@ func (p *Pool) Info() Info {
 	switch {
 	case !running:
 		st = StateStopped
-	case p.paused:
+	case p.paused && p.quietLocked():
+		// Paused once nothing is applied any more: until then a worker may
+		// still be handling what the broker sent before its consumer was
+		// cancelled (its batches commit, and in_flight drops to 0 between
+		// them), and the pool reports running, with its paused reason.
 		st = StatePaused
 	case p.connected.Load() < int64(p.cfg.Concurrency) || p.dbErr.Load() != nil:
 		st = StateConnecting

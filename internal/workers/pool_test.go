@@ -3,6 +3,7 @@ package workers
 import (
 	"context"
 	"os/exec"
+	"sync"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -323,6 +324,37 @@ func TestPoolPicksUpStoredPause(t *testing.T) {
 	_, err = b.check.Exec(b.ctx, `UPDATE platform.pool_state SET paused = false WHERE pool = $1`, b.cfg.Name)
 	require.NoError(t, err)
 	b.waitFor("drained", func() bool { return b.reservations() == 20 })
+}
+
+// A pool paused from elsewhere (the stored pause read by Refresh, as a
+// NOTIFY from another daemon's admin API makes it) reports paused only
+// once it applies nothing more: its workers first finish their batches
+// and handle what the broker had already sent them, and between those
+// batches in_flight is 0. An operator (or the chaos suite) reading
+// "paused, nothing in flight" must not see effects applied after it.
+func TestPoolReportsPausedOnceDrained(t *testing.T) {
+	t.Parallel()
+	b := newBundle(t)
+	p := b.start("test.probe")
+	release := sync.OnceFunc(b.holdHandlers())
+	t.Cleanup(release) // a failed assertion must not leave the handlers held
+	b.publishMany(100, 0)
+	b.waitFor("both workers holding a batch", func() bool { return b.holding.Load() == int32(b.cfg.Concurrency) })
+	_, err := b.check.Exec(b.ctx, `INSERT INTO platform.pool_state (pool, paused, reason, updated_by) VALUES ($1, true, 'elsewhere', 'other')`, b.cfg.Name)
+	require.NoError(t, err)
+	require.NoError(t, p.Refresh(b.ctx))
+	first := p.Info()
+	require.NotEqual(t, StatePaused, first.State, "reported paused while batches are in flight and prefetched deliveries wait")
+	require.Equal(t, "elsewhere", first.PausedReason, "the reason shows while the pool drains")
+	release()
+	p.testSignals.Quiesced.WaitOrTimeout()
+	drained := p.Info()
+	require.Equal(t, StatePaused, drained.State)
+	require.Zero(t, drained.InFlight)
+	// Nothing is applied after the pool said paused.
+	b.publishMany(10, 0)
+	b.waitFor("10 ready while paused", func() bool { return b.queueDepth(b.queue) >= 10 })
+	require.Equal(t, drained.Processed, p.Info().Processed, "processed after the pool reported paused")
 }
 
 // Listing a failure queue leaves every message in place, in order;
