@@ -148,6 +148,7 @@ type Pool struct {
 	reason  string
 	changed chan struct{} // closed and replaced on every pause change
 	idle    map[int]bool  // worker id -> applying nothing: no consumer, or paused and drained
+	idled   chan struct{} // closed and replaced whenever a worker goes idle
 
 	testSignals PoolTestSignals
 }
@@ -183,6 +184,7 @@ func NewPool(cfg PoolConfig, deps Deps) (*Pool, error) {
 		log:     deps.Logger.With(slog.String("pool", cfg.Name), slog.String("service", cfg.Service)),
 		changed: make(chan struct{}),
 		idle:    make(map[int]bool, cfg.Concurrency),
+		idled:   make(chan struct{}),
 	}
 	// A worker that has no consumer yet applies nothing: quiet until its
 	// session starts consuming.
@@ -444,25 +446,28 @@ func (p *Pool) setIdle(workers []int, idle bool) {
 		p.idle[w] = idle
 	}
 	if idle {
+		close(p.idled)
+		p.idled = make(chan struct{})
 		p.signalQuiescedLocked()
 	}
 }
 
 func (p *Pool) waitQuiesced(ctx context.Context) (Info, error) {
-	t := time.NewTicker(10 * time.Millisecond)
-	defer t.Stop()
 	for {
 		p.mu.Lock()
-		quiet, paused := p.quietLocked(), p.paused
+		done := !p.paused || p.quietLocked()
+		changed, idled := p.changed, p.idled
 		p.mu.Unlock()
-		done := !p.Running() || !paused || quiet
-		if done {
+		// A pool stopping has its workers go idle as they end, which wakes
+		// this wait too.
+		if done || !p.Running() {
 			return p.Info(), nil
 		}
 		select {
 		case <-ctx.Done():
 			return p.Info(), ctx.Err()
-		case <-t.C:
+		case <-changed: // resumed meanwhile
+		case <-idled:
 		}
 	}
 }

@@ -5,8 +5,6 @@ import (
 	"fmt"
 	"io"
 	"net/http"
-	"os"
-	"path/filepath"
 	"strconv"
 	"strings"
 	"testing"
@@ -70,12 +68,7 @@ func runBudgetLoad(t *testing.T, maxConns int) (peak int, metrics string) {
 	ctx := context.Background()
 	suffix := strconv.FormatInt(time.Now().UnixNano()%1e9, 36)
 	exchange := "tenants.budget." + suffix
-	dir := t.TempDir()
-	require.NoError(t, os.WriteFile(filepath.Join(dir, "001_applied.sql"), []byte(`-- +goose Up
-CREATE TABLE applied (event_id uuid PRIMARY KEY, n int NOT NULL);
--- +goose Down
-DROP TABLE applied;
-`), 0o600))
+	dir := appliedMigrations(t)
 
 	var sb strings.Builder
 	fmt.Fprintf(&sb, `log: {level: warn}

@@ -59,19 +59,26 @@ type fleet struct {
 // 3*upWithin) and logs how long that took and the most connections the
 // services held to their databases meanwhile. The databases and queues go
 // in t.Cleanup.
+// appliedMigrations writes the services' one migration, the table their
+// SQL handler counts applications in, into a directory of its own.
+func appliedMigrations(t *testing.T) string {
+	t.Helper()
+	dir := t.TempDir()
+	require.NoError(t, os.WriteFile(filepath.Join(dir, "001_applied.sql"), []byte(`-- +goose Up
+CREATE TABLE applied (event_id uuid PRIMARY KEY, n int NOT NULL);
+-- +goose Down
+DROP TABLE applied;
+`), 0o600))
+	return dir
+}
+
 func startFleet(t *testing.T, fc fleetConfig) *fleet {
 	t.Helper()
 	ctx := context.Background()
 	suffix := strconv.FormatInt(time.Now().UnixNano()%1e9, 36)
 	f := &fleet{t: t, cfg: fc, suffix: suffix, prefix: "tenants_" + suffix, exchange: "tenants." + suffix, names: make([]string, fc.n)}
 	dir := t.TempDir()
-	migDir := filepath.Join(dir, "migrations")
-	require.NoError(t, os.MkdirAll(migDir, 0o755))
-	require.NoError(t, os.WriteFile(filepath.Join(migDir, "001_applied.sql"), []byte(`-- +goose Up
-CREATE TABLE applied (event_id uuid PRIMARY KEY, n int NOT NULL);
--- +goose Down
-DROP TABLE applied;
-`), 0o600))
+	migDir := appliedMigrations(t)
 
 	var sb strings.Builder
 	// Through PgBouncer its restart is expected: every service logs it.

@@ -8,7 +8,6 @@ import (
 	"net/url"
 	"os"
 	"os/exec"
-	"path/filepath"
 	"strconv"
 	"strings"
 	"testing"
@@ -78,12 +77,7 @@ func TestReplayThroughPooler(t *testing.T) {
 	appliedDirect := testdb.New(t, "tenants_replay_applied")
 
 	suffix := strconv.FormatInt(time.Now().UnixNano()%1e9, 36)
-	dir := t.TempDir()
-	require.NoError(t, os.WriteFile(filepath.Join(dir, "001_applied.sql"), []byte(`-- +goose Up
-CREATE TABLE applied (event_id uuid PRIMARY KEY, n int NOT NULL);
--- +goose Down
-DROP TABLE applied;
-`), 0o600))
+	dir := appliedMigrations(t)
 	exchange, queue := "tenants.replay."+suffix, "tenants.replay."+suffix
 	t.Cleanup(func() { replayDeleteQueue(t, queue, exchange) })
 	const token = "tenants-replay-admin-token"
