@@ -222,12 +222,7 @@ func (b *Budget) Start(ctx context.Context) error {
 		return nil
 	}
 	return b.StartFunc(func() (func(), error) {
-		runCtx, cancel := context.WithCancel(context.WithoutCancel(ctx))
-		done := make(chan struct{})
-		go func() {
-			defer close(done)
-			b.reclaimLoop(runCtx)
-		}()
+		cancel, done := startstop.Go(ctx, b.reclaimLoop)
 		return func() {
 			cancel()
 			<-done

@@ -11,9 +11,6 @@ import (
 	"github.com/jackc/pgx/v5"
 	"github.com/stretchr/testify/require"
 
-	"github.com/platformd/platformd/consumer"
-	"github.com/platformd/platformd/examples/shop"
-	"github.com/platformd/platformd/internal/config"
 	"github.com/platformd/platformd/internal/testdb"
 )
 
@@ -46,13 +43,7 @@ func TestServiceDatabaseRefusalIsLogged(t *testing.T) {
 	require.NoError(t, err)
 	e := newReloadEnv(t, dsn)
 	e.write(t, "", "")
-	reg := consumer.NewRegistry()
-	require.NoError(t, shop.Register(reg))
-	cat := Catalog{Registry: reg}
-	cfg, err := config.Load(e.path, cat)
-	require.NoError(t, err)
-	full, err := WithSQLHandlers(cfg, reg)
-	require.NoError(t, err)
+	cfg, full, cat := loadShop(t, e.path)
 	logs := &syncBuffer{}
 	logger := slog.New(slog.NewTextHandler(logs, &slog.HandlerOptions{Level: slog.LevelInfo}))
 	require.NoError(t, Migrate(ctx, cfg, full, false, logger))

@@ -95,15 +95,24 @@ func (e *reloadEnv) statusPool() string {
 	return e.poolYAML("stock-status", "status", shop.EventOrderStatusChanged, shop.HandlerShippingTrack, "")
 }
 
-func (e *reloadEnv) start(t testing.TB) *Daemon {
+// loadShop loads the config at path against the shop's handlers: the
+// config, the registry with its SQL handlers added, and the catalog it was
+// checked with.
+func loadShop(t testing.TB, path string) (*config.Config, *consumer.Registry, Catalog) {
 	t.Helper()
 	reg := consumer.NewRegistry()
 	require.NoError(t, shop.Register(reg))
 	cat := Catalog{Registry: reg}
-	cfg, err := config.Load(e.path, cat)
+	cfg, err := config.Load(path, cat)
 	require.NoError(t, err)
 	full, err := WithSQLHandlers(cfg, reg)
 	require.NoError(t, err)
+	return cfg, full, cat
+}
+
+func (e *reloadEnv) start(t testing.TB) *Daemon {
+	t.Helper()
+	cfg, full, cat := loadShop(t, e.path)
 	logger := slog.New(slog.NewTextHandler(io.Discard, nil))
 	ctx := context.Background()
 	require.NoError(t, Migrate(ctx, cfg, full, false, logger))

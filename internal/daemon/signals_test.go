@@ -10,10 +10,8 @@ import (
 
 	"github.com/stretchr/testify/require"
 
-	"github.com/platformd/platformd/consumer"
 	"github.com/platformd/platformd/examples/shop"
 	"github.com/platformd/platformd/internal/admin"
-	"github.com/platformd/platformd/internal/config"
 	"github.com/platformd/platformd/internal/testdb"
 )
 
@@ -24,13 +22,7 @@ func TestSIGHUPReloadSignals(t *testing.T) {
 	t.Parallel()
 	e := newReloadEnv(t, testdb.New(t, "reload_sighup"))
 	e.write(t, "", "")
-	reg := consumer.NewRegistry()
-	require.NoError(t, shop.Register(reg))
-	cat := Catalog{Registry: reg}
-	cfg, err := config.Load(e.path, cat)
-	require.NoError(t, err)
-	full, err := WithSQLHandlers(cfg, reg)
-	require.NoError(t, err)
+	cfg, full, cat := loadShop(t, e.path)
 	sigs := e.signals(t)
 	sigs.ReloadApplied.Init(t)
 	sigs.ReloadFailed.Init(t)

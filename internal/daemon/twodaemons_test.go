@@ -12,9 +12,7 @@ import (
 
 	"github.com/stretchr/testify/require"
 
-	"github.com/platformd/platformd/consumer"
 	"github.com/platformd/platformd/examples/shop"
-	"github.com/platformd/platformd/internal/config"
 	"github.com/platformd/platformd/internal/testdb"
 )
 
@@ -40,17 +38,12 @@ services:
         bindings: [%s]
         handlers: [%s]
 `, suffix, dsn, suffix, shop.EventOrderPlaced, shop.HandlerStockReserve)), 0o600))
-	reg := consumer.NewRegistry()
-	require.NoError(t, shop.Register(reg))
-	cat := Catalog{Registry: reg}
-	cfg, err := config.Load(path, cat)
-	require.NoError(t, err)
-	full, err := WithSQLHandlers(cfg, reg)
-	require.NoError(t, err)
+	cfg, full, _ := loadShop(t, path)
 	logger := slog.New(slog.NewTextHandler(io.Discard, nil))
 	require.NoError(t, Migrate(ctx, cfg, full, false, logger))
 	var ds [2]*Daemon
 	for i := range ds {
+		var err error
 		ds[i], err = start(ctx, cfg, full, Options{}, map[string]bool{"stock": true}, logger)
 		require.NoError(t, err)
 		t.Cleanup(ds[i].Stop)
