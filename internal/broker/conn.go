@@ -17,12 +17,7 @@ import (
 	amqp "github.com/rabbitmq/amqp091-go"
 
 	"github.com/platformd/platformd/internal/metrics"
-)
-
-// Reconnect backoff bounds.
-const (
-	BackoffMinDefault = 100 * time.Millisecond
-	BackoffMaxDefault = 5 * time.Second
+	"github.com/platformd/platformd/internal/startstop"
 )
 
 // Dial timeouts: a node that does not answer must not hold a failover to
@@ -144,22 +139,22 @@ func (c *Conn) Get(ctx context.Context) (*amqp.Connection, error) {
 	if c.conn != nil && !c.conn.IsClosed() {
 		return c.conn, nil
 	}
-	backoff := BackoffMinDefault
+	var backoff startstop.Backoff
 	for {
 		conn, err := c.dialRoundLocked(ctx)
 		if err == nil {
 			return conn, nil
 		}
+		wait := backoff.Next()
 		c.logger.WarnContext(ctx, "workers: broker dial failed on every node", slog.String("connection", c.name),
-			slog.Int("nodes", len(c.nodes)), slog.Any("error", err), slog.Duration("backoff", backoff))
+			slog.Int("nodes", len(c.nodes)), slog.Any("error", err), slog.Duration("backoff", wait))
 		select {
 		case <-ctx.Done():
 			return nil, ctx.Err()
 		case <-c.done:
 			return nil, fmt.Errorf("amqp %s: closed", c.name)
-		case <-time.After(Jitter(backoff)):
+		case <-time.After(wait):
 		}
-		backoff = min(backoff*2, BackoffMaxDefault)
 	}
 }
 
@@ -334,12 +329,6 @@ func (c *Conn) Close() {
 		closeBounded(c.conn, *c.sock.Load()) // stored with c.conn
 		c.conn = nil
 	}
-}
-
-// Jitter returns d plus up to 50% at random: a backoff that many clients
-// of one broker or database take does not bring them back in step.
-func Jitter(d time.Duration) time.Duration {
-	return d + time.Duration(rand.Int64N(int64(d)/2+1))
 }
 
 // readBufferSize is the read buffer under the library's own 4 KiB one.

@@ -7,7 +7,7 @@
 //     and is bounded on a node that answers only heartbeats. amqp091-go
 //     does not reconnect safely by itself (its opt-in recovery can ack a
 //     stale tag on a new channel), so every reconnect is a fresh
-//     connection and fresh channels, with backoff and Jitter.
+//     connection and fresh channels, with backoff (startstop.Backoff).
 //   - Publisher: publishing with confirms and mandatory routing, a
 //     returned message an error (ErrReturned), a negative confirm another
 //     (ErrNacked).

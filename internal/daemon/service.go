@@ -38,9 +38,10 @@ const (
 	// sessionWait bounds how long a service's start waits for its control
 	// session before it starts its pools anyway.
 	sessionWait = 5 * time.Second
-	// bringUpBackoffMax bounds the wait between two tries to migrate a
-	// service whose database cannot be reached.
-	bringUpBackoffMax = 5 * time.Second
+	// bringUpBackoffMin is the first wait before migrating again a
+	// service whose database cannot be reached (a migration takes
+	// longer than a dial, and logs more).
+	bringUpBackoffMin = 200 * time.Millisecond
 )
 
 // service is one hosted service and everything that runs for it: its
@@ -307,7 +308,7 @@ func (s *service) bringUp(ctx context.Context) bool {
 		return true
 	}
 	log := s.d.log.With(slog.String("service", s.name))
-	backoff := 200 * time.Millisecond
+	backoff := startstop.Backoff{Min: bringUpBackoffMin}
 	for {
 		c := s.conf.Load()
 		err := migrateService(ctx, c.cfg, c.reg, false, s.d.budget, s.d.log)
@@ -318,14 +319,12 @@ func (s *service) bringUp(ctx context.Context) bool {
 			return false
 		}
 		s.downErr.Store(&err)
+		wait := backoff.Next()
 		log.WarnContext(ctx, "daemon: service not up yet, its database cannot be migrated; trying again",
-			slog.Any("error", err), slog.Duration("backoff", backoff))
-		select {
-		case <-ctx.Done():
+			slog.Any("error", err), slog.Duration("backoff", wait))
+		if !startstop.Sleep(ctx, wait) {
 			return false
-		case <-time.After(backoff):
 		}
-		backoff = min(backoff*2, bringUpBackoffMax)
 	}
 }
 

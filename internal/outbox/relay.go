@@ -44,10 +44,6 @@ const (
 	// StopTimeoutDefault bounds how long Stop lets the pass in flight
 	// finish.
 	StopTimeoutDefault = 10 * time.Second
-	// backoffMin and backoffMax bound the wait after a database or broker
-	// fault.
-	backoffMin = 100 * time.Millisecond
-	backoffMax = 5 * time.Second
 )
 
 // Channel is the notification channel the outbox trigger signals.
@@ -288,7 +284,7 @@ func (r *Relay) run(ctx, work context.Context) {
 // held row is due; a pass that has rows takes a pooled connection. After a
 // fault it backs off.
 func (r *Relay) relay(ctx, work context.Context) {
-	backoff := backoffMin
+	var backoff startstop.Backoff
 	declared := false
 	// A new holder ensures the archive's partitions again: a pass that
 	// failed for want of one is retried after this.
@@ -322,22 +318,23 @@ func (r *Relay) relay(ctx, work context.Context) {
 		switch {
 		case ctx.Err() != nil:
 			return
-		case err != nil:
-			r.log.WarnContext(ctx, "outbox: relay pass failed, rows kept for the next pass",
-				slog.Any("error", err), slog.Duration("backoff", backoff))
-		case pubErr != nil:
-			r.log.WarnContext(ctx, "outbox: publish failed, rows kept for the next pass",
-				slog.Any("error", pubErr), slog.Duration("backoff", backoff))
-			declared = false // a missing exchange closes the channel
-		default:
-			backoff = backoffMin
+		case err == nil && pubErr == nil:
+			backoff.Reset()
 			more = n == r.cfg.BatchSize
 			continue
 		}
-		if !startstop.Sleep(ctx, startstop.Jitter(backoff)) {
+		wait := backoff.Next()
+		if err != nil {
+			r.log.WarnContext(ctx, "outbox: relay pass failed, rows kept for the next pass",
+				slog.Any("error", err), slog.Duration("backoff", wait))
+		} else {
+			r.log.WarnContext(ctx, "outbox: publish failed, rows kept for the next pass",
+				slog.Any("error", pubErr), slog.Duration("backoff", wait))
+			declared = false // a missing exchange closes the channel
+		}
+		if !startstop.Sleep(ctx, wait) {
 			return
 		}
-		backoff = min(backoff*2, backoffMax)
 		more = true
 	}
 }

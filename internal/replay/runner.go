@@ -180,11 +180,11 @@ func (r *Runner) Active() bool { return r.active.Load() }
 // there are, campaigns for the lease and runs them under it; an idle
 // runner holds no lease.
 func (r *Runner) run(ctx context.Context) {
-	backoff := backoffMin
+	var backoff startstop.Backoff
 	for ctx.Err() == nil {
 		running, err := r.anyRunning(ctx)
 		if err == nil && !running {
-			backoff = backoffMin
+			backoff.Reset()
 			if !startstop.SleepOrWake(ctx, r.cfg.Poll, r.wake) {
 				return
 			}
@@ -206,18 +206,18 @@ func (r *Runner) run(ctx context.Context) {
 			// A lost lease is no fault: the replay goes on where its
 			// holder's progress and journal say, here or elsewhere.
 			if err == nil || errors.Is(err, errLeaseLost) || ctx.Err() != nil {
-				backoff = backoffMin
+				backoff.Reset()
 				continue
 			}
 		}
 		if ctx.Err() != nil {
 			return
 		}
-		r.log.WarnContext(ctx, "replay: runner fault, starting again", slog.Any("error", err), slog.Duration("backoff", backoff))
-		if !startstop.Sleep(ctx, startstop.Jitter(backoff)) {
+		wait := backoff.Next()
+		r.log.WarnContext(ctx, "replay: runner fault, starting again", slog.Any("error", err), slog.Duration("backoff", wait))
+		if !startstop.Sleep(ctx, wait) {
 			return
 		}
-		backoff = min(backoff*2, backoffMax)
 	}
 }
 

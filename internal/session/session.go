@@ -16,7 +16,6 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
-	"math/rand/v2"
 	"sync"
 	"time"
 
@@ -37,8 +36,6 @@ const (
 	// StatementTimeout bounds what one Do call or subscriber runs on the
 	// session: its caller's cancellation does not interrupt it.
 	StatementTimeout = 5 * time.Second
-	backoffMin       = 100 * time.Millisecond
-	backoffMax       = 5 * time.Second
 )
 
 // ApplicationName is the control session's application_name in
@@ -182,24 +179,24 @@ type onSessionKey struct{}
 // run holds the session until ctx ends, taking it again with backoff
 // after a loss.
 func (s *Session) run(ctx context.Context) {
-	backoff := backoffMin
+	var backoff startstop.Backoff
 	for ctx.Err() == nil {
 		held, err := s.once(ctx)
 		if ctx.Err() != nil {
 			return
 		}
 		if held {
-			backoff = backoffMin
+			backoff.Reset()
 		}
 		s.mu.Lock()
 		s.lastErr = err
 		s.mu.Unlock()
+		wait := backoff.Next()
 		s.log.WarnContext(ctx, "session: control session lost, taking it again",
-			slog.Any("error", err), slog.Duration("backoff", backoff))
-		if !startstop.Sleep(ctx, backoff+time.Duration(rand.Int64N(int64(backoff)))) {
+			slog.Any("error", err), slog.Duration("backoff", wait))
+		if !startstop.Sleep(ctx, wait) {
 			return
 		}
-		backoff = min(backoff*2, backoffMax)
 	}
 }
 

@@ -2,7 +2,6 @@ package startstop
 
 import (
 	"context"
-	"math/rand/v2"
 	"time"
 )
 
@@ -44,11 +43,4 @@ func WaitDone(done <-chan struct{}, d time.Duration) bool {
 	case <-t.C:
 		return false
 	}
-}
-
-// Jitter returns d plus up to 20% at random, so that the retries of
-// several daemons' services do not fall in step. (broker.Jitter, for
-// connections, adds up to 50%.)
-func Jitter(d time.Duration) time.Duration {
-	return d + time.Duration(rand.Int64N(int64(d)/5+1))
 }

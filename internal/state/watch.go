@@ -3,10 +3,10 @@ package state
 import (
 	"context"
 	"log/slog"
-	"math/rand/v2"
-	"time"
 
 	"github.com/jackc/pgx/v5/pgxpool"
+
+	"github.com/platformd/platformd/internal/startstop"
 )
 
 // Watch LISTENs on channels over a connection of its own from db and calls
@@ -15,19 +15,17 @@ import (
 // with an empty payload on every channel, so the caller re-reads state it
 // may have missed. fn runs on Watch's goroutine and must not block long.
 func Watch(ctx context.Context, db *pgxpool.Pool, channels []string, fn func(channel, payload string), logger *slog.Logger) {
-	backoff := 100 * time.Millisecond
+	var backoff startstop.Backoff
 	for ctx.Err() == nil {
 		err := watchOnce(ctx, db, channels, fn)
 		if ctx.Err() != nil {
 			return
 		}
-		logger.WarnContext(ctx, "state: watch lost, reconnecting", slog.Any("error", err), slog.Duration("backoff", backoff))
-		select {
-		case <-ctx.Done():
+		wait := backoff.Next()
+		logger.WarnContext(ctx, "state: watch lost, reconnecting", slog.Any("error", err), slog.Duration("backoff", wait))
+		if !startstop.Sleep(ctx, wait) {
 			return
-		case <-time.After(backoff + time.Duration(rand.Int64N(int64(backoff)))):
 		}
-		backoff = min(backoff*2, 5*time.Second)
 	}
 }
 

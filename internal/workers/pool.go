@@ -271,7 +271,7 @@ func (p *Pool) readStoredState(ctx context.Context) (state.PoolState, error) {
 // readState reads the stored pause state, again and again with backoff
 // while the database cannot be reached; false when ctx ended first.
 func (p *Pool) readState(ctx context.Context) bool {
-	backoff := broker.BackoffMinDefault
+	var backoff startstop.Backoff
 	for {
 		st, err := p.readStoredState(ctx)
 		if err == nil {
@@ -283,13 +283,11 @@ func (p *Pool) readState(ctx context.Context) bool {
 			return false
 		}
 		p.setDatabaseError(err)
-		p.log.WarnContext(ctx, "workers: service database not reachable, pool waiting for it", slog.Any("error", err), slog.Duration("backoff", backoff))
-		select {
-		case <-ctx.Done():
+		wait := backoff.Next()
+		p.log.WarnContext(ctx, "workers: service database not reachable, pool waiting for it", slog.Any("error", err), slog.Duration("backoff", wait))
+		if !startstop.Sleep(ctx, wait) {
 			return false
-		case <-time.After(broker.Jitter(backoff)):
 		}
-		backoff = min(backoff*2, broker.BackoffMaxDefault)
 	}
 }
 

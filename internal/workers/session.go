@@ -7,8 +7,9 @@ import (
 	"log/slog"
 	"time"
 
-	"github.com/platformd/platformd/internal/broker"
 	amqp "github.com/rabbitmq/amqp091-go"
+
+	"github.com/platformd/platformd/internal/startstop"
 )
 
 // sessionEnd is why one consumer of a session ended.
@@ -29,7 +30,7 @@ type consumeFunc func(tag string, deliveries <-chan amqp.Delivery, changed <-cha
 // a failure, until fetchCtx ends: amqp091-go does not reconnect by itself,
 // and every session gets a fresh channel.
 func (p *Pool) keepSession(fetchCtx context.Context, log *slog.Logger, session func() error) {
-	backoff := broker.BackoffMinDefault
+	var backoff startstop.Backoff
 	for fetchCtx.Err() == nil {
 		start := time.Now()
 		err := session()
@@ -37,15 +38,13 @@ func (p *Pool) keepSession(fetchCtx context.Context, log *slog.Logger, session f
 			return
 		}
 		if time.Since(start) > time.Minute {
-			backoff = broker.BackoffMinDefault
+			backoff.Reset()
 		}
-		log.WarnContext(fetchCtx, "workers: consumer session ended, restarting", slog.Any("error", err), slog.Duration("backoff", backoff))
-		select {
-		case <-fetchCtx.Done():
+		wait := backoff.Next()
+		log.WarnContext(fetchCtx, "workers: consumer session ended, restarting", slog.Any("error", err), slog.Duration("backoff", wait))
+		if !startstop.Sleep(fetchCtx, wait) {
 			return
-		case <-time.After(broker.Jitter(backoff)):
 		}
-		backoff = min(backoff*2, broker.BackoffMaxDefault)
 	}
 }
 

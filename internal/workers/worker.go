@@ -12,6 +12,7 @@ import (
 	"github.com/platformd/platformd/internal/broker"
 	"github.com/platformd/platformd/internal/config"
 	"github.com/platformd/platformd/internal/dedup"
+	"github.com/platformd/platformd/internal/startstop"
 )
 
 // worker is one consumer of a pool: one channel, one batch at a time.
@@ -22,10 +23,13 @@ type worker struct {
 	pub  *broker.Publisher
 
 	prefetch int
-	backoff  time.Duration
-	timer    *time.Timer
-	batch    []message
-	events   []consumer.Event
+	// retry and wait: after a batch whose outcome is unknown, the worker
+	// waits before it takes the next (wait 0: the last batch committed).
+	retry  startstop.Backoff
+	wait   time.Duration
+	timer  *time.Timer
+	batch  []message
+	events []consumer.Event
 
 	// lastBatch is the size of the previous batch: the worker lingers
 	// for batch.wait only while its batches come at least half full.
@@ -53,6 +57,7 @@ func newWorker(p *Pool, id int) *worker {
 		log:      p.log.With(slog.Int("worker", id)),
 		pub:      broker.NewPublisher(p.deps.Publish, p.cfg.BatchSize),
 		prefetch: prefetch,
+		retry:    startstop.Backoff{Min: batchBackoffMin},
 		timer:    t,
 		batch:    make([]message, 0, min(p.cfg.BatchSize, prefetch)),
 		// A quarter of the window: the broker keeps three quarters to
@@ -231,13 +236,10 @@ func (w *worker) handle(workCtx, fetchCtx context.Context, st *settler, first am
 	ok := w.processBatch(workCtx, st, batch)
 	w.pool.inFlight.Add(-int64(len(batch)))
 	w.pool.count.m.inFlight.Sub(float64(len(batch)))
-	if w.backoff > 0 && fetchCtx != nil {
+	if w.wait > 0 && fetchCtx != nil {
 		// The last batch could not be committed (database down?): do not
 		// spin through requeued deliveries.
-		select {
-		case <-fetchCtx.Done():
-		case <-time.After(broker.Jitter(w.backoff)):
-		}
+		startstop.Sleep(fetchCtx, w.wait)
 	}
 	return ok
 }
@@ -359,16 +361,18 @@ func (w *worker) processBatch(workCtx context.Context, st *settler, batch []mess
 			p.count.m.batchErrors.Inc()
 			// The database is likely away: wait longer after each batch
 			// in a row that fails, so as not to spin through requeued
-			// deliveries (at most BackoffMaxDefault), and say so in Info.
-			w.backoff = min(max(2*w.backoff, batchBackoffMin), broker.BackoffMaxDefault)
+			// deliveries (at most startstop.BackoffMaxDefault), and say so
+			// in Info.
+			w.wait = w.retry.Next()
 			if workCtx.Err() == nil {
 				p.setDatabaseError(err)
 				w.log.WarnContext(workCtx, "workers: batch outcome unknown, requeueing", slog.Int("events", len(w.events)),
-					slog.Any("error", err), slog.Duration("backoff", w.backoff))
+					slog.Any("error", err), slog.Duration("backoff", w.wait))
 			}
 		default:
-			if w.backoff > 0 {
-				w.backoff = 0
+			if w.wait > 0 {
+				w.wait = 0
+				w.retry.Reset()
 				p.setDatabaseError(nil)
 			}
 			p.count.m.handlerDuration.Observe(time.Since(hstart).Seconds() / float64(len(w.events)))
