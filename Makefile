@@ -10,12 +10,13 @@ SHELL := bash
 .DEFAULT_GOAL := help
 # Targets are steps of one pipeline (test = services, unit, pooler, fuzz,
 # chaos, chaos-cluster, verify); never run them side by side, even under
-# make -j. The exceptions are `test`'s own, through scripts/beside.sh: verify
-# (compiling and running the linters and buf, CPU-bound, touching no
-# service) runs beside the chaos suites, which mostly wait on the faults
-# they inject (on 2 cores they leave about 650 core-seconds idle; verify
-# needs about as much on an empty build cache, most of it building
-# golangci-lint and buf).
+# make -j. The exceptions are `test`'s own, through scripts/beside.sh, each
+# a pair that shares no service state and leaves the other CPU it does not
+# use (measured on 2 cores, warm caches): the nested modules and fuzz
+# beside the root's race tests (351 s for the three, against 296 + 41 + 21
+# in turn); the cluster's nodes booting beside the chaos suite; verify
+# (linters and buf, CPU-bound, touching no service) beside the chaos
+# phases, which mostly wait on the faults they inject.
 .NOTPARALLEL:
 
 GO ?= go## Go command
@@ -55,9 +56,10 @@ demo: services ## run the demo shop against local PostgreSQL and RabbitMQ
 	$(GO) run ./examples/shop/cmd/demo
 
 .PHONY: test
-test: services ## everything CI runs: services, race tests, PgBouncer, fuzz, then chaos and chaos-cluster with verify beside them
-	@$(MAKE) --no-print-directory unit pooler fuzz
-	@bash scripts/beside.sh verify -- $(MAKE) --no-print-directory verify -- $(MAKE) --no-print-directory chaos chaos-cluster
+test: services ## everything CI runs: services, race tests (nested modules and fuzz beside), PgBouncer, then chaos and chaos-cluster with verify beside them
+	@bash scripts/beside.sh nested-and-fuzz -- $(MAKE) --no-print-directory unit-nested fuzz -- $(MAKE) --no-print-directory unit-root
+	@$(MAKE) --no-print-directory pooler
+	@bash scripts/beside.sh verify -- $(MAKE) --no-print-directory verify -- $(MAKE) --no-print-directory chaos-all
 
 # Modules of their own inside the repository that CI builds, vets, lints and
 # tests too: examples/billing is a service's own daemon built only from the
@@ -78,13 +80,11 @@ RACE_NESTED_MODULES := deploy/image examples/billing
 unit: services ## go test -race on all packages (but the chaos suite, run by `make chaos`), then the nested modules (deploy/helmcheck without -race)
 	@$(MAKE) --no-print-directory unit-root unit-nested
 
-# The nested modules run after the root's packages, not beside them: on an
-# empty build cache both steps compile (the root's tests build platformd,
-# platformctl and grpcurl without -race; helmcheck and deploy/image build
-# platformd again, the latter static), and two go commands compiling the
-# same package at once both compile it: side by side, a fresh `unit` took
-# 882 s (14.7 min), longer than verify and unit in turn had taken in the
-# fresh run measured before (10 min 41 s).
+# `make unit` runs the nested modules after the root's packages; `make
+# test` runs them beside (see .NOTPARALLEL above). On an empty build cache
+# the two compile some packages twice when both reach them at once (a go
+# command does not wait on another's build of the same package): a fresh
+# run pays that for the overlap.
 .PHONY: unit-root
 unit-root: ## go test -race on the root module's packages but the chaos suite (part of unit)
 	$(GO) test -race -count=1 -timeout 20m $$($(GO) list ./... | grep -v '/test/chaos')
@@ -110,10 +110,10 @@ fuzz: ## fuzz the envelope decoder (FuzzDecode) for FUZZTIME
 	$(GO) test -run='^$$' -fuzz=FuzzDecode -fuzztime=$(FUZZTIME) ./internal/envelope/
 
 .PHONY: chaos
-chaos: services ## chaos suite (test/chaos, ~3-5 min; restarts PostgreSQL once), if present
+chaos: services ## chaos suite (test/chaos, ~2-3 min, its tests in parallel; restarts PostgreSQL once, alone), if present
 	@if [ -d test/chaos ]; then \
-		echo 'CHAOS_PG_RESTART=1 $(GO) test -race -count=1 -v -run . -timeout 10m ./test/chaos/...'; \
-		CHAOS_PG_RESTART=1 $(GO) test -race -count=1 -v -run . -timeout 10m ./test/chaos/...; \
+		echo 'CHAOS_PG_RESTART=1 $(GO) test -race -count=1 -v -parallel 6 -run . -timeout 10m ./test/chaos/...'; \
+		CHAOS_PG_RESTART=1 $(GO) test -race -count=1 -v -parallel 6 -run . -timeout 10m ./test/chaos/...; \
 	else \
 		echo 'chaos: no suite yet'; \
 	fi
@@ -124,6 +124,16 @@ chaos-cluster: services ## chaos cluster phase: 3 extra RabbitMQ nodes (scripts/
 	@echo 'CHAOS_CLUSTER=1 $(GO) test -race -count=1 -v -run TestChaosBrokerCluster -timeout 10m ./test/chaos/'
 	@rc=0; CHAOS_CLUSTER=1 $(GO) test -race -count=1 -v -run TestChaosBrokerCluster -timeout 10m ./test/chaos/ || rc=$$?; \
 		bash scripts/rabbitmq-cluster.sh stop; exit $$rc
+
+# chaos-all is the two chaos phases as make test runs them: the cluster's
+# three nodes boot (about a minute of Erlang start-up on 2 cores) while the
+# main suite runs, then the cluster phase runs alone (its faults stop and
+# cut nodes that must not be starved of CPU: net_ticktime is 15 s).
+.PHONY: chaos-all
+chaos-all: services ## chaos, with the cluster's nodes starting beside it, then chaos-cluster
+	@bash scripts/beside.sh cluster-start -- bash scripts/rabbitmq-cluster.sh start -- $(MAKE) --no-print-directory chaos || \
+		{ bash scripts/rabbitmq-cluster.sh stop; exit 1; }
+	@$(MAKE) --no-print-directory chaos-cluster
 
 .PHONY: verify
 # go vet is not run apart: golangci-lint's govet runs every analyzer of the

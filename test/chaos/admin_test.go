@@ -153,6 +153,7 @@ func callCtx(auth string) (context.Context, context.CancelFunc) {
 // handler panic answered with Internal and no detail is covered by
 // internal/admin's unit tests (it needs a handler that panics).
 func TestAdminSecurity(t *testing.T) {
+	t.Parallel() // a world of its own: see doc.go
 	e := newEnv(t)
 	pk := newPKI(t)
 	one := []string{svcStock}

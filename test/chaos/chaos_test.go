@@ -77,6 +77,7 @@ func (c *chaos) gap() {
 // shop events with duplicates and bad input; then checks that every good
 // event was applied exactly once and every bad one quarantined.
 func TestChaosExactlyOnce(t *testing.T) {
+	t.Parallel() // a world of its own: see doc.go
 	runChaosExactlyOnce(t, false)
 }
 

@@ -23,6 +23,7 @@ import (
 // the shared one, reached through the suite's TCP proxy, which cuts the
 // session (it does not kill the server).
 func TestChaosCommitCut(t *testing.T) {
+	t.Parallel() // a world of its own: see doc.go
 	rng := seedRNG(t)
 	n, dur := 2400, 14*time.Second
 	if testing.Short() {

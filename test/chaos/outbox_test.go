@@ -272,6 +272,7 @@ func (d *daemon) relayActive(service string) (bool, error) {
 // exchange are the rows of the killed batch, and the downstream chain has
 // every effect once.
 func TestOutboxRelayKilled(t *testing.T) {
+	t.Parallel() // a world of its own: see doc.go
 	e := newEnv(t)
 	w := newOutboxWorld(t, e)
 	ctx := context.Background()

@@ -20,6 +20,7 @@ import (
 // every partition, let through the guard by the operator's override
 // header, and a UUID v4 id).
 func TestChaosExactlyOncePartitioned(t *testing.T) {
+	t.Parallel() // a world of its own: see doc.go
 	runChaosExactlyOnce(t, true)
 }
 

@@ -26,6 +26,7 @@ const replayServices = `  - name: order
 // with published = matched, and a tap bound to the exchange sees each
 // event exactly once with the replay's x-replay header.
 func TestReplayKilled(t *testing.T) {
+	t.Parallel() // a world of its own: see doc.go
 	e := newEnv(t)
 	rng := seedRNG(t)
 	ctx := context.Background()
