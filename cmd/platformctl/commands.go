@@ -54,8 +54,6 @@ func newPoolCmd(a *app) *cobra.Command {
 		Use:     "pool",
 		Short:   "Pause or resume a worker pool (admin token)",
 		Example: "  platformctl pool pause stock-events --reason \"db maintenance\"\n  platformctl pool resume stock-events",
-		Args:    cobra.NoArgs,
-		RunE:    missingSubcommand,
 	}
 
 	var reason string
@@ -86,8 +84,7 @@ database. Pausing a paused pool changes nothing.`,
 			},
 			func(w io.Writer, resp *adminv1.ResumePoolResponse) { poolsTable(w, []*adminv1.Pool{resp.GetPool()}) }),
 	}
-	cmd.AddCommand(pause, resume)
-	return cmd
+	return group(cmd, pause, resume)
 }
 
 // newLookupCmd returns "platformctl lookup".
@@ -117,8 +114,6 @@ func newHorizonCmd(a *app) *cobra.Command {
 		Use:     "horizon",
 		Short:   "Show or change a service's replay horizon",
 		Example: "  platformctl horizon get stock\n  platformctl horizon set stock 336h",
-		Args:    cobra.NoArgs,
-		RunE:    missingSubcommand,
 	}
 
 	get := &cobra.Command{
@@ -154,8 +149,7 @@ token's name.`,
 			func(w io.Writer, resp *adminv1.SetHorizonResponse) { horizonTable(w, resp.GetHorizon()) }),
 	}
 	set.Flags().BoolVar(&force, "force", false, "accept a horizon under the service's min_horizon")
-	cmd.AddCommand(get, set)
-	return cmd
+	return group(cmd, get, set)
 }
 
 // newPurgeCmd returns "platformctl purge" and its subcommands.
@@ -164,8 +158,6 @@ func newPurgeCmd(a *app) *cobra.Command {
 		Use:     "purge",
 		Short:   "Run a purge now or list past purge runs",
 		Example: "  platformctl purge run stock --dry-run\n  platformctl purge list stock",
-		Args:    cobra.NoArgs,
-		RunE:    missingSubcommand,
 	}
 
 	var dryRun bool
@@ -193,8 +185,7 @@ func newPurgeCmd(a *app) *cobra.Command {
 			return &adminv1.ListPurgeRunsRequest{Service: name, Limit: limit}
 		},
 		func(w io.Writer, resp *adminv1.ListPurgeRunsResponse) { purgeRunsTable(w, resp.GetRuns()) })
-	cmd.AddCommand(runCmd, list)
-	return cmd
+	return group(cmd, runCmd, list)
 }
 
 // newFailedCmd returns "platformctl failed" and its subcommands.
@@ -203,8 +194,6 @@ func newFailedCmd(a *app) *cobra.Command {
 		Use:     "failed",
 		Short:   "List or retry the messages of a pool's failure queue",
 		Example: "  platformctl failed list stock-events\n  platformctl failed retry stock-events --all",
-		Args:    cobra.NoArgs,
-		RunE:    missingSubcommand,
 	}
 
 	list := listCmd(a, &cobra.Command{
@@ -245,8 +234,7 @@ the operator knows they were never applied.`,
 	}
 	retry.Flags().BoolVar(&all, "all", false, "retry every message of the failure queue")
 	retry.Flags().BoolVar(&override, "override-beyond-horizon", false, "let the copies through the beyond-horizon guard")
-	cmd.AddCommand(list, retry)
-	return cmd
+	return group(cmd, list, retry)
 }
 
 // newReloadCmd returns "platformctl reload".

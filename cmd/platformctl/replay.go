@@ -19,8 +19,6 @@ func newReplayCmd(a *app) *cobra.Command {
 		Example: `  platformctl replay start order --from 2026-01-02T00:00:00Z --to 2026-01-02T06:00:00Z --dry-run
   platformctl replay start order --event-name 'order.order.#' --from 2026-01-02T00:00:00Z --target-pool stock-events
   platformctl replay get order 0190b2f4-...`,
-		Args: cobra.NoArgs,
-		RunE: missingSubcommand,
 	}
 
 	var (
@@ -114,8 +112,7 @@ publishes one event twice.`,
 			},
 			func(w io.Writer, resp *adminv1.CancelReplayResponse) { replayTable(w, resp.GetReplay()) }),
 	}
-	cmd.AddCommand(start, get, list, cancel)
-	return cmd
+	return group(cmd, start, get, list, cancel)
 }
 
 // replayTable prints a replay's summary line, then its per-pool table.

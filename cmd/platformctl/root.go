@@ -156,9 +156,7 @@ func newRootCmd(a *app) *cobra.Command {
   platformctl lookup 0b1d7c52-5a4e-4a8e-9d1f-3c0f9a6b2e11 -o json`,
 		SilenceErrors:     true,
 		SilenceUsage:      true,
-		Args:              cobra.NoArgs,
 		PersistentPreRunE: func(*cobra.Command, []string) error { return a.checkFlags() },
-		RunE:              missingSubcommand,
 	}
 	root.SetFlagErrorFunc(func(_ *cobra.Command, err error) error { return &usageError{msg: err.Error()} })
 	root.CompletionOptions.DisableDefaultCmd = true
@@ -174,7 +172,7 @@ func newRootCmd(a *app) *cobra.Command {
 	f.DurationVar(&a.timeout, "timeout", timeoutDefault, "deadline of each call")
 	f.StringVarP(&a.output, "output", "o", "table", "output format: table or json")
 
-	root.AddCommand(
+	return group(root,
 		newServicesCmd(a),
 		newPoolsCmd(a),
 		newPoolCmd(a),
@@ -185,10 +183,16 @@ func newRootCmd(a *app) *cobra.Command {
 		newReloadCmd(a),
 		newReplayCmd(a),
 	)
-	return root
 }
 
-// missingSubcommand is the RunE of commands that only group subcommands.
-func missingSubcommand(cmd *cobra.Command, _ []string) error {
-	return usagef("%s needs a subcommand", cmd.CommandPath())
+// group completes cmd as a command that only groups subcommands: it takes
+// no argument of its own, and run alone it is a usage error (exit 2)
+// naming the command, rather than cobra's help on stdout with exit 0.
+func group(cmd *cobra.Command, subcommands ...*cobra.Command) *cobra.Command {
+	cmd.Args = cobra.NoArgs
+	cmd.RunE = func(cmd *cobra.Command, _ []string) error {
+		return usagef("%s needs a subcommand", cmd.CommandPath())
+	}
+	cmd.AddCommand(subcommands...)
+	return cmd
 }

@@ -12,6 +12,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"slices"
 	"strconv"
 	"strings"
 	"sync"
@@ -52,7 +53,11 @@ func TestMain(m *testing.M) {
 		// grpcurl is pinned in a tool module of its own.
 		{"build", "-modfile=../../tools/grpcurl/go.mod", "-o", grpcurlBinary, "github.com/fullstorydev/grpcurl/cmd/grpcurl"},
 	} {
-		if out, err := exec.Command("go", b...).CombinedOutput(); err != nil {
+		cmd := exec.Command("go", b...)
+		if !slices.Contains(b, "-race") {
+			cmd.Env = staticBuild()
+		}
+		if out, err := cmd.CombinedOutput(); err != nil {
 			panic(fmt.Sprintf("go %v: %v\n%s", b, err, out))
 		}
 	}
@@ -60,6 +65,12 @@ func TestMain(m *testing.M) {
 	_ = os.RemoveAll(dir)
 	os.Exit(code)
 }
+
+// staticBuild is the environment of the suite's builds without -race:
+// CGO_ENABLED=0, as the release binary is built (make image), so that they
+// and deploy/image's static build share one compile of the dependencies
+// on an empty build cache (-race needs cgo; nothing else does).
+func staticBuild() []string { return append(os.Environ(), "CGO_ENABLED=0") }
 
 func amqpURL() string {
 	if u := os.Getenv("TEST_AMQP_URL"); u != "" {
@@ -582,7 +593,9 @@ func TestAdminAcrossDaemons(t *testing.T) {
 func TestShippedBinaryCannotSkipTheDedupInsert(t *testing.T) {
 	t.Parallel()
 	nodedup := filepath.Join(t.TempDir(), "platformd-nodedup")
-	out, err := exec.Command("go", "build", "-tags", "platformd_nodedup", "-o", nodedup, ".").CombinedOutput()
+	build := exec.Command("go", "build", "-tags", "platformd_nodedup", "-o", nodedup, ".")
+	build.Env = staticBuild()
+	out, err := build.CombinedOutput()
 	require.NoError(t, err, "%s", out)
 	const warning = "the dedup insert is OFF"
 	for bin, nd := range map[string]bool{binary: false, nodedup: true} {

@@ -134,7 +134,9 @@ func TestOwnDaemonAppliesEachEventOnce(t *testing.T) {
 	ctx := context.Background()
 	dir := t.TempDir()
 	bin := filepath.Join(dir, "billing")
-	if out, err := exec.Command(getenv("GO", "go"), "build", "-o", bin, ".").CombinedOutput(); err != nil {
+	build := exec.Command(getenv("GO", "go"), "build", "-o", bin, ".")
+	build.Env = append(os.Environ(), "CGO_ENABLED=0") // shares the suite's other builds' compile
+	if out, err := build.CombinedOutput(); err != nil {
 		t.Fatalf("go build: %v\n%s", err, out)
 	}
 

@@ -63,6 +63,11 @@ func TestMain(m *testing.M) {
 			goCmd = "go"
 		}
 		cmd := exec.Command(goCmd, args...)
+		if os.Getenv("CHAOS_DAEMON_RACE") != "1" {
+			// Static, as the release binary (make image) is built; it
+			// shares the compile of the suite's other builds.
+			cmd.Env = append(os.Environ(), "CGO_ENABLED=0")
+		}
 		cmd.Stdout, cmd.Stderr = os.Stderr, os.Stderr
 		if err := cmd.Run(); err != nil {
 			fmt.Fprintf(os.Stderr, "chaos: go %s: %v\n", strings.Join(args, " "), err)

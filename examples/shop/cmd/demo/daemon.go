@@ -51,6 +51,8 @@ func buildDaemon(ctx context.Context, root, dir string) (string, error) {
 	bin := filepath.Join(dir, "platformd")
 	cmd := exec.CommandContext(ctx, goCommand(), "build", "-tags", "platformd_testhooks", "-o", bin, "./cmd/platformd")
 	cmd.Dir = root
+	// Static, as the release binary (make image) is built.
+	cmd.Env = append(os.Environ(), "CGO_ENABLED=0")
 	if out, err := cmd.CombinedOutput(); err != nil {
 		return "", fmt.Errorf("go build -tags platformd_testhooks ./cmd/platformd: %w\n%s", err, out)
 	}
