@@ -116,12 +116,16 @@ node_env() {
 		"RABBITMQ_SERVER_ADDITIONAL_ERL_ARGS=+S 1:1 +A 4 -kernel inet_dist_use_interface {127,0,0,1} -kernel inet_dist_connect_options [{ip,{$(node_ip "$n" | tr . ,)}}] -kernel net_ticktime 15"
 }
 
-# in_node_env N CMD... runs CMD with node N's environment only.
+# in_node_env N CMD... runs CMD with node N's environment only. Without
+# $BASE (never started, or stopped) there is no node to ask: the CLI's
+# Erlang VM would fail to write its cookie there and leave an
+# erl_crash.dump in the caller's working directory.
 in_node_env() {
 	local n=$1
 	shift
-	local envs=()
-	mapfile -t envs < <(node_env "$n")
+	[ -d "$BASE" ] || return 1
+	local envs=(ERL_CRASH_DUMP="$BASE/erl_crash.dump")
+	mapfile -t -O 1 envs < <(node_env "$n")
 	env -i "${envs[@]}" "$@"
 }
 
