@@ -62,8 +62,6 @@ const (
 	// when the runner is being stopped.
 	progressTimeout = 10 * time.Second
 	publishTimeout  = 30 * time.Second
-	backoffMin      = 100 * time.Millisecond
-	backoffMax      = 5 * time.Second
 )
 
 // RunnerConfig configures a Runner.

@@ -41,10 +41,6 @@ func (b *Backoff) Next() time.Duration {
 // Reset makes the next wait Min again: the loop has succeeded.
 func (b *Backoff) Reset() { b.next = 0 }
 
-// Failing reports whether the last call was Next, not Reset: the loop is
-// in a run of faults.
-func (b *Backoff) Failing() bool { return b.next != 0 }
-
 // Jitter returns d plus up to 20% at random, so that the retries of
 // several daemons' services do not fall in step.
 func Jitter(d time.Duration) time.Duration {
