@@ -126,6 +126,21 @@ func nodeAddr(u string) string {
 // it is not connected. It never waits for a dial in progress.
 func (c *Conn) Node() string { return *c.node.Load() }
 
+// Channel opens a channel of the caller's own on the current connection,
+// dialling one first as Get does. The caller closes it; an error to open it
+// is wrapped as "open channel", Get's are returned as they are.
+func (c *Conn) Channel(ctx context.Context) (*amqp.Channel, error) {
+	conn, err := c.Get(ctx)
+	if err != nil {
+		return nil, err
+	}
+	ch, err := conn.Channel()
+	if err != nil {
+		return nil, fmt.Errorf("open channel: %w", err)
+	}
+	return ch, nil
+}
+
 // Get returns the current connection, or dials a new one, retrying with
 // backoff until ctx ends.
 func (c *Conn) Get(ctx context.Context) (*amqp.Connection, error) {

@@ -31,39 +31,25 @@ type Outgoing struct {
 // routing on a channel of its own: the pools' retry and failure copies, and
 // the outbox relay's messages. It is used by one goroutine at a time.
 type Publisher struct {
-	conn    *Conn
-	ch      *amqp.Channel
+	ch *KeptChannel // in confirm mode, with returns registered
+	// returns are the current channel's basic.returns, buffered to the
+	// copies in flight (maxBatch+16) so the library's reader never blocks
+	// on a full returns channel.
 	returns chan amqp.Return
-	// returnsCap bounds the copies in flight so the library's reader never
-	// blocks on a full returns channel.
-	returnsCap int
 }
 
 // NewPublisher returns a Publisher on conn for batches of up to maxBatch
 // copies.
 func NewPublisher(conn *Conn, maxBatch int) *Publisher {
-	return &Publisher{conn: conn, returnsCap: maxBatch + 16}
-}
-
-func (p *Publisher) channel(ctx context.Context) (*amqp.Channel, error) {
-	if p.ch != nil && !p.ch.IsClosed() {
-		return p.ch, nil
-	}
-	conn, err := p.conn.Get(ctx)
-	if err != nil {
-		return nil, err
-	}
-	ch, err := conn.Channel()
-	if err != nil {
-		return nil, fmt.Errorf("publisher channel: %w", err)
-	}
-	if err := ch.Confirm(false); err != nil {
-		_ = ch.Close()
-		return nil, fmt.Errorf("publisher confirm mode: %w", err)
-	}
-	p.returns = ch.NotifyReturn(make(chan amqp.Return, p.returnsCap))
-	p.ch = ch
-	return ch, nil
+	p := &Publisher{}
+	p.ch = NewKeptChannel(conn, "publisher", func(ch *amqp.Channel) error {
+		if err := ch.Confirm(false); err != nil {
+			return fmt.Errorf("confirm mode: %w", err)
+		}
+		p.returns = ch.NotifyReturn(make(chan amqp.Return, maxBatch+16))
+		return nil
+	})
+	return p
 }
 
 // Publish sends every message and waits for its confirm. It returns one
@@ -76,7 +62,7 @@ func (p *Publisher) Publish(ctx context.Context, out []Outgoing) []error {
 	if len(out) == 0 {
 		return errs
 	}
-	ch, err := p.channel(ctx)
+	ch, err := p.ch.Get(ctx)
 	if err != nil {
 		for i := range errs {
 			errs[i] = err
@@ -137,9 +123,6 @@ drain:
 			break drain
 		}
 	}
-	if p.ch.IsClosed() {
-		p.ch = nil // the next Publish opens a fresh channel
-	}
 	return errs
 }
 
@@ -165,9 +148,4 @@ func distinctMessageIDs(out []Outgoing) map[string]bool {
 }
 
 // Close closes the publisher's channel.
-func (p *Publisher) Close() {
-	if p.ch != nil {
-		_ = p.ch.Close()
-		p.ch = nil
-	}
-}
+func (p *Publisher) Close() { p.ch.Close() }

@@ -361,11 +361,7 @@ func (r *Relay) passOnPool(ctx context.Context) (int, error, error) {
 func (r *Relay) declareExchange(ctx context.Context) bool {
 	dctx, cancel := context.WithTimeout(ctx, 10*time.Second)
 	defer cancel()
-	conn, err := r.cfg.Broker.Get(dctx)
-	if err != nil {
-		return false
-	}
-	ch, err := conn.Channel()
+	ch, err := r.cfg.Broker.Channel(dctx)
 	if err == nil {
 		err = ch.ExchangeDeclare(r.cfg.Exchange, amqp.ExchangeTopic, true, false, false, false, nil)
 		_ = ch.Close()

@@ -33,40 +33,24 @@ type mark struct {
 // closed before tx.commit-ok, by a dead daemon, rolls them back).
 type txChannel struct {
 	conn *broker.Conn
-	ch   *amqp.Channel
+	tx   *broker.KeptChannel // in tx mode
 }
 
-func (c *txChannel) channel(ctx context.Context) (*amqp.Channel, error) {
-	if c.ch != nil && !c.ch.IsClosed() {
-		return c.ch, nil
-	}
-	conn, err := c.conn.Get(ctx)
-	if err != nil {
-		return nil, err
-	}
-	ch, err := conn.Channel()
-	if err != nil {
-		return nil, fmt.Errorf("replay: channel: %w", err)
-	}
-	if err := ch.Tx(); err != nil {
-		_ = ch.Close()
-		return nil, fmt.Errorf("replay: tx.select: %w", err)
-	}
-	c.ch = ch
-	return ch, nil
+func newTxChannel(conn *broker.Conn) *txChannel {
+	return &txChannel{conn: conn, tx: broker.NewKeptChannel(conn, "replay", func(ch *amqp.Channel) error {
+		if err := ch.Tx(); err != nil {
+			return fmt.Errorf("tx.select: %w", err)
+		}
+		return nil
+	})}
 }
 
-func (c *txChannel) close() {
-	if c.ch != nil {
-		_ = c.ch.Close()
-		c.ch = nil
-	}
-}
+func (c *txChannel) close() { c.tx.Close() }
 
 // declareJournal declares the replay's journal queue (durable, expiring
 // when unused).
 func (c *txChannel) declareJournal(ctx context.Context, id uuid.UUID) error {
-	ch, err := c.channel(ctx)
+	ch, err := c.tx.Get(ctx)
 	if err != nil {
 		return err
 	}
@@ -82,13 +66,9 @@ func (c *txChannel) declareJournal(ctx context.Context, id uuid.UUID) error {
 // lastMark reads the journal's marks and returns the furthest (nil when
 // empty); the marks stay until clearJournal.
 func (c *txChannel) lastMark(ctx context.Context, id uuid.UUID) (*mark, error) {
-	conn, err := c.conn.Get(ctx)
+	ch, err := c.conn.Channel(ctx) // a plain channel: basic.get outside the transaction
 	if err != nil {
-		return nil, err
-	}
-	ch, err := conn.Channel() // a plain channel: basic.get outside the transaction
-	if err != nil {
-		return nil, fmt.Errorf("replay: channel: %w", err)
+		return nil, fmt.Errorf("replay: %w", err)
 	}
 	defer ch.Close()
 	var last *mark
@@ -117,13 +97,9 @@ func (c *txChannel) lastMark(ctx context.Context, id uuid.UUID) (*mark, error) {
 // unacknowledged, those recorded are acked, and closing the channel puts
 // the others back.
 func (c *txChannel) clearJournal(ctx context.Context, id uuid.UUID, upTo uuid.UUID) error {
-	conn, err := c.conn.Get(ctx)
+	ch, err := c.conn.Channel(ctx)
 	if err != nil {
-		return err
-	}
-	ch, err := conn.Channel()
-	if err != nil {
-		return fmt.Errorf("replay: channel: %w", err)
+		return fmt.Errorf("replay: %w", err)
 	}
 	defer ch.Close()
 	for {
@@ -146,11 +122,7 @@ func (c *txChannel) clearJournal(ctx context.Context, id uuid.UUID, upTo uuid.UU
 
 // deleteJournal removes a finished replay's journal.
 func (c *txChannel) deleteJournal(ctx context.Context, id uuid.UUID) {
-	conn, err := c.conn.Get(ctx)
-	if err != nil {
-		return
-	}
-	ch, err := conn.Channel()
+	ch, err := c.conn.Channel(ctx)
 	if err != nil {
 		return
 	}
@@ -162,7 +134,7 @@ func (c *txChannel) deleteJournal(ctx context.Context, id uuid.UUID) {
 // committed both. check runs before tx.commit: its error rolls the
 // transaction back (the channel is closed) and is returned.
 func (c *txChannel) publish(ctx context.Context, id uuid.UUID, out []broker.Outgoing, m mark, check func() error) error {
-	ch, err := c.channel(ctx)
+	ch, err := c.tx.Get(ctx)
 	if err != nil {
 		return err
 	}

@@ -259,7 +259,7 @@ func (r *Runner) held(ctx context.Context) error {
 func (r *Runner) work(ctx context.Context) error {
 	r.active.Store(true)
 	defer r.active.Store(false)
-	pub := &txChannel{conn: r.cfg.Broker}
+	pub := newTxChannel(r.cfg.Broker)
 	defer pub.close()
 	for {
 		if err := r.held(ctx); err != nil {

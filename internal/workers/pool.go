@@ -209,13 +209,9 @@ func (p *Pool) Config() PoolConfig { return p.cfg }
 // channel of its own (the workers declare them again whenever they
 // connect).
 func (p *Pool) DeclareTopology(ctx context.Context) error {
-	conn, err := p.deps.Consume.Get(ctx)
+	ch, err := p.deps.Consume.Channel(ctx)
 	if err != nil {
-		return err
-	}
-	ch, err := conn.Channel()
-	if err != nil {
-		return fmt.Errorf("workers: pool %s: open channel: %w", p.cfg.Name, err)
+		return fmt.Errorf("workers: pool %s: %w", p.cfg.Name, err)
 	}
 	defer func() { _ = ch.Close() }()
 	if err := p.cfg.Topology.Declare(ch); err != nil {

@@ -54,13 +54,9 @@ func (p *Pool) keepSession(fetchCtx context.Context, log *slog.Logger, session f
 // are the ids of the workers the session serves, for the pause
 // bookkeeping; name tells the session's consumer tags apart.
 func (p *Pool) session(fetchCtx context.Context, name string, prefetch int, workers []int, start func(ch *amqp.Channel) consumeFunc) error {
-	conn, err := p.deps.Consume.Get(fetchCtx)
+	ch, err := p.deps.Consume.Channel(fetchCtx)
 	if err != nil {
 		return err
-	}
-	ch, err := conn.Channel()
-	if err != nil {
-		return fmt.Errorf("open channel: %w", err)
 	}
 	defer func() { _ = ch.Close() }()
 	closed := ch.NotifyClose(make(chan *amqp.Error, 1))
