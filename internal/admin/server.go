@@ -4,12 +4,10 @@ import (
 	"cmp"
 	"context"
 	"crypto/tls"
-	"crypto/x509"
 	"errors"
 	"fmt"
 	"log/slog"
 	"net"
-	"os"
 	"runtime/debug"
 	"strings"
 	"time"
@@ -325,13 +323,9 @@ func loadTLS(cfg TLSConfig) (*tls.Config, error) {
 		Certificates: []tls.Certificate{cert},
 	}
 	if cfg.ClientCAFile != "" {
-		pem, err := os.ReadFile(cfg.ClientCAFile)
+		pool, err := config.LoadCertPool(cfg.ClientCAFile)
 		if err != nil {
-			return nil, fmt.Errorf("tls: error reading client_ca_file: %w", err)
-		}
-		pool := x509.NewCertPool()
-		if !pool.AppendCertsFromPEM(pem) {
-			return nil, fmt.Errorf("tls: no PEM certificate in client_ca_file %s", cfg.ClientCAFile)
+			return nil, fmt.Errorf("tls: client_ca_file: %w", err)
 		}
 		tlsConfig.ClientCAs = pool
 		tlsConfig.ClientAuth = tls.RequireAndVerifyClientCert

@@ -2,12 +2,10 @@ package config
 
 import (
 	"crypto/tls"
-	"crypto/x509"
 	"fmt"
 	"maps"
 	"net/http"
 	"net/url"
-	"os"
 	"regexp"
 	"slices"
 	"strings"
@@ -194,12 +192,8 @@ func (v *validator) remoteTLS(p string, t *RemoteTLSConfig) {
 		}
 	}
 	if t.CAFile != "" {
-		data, err := os.ReadFile(t.CAFile)
-		switch {
-		case err != nil:
+		if _, err := LoadCertPool(t.CAFile); err != nil {
 			v.ps.add(p+".ca_file", "%v", err)
-		case !x509.NewCertPool().AppendCertsFromPEM(data):
-			v.ps.add(p+".ca_file", "no PEM certificate found in %q", t.CAFile)
 		}
 	}
 }

@@ -2,7 +2,6 @@ package config
 
 import (
 	"crypto/tls"
-	"crypto/x509"
 	"errors"
 	"fmt"
 	"net"
@@ -196,12 +195,8 @@ func (v *validator) tls() {
 		}
 	}
 	if t.ClientCAFile != "" {
-		data, err := os.ReadFile(t.ClientCAFile)
-		switch {
-		case err != nil:
-			v.ps.add(p+".client_ca_file", "cannot read: %v", err)
-		case !x509.NewCertPool().AppendCertsFromPEM(data):
-			v.ps.add(p+".client_ca_file", "no PEM certificate found in %q", t.ClientCAFile)
+		if _, err := LoadCertPool(t.ClientCAFile); err != nil {
+			v.ps.add(p+".client_ca_file", "%v", err)
 		}
 	}
 }

@@ -3,11 +3,9 @@ package remote
 import (
 	"context"
 	"crypto/tls"
-	"crypto/x509"
 	"errors"
 	"fmt"
 	"net/http"
-	"os"
 	"slices"
 	"sync/atomic"
 	"time"
@@ -20,6 +18,7 @@ import (
 
 	"github.com/platformd/platformd/consumer"
 	"github.com/platformd/platformd/internal/batchscope"
+	"github.com/platformd/platformd/internal/config"
 	"github.com/platformd/platformd/internal/metrics"
 	"github.com/platformd/platformd/internal/sqlhandler"
 )
@@ -151,13 +150,9 @@ func tlsConfig(cfg Config) (*tls.Config, error) {
 	}
 	c := &tls.Config{MinVersion: tls.VersionTLS12}
 	if cfg.CAFile != "" {
-		pem, err := os.ReadFile(cfg.CAFile)
+		pool, err := config.LoadCertPool(cfg.CAFile)
 		if err != nil {
 			return nil, fmt.Errorf("tls ca_file: %w", err)
-		}
-		pool := x509.NewCertPool()
-		if !pool.AppendCertsFromPEM(pem) {
-			return nil, fmt.Errorf("tls ca_file %s: no PEM certificate", cfg.CAFile)
 		}
 		c.RootCAs = pool
 	}
