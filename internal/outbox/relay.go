@@ -367,7 +367,11 @@ func (r *Relay) declareExchange(ctx context.Context) bool {
 		_ = ch.Close()
 	}
 	if err != nil {
-		r.log.WarnContext(ctx, "outbox: declare exchange", slog.String("exchange", r.cfg.Exchange), slog.Any("error", err))
+		// A broker not reached in time is the next publish's to report
+		// (and a stopping relay's to keep quiet about).
+		if dctx.Err() == nil {
+			r.log.WarnContext(ctx, "outbox: declare exchange", slog.String("exchange", r.cfg.Exchange), slog.Any("error", err))
+		}
 		return false
 	}
 	return true
