@@ -638,9 +638,15 @@ func TestConnectSessionSettings(t *testing.T) {
 	defer db.Close()
 	tx, err := db.Begin(ctx)
 	require.NoError(t, err)
+	defer func() { _ = tx.Rollback(ctx) }() // before db.Close: a failed wait must not leave the pool waiting on tx
 	_, err = tx.Exec(ctx, `INSERT INTO processed_event VALUES (gen_random_uuid(), now())`)
 	require.NoError(t, err)
-	time.Sleep(600 * time.Millisecond)
+	pid := tx.Conn().PgConn().PID()
+	require.Eventually(t, func() bool { // the server ends the idle session
+		var n int
+		require.NoError(t, b.db.QueryRow(ctx, `SELECT count(*) FROM pg_stat_activity WHERE pid = $1`, pid).Scan(&n))
+		return n == 0
+	}, 10*time.Second, 20*time.Millisecond, "the session idle in its transaction was not ended by the server")
 	require.Error(t, tx.Commit(ctx))
 	require.Equal(t, 0, b.count(t, `SELECT count(*) FROM processed_event`))
 }

@@ -80,6 +80,8 @@ type Lease struct {
 	mu    sync.Mutex
 	held  bool
 	until time.Time // local deadline (monotonic), valid while held
+
+	testSignals TestSignals
 }
 
 // New returns a Lease not held.
@@ -308,6 +310,8 @@ func (l *Lease) Run(ctx context.Context, work func(ctx context.Context)) {
 			if ctx.Err() != nil {
 				return
 			}
+		case err == nil:
+			l.testSignals.TurnedAway.Signal(struct{}{})
 		}
 		t := time.NewTimer(l.cfg.RetryEvery)
 		select {

@@ -151,6 +151,14 @@ func (b *bundle) bind(key string) {
 // relay returns a started relay on the bundle, stopped in cleanup.
 func (b *bundle) relay(mod func(*Config)) *Relay {
 	b.t.Helper()
+	return b.relayWith(mod, nil)
+}
+
+// relayWith is relay with before called on the relay and its control
+// session before either starts: where a test initialises the test
+// signals it waits on.
+func (b *bundle) relayWith(mod func(*Config), before func(*Relay, *session.Session)) *Relay {
+	b.t.Helper()
 	cfg := Config{
 		Service: "svc", DB: b.db, Broker: b.broker, Exchange: b.exchange,
 		Poll: 200 * time.Millisecond, LockRetry: 100 * time.Millisecond,
@@ -171,6 +179,9 @@ func (b *bundle) relay(mod func(*Config)) *Relay {
 	r, err := New(cfg)
 	require.NoError(b.t, err)
 	ctl.Subscribe(Channel, func(context.Context, session.Querier, string) { r.Wake() })
+	if before != nil {
+		before(r, ctl)
+	}
 	require.NoError(b.t, ctl.Start(context.Background()))
 	require.NoError(b.t, r.Start(context.Background()))
 	b.t.Cleanup(ctl.Stop)

@@ -16,7 +16,9 @@ import (
 	"github.com/platformd/platformd/consumer"
 	"github.com/platformd/platformd/internal/envelope"
 	"github.com/platformd/platformd/internal/metrics"
+	"github.com/platformd/platformd/internal/session"
 	"github.com/platformd/platformd/internal/startstop"
+	"github.com/platformd/platformd/internal/testsignal"
 )
 
 func TestRelayLifecycle(t *testing.T) {
@@ -171,9 +173,16 @@ func TestRelayWakesOnNotify(t *testing.T) {
 	b := setup(t)
 	ctx := context.Background()
 	deliveries := b.consume()
-	r := b.relay(func(c *Config) { c.Poll = time.Hour })
+	// The relay may take its lease and make its first pass on the pool
+	// before the control session LISTENs: a notification sent before the
+	// LISTEN is lost, and with this poll nothing else would wake it.
+	var listening *testsignal.Signal[struct{}]
+	r := b.relayWith(func(c *Config) { c.Poll = time.Hour }, func(_ *Relay, ctl *session.Session) {
+		listening = &ctl.TestSignals().Listening
+		listening.Init(t)
+	})
 	waitFor(t, 10*time.Second, "the relay to become active", r.Active)
-	time.Sleep(100 * time.Millisecond) // let it reach its wait
+	listening.WaitOrTimeout() // the control session LISTENs
 	for i := range 3 {
 		start := time.Now()
 		var id uuid.UUID
@@ -293,8 +302,12 @@ func TestRelayOneActive(t *testing.T) {
 	waitFor(t, 10*time.Second, "the first relay to become active", r1.Active)
 	// A second service entry on the same database: the outbox table is
 	// the database's, so it stands by too.
-	r2 := b.relay(func(c *Config) { c.Service = "svc-alias" })
-	time.Sleep(300 * time.Millisecond) // three lock retries
+	r2 := b.relayWith(func(c *Config) { c.Service = "svc-alias" }, func(r *Relay, _ *session.Session) {
+		r.lease.TestSignals().TurnedAway.Init(t)
+	})
+	for range 3 { // three tries of the second relay, each turned away
+		r2.lease.TestSignals().TurnedAway.WaitOrTimeout()
+	}
 	require.False(t, r2.Active(), "one active relay per database")
 
 	publish := func(k int) []string {
