@@ -15,6 +15,7 @@ import (
 	"google.golang.org/grpc/status"
 
 	adminv1 "github.com/platformd/platformd/api/gen/platform/admin/v1"
+	"github.com/platformd/platformd/internal/lease"
 )
 
 // scale sets the volumes: -short for a quick run.
@@ -394,21 +395,39 @@ func (c *chaos) pauseAndPurge() {
 // runPurge calls RunPurge. A refusal because another daemon is purging the
 // service is reported as refused; other Unavailable answers (a database
 // session just terminated) are retried for a few seconds.
+//
+// A call whose daemon dies under it (pauseAndPurge SIGKILLs b while the
+// purges run; on a loaded machine b can still be purging) leaves the dead
+// run's purge lease in the database until it expires, and every purge of
+// the service is refused meanwhile, the restarted daemon's included: after
+// such a failure a refusal is retried too, until the lease has had time to
+// expire (lease.TTLDefault: the chaos config sets no other), so that the
+// purge the test asked for does run (seen on a fresh machine: none ran, and
+// the seeded rows beyond the horizon were left).
 func (c *chaos) runPurge(d *daemon, svc string, dry bool) (*adminv1.PurgeRun, bool, error) {
 	deadline := time.Now().Add(10 * time.Second)
+	interrupted := false
 	for {
 		ctx, cancel := c.e.adminCtx()
 		resp, err := d.adminClient().RunPurge(ctx, &adminv1.RunPurgeRequest{Service: svc, DryRun: dry})
 		cancel()
 		if err == nil {
+			if interrupted {
+				c.logf("RunPurge %s on %s ran once the interrupted run's lease expired", svc, d.name)
+			}
 			return resp.GetRun(), false, nil
 		}
 		st := status.Convert(err)
-		if st.Code() == codes.Unavailable && strings.Contains(st.Message(), "already running") {
+		refused := st.Code() == codes.Unavailable && strings.Contains(st.Message(), "already running")
+		if refused && !interrupted {
 			return nil, true, nil
 		}
 		if st.Code() != codes.Unavailable || time.Now().After(deadline) {
 			return nil, false, err
+		}
+		if !refused && !interrupted {
+			interrupted = true
+			deadline = time.Now().Add(lease.TTLDefault + 10*time.Second)
 		}
 		c.logf("RunPurge %s on %s: %s; retrying", svc, d.name, st.Message())
 		time.Sleep(300 * time.Millisecond)
