@@ -34,6 +34,8 @@ import (
 	adminv1 "github.com/platformd/platformd/api/gen/platform/admin/v1"
 	"github.com/platformd/platformd/examples/shop"
 	"github.com/platformd/platformd/internal/envelope"
+	"github.com/platformd/platformd/internal/lease"
+	"github.com/platformd/platformd/internal/scheduler"
 	"github.com/platformd/platformd/internal/testdb"
 )
 
@@ -498,6 +500,17 @@ func TestAdminAcrossDaemons(t *testing.T) {
 	defer db.Close()
 	_, err = db.Exec(context.Background(), `INSERT INTO processed_event SELECT gen_random_uuid(), now() - interval '2 hours' FROM generate_series(1, 30)`)
 	require.NoError(t, err)
+	// While another holder has the purge lease (as a daemon killed mid-purge
+	// leaves it until it expires), RunPurge is refused, naming the holder.
+	other, err := lease.New(lease.Config{Name: scheduler.PurgeLockName("stock"), Holder: "gone:1:dead", TTL: time.Minute, DB: db})
+	require.NoError(t, err)
+	took, err := other.TryAcquire(ctx)
+	require.NoError(t, err)
+	require.True(t, took)
+	_, err = cliA.RunPurge(ctx, &adminv1.RunPurgeRequest{Service: "stock"})
+	require.Equal(t, codes.Unavailable, status.Code(err))
+	require.Contains(t, status.Convert(err).Message(), "a purge of stock is already running (held by gone:1:dead; free in ")
+	require.NoError(t, other.Release(ctx))
 	run, err := cliB.RunPurge(ctx, &adminv1.RunPurgeRequest{Service: "stock"})
 	require.NoError(t, err)
 	require.EqualValues(t, 30, run.GetRun().GetDeleted())

@@ -250,7 +250,10 @@ func (b *backend) RunPurge(ctx context.Context, name string, dryRun bool, actor 
 	}
 	r, err := sched.RunNow(ctx, name, dryRun, actor) // the service's own scheduler: it knows name
 	b.auditPurge(ctx, s, dryRun, actor, r, err)
+	var held *scheduler.PurgeInProgressError
 	switch {
+	case errors.As(err, &held) && held.Holder != "":
+		return admin.PurgeRun{}, fmt.Errorf("%w: a purge of %s is already running (%s)", admin.ErrUnavailable, name, held.Detail())
 	case errors.Is(err, scheduler.ErrPurgeInProgress):
 		return admin.PurgeRun{}, fmt.Errorf("%w: a purge of %s is already running", admin.ErrUnavailable, name)
 	case err != nil:

@@ -192,6 +192,37 @@ func (l *Lease) Fence(ctx context.Context, tx Querier) (bool, error) {
 	return ok, nil
 }
 
+// Holding is who holds a lease, by the database's clock.
+type Holding struct {
+	// Holder is the holder's name (Config.Holder).
+	Holder string
+	// ExpiresIn is how long the lease lasts unless its holder renews it:
+	// a live holder renews every TTL/3, a dead one (SIGKILL, a lost
+	// host) keeps it until then.
+	ExpiresIn time.Duration
+}
+
+// Current reports who holds the lease now; ok is false when nobody does
+// (free, released or expired). It is for telling an operator who has the
+// work and for how long, not for deciding who may do it: the answer can
+// be stale as soon as it is read (TryAcquire decides).
+func (l *Lease) Current(ctx context.Context) (Holding, bool, error) {
+	var row holdingRow
+	var ok bool
+	err := l.cfg.DoFunc(ctx, func(ctx context.Context, q Querier) error {
+		var err error
+		row, ok, err = currentLease.Find(ctx, q, l.params())
+		return err
+	})
+	if err != nil {
+		return Holding{}, false, fmt.Errorf("lease %s: current: %w", l.cfg.Name, err)
+	}
+	if !ok {
+		return Holding{}, false, nil
+	}
+	return Holding{Holder: row.holder, ExpiresIn: time.Duration(row.leftMsec) * time.Millisecond}, true, nil
+}
+
 // Release gives the lease up (only if this holder has it), so that
 // another may take it at once. It runs even when ctx is done.
 func (l *Lease) Release(ctx context.Context) error {

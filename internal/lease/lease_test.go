@@ -206,6 +206,47 @@ func TestLeaseReleaseHandsOver(t *testing.T) {
 
 }
 
+// TestLeaseCurrent: another holder, refused, can tell who has the lease and
+// how long it lasts unless renewed; nobody once it is released.
+func TestLeaseCurrent(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	db := newDB(t)
+	a, err := lease.New(lease.Config{Name: "x", Holder: "a", TTL: time.Minute, DB: db})
+	require.NoError(t, err)
+	b, err := lease.New(lease.Config{Name: "x", Holder: "b", TTL: time.Minute, DB: db})
+	require.NoError(t, err)
+	_, ok, err := b.Current(ctx)
+	require.NoError(t, err)
+	require.False(t, ok, "a lease nobody took has no holder")
+
+	ok, err = a.TryAcquire(ctx)
+	require.NoError(t, err)
+	require.True(t, ok)
+	h, ok, err := b.Current(ctx)
+	require.NoError(t, err)
+	require.True(t, ok)
+	require.Equal(t, "a", h.Holder)
+	require.Greater(t, h.ExpiresIn, 50*time.Second)
+	require.LessOrEqual(t, h.ExpiresIn, time.Minute)
+
+	require.NoError(t, a.Release(ctx))
+	_, ok, err = b.Current(ctx)
+	require.NoError(t, err)
+	require.False(t, ok, "a released lease has no holder")
+
+	// An expired lease has none either, though its row is still there.
+	short, err := lease.New(lease.Config{Name: "y", Holder: "a", TTL: 100 * time.Millisecond, DB: db})
+	require.NoError(t, err)
+	ok, err = short.TryAcquire(ctx)
+	require.NoError(t, err)
+	require.True(t, ok)
+	require.Eventually(t, func() bool {
+		_, ok, err := short.Current(ctx)
+		return err == nil && !ok
+	}, 5*time.Second, 20*time.Millisecond, "an expired lease still has a holder")
+}
+
 // TestLeaseFence: a true Fence keeps the lease its holder's until the
 // fencing transaction ends, even past its expiry: a take-over waits for
 // the transaction; after it, the old holder's Fence is false. Without the

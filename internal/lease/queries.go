@@ -26,6 +26,16 @@ func leaseArgs(p leaseParams) []any { return []any{p.Name, p.Holder, p.TTLMillis
 
 func holderArgs(p leaseParams) []any { return []any{p.Name, p.Holder} }
 
+func nameArgs(p leaseParams) []any { return []any{p.Name} }
+
+// holdingRow is a row of currentLease.
+type holdingRow struct {
+	holder   string
+	leftMsec int64
+}
+
+func (r *holdingRow) dest() []any { return []any{&r.holder, &r.leftMsec} }
+
 // acquireLease takes the lease when it is free, expired or already ours; it
 // returns a row only when this holder has it.
 var acquireLease = query.NewRow("lease.acquire", `INSERT INTO platform.lease AS l (name, holder, expires_at, acquired_at, renewed_at)
@@ -47,6 +57,12 @@ WHERE name = $1 AND holder = $2 AND expires_at > clock_timestamp()`, leaseArgs)
 // waits for the caller's transaction to end.
 var fenceLease = query.NewRow("lease.fence", `SELECT true FROM platform.lease
 WHERE name = $1 AND holder = $2 AND expires_at > clock_timestamp() FOR SHARE`, holderArgs, query.Column[bool])
+
+// currentLease returns the lease's holder and the milliseconds its row has
+// left, while it has not expired.
+var currentLease = query.NewRow("lease.current", `SELECT holder,
+	ceil(extract(epoch FROM expires_at - clock_timestamp()) * 1000)::bigint
+FROM platform.lease WHERE name = $1 AND expires_at > clock_timestamp()`, nameArgs, (*holdingRow).dest)
 
 // releaseLease gives the lease up, only if this holder has it.
 var releaseLease = query.NewExec("lease.release", `DELETE FROM platform.lease WHERE name = $1 AND holder = $2`, holderArgs)

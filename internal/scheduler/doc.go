@@ -15,30 +15,30 @@
 // # One purger per service
 //
 // Every run, scheduled or asked for with RunNow, first takes the service's
-// purge lock: a session-level PostgreSQL advisory lock,
+// purge lease, the row 'platformd.purge.<service>' of platform.lease (package
+// lease), by the database's clock: held for the run, renewed every TTL/3
+// (ServiceConfig.LeaseTTL, default lease.TTLDefault), and released after it.
+// Unlike a session advisory lock it holds no connection between its
+// statements (they run on the daemon's control session when ControlFunc is
+// set), so it works through a transaction-mode pooler. A run that does not
+// get the lease is skipped (a debug log) when scheduled, and fails through
+// RunNow with a *PurgeInProgressError (errors.Is ErrPurgeInProgress) that
+// names the holder and how long its lease lasts unless renewed. If a daemon
+// dies mid-run, its lease stays until it expires, and every purge of the
+// service is refused until then, on every daemon, the restarted one's
+// included (its holder name is new).
 //
-//	pg_try_advisory_lock(hashtextextended('platformd.purge.<service>', 0))
-//
-// on a connection acquired from the service's pool and held for the run,
-// then released with pg_advisory_unlock before the connection goes back to
-// the pool. Should the unlock fail, the connection is closed instead, so a
-// session lock never outlives its run on a pooled connection. If the daemon
-// dies, its session ends and PostgreSQL frees the lock. A run that does not
-// get the lock is skipped (a debug log) when scheduled, and fails with
-// ErrPurgeInProgress through RunNow. Because the service's pool must lend
-// one connection for the lock and one for the purge, New refuses a pool
-// smaller than two.
-//
-// The lock is taken inside the job rather than through gocron's
+// The lease is taken inside the job rather than through gocron's
 // WithDistributedJobLocker: gocron turns every Lock error into a silent skip
 // (a database outage would look like another daemon purging), releases the
 // lock with the job's context (already cancelled at shutdown), and does not
 // cover RunNow. Taking it inside the one function both paths call gives them
 // the same rule and the same errors.
 //
-// The lock is an optimisation, not the guarantee. gocron's own locker does
+// The lease is an optimisation, not the guarantee. gocron's own locker does
 // not promise one run per period across instances (upstream issue 841), and
-// a lock can be lost with its connection while the purge goes on. The purge
+// a holder cut off from the database can lose its lease while a chunk of
+// its purge is still running (each chunk checks the lease before it starts). The purge
 // itself (dedup.Purge) stays correct when runs overlap: its cutoff is
 // computed by the database clock, and each chunk takes its rows FOR UPDATE
 // SKIP LOCKED, so overlapping runs share the rows and each row is deleted

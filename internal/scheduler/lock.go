@@ -25,20 +25,35 @@ func (s *Scheduler) purgeLease(svc *ServiceConfig) (*lease.Lease, error) {
 	return l, nil
 }
 
-// withPurgeLease runs fn under service's purge lease: ok is false (and fn
-// not run) when another holder has it. fn's context ends when the lease
-// is lost (not renewed in time): every chunk of the purge runs under it,
-// so a purger that lost its lease deletes nothing more. The lease is
-// released after fn, even when ctx ended.
-func (s *Scheduler) withPurgeLease(ctx context.Context, svc *ServiceConfig, fn func(ctx context.Context)) (bool, error) {
+// withPurgeLease runs fn under service's purge lease, or returns a
+// *PurgeInProgressError (fn not run) when another holder has it. fn's
+// context ends when the lease is lost (not renewed in time): every chunk
+// of the purge runs under it, so a purger that lost its lease deletes
+// nothing more. The lease is released after fn, even when ctx ended.
+func (s *Scheduler) withPurgeLease(ctx context.Context, svc *ServiceConfig, fn func(ctx context.Context)) error {
 	l, err := s.purgeLease(svc)
 	if err != nil {
-		return false, err
+		return err
 	}
 	ok, err := l.TryAcquire(ctx)
-	if err != nil || !ok {
-		return false, err
+	if err != nil {
+		return err
+	}
+	if !ok {
+		return heldElsewhere(ctx, svc.Name, l)
 	}
 	l.Keep(ctx, fn)
-	return true, nil
+	return nil
+}
+
+// heldElsewhere is the refusal of a purge whose lease another holder has,
+// naming that holder when it can be read: who it is tells an operator
+// whether to wait (a live daemon purging) or for how long (a dead one's
+// lease running out). A failed read only loses the detail.
+func heldElsewhere(ctx context.Context, service string, l *lease.Lease) error {
+	e := &PurgeInProgressError{Service: service}
+	if h, ok, err := l.Current(ctx); err == nil && ok {
+		e.Holder, e.ExpiresIn = h.Holder, h.ExpiresIn
+	}
+	return e
 }

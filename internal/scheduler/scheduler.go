@@ -46,12 +46,46 @@ var (
 	ErrUnknownService = errors.New("unknown service")
 	// ErrPurgeInProgress is RunNow's error when another run of the service
 	// (on this daemon or another one sharing the database) holds its purge
-	// lock.
+	// lease; the error is a *PurgeInProgressError.
 	ErrPurgeInProgress = errors.New("purge already in progress")
 	// ErrStopped is the error of Start and RunNow after Stop; it is
 	// startstop.ErrStopped too (errors.Is).
 	ErrStopped = fmt.Errorf("scheduler: %w", startstop.ErrStopped)
 )
+
+// PurgeInProgressError is RunNow's error when another holder has the
+// service's purge lease: errors.Is(err, ErrPurgeInProgress). Holder and
+// ExpiresIn are empty when the lease was free again by the time it was
+// read.
+type PurgeInProgressError struct {
+	// Service is the service whose purge was refused.
+	Service string
+	// Holder is the lease's holder: "<daemon>:<host>:<pid>:<random>".
+	Holder string
+	// ExpiresIn is how long the lease lasts unless its holder renews it: a
+	// live holder renews it every TTL/3; a dead one (SIGKILL) frees it then.
+	ExpiresIn time.Duration
+}
+
+// Error names the holder when known.
+func (e *PurgeInProgressError) Error() string {
+	if e.Holder == "" {
+		return fmt.Sprintf("scheduler: purge %s: %v", e.Service, ErrPurgeInProgress)
+	}
+	return fmt.Sprintf("scheduler: purge %s: %v (%s)", e.Service, ErrPurgeInProgress, e.Detail())
+}
+
+// Detail says who holds the lease and for how long, for an operator: empty
+// when unknown.
+func (e *PurgeInProgressError) Detail() string {
+	if e.Holder == "" {
+		return ""
+	}
+	return fmt.Sprintf("held by %s; free in %s if that holder is gone", e.Holder, e.ExpiresIn.Round(100*time.Millisecond))
+}
+
+// Unwrap makes errors.Is(err, ErrPurgeInProgress) true.
+func (e *PurgeInProgressError) Unwrap() error { return ErrPurgeInProgress }
 
 // ServiceConfig is one service whose processed_event table is purged.
 type ServiceConfig struct {
@@ -318,8 +352,8 @@ func (s *Scheduler) enter() bool {
 // name for the logs (an admin token's name, never a secret), is not stored.
 // ctx bounds the run; Stop cancels it too.
 //
-// Errors: ErrUnknownService; ErrPurgeInProgress when another run holds the
-// service's purge lock (no run is recorded); ErrStopped after Stop. When the
+// Errors: ErrUnknownService; a *PurgeInProgressError (ErrPurgeInProgress)
+// when another run holds the service's purge lease (no run is recorded); ErrStopped after Stop. When the
 // run itself fails, the recorded run is returned with the error; when it was
 // cancelled, the error wraps ctx's error.
 func (s *Scheduler) RunNow(ctx context.Context, service string, dryRun bool, actor string) (state.PurgeRun, error) {
@@ -359,15 +393,16 @@ func (s *Scheduler) scheduledPurge(ctx context.Context, svc *ServiceConfig) {
 func (s *Scheduler) purge(ctx context.Context, svc *ServiceConfig, trigger string, dryRun bool, actor string) (state.PurgeRun, error) {
 	var run state.PurgeRun
 	var runErr error
-	ok, err := s.withPurgeLease(ctx, svc, func(lctx context.Context) {
+	err := s.withPurgeLease(ctx, svc, func(lctx context.Context) {
 		run, runErr = s.purgeLeased(lctx, svc, trigger, dryRun, actor)
 	})
-	if err != nil {
+	var held *PurgeInProgressError
+	switch {
+	case errors.As(err, &held):
+		return state.PurgeRun{}, err
+	case err != nil:
 		s.logFailure(ctx, trigger, "scheduler: purge not started", slog.String("service", svc.Name), slog.Any("error", err))
 		return state.PurgeRun{}, fmt.Errorf("scheduler: purge %s: %w", svc.Name, err)
-	}
-	if !ok {
-		return state.PurgeRun{}, fmt.Errorf("scheduler: purge %s: %w", svc.Name, ErrPurgeInProgress)
 	}
 	return run, runErr
 }

@@ -198,6 +198,14 @@ func TestRunNowErrors(t *testing.T) {
 
 	_, err = s.RunNow(ctx, "stock", false, "ops")
 	require.ErrorIs(t, err, scheduler.ErrPurgeInProgress)
+	// The refusal names the holder and how long its lease lasts, so an
+	// operator knows what to wait for.
+	var held *scheduler.PurgeInProgressError
+	require.ErrorAs(t, err, &held)
+	require.Equal(t, "other", held.Holder)
+	require.Greater(t, held.ExpiresIn, 50*time.Second)
+	require.LessOrEqual(t, held.ExpiresIn, time.Minute)
+	require.Contains(t, err.Error(), "held by other; free in ")
 	_, err = s.RunNow(ctx, "stock", true, "ops")
 	require.ErrorIs(t, err, scheduler.ErrPurgeInProgress)
 	require.Equal(t, 0, b.count(t, `SELECT count(*) FROM platform.purge_run`), "a skipped run is not recorded")
