@@ -1,9 +1,7 @@
 package broker
 
 import (
-	"context"
 	"errors"
-	"log/slog"
 	"testing"
 	"time"
 
@@ -16,10 +14,7 @@ import (
 // transactions rely on a reopened channel being in its mode.
 func TestKeptChannelReopensAndSetsUpAgain(t *testing.T) {
 	t.Parallel()
-	conn := NewConn([]string{amqpURL()}, "test-kept-channel", nil, slog.New(slog.DiscardHandler))
-	defer conn.Close()
-	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
-	defer cancel()
+	conn, ctx := localConn(t, "test-kept-channel")
 
 	setups := 0
 	k := NewKeptChannel(conn, "test", func(ch *amqp.Channel) error {
@@ -62,10 +57,7 @@ func TestKeptChannelReopensAndSetsUpAgain(t *testing.T) {
 // A setup that fails closes its channel and names the KeptChannel.
 func TestKeptChannelSetupError(t *testing.T) {
 	t.Parallel()
-	conn := NewConn([]string{amqpURL()}, "test-kept-channel-setup", nil, slog.New(slog.DiscardHandler))
-	defer conn.Close()
-	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
-	defer cancel()
+	conn, ctx := localConn(t, "test-kept-channel-setup")
 
 	refused := errors.New("refused")
 	var opened *amqp.Channel

@@ -1,8 +1,11 @@
 package broker
 
 import (
+	"context"
+	"log/slog"
 	"os"
 	"testing"
+	"time"
 
 	"go.uber.org/goleak"
 )
@@ -19,4 +22,15 @@ func amqpURL() string {
 		return u
 	}
 	return "amqp://guest:guest@127.0.0.1:5672/"
+}
+
+// localConn returns a Conn named name to the test broker, closed when the
+// test ends, and a context bounding the test's broker calls (30 s).
+func localConn(t *testing.T, name string) (*Conn, context.Context) {
+	t.Helper()
+	conn := NewConn([]string{amqpURL()}, name, nil, slog.New(slog.DiscardHandler))
+	t.Cleanup(conn.Close)
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	t.Cleanup(cancel)
+	return conn, ctx
 }

@@ -1,8 +1,6 @@
 package broker
 
 import (
-	"context"
-	"log/slog"
 	"testing"
 	"time"
 
@@ -17,10 +15,7 @@ import (
 // CPU holding their deliveries, and the daemon never stopped).
 func TestPublisherReturnsWhenItsChannelDies(t *testing.T) {
 	t.Parallel()
-	conn := NewConn([]string{amqpURL()}, "test-publisher-dies", nil, slog.New(slog.DiscardHandler))
-	defer conn.Close()
-	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
-	defer cancel()
+	conn, ctx := localConn(t, "test-publisher-dies")
 	c, err := conn.Get(ctx)
 	require.NoError(t, err)
 	setup, err := c.Channel()

@@ -174,6 +174,14 @@ func TestLeaseTakeoverAfterKill(t *testing.T) {
 	require.Equal(t, []string{"a", "b"}, holders(t, db))
 }
 
+// newLease returns holder's Lease of name, its statements run on db.
+func newLease(t *testing.T, db *pgxpool.Pool, name, holder string, life time.Duration) *lease.Lease {
+	t.Helper()
+	l, err := lease.New(lease.Config{Name: name, Holder: holder, TTL: life, DB: db})
+	require.NoError(t, err)
+	return l
+}
+
 // TestLeaseReleaseHandsOver: a holder that stops releases; the standby
 // takes the lease at its next try, well before the TTL; a renewal of a
 // lease another holds fails.
@@ -181,10 +189,7 @@ func TestLeaseReleaseHandsOver(t *testing.T) {
 	t.Parallel()
 	ctx := context.Background()
 	db := newDB(t)
-	a, err := lease.New(lease.Config{Name: "x", Holder: "a", TTL: time.Minute, DB: db})
-	require.NoError(t, err)
-	b, err := lease.New(lease.Config{Name: "x", Holder: "b", TTL: time.Minute, DB: db})
-	require.NoError(t, err)
+	a, b := newLease(t, db, "x", "a", time.Minute), newLease(t, db, "x", "b", time.Minute)
 	ok, err := a.TryAcquire(ctx)
 	require.NoError(t, err)
 	require.True(t, ok)
@@ -212,10 +217,7 @@ func TestLeaseCurrent(t *testing.T) {
 	t.Parallel()
 	ctx := context.Background()
 	db := newDB(t)
-	a, err := lease.New(lease.Config{Name: "x", Holder: "a", TTL: time.Minute, DB: db})
-	require.NoError(t, err)
-	b, err := lease.New(lease.Config{Name: "x", Holder: "b", TTL: time.Minute, DB: db})
-	require.NoError(t, err)
+	a, b := newLease(t, db, "x", "a", time.Minute), newLease(t, db, "x", "b", time.Minute)
 	_, ok, err := b.Current(ctx)
 	require.NoError(t, err)
 	require.False(t, ok, "a lease nobody took has no holder")
@@ -236,8 +238,7 @@ func TestLeaseCurrent(t *testing.T) {
 	require.False(t, ok, "a released lease has no holder")
 
 	// An expired lease has none either, though its row is still there.
-	short, err := lease.New(lease.Config{Name: "y", Holder: "a", TTL: 100 * time.Millisecond, DB: db})
-	require.NoError(t, err)
+	short := newLease(t, db, "y", "a", 100*time.Millisecond)
 	ok, err = short.TryAcquire(ctx)
 	require.NoError(t, err)
 	require.True(t, ok)
@@ -256,10 +257,7 @@ func TestLeaseFence(t *testing.T) {
 	t.Parallel()
 	ctx := context.Background()
 	db := newDB(t)
-	a, err := lease.New(lease.Config{Name: "fence", Holder: "a", TTL: 300 * time.Millisecond, DB: db})
-	require.NoError(t, err)
-	b, err := lease.New(lease.Config{Name: "fence", Holder: "b", TTL: time.Minute, DB: db})
-	require.NoError(t, err)
+	a, b := newLease(t, db, "fence", "a", 300*time.Millisecond), newLease(t, db, "fence", "b", time.Minute)
 	ok, err := a.TryAcquire(ctx)
 	require.NoError(t, err)
 	require.True(t, ok)
