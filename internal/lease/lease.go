@@ -29,8 +29,6 @@ import (
 	"strconv"
 	"sync"
 	"time"
-
-	"github.com/jackc/pgx/v5/pgconn"
 )
 
 // Defaults of Config.
@@ -139,14 +137,12 @@ func (l *Lease) margin() time.Duration { return l.cfg.TTL / 5 }
 // holder's, and reports whether this holder now holds it.
 func (l *Lease) TryAcquire(ctx context.Context) (bool, error) {
 	sent := time.Now()
-	var ok bool
-	err := l.cfg.DoFunc(ctx, func(ctx context.Context, q Querier) error {
-		var err error
-		_, ok, err = acquireLease.Find(ctx, q, l.params())
-		return err
+	ok, err := do(ctx, l, "acquire", func(ctx context.Context, q Querier, p leaseParams) (bool, error) {
+		_, ok, err := acquireLease.Find(ctx, q, p)
+		return ok, err
 	})
 	if err != nil {
-		return false, fmt.Errorf("lease %s: acquire: %w", l.cfg.Name, err)
+		return false, err
 	}
 	if !ok {
 		l.setHeld(false, time.Time{})
@@ -160,14 +156,9 @@ func (l *Lease) TryAcquire(ctx context.Context) (bool, error) {
 // this holder's. An error leaves the local deadline as it was.
 func (l *Lease) Renew(ctx context.Context) (bool, error) {
 	sent := time.Now()
-	var tag pgconn.CommandTag
-	err := l.cfg.DoFunc(ctx, func(ctx context.Context, q Querier) error {
-		var err error
-		tag, err = renewLease.Run(ctx, q, l.params())
-		return err
-	})
+	tag, err := do(ctx, l, "renew", renewLease.Run)
 	if err != nil {
-		return false, fmt.Errorf("lease %s: renew: %w", l.cfg.Name, err)
+		return false, err
 	}
 	if tag.RowsAffected() == 0 {
 		l.setHeld(false, time.Time{})
@@ -207,18 +198,15 @@ type Holding struct {
 // work and for how long, not for deciding who may do it: the answer can
 // be stale as soon as it is read (TryAcquire decides).
 func (l *Lease) Current(ctx context.Context) (Holding, bool, error) {
-	var row holdingRow
-	var ok bool
-	err := l.cfg.DoFunc(ctx, func(ctx context.Context, q Querier) error {
-		var err error
-		row, ok, err = currentLease.Find(ctx, q, l.params())
-		return err
+	row, err := do(ctx, l, "current", func(ctx context.Context, q Querier, p leaseParams) (*holdingRow, error) {
+		r, ok, err := currentLease.Find(ctx, q, p)
+		if !ok {
+			return nil, err
+		}
+		return &r, err
 	})
-	if err != nil {
-		return Holding{}, false, fmt.Errorf("lease %s: current: %w", l.cfg.Name, err)
-	}
-	if !ok {
-		return Holding{}, false, nil
+	if err != nil || row == nil {
+		return Holding{}, false, err
 	}
 	return Holding{Holder: row.holder, ExpiresIn: time.Duration(row.leftMsec) * time.Millisecond}, true, nil
 }
@@ -229,14 +217,23 @@ func (l *Lease) Release(ctx context.Context) error {
 	l.setHeld(false, time.Time{})
 	ctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), releaseTimeout)
 	defer cancel()
+	_, err := do(ctx, l, "release", releaseLease.Run)
+	return err
+}
+
+// do runs one of the lease's statements through DoFunc with the lease's
+// params, its error named after the lease and what it did.
+func do[R any](ctx context.Context, l *Lease, what string, stmt func(context.Context, Querier, leaseParams) (R, error)) (R, error) {
+	var r R
 	err := l.cfg.DoFunc(ctx, func(ctx context.Context, q Querier) error {
-		_, err := releaseLease.Run(ctx, q, l.params())
+		var err error
+		r, err = stmt(ctx, q, l.params())
 		return err
 	})
 	if err != nil {
-		return fmt.Errorf("lease %s: release: %w", l.cfg.Name, err)
+		return r, fmt.Errorf("lease %s: %s: %w", l.cfg.Name, what, err)
 	}
-	return nil
+	return r, nil
 }
 
 // params are the lease's statements' params.
