@@ -252,10 +252,8 @@ func (b *backend) RunPurge(ctx context.Context, name string, dryRun bool, actor 
 	b.auditPurge(ctx, s, dryRun, actor, r, err)
 	var held *scheduler.PurgeInProgressError
 	switch {
-	case errors.As(err, &held) && held.Holder != "":
-		return admin.PurgeRun{}, fmt.Errorf("%w: a purge of %s is already running (%s)", admin.ErrUnavailable, name, held.Detail())
-	case errors.Is(err, scheduler.ErrPurgeInProgress):
-		return admin.PurgeRun{}, fmt.Errorf("%w: a purge of %s is already running", admin.ErrUnavailable, name)
+	case errors.As(err, &held):
+		return admin.PurgeRun{}, fmt.Errorf("%w: %s", admin.ErrUnavailable, held.Reason())
 	case err != nil:
 		return purgeRun(r), unavailable(err)
 	}

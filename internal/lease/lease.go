@@ -198,14 +198,12 @@ type Holding struct {
 // work and for how long, not for deciding who may do it: the answer can
 // be stale as soon as it is read (TryAcquire decides).
 func (l *Lease) Current(ctx context.Context) (Holding, bool, error) {
-	row, err := do(ctx, l, "current", func(ctx context.Context, q Querier, p leaseParams) (*holdingRow, error) {
-		r, ok, err := currentLease.Find(ctx, q, p)
-		if !ok {
-			return nil, err
-		}
-		return &r, err
+	// No row (nobody holds it) leaves row zero: a holder is never empty.
+	row, err := do(ctx, l, "current", func(ctx context.Context, q Querier, p leaseParams) (holdingRow, error) {
+		r, _, err := currentLease.Find(ctx, q, p)
+		return r, err
 	})
-	if err != nil || row == nil {
+	if err != nil || row.holder == "" {
 		return Holding{}, false, err
 	}
 	return Holding{Holder: row.holder, ExpiresIn: time.Duration(row.leftMsec) * time.Millisecond}, true, nil

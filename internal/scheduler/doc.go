@@ -38,8 +38,8 @@
 // The lease is an optimisation, not the guarantee. gocron's own locker does
 // not promise one run per period across instances (upstream issue 841), and
 // a holder cut off from the database can lose its lease while a chunk of
-// its purge is still running (each chunk checks the lease before it starts). The purge
-// itself (dedup.Purge) stays correct when runs overlap: its cutoff is
+// its purge is still running (each chunk checks the lease before it
+// starts). The purge itself (dedup.Purge) stays correct when runs overlap: its cutoff is
 // computed by the database clock, and each chunk takes its rows FOR UPDATE
 // SKIP LOCKED, so overlapping runs share the rows and each row is deleted
 // once.

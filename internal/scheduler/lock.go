@@ -53,7 +53,7 @@ func (s *Scheduler) withPurgeLease(ctx context.Context, svc *ServiceConfig, fn f
 func heldElsewhere(ctx context.Context, service string, l *lease.Lease) error {
 	e := &PurgeInProgressError{Service: service}
 	if h, ok, err := l.Current(ctx); err == nil && ok {
-		e.Holder, e.ExpiresIn = h.Holder, h.ExpiresIn
+		e.Holding = h
 	}
 	return e
 }

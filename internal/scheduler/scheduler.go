@@ -54,34 +54,26 @@ var (
 )
 
 // PurgeInProgressError is RunNow's error when another holder has the
-// service's purge lease: errors.Is(err, ErrPurgeInProgress). Holder and
-// ExpiresIn are empty when the lease was free again by the time it was
-// read.
+// service's purge lease: errors.Is(err, ErrPurgeInProgress). The Holding
+// (holder "<daemon>:<host>:<pid>:<random>") is zero when the lease was
+// free again by the time it was read.
 type PurgeInProgressError struct {
 	// Service is the service whose purge was refused.
 	Service string
-	// Holder is the lease's holder: "<daemon>:<host>:<pid>:<random>".
-	Holder string
-	// ExpiresIn is how long the lease lasts unless its holder renews it: a
-	// live holder renews it every TTL/3; a dead one (SIGKILL) frees it then.
-	ExpiresIn time.Duration
+	lease.Holding
 }
 
-// Error names the holder when known.
-func (e *PurgeInProgressError) Error() string {
-	if e.Holder == "" {
-		return fmt.Sprintf("scheduler: purge %s: %v", e.Service, ErrPurgeInProgress)
-	}
-	return fmt.Sprintf("scheduler: purge %s: %v (%s)", e.Service, ErrPurgeInProgress, e.Detail())
-}
+// Error is Reason, for the logs.
+func (e *PurgeInProgressError) Error() string { return "scheduler: " + e.Reason() }
 
-// Detail says who holds the lease and for how long, for an operator: empty
-// when unknown.
-func (e *PurgeInProgressError) Detail() string {
+// Reason is the refusal as an operator reads it: which purge, and who
+// holds its lease for how long, when known.
+func (e *PurgeInProgressError) Reason() string {
+	msg := "a purge of " + e.Service + " is already running"
 	if e.Holder == "" {
-		return ""
+		return msg
 	}
-	return fmt.Sprintf("held by %s; free in %s if that holder is gone", e.Holder, e.ExpiresIn.Round(100*time.Millisecond))
+	return fmt.Sprintf("%s (held by %s; free in %s if that holder is gone)", msg, e.Holder, e.ExpiresIn.Round(100*time.Millisecond))
 }
 
 // Unwrap makes errors.Is(err, ErrPurgeInProgress) true.
@@ -353,8 +345,8 @@ func (s *Scheduler) enter() bool {
 // ctx bounds the run; Stop cancels it too.
 //
 // Errors: ErrUnknownService; a *PurgeInProgressError (ErrPurgeInProgress)
-// when another run holds the service's purge lease (no run is recorded); ErrStopped after Stop. When the
-// run itself fails, the recorded run is returned with the error; when it was
+// when another run holds the service's purge lease (no run is recorded);
+// ErrStopped after Stop. When the run itself fails, the recorded run is returned with the error; when it was
 // cancelled, the error wraps ctx's error.
 func (s *Scheduler) RunNow(ctx context.Context, service string, dryRun bool, actor string) (state.PurgeRun, error) {
 	svc, ok := s.services[service]
@@ -396,9 +388,8 @@ func (s *Scheduler) purge(ctx context.Context, svc *ServiceConfig, trigger strin
 	err := s.withPurgeLease(ctx, svc, func(lctx context.Context) {
 		run, runErr = s.purgeLeased(lctx, svc, trigger, dryRun, actor)
 	})
-	var held *PurgeInProgressError
 	switch {
-	case errors.As(err, &held):
+	case errors.Is(err, ErrPurgeInProgress):
 		return state.PurgeRun{}, err
 	case err != nil:
 		s.logFailure(ctx, trigger, "scheduler: purge not started", slog.String("service", svc.Name), slog.Any("error", err))
