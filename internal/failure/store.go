@@ -1,0 +1,261 @@
+package failure
+
+import (
+	"context"
+	"crypto/sha256"
+	"encoding/hex"
+	"encoding/json"
+	"fmt"
+	"time"
+
+	"github.com/google/uuid"
+	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgxpool"
+
+	"github.com/platformd/platformd/internal/dbutil"
+	"github.com/platformd/platformd/internal/query"
+)
+
+// Store reads and writes one service database's failures. It is safe for
+// concurrent use.
+type Store struct {
+	db *pgxpool.Pool
+}
+
+// NewStore returns the store of the service database db.
+func NewStore(db *pgxpool.Pool) *Store { return &Store{db: db} }
+
+// DB returns the service database the store is over.
+func (s *Store) DB() *pgxpool.Pool { return s.db }
+
+// Entry is one delivery's failure as the workers write it.
+type Entry struct {
+	// FailureID is the row the delivery's copy settles (its x-failure-id,
+	// or the open row an ordered pool matched it to); uuid.Nil for a
+	// first failure.
+	FailureID uuid.UUID
+	Pool      string
+	// EventID is uuid.Nil when the body did not decode.
+	EventID               uuid.UUID
+	EventName, RoutingKey string
+	Headers               map[string]any
+	Body                  []byte
+	// Reason is one of broker.Reason… or Reason…; State is the row's
+	// state after this write (StateFailed, StateParked, StateRetrying).
+	Reason, State string
+	Error         string
+	Handler       string
+	Attempt       int
+	// SequenceKey is the pool's partition_key value ("": none).
+	SequenceKey string
+}
+
+// Written is what Write made of one entry: its row's id and the row's
+// state after the write (a row already resolved or discarded keeps that
+// state, and only counts the copy).
+type Written struct {
+	ID    uuid.UUID
+	State string
+}
+
+// Key returns the failure key of a message of pool: its event id, or the
+// body's SHA-256 when it has none, so that copies of one failure are one
+// row.
+func Key(eventID uuid.UUID, body []byte) string {
+	if eventID != uuid.Nil {
+		return eventID.String()
+	}
+	sum := sha256.Sum256(body)
+	return "sha256:" + hex.EncodeToString(sum[:])
+}
+
+// Write stores entries in one transaction and returns what became of each,
+// in order. A copy of a failure already stored (same pool and key, or the
+// row its FailureID names) updates that row: copies counted, reason,
+// error, attempt and state replaced, unless the row is resolved or
+// discarded (then only the copy is counted). Nothing is stored when it
+// fails: the caller must not ack.
+func (s *Store) Write(ctx context.Context, entries []Entry) ([]Written, error) {
+	if len(entries) == 0 {
+		return nil, nil
+	}
+	out, err := dbutil.WithTxV(ctx, s.db, dbutil.ReadCommitted, func(ctx context.Context, tx pgx.Tx) ([]Written, error) {
+		out := make([]Written, len(entries))
+		for i := range entries {
+			w, err := write(ctx, tx, &entries[i])
+			if err != nil {
+				return nil, err
+			}
+			out[i] = w
+		}
+		return out, nil
+	})
+	if err != nil {
+		return nil, fmt.Errorf("failure: write %d: %w", len(entries), err)
+	}
+	return out, nil
+}
+
+// write stores one entry in tx.
+func write(ctx context.Context, tx pgx.Tx, e *Entry) (Written, error) {
+	headers, err := json.Marshal(jsonHeaders(e.Headers))
+	if err != nil {
+		return Written{}, fmt.Errorf("headers of %s: %w", e.EventID, err)
+	}
+	p := writeParams{Entry: e, Headers: headers, Fingerprint: Fingerprint(e.Error)}
+	if e.FailureID != uuid.Nil {
+		w, found, err := updateByID.Find(ctx, tx, p)
+		if err != nil || found {
+			return w, err
+		}
+		// The row is gone (past retention) or the header was not ours: a
+		// first failure, then.
+	}
+	p.ID = uuid.Must(uuid.NewV7())
+	p.Key = Key(e.EventID, e.Body)
+	return upsert.One(ctx, tx, p)
+}
+
+type writeParams struct {
+	*Entry
+	ID          uuid.UUID
+	Key         string
+	Headers     []byte
+	Fingerprint string
+}
+
+func (w *Written) dest() []any { return []any{&w.ID, &w.State} }
+
+func nullUUID(id uuid.UUID) any {
+	if id == uuid.Nil {
+		return nil
+	}
+	return id
+}
+
+func nullText(s string) any {
+	if s == "" {
+		return nil
+	}
+	return s
+}
+
+var upsert = query.NewRow("failure.upsert", `INSERT INTO platform.failed_event AS f
+	(id, pool, failure_key, event_id, event_name, routing_key, headers, body, reason, error, fingerprint,
+	 handler, attempt, sequence_key, state)
+	VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12, $13, $14, $15)
+	ON CONFLICT (pool, failure_key) DO UPDATE SET
+		copies = f.copies + 1,
+		updated_at = now(),
+		reason = CASE WHEN f.state IN ('resolved', 'discarded') THEN f.reason ELSE EXCLUDED.reason END,
+		error = CASE WHEN f.state IN ('resolved', 'discarded') THEN f.error ELSE EXCLUDED.error END,
+		fingerprint = CASE WHEN f.state IN ('resolved', 'discarded') THEN f.fingerprint ELSE EXCLUDED.fingerprint END,
+		handler = CASE WHEN f.state IN ('resolved', 'discarded') THEN f.handler ELSE EXCLUDED.handler END,
+		attempt = CASE WHEN f.state IN ('resolved', 'discarded') THEN f.attempt ELSE EXCLUDED.attempt END,
+		headers = CASE WHEN f.state IN ('resolved', 'discarded') THEN f.headers ELSE EXCLUDED.headers END,
+		failed_at = CASE WHEN f.state IN ('resolved', 'discarded') THEN f.failed_at ELSE now() END,
+		state = CASE WHEN f.state IN ('resolved', 'discarded') THEN f.state ELSE EXCLUDED.state END
+	RETURNING id, state`,
+	func(p writeParams) []any {
+		return []any{p.ID, p.Pool, p.Key, nullUUID(p.EventID), p.EventName, p.RoutingKey, p.Headers, p.Body, p.Reason,
+			p.Error, p.Fingerprint, p.Handler, p.Attempt, nullText(p.SequenceKey), p.State}
+	}, (*Written).dest)
+
+// updateByID settles the row a copy carried the id of; a resolved or
+// discarded row stays so, and is returned as it is.
+var updateByID = query.NewRow("failure.update_by_id", `WITH u AS (
+		UPDATE platform.failed_event SET state = $2, reason = $3, error = $4, fingerprint = $5, handler = $6,
+			attempt = $7, headers = $8, failed_at = now(), updated_at = now()
+		WHERE id = $1 AND state NOT IN ('resolved', 'discarded')
+		RETURNING id, state)
+	SELECT id, state FROM u
+	UNION ALL
+	SELECT id, state FROM platform.failed_event WHERE id = $1 AND NOT EXISTS (SELECT 1 FROM u)`,
+	func(p writeParams) []any {
+		return []any{p.FailureID, p.State, p.Reason, p.Error, p.Fingerprint, p.Handler, p.Attempt, p.Headers}
+	}, (*Written).dest)
+
+// jsonHeaders makes AMQP header values JSON-friendly: times as RFC 3339,
+// nested tables as objects; byte slices as text when they are UTF-8.
+func jsonHeaders(h map[string]any) map[string]any {
+	out := make(map[string]any, len(h))
+	for k, v := range h {
+		out[k] = jsonValue(v)
+	}
+	return out
+}
+
+func jsonValue(v any) any {
+	switch x := v.(type) {
+	case time.Time:
+		return x.UTC().Format(time.RFC3339Nano)
+	case map[string]any:
+		return jsonHeaders(x)
+	case []any:
+		out := make([]any, len(x))
+		for i := range x {
+			out[i] = jsonValue(x[i])
+		}
+		return out
+	case []byte:
+		return string(x)
+	}
+	return v
+}
+
+// Open is an unresolved row of an ordered pool's key: failed, parked or
+// retrying.
+type Open struct {
+	ID          uuid.UUID
+	SequenceKey string
+	EventID     uuid.UUID
+	State       string
+}
+
+func (o *Open) dest() []any { return []any{&o.ID, &o.SequenceKey, &o.EventID, &o.State} }
+
+type openParams struct {
+	Pool string
+	Keys []string
+}
+
+var openRows = query.NewRows("failure.open", `SELECT id, sequence_key, coalesce(event_id, '00000000-0000-0000-0000-000000000000'), state
+	FROM platform.failed_event
+	WHERE pool = $1 AND sequence_key = ANY($2) AND state IN ('failed', 'parked', 'retrying')
+	ORDER BY sequence_key, id`,
+	func(p openParams) []any { return []any{p.Pool, p.Keys} }, (*Open).dest)
+
+// OpenRows returns the unresolved rows of pool's keys, by key then id
+// (arrival order): one indexed lookup, the ordered pools' check per batch.
+func (s *Store) OpenRows(ctx context.Context, pool string, keys []string) ([]Open, error) {
+	rows, err := openRows.All(ctx, s.db, openParams{Pool: pool, Keys: keys})
+	if err != nil {
+		return nil, fmt.Errorf("failure: open rows of %s: %w", pool, err)
+	}
+	return rows, nil
+}
+
+type resolveParams struct {
+	IDs []uuid.UUID
+	By  string
+}
+
+var resolve = query.NewExec("failure.resolve", `UPDATE platform.failed_event
+	SET state = 'resolved', resolved_at = now(), resolved_by = $2, updated_at = now()
+	WHERE id = ANY($1) AND state IN ('failed', 'parked', 'retrying')`,
+	func(p resolveParams) []any { return []any{p.IDs, p.By} })
+
+// Resolve marks the rows ids resolved by by, through q: the dedup step
+// calls it in the transaction that applies their copies (or finds them
+// duplicates), so a row is resolved exactly when, and only if, that
+// transaction commits. Rows already resolved or discarded are left as
+// they are.
+func Resolve(ctx context.Context, q query.Querier, ids []uuid.UUID, by string) error {
+	if len(ids) == 0 {
+		return nil
+	}
+	if _, err := resolve.Run(ctx, q, resolveParams{IDs: ids, By: by}); err != nil {
+		return fmt.Errorf("failure: resolve %d: %w", len(ids), err)
+	}
+	return nil
+}
