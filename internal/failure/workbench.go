@@ -111,6 +111,10 @@ type RetryRequest struct {
 	Rate int
 	// DryRun counts the selection and stores nothing.
 	DryRun bool
+	// OverrideBeyondHorizon sends the copies with
+	// x-beyond-horizon-override: true, letting beyond_horizon failures
+	// through the guard (the operator's deliberate choice).
+	OverrideBeyondHorizon bool
 }
 
 // Retry is one server-side retry.
@@ -120,6 +124,8 @@ type Retry struct {
 	Filter Filter
 	Canary int
 	Rate   int
+	// OverrideBeyondHorizon is the request's.
+	OverrideBeyondHorizon bool
 	// Selected is the size of the frozen selection; Sent how many copies
 	// went out; Resolved how many of the selection are resolved since;
 	// FailedAgain how many failed again after their copy was sent.
