@@ -318,15 +318,15 @@ func (b *bundle) queueDepth(name string) int {
 
 // storedFailure is a row of platform.failed_event as the tests read it.
 type storedFailure struct {
-	ID                                uuid.UUID
-	Pool, EventName, RoutingKey       string
-	EventID                           *uuid.UUID
-	Headers                           map[string]any
-	Body                              []byte
-	Reason, Error, Handler, State     string
-	Attempt, Copies                   int
-	FirstFailedAt, FailedAt           time.Time
-	SequenceKey                       *string
+	ID                            uuid.UUID
+	Pool, EventName, RoutingKey   string
+	EventID                       *uuid.UUID
+	Headers                       map[string]any
+	Body                          []byte
+	Reason, Error, Handler, State string
+	Attempt, Copies               int
+	FirstFailedAt, FailedAt       time.Time
+	SequenceKey                   *string
 }
 
 // getFailed reads every row of the pool's failure store, oldest first.
