@@ -12,6 +12,7 @@ import (
 	"github.com/platformd/platformd/consumer"
 	"github.com/platformd/platformd/internal/broker"
 	"github.com/platformd/platformd/internal/dedup"
+	"github.com/platformd/platformd/internal/failure"
 	"github.com/platformd/platformd/internal/envelope"
 	"github.com/platformd/platformd/internal/metrics"
 )
@@ -124,16 +125,19 @@ func TestDecideTurnsResultsIntoSettlements(t *testing.T) {
 			want: settlement{kind: settleAck, outcome: metrics.OutcomeDuplicate, source: metrics.SourceRepublish}},
 		{name: "a failure with attempts left goes to the first delay queue",
 			res:  dedup.Result{Outcome: dedup.OutcomeFailed, Err: boom, Handler: "h"},
-			want: settlement{kind: settleRetry, attempt: 1, err: "h: boom", outcome: metrics.OutcomeRetried}},
+			want: settlement{kind: settleRetry, attempt: 1, err: "h: boom", handler: "h", outcome: metrics.OutcomeRetried}},
 		{name: "a failure of the first retry goes to the second delay queue",
 			attempt: 1, res: dedup.Result{Outcome: dedup.OutcomeFailed, Err: boom},
 			want: settlement{kind: settleRetry, attempt: 2, err: "boom", outcome: metrics.OutcomeRetried}},
-		{name: "a failure of the last attempt goes to the failure queue as retries_exhausted",
+		{name: "a failure of the last attempt goes to the failure store as retries_exhausted",
 			attempt: 2, res: dedup.Result{Outcome: dedup.OutcomeFailed, Err: boom, Handler: "h"},
-			want: settlement{kind: settleFail, reason: broker.ReasonRetriesExhausted, err: "h: boom", outcome: metrics.OutcomeFailed}},
-		{name: "a permanent failure goes to the failure queue at once",
+			want: settlement{kind: settleFail, reason: broker.ReasonRetriesExhausted, err: "h: boom", handler: "h", outcome: metrics.OutcomeFailed}},
+		{name: "a permanent failure goes to the failure store at once",
 			res:  dedup.Result{Outcome: dedup.OutcomeFailed, Err: consumer.Permanent(boom), Permanent: true, Handler: "h"},
-			want: settlement{kind: settleFail, reason: broker.ReasonPermanent, err: "h: boom", outcome: metrics.OutcomeFailed}},
+			want: settlement{kind: settleFail, reason: broker.ReasonPermanent, err: "h: boom", handler: "h", outcome: metrics.OutcomeFailed}},
+		{name: "an event parked behind its key's failure in the batch is stored parked",
+			res:  dedup.Result{Outcome: dedup.OutcomeParked},
+			want: settlement{kind: settlePark, reason: failure.ReasonParked, err: `parked: an earlier event of key "" failed in the same batch`, outcome: metrics.OutcomeRetried}},
 	}
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {
