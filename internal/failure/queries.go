@@ -259,3 +259,133 @@ func (c *Count) dest() []any { return []any{&c.Pool, &c.Reason, &c.State, &c.N} 
 
 var counts = query.NewRows[query.NoParams]("failure.counts", `SELECT pool, reason, state, count(*)
 	FROM platform.failed_event GROUP BY pool, reason, state ORDER BY pool, reason, state`, nil, (*Count).dest)
+
+// The retry runner.
+
+var anyOpenRetry = query.NewRow[query.NoParams]("failure.any_open_retry", `SELECT EXISTS (
+	SELECT 1 FROM platform.failure_retry WHERE state IN ('canary', 'running'))`, nil, query.Column[bool])
+
+// openRetry is the runner's view of the oldest open retry.
+type openRetry struct {
+	ID               uuid.UUID
+	State            string
+	Rate             int
+	Filter           []byte
+	UpdatedAt, DBNow time.Time
+}
+
+var nextOpenRetry = query.NewRow[query.NoParams]("failure.next_open_retry", `SELECT id, state, rate, filter, updated_at, now()
+	FROM platform.failure_retry WHERE state IN ('canary', 'running') ORDER BY created_at, id LIMIT 1`, nil,
+	func(r *openRetry) []any { return []any{&r.ID, &r.State, &r.Rate, &r.Filter, &r.UpdatedAt, &r.DBNow} })
+
+type phaseParams struct {
+	ID         uuid.UUID
+	CanaryOnly bool
+}
+
+func phaseArgs(p phaseParams) []any { return []any{p.ID, p.CanaryOnly} }
+
+var unsentPools = query.NewRows("failure.unsent_pools", `SELECT DISTINCT f.pool
+	FROM platform.failure_retry_item i JOIN platform.failed_event f ON f.id = i.failure_id
+	WHERE i.retry_id = $1 AND i.sent_at IS NULL AND (i.canary OR NOT $2)`, phaseArgs, query.Column[string])
+
+var unsentCount = query.NewRow("failure.unsent_count", `SELECT count(*) FROM platform.failure_retry_item
+	WHERE retry_id = $1 AND sent_at IS NULL AND (canary OR NOT $2)`, phaseArgs, query.Column[int64])
+
+type chunkParams struct {
+	ID         uuid.UUID
+	AfterSeq   int64
+	CanaryOnly bool
+	Pools      []string
+	Limit      int
+}
+
+// item is one item of a chunk with what its copy needs; Found is false
+// when the failure's row is gone (purged).
+type item struct {
+	Seq        int64
+	FailureID  uuid.UUID
+	Found      bool
+	Pool       string
+	State      string
+	EventID    uuid.UUID
+	RoutingKey string
+	Headers    []byte
+	Body       []byte
+	At         time.Time
+}
+
+// nextChunk reads the next unsent items of a retry's phase in seq order,
+// of the pools given (or whose row is gone), and the database's clock
+// before their copies are published.
+var nextChunk = query.NewRows("failure.next_chunk", `SELECT i.seq, i.failure_id, f.id IS NOT NULL, coalesce(f.pool, ''),
+		coalesce(f.state, ''), coalesce(f.event_id, '00000000-0000-0000-0000-000000000000'), coalesce(f.routing_key, ''),
+		coalesce(f.headers, '{}'), coalesce(f.edited_body, f.body, ''::bytea), now()
+	FROM platform.failure_retry_item i LEFT JOIN platform.failed_event f ON f.id = i.failure_id
+	WHERE i.retry_id = $1 AND i.seq > $2 AND i.sent_at IS NULL AND (i.canary OR NOT $3)
+		AND (f.id IS NULL OR f.pool = ANY($4))
+	ORDER BY i.seq LIMIT $5`,
+	func(p chunkParams) []any { return []any{p.ID, p.AfterSeq, p.CanaryOnly, p.Pools, p.Limit} },
+	func(r *item) []any {
+		return []any{&r.Seq, &r.FailureID, &r.Found, &r.Pool, &r.State, &r.EventID, &r.RoutingKey, &r.Headers, &r.Body, &r.At}
+	})
+
+type markParams struct {
+	ID   uuid.UUID
+	Seqs []int64
+	IDs  []uuid.UUID // the rows whose copies were published
+	At   time.Time   // the database's clock before they were
+	Sent int64
+}
+
+var markItemsSent = query.NewExec("failure.mark_items_sent", `UPDATE platform.failure_retry_item SET sent_at = $3
+	WHERE retry_id = $1 AND seq = ANY($2) AND sent_at IS NULL`,
+	func(p markParams) []any { return []any{p.ID, p.Seqs, p.At} })
+
+// markRetrying marks the rows whose copies went out retrying, unless their
+// copy's outcome is already in: resolved, or failed again after At.
+var markRetrying = query.NewExec("failure.mark_retrying", `UPDATE platform.failed_event
+	SET state = 'retrying', retry_id = $2, updated_at = now()
+	WHERE id = ANY($1) AND state IN ('failed', 'parked', 'retrying') AND failed_at <= $3`,
+	func(p markParams) []any { return []any{p.IDs, p.ID, p.At} })
+
+var addSent = query.NewRow("failure.add_sent", `UPDATE platform.failure_retry SET sent = sent + $2, updated_at = now()
+	WHERE id = $1 RETURNING state`,
+	func(p markParams) []any { return []any{p.ID, p.Sent} }, query.Column[string])
+
+// canaryOutcome counts the canary's rows still waiting for their copy's
+// outcome, and those that failed again after it.
+type canaryOutcome struct{ Pending, FailedAgain int64 }
+
+var canaryOutcomes = query.NewRow("failure.canary_outcome", `SELECT
+		count(*) FILTER (WHERE f.state = 'retrying' AND f.failed_at <= i.sent_at),
+		count(*) FILTER (WHERE f.state IN ('failed', 'retrying') AND f.failed_at > i.sent_at)
+	FROM platform.failure_retry_item i JOIN platform.failed_event f ON f.id = i.failure_id
+	WHERE i.retry_id = $1 AND i.canary AND i.sent_at IS NOT NULL`,
+	idArgs, func(r *canaryOutcome) []any { return []any{&r.Pending, &r.FailedAgain} })
+
+type moveParams struct {
+	ID       uuid.UUID
+	From, To string
+	Error    string
+}
+
+// moveRetry moves a retry from one state to another (finished_at set
+// when the new one is final); it returns false when the retry was no
+// longer in From (cancelled meanwhile).
+var moveRetry = query.NewRow("failure.move_retry", `UPDATE platform.failure_retry
+	SET state = $3, error = $4, updated_at = now(),
+		finished_at = CASE WHEN $3 IN ('done', 'canary_failed', 'cancelled') THEN now() END
+	WHERE id = $1 AND state = $2 RETURNING true`,
+	func(p moveParams) []any { return []any{p.ID, p.From, p.To, p.Error} }, query.Column[bool])
+
+type retryErrorParams struct {
+	ID    uuid.UUID
+	Error string
+}
+
+// setRetryError notes why a retry waits, leaving updated_at (its last
+// progress) as it is.
+var setRetryError = query.NewExec("failure.set_retry_error", `UPDATE platform.failure_retry SET error = $2
+	WHERE id = $1 AND state IN ('canary', 'running') AND error <> $2`,
+	func(p retryErrorParams) []any { return []any{p.ID, p.Error} })
