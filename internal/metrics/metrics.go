@@ -94,6 +94,8 @@ type Metrics struct {
 	Outbox OutboxMetrics
 	// Remote holds the remote handlers' collectors.
 	Remote RemoteMetrics
+	// Failures holds the failure store's collectors.
+	Failures FailureMetrics
 }
 
 // New creates the collectors on a fresh registry (with Go and process
@@ -129,6 +131,7 @@ func New() *Metrics {
 	}
 	m.Outbox = newOutboxMetrics(f)
 	m.Remote = newRemoteMetrics(f)
+	m.Failures = newFailureMetrics(f)
 	return m
 }
 

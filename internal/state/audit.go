@@ -37,6 +37,20 @@ const (
 	// AuditReplayCancel is a replay cancelled; Target is the producer
 	// service, Detail "replay", "published" and "was_running".
 	AuditReplayCancel = "replay.cancel"
+	// AuditFailureRetry is a server-side retry of stored failures created
+	// (not a dry run); Target is the filter's pool or "*", Detail "retry",
+	// "selected", "canary", "rate", "override_beyond_horizon", "filter".
+	AuditFailureRetry = "failure.retry"
+	// AuditFailureRetryCancel is a server-side retry cancelled; Target is
+	// "*", Detail "retry" and "sent".
+	AuditFailureRetryCancel = "failure.retry_cancel"
+	// AuditFailureDiscard is stored failures discarded; Target is the
+	// filter's pool or "*", Detail "count", "filter", "reason", "parked"
+	// (unspecified, release, discard) and "parked_behind".
+	AuditFailureDiscard = "failure.discard"
+	// AuditFailureEdit is a stored failure's body edited; Target is the
+	// failure's pool, Detail "failure", "reason" and "diff" (JSON Patch).
+	AuditFailureEdit = "failure.edit"
 )
 
 // ListAuditLimitDefault is the number of entries ListAudit returns when

@@ -1,0 +1,585 @@
+package failure
+
+import (
+	"bytes"
+	"cmp"
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"log/slog"
+	"slices"
+	"strings"
+	"sync/atomic"
+	"time"
+
+	"github.com/google/uuid"
+	"github.com/jackc/pgx/v5"
+	amqp "github.com/rabbitmq/amqp091-go"
+
+	"github.com/platformd/platformd/internal/broker"
+	"github.com/platformd/platformd/internal/dbutil"
+	"github.com/platformd/platformd/internal/lease"
+	"github.com/platformd/platformd/internal/query"
+	"github.com/platformd/platformd/internal/startstop"
+	"github.com/platformd/platformd/internal/testsignal"
+)
+
+// HeaderReplayRetryPrefix starts a retried copy's x-replay header:
+// "retry-failed:<retry id>".
+const HeaderReplayRetryPrefix = "retry-failed:"
+
+// RetryLeaseName is the runner's lease in platform.lease (package lease),
+// which lives in each service database: one runner per service database
+// sends its retries, whatever the number of daemons.
+const RetryLeaseName = "platformd.failure_retry"
+
+// Defaults of RunnerConfig.
+const (
+	// RunnerPollDefault is how often an idle runner looks for open
+	// retries, and how often a canary's outcome is read.
+	RunnerPollDefault = time.Second
+	// RunnerLockRetryDefault is how often a runner tries the lease another
+	// holds while a retry is open.
+	RunnerLockRetryDefault = time.Second
+	// RunnerLeaseTTLDefault is the lease's life after each renewal.
+	RunnerLeaseTTLDefault = lease.TTLDefault
+	// RunnerChunkEveryDefault is the time one chunk stands for at the
+	// retry's rate: a chunk is rate x RunnerChunkEvery copies (at most
+	// RunnerChunkMax), published and confirmed together, then marked sent
+	// in one transaction.
+	RunnerChunkEveryDefault = 500 * time.Millisecond
+	// RunnerChunkMax is the most copies of one chunk.
+	RunnerChunkMax = 1000
+	// RunnerUnhostedTimeoutDefault is how long a retry waits, with no
+	// progress, for a daemon hosting the pools of its unsent items before
+	// it is finished (done, its error naming what was not sent).
+	RunnerUnhostedTimeoutDefault = 10 * time.Minute
+	// runnerStopTimeout bounds how long Stop waits for the chunk in
+	// flight.
+	runnerStopTimeout = 10 * time.Second
+	markTimeout       = 10 * time.Second
+	publishTimeout    = 30 * time.Second
+)
+
+// Headers a retried copy drops: the attempt starts afresh, and the
+// broker's and the publisher's own bookkeeping is the previous copy's.
+var droppedHeaders = []string{broker.HeaderAttempt, broker.HeaderError, broker.HeaderFailureReason, broker.HeaderFailedAt,
+	"x-death", "x-delivery-count", "x-platformd-publish-id", broker.HeaderReplay, HeaderFailureID,
+	broker.HeaderBeyondHorizonOverride}
+
+// droppedHeaderPrefixes are the dead-lettering headers' prefixes.
+var droppedHeaderPrefixes = []string{"x-first-death-", "x-last-death-"}
+
+// RunnerConfig configures a Runner.
+type RunnerConfig struct {
+	// Store is the service database's failure store.
+	Store *Store
+	// Broker is the publishing connection.
+	Broker *broker.Conn
+	// QueueOf returns the queue of a pool this daemon hosts; false for a
+	// pool it does not host. A retry's items of pools not hosted here are
+	// left unsent for a daemon that hosts them: while only such items are
+	// left, the runner lets the lease go (so another daemon may take it)
+	// and notes why on the retry's error; after UnhostedTimeout with no
+	// progress the retry is finished (done) with an error naming how many
+	// copies were not sent and of which pools.
+	QueueOf func(pool string) (queue string, ok bool)
+	// Logger receives the runner's progress and faults.
+	Logger *slog.Logger
+	// Poll: see RunnerPollDefault. LockRetry: see RunnerLockRetryDefault.
+	Poll, LockRetry time.Duration
+	// LeaseTTL: see RunnerLeaseTTLDefault.
+	LeaseTTL time.Duration
+	// ChunkEvery: see RunnerChunkEveryDefault.
+	ChunkEvery time.Duration
+	// UnhostedTimeout: see RunnerUnhostedTimeoutDefault.
+	UnhostedTimeout time.Duration
+}
+
+// RunnerTestSignals are a runner's internal events that tests wait on
+// (package testsignal); production code never initialises them.
+type RunnerTestSignals struct {
+	// ChunkSent fires after a chunk was published and marked sent (value:
+	// the copies published).
+	ChunkSent testsignal.Signal[int]
+}
+
+// Runner sends the retries of one service database, oldest first: one
+// runner per database is active across daemons, the holder of the lease
+// RetryLeaseName, taken only while a retry is open. A retry resumes after
+// a restart from its items not yet marked sent. It follows startstop's
+// lifecycle and is safe for concurrent use.
+type Runner struct {
+	startstop.Base
+	cfg         RunnerConfig
+	log         *slog.Logger
+	lease       *lease.Lease
+	wake        chan struct{}
+	active      atomic.Bool
+	testSignals RunnerTestSignals
+}
+
+// NewRunner returns a stopped Runner.
+func NewRunner(cfg RunnerConfig) (*Runner, error) {
+	if cfg.Store == nil || cfg.Broker == nil || cfg.QueueOf == nil || cfg.Logger == nil {
+		return nil, errors.New("failure: runner needs a store, a broker, QueueOf and a logger")
+	}
+	cfg.Poll = cmp.Or(cfg.Poll, RunnerPollDefault)
+	cfg.LockRetry = cmp.Or(cfg.LockRetry, RunnerLockRetryDefault)
+	cfg.LeaseTTL = cmp.Or(cfg.LeaseTTL, RunnerLeaseTTLDefault)
+	cfg.ChunkEvery = cmp.Or(cfg.ChunkEvery, RunnerChunkEveryDefault)
+	cfg.UnhostedTimeout = cmp.Or(cfg.UnhostedTimeout, RunnerUnhostedTimeoutDefault)
+	l, err := lease.New(lease.Config{Name: RetryLeaseName, TTL: cfg.LeaseTTL, RetryEvery: cfg.LockRetry, DB: cfg.Store.db, Logger: cfg.Logger})
+	if err != nil {
+		return nil, fmt.Errorf("failure: runner: %w", err)
+	}
+	return &Runner{cfg: cfg, log: cfg.Logger, lease: l, wake: make(chan struct{}, 1)}, nil
+}
+
+// Start runs the runner in the background until Stop.
+func (r *Runner) Start(ctx context.Context) error {
+	return r.StartFunc(func() (func(), error) {
+		cancel, done := startstop.Go(ctx, r.run)
+		return func() {
+			cancel()
+			if !startstop.WaitDone(done, runnerStopTimeout) {
+				r.log.Warn("failure: retry runner still blocked on the broker; it ends with the broker connection")
+			}
+		}, nil
+	})
+}
+
+// Stop stops the runner; a chunk published and confirmed is marked sent
+// first. It releases the lease, so another daemon resumes at once. Safe to
+// call twice and before Start.
+func (r *Runner) Stop() { r.Base.Stop() }
+
+// Wake makes an idle runner look for open retries now (after
+// CreateRetry).
+func (r *Runner) Wake() {
+	select {
+	case r.wake <- struct{}{}:
+	default:
+	}
+}
+
+// Active reports whether this runner holds the lease and sends retries.
+func (r *Runner) Active() bool { return r.active.Load() }
+
+// TestSignals returns the runner's test signals, for tests only.
+func (r *Runner) TestSignals() *RunnerTestSignals { return &r.testSignals }
+
+var (
+	// errLeaseLost ends the work of a runner whose lease ended.
+	errLeaseLost = errors.New("failure: the retry runner's lease was lost")
+	// errUnhosted ends the work of a runner whose oldest retry has only
+	// items of pools it does not host left.
+	errUnhosted = errors.New("failure: the retry's remaining items are of pools not hosted here")
+)
+
+// run looks for open retries every Poll (or when woken) and, while there
+// are, campaigns for the lease and sends them under it.
+func (r *Runner) run(ctx context.Context) {
+	var backoff startstop.Backoff
+	for ctx.Err() == nil {
+		open, err := anyOpenRetry.One(ctx, r.cfg.Store.db, query.NoParams{})
+		if err == nil && !open {
+			backoff.Reset()
+			if !startstop.SleepOrWake(ctx, r.cfg.Poll, r.wake) {
+				return
+			}
+			continue
+		}
+		var ok bool
+		if err == nil {
+			ok, err = r.lease.TryAcquire(ctx)
+		}
+		if err == nil && !ok {
+			if !startstop.SleepOrWake(ctx, r.cfg.LockRetry, r.wake) {
+				return
+			}
+			continue
+		}
+		if err == nil {
+			r.lease.Keep(ctx, func(lctx context.Context) { err = r.work(lctx) })
+			switch {
+			case errors.Is(err, errUnhosted):
+				backoff.Reset()
+				if !startstop.Sleep(ctx, r.cfg.Poll) {
+					return
+				}
+				continue
+			case err == nil || errors.Is(err, errLeaseLost) || ctx.Err() != nil:
+				backoff.Reset()
+				continue
+			}
+		}
+		if ctx.Err() != nil {
+			return
+		}
+		wait := backoff.Next()
+		r.log.WarnContext(ctx, "failure: retry runner fault, starting again", slog.Any("error", err), slog.Duration("backoff", wait))
+		if !startstop.Sleep(ctx, wait) {
+			return
+		}
+	}
+}
+
+// held reports whether the lease is still held, checked before each
+// chunk: a runner whose lease may have expired publishes nothing more.
+func (r *Runner) held(ctx context.Context) error {
+	if err := ctx.Err(); err != nil {
+		if errors.Is(context.Cause(ctx), lease.ErrLost) {
+			return errLeaseLost
+		}
+		return err
+	}
+	if !r.lease.Held() {
+		return errLeaseLost
+	}
+	return nil
+}
+
+// work sends the open retries, oldest first, while the lease is held; it
+// returns nil when none is left.
+func (r *Runner) work(ctx context.Context) error {
+	r.active.Store(true)
+	defer r.active.Store(false)
+	pub := broker.NewPublisher(r.cfg.Broker, RunnerChunkMax)
+	defer pub.Close()
+	for {
+		if err := r.held(ctx); err != nil {
+			return err
+		}
+		rec, found, err := nextOpenRetry.Find(ctx, r.cfg.Store.db, query.NoParams{})
+		switch {
+		case err != nil:
+			return fmt.Errorf("failure: next retry: %w", err)
+		case !found:
+			return nil
+		}
+		if err := r.runOne(ctx, pub, rec); err != nil {
+			return err
+		}
+	}
+}
+
+// runOne sends one retry until it is done, its canary failed or it was
+// cancelled, or until a fault or the lease's loss (returned: the retry
+// resumes from its unsent items, here or elsewhere).
+func (r *Runner) runOne(ctx context.Context, pub *broker.Publisher, rec openRetry) error {
+	db := r.cfg.Store.db
+	log := r.log.With(slog.String("retry", rec.ID.String()))
+	var fj filterJSON
+	if err := json.Unmarshal(rec.Filter, &fj); err != nil {
+		return fmt.Errorf("failure: retry %s: filter: %w", rec.ID, err)
+	}
+	chunk := min(max(int(float64(rec.Rate)*r.cfg.ChunkEvery.Seconds()), 1), RunnerChunkMax)
+	s := sender{r: r, pub: pub, rec: rec, override: fj.OverrideBeyondHorizon, chunk: chunk, log: log}
+	if rec.State == RetryCanary {
+		stopped, err := s.send(ctx, true)
+		if err != nil || stopped {
+			return err
+		}
+		if err := r.checkUnhosted(ctx, rec, true); err != nil {
+			return err
+		}
+		for {
+			if err := r.held(ctx); err != nil {
+				return err
+			}
+			st, err := retryState.One(ctx, db, rec.ID)
+			if err != nil {
+				return fmt.Errorf("failure: retry %s: %w", rec.ID, err)
+			}
+			if st != RetryCanary {
+				log.InfoContext(ctx, "failure: retry stopped", slog.String("state", st))
+				return nil
+			}
+			out, err := canaryOutcomes.One(ctx, db, rec.ID)
+			if err != nil {
+				return fmt.Errorf("failure: retry %s: canary: %w", rec.ID, err)
+			}
+			if out.FailedAgain > 0 {
+				msg := fmt.Sprintf("%d of the canary's copies failed again", out.FailedAgain)
+				if _, _, err := moveRetry.Find(ctx, db, moveParams{ID: rec.ID, From: RetryCanary, To: RetryCanaryFailed, Error: msg}); err != nil {
+					return fmt.Errorf("failure: retry %s: %w", rec.ID, err)
+				}
+				log.WarnContext(ctx, "failure: retry's canary failed", slog.Int64("failed_again", out.FailedAgain))
+				return nil
+			}
+			if out.Pending == 0 {
+				ok, _, err := moveRetry.Find(ctx, db, moveParams{ID: rec.ID, From: RetryCanary, To: RetryRunning})
+				if err != nil {
+					return fmt.Errorf("failure: retry %s: %w", rec.ID, err)
+				}
+				if !ok {
+					return nil // cancelled meanwhile
+				}
+				log.InfoContext(ctx, "failure: retry's canary passed")
+				break
+			}
+			if !startstop.Sleep(ctx, r.cfg.Poll) {
+				return ctx.Err()
+			}
+		}
+	}
+	stopped, err := s.send(ctx, false)
+	if err != nil || stopped {
+		return err
+	}
+	if err := r.checkUnhosted(ctx, rec, false); err != nil {
+		return err
+	}
+	if _, _, err := moveRetry.Find(ctx, db, moveParams{ID: rec.ID, From: RetryRunning, To: RetryDone}); err != nil {
+		return fmt.Errorf("failure: retry %s: %w", rec.ID, err)
+	}
+	log.InfoContext(ctx, "failure: retry done")
+	return nil
+}
+
+// checkUnhosted returns nil when no item of the phase is left unsent;
+// else the items left are of pools not hosted here: errUnhosted, or,
+// past UnhostedTimeout without progress, the retry finished with an
+// error.
+func (r *Runner) checkUnhosted(ctx context.Context, rec openRetry, canaryOnly bool) error {
+	db := r.cfg.Store.db
+	n, err := unsentCount.One(ctx, db, phaseParams{ID: rec.ID, CanaryOnly: canaryOnly})
+	if err != nil {
+		return fmt.Errorf("failure: retry %s: %w", rec.ID, err)
+	}
+	if n == 0 {
+		return nil
+	}
+	pools, err := unsentPools.All(ctx, db, phaseParams{ID: rec.ID, CanaryOnly: canaryOnly})
+	if err != nil {
+		return fmt.Errorf("failure: retry %s: %w", rec.ID, err)
+	}
+	// The retry's clock: its last progress, read again (the send may
+	// have moved it).
+	cur, found, err := nextOpenRetry.Find(ctx, db, query.NoParams{})
+	if err != nil {
+		return fmt.Errorf("failure: retry %s: %w", rec.ID, err)
+	}
+	if !found || cur.ID != rec.ID {
+		return nil
+	}
+	msg := fmt.Sprintf("%d copies not sent: pools %s are not hosted by the daemon running the retry", n, strings.Join(pools, ", "))
+	if cur.DBNow.Sub(cur.UpdatedAt) < r.cfg.UnhostedTimeout {
+		if _, err := setRetryError.Run(ctx, db, retryErrorParams{ID: rec.ID, Error: "waiting: " + msg}); err != nil {
+			return fmt.Errorf("failure: retry %s: %w", rec.ID, err)
+		}
+		return errUnhosted
+	}
+	r.log.WarnContext(ctx, "failure: retry finished with copies unsent", slog.String("retry", rec.ID.String()), slog.String("error", msg))
+	if _, _, err := moveRetry.Find(ctx, db, moveParams{ID: rec.ID, From: cur.State, To: RetryDone, Error: msg}); err != nil {
+		return fmt.Errorf("failure: retry %s: %w", rec.ID, err)
+	}
+	return nil
+}
+
+// sender sends one phase of one retry.
+type sender struct {
+	r        *Runner
+	pub      *broker.Publisher
+	rec      openRetry
+	override bool
+	chunk    int
+	log      *slog.Logger
+}
+
+// send publishes the phase's unsent items of hosted pools in seq order,
+// chunk by chunk, paced at the retry's rate. stopped is true when the
+// retry was cancelled meanwhile.
+//
+// A chunk is published and confirmed, then marked sent in one
+// transaction. A crash (or a lost lease) between the confirms and the
+// mark sends the chunk again on resume: harmless, since the consumer's
+// dedup makes the second copy a duplicate, and resolving a row is
+// conditional on its being unresolved.
+func (s *sender) send(ctx context.Context, canaryOnly bool) (stopped bool, err error) {
+	r := s.r
+	db := r.cfg.Store.db
+	pools, err := unsentPools.All(ctx, db, phaseParams{ID: s.rec.ID, CanaryOnly: canaryOnly})
+	if err != nil {
+		return false, fmt.Errorf("failure: retry %s: pools: %w", s.rec.ID, err)
+	}
+	queues := make(map[string]string, len(pools))
+	hosted := make([]string, 0, len(pools))
+	for _, p := range pools {
+		if q, ok := r.cfg.QueueOf(p); ok {
+			queues[p] = q
+			hosted = append(hosted, p)
+		}
+	}
+	var after int64
+	for {
+		if err := r.held(ctx); err != nil {
+			return false, err
+		}
+		items, err := nextChunk.All(ctx, db, chunkParams{ID: s.rec.ID, AfterSeq: after, CanaryOnly: canaryOnly, Pools: hosted, Limit: s.chunk})
+		if err != nil {
+			return false, fmt.Errorf("failure: retry %s: next chunk: %w", s.rec.ID, err)
+		}
+		if len(items) == 0 {
+			return false, nil
+		}
+		t0 := time.Now()
+		out := make([]broker.Outgoing, 0, len(items))
+		m := markParams{ID: s.rec.ID, Seqs: make([]int64, len(items)), At: items[0].At}
+		for i, it := range items {
+			m.Seqs[i] = it.Seq
+			if !it.Found || it.State == StateResolved || it.State == StateDiscarded {
+				continue // settled since the retry was created: marked sent, no copy
+			}
+			msg, err := s.copyOf(&it)
+			if err != nil {
+				return false, err
+			}
+			out = append(out, broker.Outgoing{RoutingKey: queues[it.Pool], Msg: msg})
+			m.IDs = append(m.IDs, it.FailureID)
+		}
+		if len(out) > 0 {
+			pctx, cancel := context.WithTimeout(ctx, publishTimeout)
+			errs := s.pub.Publish(pctx, out)
+			cancel()
+			if err := errors.Join(errs...); err != nil {
+				return false, fmt.Errorf("failure: retry %s: publish: %w", s.rec.ID, firstErr(errs))
+			}
+		}
+		m.Sent = int64(len(out))
+		// Marked even when ctx ended (a stop): the broker confirmed the
+		// copies. Fenced by the lease: after a take-over the new holder
+		// sends the chunk again (see above).
+		mctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), markTimeout)
+		st, err := s.mark(mctx, m) //nolint:contextcheck // detached on purpose
+		cancel()
+		if err != nil {
+			return false, err
+		}
+		r.testSignals.ChunkSent.Signal(len(out))
+		if st != RetryCanary && st != RetryRunning {
+			s.log.InfoContext(ctx, "failure: retry stopped", slog.String("state", st))
+			return true, nil
+		}
+		after = items[len(items)-1].Seq
+		if len(items) < s.chunk {
+			continue // the next read finds none, or the chunk's skipped items
+		}
+		// Pace: len(items) copies per len(items)/rate seconds.
+		if !startstop.Sleep(ctx, time.Until(t0.Add(time.Duration(len(items))*time.Second/time.Duration(s.rec.Rate)))) {
+			return false, ctx.Err()
+		}
+	}
+}
+
+func firstErr(errs []error) error {
+	for _, err := range errs {
+		if err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// mark records a published chunk in one transaction, fenced by the lease:
+// its items sent, its rows retrying, the retry's sent count. It returns
+// the retry's state.
+func (s *sender) mark(ctx context.Context, m markParams) (string, error) {
+	st, err := dbutil.WithTxV(ctx, s.r.cfg.Store.db, dbutil.ReadCommitted, func(ctx context.Context, tx pgx.Tx) (string, error) {
+		ok, err := s.r.lease.Fence(ctx, tx)
+		switch {
+		case err != nil:
+			return "", err
+		case !ok:
+			return "", errLeaseLost
+		}
+		if _, err := markItemsSent.Run(ctx, tx, m); err != nil {
+			return "", err
+		}
+		if len(m.IDs) > 0 {
+			if _, err := markRetrying.Run(ctx, tx, m); err != nil {
+				return "", err
+			}
+		}
+		return addSent.One(ctx, tx, m)
+	})
+	if err != nil {
+		return "", fmt.Errorf("failure: retry %s: mark sent: %w", m.ID, err)
+	}
+	return st, nil
+}
+
+// copyOf returns the copy of it to publish: its send body, persistent,
+// its headers less the attempt's and the broker's bookkeeping, marked as
+// this retry's.
+func (s *sender) copyOf(it *item) (amqp.Publishing, error) {
+	h, err := retryHeaders(it.Headers)
+	if err != nil {
+		return amqp.Publishing{}, fmt.Errorf("failure: retry %s: headers of %s: %w", s.rec.ID, it.FailureID, err)
+	}
+	h[broker.HeaderReplay] = HeaderReplayRetryPrefix + s.rec.ID.String()
+	h[HeaderFailureID] = it.FailureID.String()
+	h[broker.HeaderOriginalRoutingKey] = it.RoutingKey
+	if s.override {
+		h[broker.HeaderBeyondHorizonOverride] = true
+	}
+	p := amqp.Publishing{ContentType: "application/json", DeliveryMode: amqp.Persistent, Headers: h, Body: it.Body}
+	if it.EventID != uuid.Nil {
+		p.MessageId = it.EventID.String()
+	}
+	return p, nil
+}
+
+// retryHeaders turns a row's stored headers (JSON) back into AMQP
+// headers, less the dropped ones: integers stay integers.
+func retryHeaders(raw []byte) (amqp.Table, error) {
+	dec := json.NewDecoder(bytes.NewReader(raw))
+	dec.UseNumber()
+	var m map[string]any
+	if err := dec.Decode(&m); err != nil {
+		return nil, err
+	}
+	out := make(amqp.Table, len(m)+4)
+	for k, v := range m {
+		if slices.Contains(droppedHeaders, k) || hasAnyPrefix(k, droppedHeaderPrefixes) {
+			continue
+		}
+		out[k] = amqpValue(v)
+	}
+	return out, nil
+}
+
+func hasAnyPrefix(s string, prefixes []string) bool {
+	for _, p := range prefixes {
+		if strings.HasPrefix(s, p) {
+			return true
+		}
+	}
+	return false
+}
+
+func amqpValue(v any) any {
+	switch x := v.(type) {
+	case json.Number:
+		if n, err := x.Int64(); err == nil {
+			return n
+		}
+		f, _ := x.Float64()
+		return f
+	case map[string]any:
+		t := make(amqp.Table, len(x))
+		for k, v := range x {
+			t[k] = amqpValue(v)
+		}
+		return t
+	case []any:
+		out := make([]any, len(x))
+		for i := range x {
+			out[i] = amqpValue(x[i])
+		}
+		return out
+	}
+	return v
+}
