@@ -2,9 +2,7 @@ package failure
 
 import (
 	"context"
-	"encoding/json"
 	"fmt"
-	"math"
 
 	"github.com/google/uuid"
 	"github.com/jackc/pgx/v5"
@@ -83,56 +81,17 @@ func (s *Store) ReleaseParked(ctx context.Context, pool string, limit int, send 
 	return n, nil
 }
 
-// bookkeeping are the headers a copy sent back drops: the failure and
-// retry bookkeeping of its earlier attempts (it starts over at attempt 0)
-// and the broker's dead-lettering trail.
-var bookkeeping = []string{
-	"x-attempt", "x-failure-reason", "x-error", "x-failed-at", "x-platformd-publish-id", HeaderFailureID,
-	"x-death", "x-first-death-exchange", "x-first-death-queue", "x-first-death-reason",
-	"x-last-death-exchange", "x-last-death-queue", "x-last-death-reason", "x-delivery-count",
-}
-
 // CopyHeaders returns the AMQP headers of a copy of a stored failure: its
-// stored headers without the bookkeeping of earlier attempts, with
-// x-failure-id set to id. JSON numbers come back as integers when they
-// are whole.
+// stored headers (JSON) without the bookkeeping of earlier attempts (as a
+// retry's copies drop it), with x-failure-id set to id.
 func CopyHeaders(stored []byte, id uuid.UUID) (amqp.Table, error) {
-	var h map[string]any
+	h := amqp.Table{}
 	if len(stored) > 0 {
-		if err := json.Unmarshal(stored, &h); err != nil {
+		var err error
+		if h, err = retryHeaders(stored); err != nil {
 			return nil, fmt.Errorf("failure: headers of %s: %w", id, err)
 		}
 	}
-	out := make(amqp.Table, len(h)+2)
-	for k, v := range h {
-		out[k] = amqpValue(v)
-	}
-	for _, k := range bookkeeping {
-		delete(out, k)
-	}
-	out[HeaderFailureID] = id.String()
-	return out, nil
-}
-
-func amqpValue(v any) any {
-	switch x := v.(type) {
-	case float64:
-		if x == math.Trunc(x) && math.Abs(x) < 1<<53 {
-			return int64(x)
-		}
-		return x
-	case map[string]any:
-		t := make(amqp.Table, len(x))
-		for k, e := range x {
-			t[k] = amqpValue(e)
-		}
-		return t
-	case []any:
-		out := make([]any, len(x))
-		for i := range x {
-			out[i] = amqpValue(x[i])
-		}
-		return out
-	}
-	return v
+	h[HeaderFailureID] = id.String()
+	return h, nil
 }
