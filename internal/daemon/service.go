@@ -18,6 +18,7 @@ import (
 	"github.com/platformd/platformd/internal/config"
 	"github.com/platformd/platformd/internal/connbudget"
 	"github.com/platformd/platformd/internal/dedup"
+	"github.com/platformd/platformd/internal/failure"
 	"github.com/platformd/platformd/internal/outbox"
 	"github.com/platformd/platformd/internal/query"
 	"github.com/platformd/platformd/internal/replay"
@@ -83,6 +84,8 @@ type service struct {
 	sched *scheduler.Scheduler
 	// replayer runs the service's replays (archive on), nil otherwise.
 	replayer *replay.Runner
+	// retrier sends the retries of the service's failure store.
+	retrier *failure.Runner
 
 	up      atomic.Bool           // brought up: its pools, relay and scheduler run
 	downErr atomic.Pointer[error] // why it is not up, or its database's last error
@@ -264,6 +267,9 @@ func (s *service) Start(ctx context.Context) error {
 			if err := s.startReplayer(runCtx); err != nil {
 				s.d.log.ErrorContext(runCtx, "daemon: replay runner not started", slog.String("service", s.name), slog.Any("error", err))
 			}
+			if err := s.startRetrier(runCtx); err != nil {
+				s.d.log.ErrorContext(runCtx, "daemon: failure retry runner not started", slog.String("service", s.name), slog.Any("error", err))
+			}
 			if err := s.startScheduler(runCtx); err != nil {
 				s.d.log.ErrorContext(runCtx, "daemon: purge scheduler not started", slog.String("service", s.name), slog.Any("error", err))
 			}
@@ -278,12 +284,12 @@ func (s *service) Start(ctx context.Context) error {
 			for _, sp := range s.pools {
 				pools = append(pools, sp.pool)
 			}
-			relay, sched, replayer := s.relay, s.sched, s.replayer
+			relay, sched, replayer, retrier := s.relay, s.sched, s.replayer, s.retrier
 			s.mu.RUnlock()
 			startstop.Stages(
 				[]startstop.Stopper{sched},
 				pools,
-				[]startstop.Stopper{relay, replayer},
+				[]startstop.Stopper{relay, replayer, retrier},
 				[]startstop.Stopper{s.ctl, health},
 			)
 			s.mu.RLock()
@@ -357,8 +363,9 @@ func (s *service) startScheduler(ctx context.Context) error {
 		Services: []scheduler.ServiceConfig{{
 			Name: s.name, DB: s.db, DefaultHorizon: c.Horizon, MinHorizon: c.MinHorizon,
 			Every: c.Purge.Every, BatchSize: c.Purge.BatchSize, Ahead: c.ProcessedEvent.Ahead,
-			ControlFunc: s.control,
-			Archive:     c.Outbox.Archive,
+			ControlFunc:      s.control,
+			Archive:          c.Outbox.Archive,
+			FailureRetention: c.Failures.Retention,
 		}},
 		Logger: s.d.log, Metrics: s.d.metrics,
 	})

@@ -47,7 +47,7 @@ type Metrics struct {
 	MessagesTotal *prometheus.CounterVec
 	// DuplicatesTotal counts duplicates by where they came from.
 	DuplicatesTotal *prometheus.CounterVec
-	// FailuresTotal counts messages sent to the failure queue by reason.
+	// FailuresTotal counts failures stored, by reason.
 	FailuresTotal *prometheus.CounterVec
 	// BatchDuration is the time from batch start to its outcome durable.
 	BatchDuration *prometheus.HistogramVec
@@ -110,7 +110,7 @@ func New() *Metrics {
 		Registry:           r,
 		MessagesTotal:      f.counter("platformd_messages_total", "Messages handled, by outcome.", "service", "pool", "outcome"),
 		DuplicatesTotal:    f.counter("platformd_duplicates_total", "Duplicate deliveries skipped, by source (redelivery, replay, republish).", "service", "pool", "source"),
-		FailuresTotal:      f.counter("platformd_failures_total", "Messages sent to the failure queue, by reason.", "service", "pool", "reason"),
+		FailuresTotal:      f.counter("platformd_failures_total", "Failures stored (platform.failed_event), by reason.", "service", "pool", "reason"),
 		BatchDuration:      f.histogram("platformd_batch_duration_seconds", "Time from batch start until its outcome is durable and acked.", latency, sp...),
 		BatchSize:          f.histogram("platformd_batch_size", "Deliveries per batch.", []float64{1, 2, 5, 10, 25, 50, 100, 250, 500, 1000}, sp...),
 		HandlerDuration:    f.histogram("platformd_handler_duration_seconds", "Time one event's handlers took.", latency, sp...),

@@ -121,6 +121,14 @@ type ServiceConfig struct {
 	// ArchiveEvery is the archive job's period (default
 	// ArchiveEveryDefault).
 	ArchiveEvery time.Duration
+	// FailureRetention is how long resolved and discarded failures stay
+	// (services[].failures.retention); when positive, the
+	// "failures:<Name>" job deletes what is older, and counts the store
+	// for platformd_failed_events, every FailuresEvery.
+	FailureRetention time.Duration
+	// FailuresEvery is the failures job's period (default
+	// FailuresEveryDefault).
+	FailuresEvery time.Duration
 }
 
 // Config configures a Scheduler.
@@ -272,6 +280,11 @@ func (s *Scheduler) addJobs(cron gocron.Scheduler) error {
 		if svc.Archive > 0 {
 			if err := s.addJob(cron, svc, "archive", cmp.Or(svc.ArchiveEvery, ArchiveEveryDefault), true, s.scheduledArchive); err != nil {
 				return fmt.Errorf("archive job of %s: %w", svc.Name, err)
+			}
+		}
+		if svc.FailureRetention > 0 {
+			if err := s.addJob(cron, svc, "failures", cmp.Or(svc.FailuresEvery, FailuresEveryDefault), true, s.scheduledFailures); err != nil {
+				return fmt.Errorf("failures job of %s: %w", svc.Name, err)
 			}
 		}
 		if s.metrics != nil && s.rowEvery > 0 {

@@ -22,6 +22,9 @@ type TestSignals struct {
 	// ArchiveFinished fires when an "archive:<service>" run has ended
 	// (value: its error, nil on success).
 	ArchiveFinished testsignal.Signal[error]
+	// FailuresFinished fires when a "failures:<service>" run has ended
+	// (value: its error, nil when it succeeded).
+	FailuresFinished testsignal.Signal[error]
 	// RowsEstimated fires when the processed_event row estimate metric
 	// was set (value: the estimate).
 	RowsEstimated testsignal.Signal[int64]
