@@ -93,7 +93,7 @@ func TestLoadFullSample(t *testing.T) {
 			}},
 			Outbox:       OutboxConfig{Relay: true, BatchSize: OutboxBatchSizeDefault, Poll: OutboxPollDefault},
 			DatabasePool: DatabasePoolConfig{MaxConns: 4 + DatabasePoolSpareConns, MaxIdle: DatabasePoolMaxIdleDefault},
-			DatabaseMode: DatabaseModeDirect,
+			DatabaseMode: DatabaseModeDirect, Failures: ServiceFailuresConfig{Retention: FailureRetentionDefault},
 		},
 		{
 			Name:          "shipping",
@@ -118,7 +118,7 @@ func TestLoadFullSample(t *testing.T) {
 			}},
 			Outbox:       OutboxConfig{Relay: true, BatchSize: OutboxBatchSizeDefault, Poll: OutboxPollDefault},
 			DatabasePool: DatabasePoolConfig{MaxConns: 4 + DatabasePoolSpareConns, MaxIdle: DatabasePoolMaxIdleDefault},
-			DatabaseMode: DatabaseModeDirect,
+			DatabaseMode: DatabaseModeDirect, Failures: ServiceFailuresConfig{Retention: FailureRetentionDefault},
 		},
 	}, c.Services)
 
