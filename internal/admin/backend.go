@@ -51,13 +51,14 @@ type Backend interface {
 	// ListPurgeRuns returns at most limit purge runs of service, newest
 	// first.
 	ListPurgeRuns(ctx context.Context, service string, limit int) ([]PurgeRun, error)
-	// ListFailedMessages returns at most limit messages of pool's failure
-	// queue, oldest first, without removing them.
+	// ListFailedMessages returns at most limit of pool's failures still
+	// failed (its failure queue's messages before the failure store),
+	// newest first, without changing them.
 	ListFailedMessages(ctx context.Context, pool string, limit int) ([]FailedMessage, error)
-	// RetryFailedMessages moves the failed messages of pool with the given
+	// RetryFailedMessages sends the failed messages of pool with the given
 	// event ids, or every one when all is set (ids is then empty), back to
-	// the pool's queue with the attempt count reset, and returns how many
-	// were moved.
+	// the pool's queue with the attempt count reset (a server-side retry
+	// of the failure store), and returns how many it selected.
 	RetryFailedMessages(ctx context.Context, pool string, ids []uuid.UUID, all, overrideBeyondHorizon bool, actor string) (int, error)
 	// DescribeService returns what an operator needs beyond ServiceInfo
 	// to judge a horizon or a purge: see ServiceDetail.
