@@ -29,8 +29,11 @@ var (
 	FailureDecodeID = uuid.MustParse("01900000-0000-7000-8000-000000000003")
 	// FailureEventID is the event of FailureUnknownProductID.
 	FailureEventID = uuid.MustParse("0190aaaa-0000-7000-8000-000000000001")
-	// FailureRetryID is the fixture's earlier retry of the failures.
+	// FailureRetryID is the fixture's finished retry of the failures.
 	FailureRetryID = uuid.MustParse("0190bbbb-0000-7000-8000-000000000001")
+	// FailureRunningRetryID is the fixture's running retry (of nothing
+	// left to send: its failure was resolved), which a cancel stops.
+	FailureRunningRetryID = uuid.MustParse("0190bbbb-0000-7000-8000-000000000002")
 	// FingerprintUnknownProduct is the "unknown product" failures'
 	// fingerprint.
 	FingerprintUnknownProduct = `stock.reserve: unknown product "?"`
@@ -411,13 +414,21 @@ func (b *Backend) EditFailedEvent(ctx context.Context, id uuid.UUID, payload []b
 	return copyEvent(*e, true), nil
 }
 
-// failureRetryFixture returns the fixture's one finished retry, of the
-// older "unknown product" failure.
+// failureRetryFixture returns the fixture's retries, oldest first: a
+// finished one of the older "unknown product" failure, and a running one.
 func failureRetryFixture() []admin.FailureRetry {
-	return []admin.FailureRetry{{Service: "stock", Retry: failure.Retry{
-		ID: FailureRetryID, State: failure.RetryDone,
-		Filter: failure.Filter{Pool: "stock-events", IDs: []uuid.UUID{FailureUnknownProductID}}, Rate: 200,
-		Selected: 1, Sent: 1, FailedAgain: 1, CreatedBy: "ops", CreatedAt: Now.Add(-150 * time.Minute),
-		UpdatedAt: Now.Add(-149 * time.Minute), FinishedAt: Now.Add(-149 * time.Minute),
-	}}}
+	return []admin.FailureRetry{
+		{Service: "stock", Retry: failure.Retry{
+			ID: FailureRetryID, State: failure.RetryDone,
+			Filter: failure.Filter{Pool: "stock-events", IDs: []uuid.UUID{FailureUnknownProductID}}, Rate: 200,
+			Selected: 1, Sent: 1, FailedAgain: 1, Error: "1 copy failed again", CreatedBy: "ops", CreatedAt: Now.Add(-150 * time.Minute),
+			UpdatedAt: Now.Add(-149 * time.Minute), FinishedAt: Now.Add(-149 * time.Minute),
+		}},
+		{Service: "stock", Retry: failure.Retry{
+			ID: FailureRunningRetryID, State: failure.RetryRunning,
+			Filter: failure.Filter{Pool: "stock-events", Reason: "permanent"}, Canary: 1, Rate: 50,
+			OverrideBeyondHorizon: true, Selected: 4, Sent: 2, Resolved: 1, CreatedBy: "ops",
+			CreatedAt: Now.Add(-10 * time.Minute), UpdatedAt: Now.Add(-time.Minute),
+		}},
+	}
 }
