@@ -202,7 +202,9 @@ func newFailureGetCmd(a *app) *cobra.Command {
 			func(args []string) (*adminv1.GetFailedEventRequest, error) {
 				return &adminv1.GetFailedEventRequest{Id: args[0]}, nil
 			},
-			func(w io.Writer, resp *adminv1.GetFailedEventResponse) { failureTable(w, resp.GetFailure(), resp.GetEdits()) }),
+			func(w io.Writer, resp *adminv1.GetFailedEventResponse) {
+				failureTable(w, resp.GetFailure(), resp.GetEdits())
+			}),
 	}
 }
 
@@ -312,7 +314,9 @@ func newFailureEditCmd(a *app) *cobra.Command {
 			}
 			return &adminv1.EditFailedEventRequest{Id: args[0], Payload: body, Reason: reason}, nil
 		},
-		func(w io.Writer, resp *adminv1.EditFailedEventResponse) { failureTable(w, resp.GetFailure(), resp.GetEdits()) })
+		func(w io.Writer, resp *adminv1.EditFailedEventResponse) {
+			failureTable(w, resp.GetFailure(), resp.GetEdits())
+		})
 	cmd.Flags().StringVar(&payload, "payload", "", "the new body as JSON text, or @FILE to read it from FILE (- for stdin is not supported)")
 	cmd.Flags().StringVar(&reason, "reason", "", "why it is edited, for the audit trail")
 	return cmd

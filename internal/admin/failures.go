@@ -7,6 +7,7 @@ import (
 	"slices"
 	"strings"
 	"time"
+	"unicode/utf8"
 
 	"github.com/google/uuid"
 	"google.golang.org/protobuf/types/known/structpb"
@@ -64,6 +65,19 @@ func checkFailureState(field, state string) error {
 	return nil
 }
 
+// checkText checks a filter's text field: valid UTF-8 without NUL bytes,
+// which PostgreSQL's text refuses (the database's error would otherwise
+// answer a bad request).
+func checkText(field, value string) error {
+	switch {
+	case !utf8.ValidString(value):
+		return invalid("%s is not valid UTF-8", field)
+	case strings.IndexByte(value, 0) >= 0:
+		return invalid("%s holds a NUL byte", field)
+	}
+	return nil
+}
+
 // failedAtRange checks the from and to of a filter (prefix names it, ""
 // or "filter.") and returns them, zero when unset.
 func failedAtRange(prefix string, fromPB, toPB *timestamppb.Timestamp) (from, to time.Time, err error) {
@@ -94,6 +108,15 @@ func failureFilter(pb *adminv1.FailureFilter) (string, failure.Filter, error) {
 	}
 	if err := checkFailureState("filter.state", pb.GetState()); err != nil {
 		return "", f, err
+	}
+	for _, fv := range [...]struct{ field, value string }{
+		{"filter.service", pb.GetService()}, {"filter.pool", pb.GetPool()}, {"filter.reason", pb.GetReason()},
+		{"filter.handler", pb.GetHandler()}, {"filter.event_name", pb.GetEventName()},
+		{"filter.fingerprint", pb.GetFingerprint()}, {"filter.text", pb.GetText()},
+	} {
+		if err := checkText(fv.field, fv.value); err != nil {
+			return "", f, err
+		}
 	}
 	from, to, err := failedAtRange("filter.", pb.GetFrom(), pb.GetTo())
 	if err != nil {

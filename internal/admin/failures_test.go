@@ -412,6 +412,12 @@ func TestFailureValidation(t *testing.T) {
 			})
 			return err
 		}, "filter.from"},
+		"ListNULText": {func(t *testing.T) error {
+			_, err := b.client.ListFailedEvents(asReader(t), &adminv1.ListFailedEventsRequest{
+				Filter: &adminv1.FailureFilter{Service: "stock", Text: "a\x00b"},
+			})
+			return err
+		}, "filter.text holds a NUL byte"},
 		"ListLimit": {func(t *testing.T) error {
 			_, err := b.client.ListFailedEvents(asReader(t), &adminv1.ListFailedEventsRequest{Filter: stock(), Limit: admin.ListLimitMax + 1})
 			return err

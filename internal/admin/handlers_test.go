@@ -464,7 +464,7 @@ func TestBackendErrors(t *testing.T) {
 			fmt.Errorf("retry is done: %w", failure.ErrPrecondition), codes.FailedPrecondition, "retry is done: failure: failed precondition",
 		},
 		"FailedPrecondition": {fmt.Errorf("no archive: %w", admin.ErrFailedPrecondition), codes.FailedPrecondition, "no archive: failed precondition"},
-		"Unknown": {errors.New("pq: password authentication failed for user secret-db-user"), codes.Internal, "internal error"},
+		"Unknown":            {errors.New("pq: password authentication failed for user secret-db-user"), codes.Internal, "internal error"},
 	} {
 		t.Run(name, func(t *testing.T) {
 			t.Parallel()
