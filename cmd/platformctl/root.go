@@ -40,8 +40,9 @@ const rootLong = `platformctl is the command-line client of platformd's admin AP
 
 It talks gRPC to a daemon's admin listener (--addr, or $PLATFORMD_ADDR, default
 127.0.0.1:7070) with a bearer token (--token, or $PLATFORMD_TOKEN). A "read"
-token may run services, pools, lookup, horizon get, purge list and failed list;
-the other commands need an "admin" token.
+token may run services, pools, lookup, horizon get, purge list, failed list,
+failures groups, list, get and retries (and retries get); the other commands
+need an "admin" token.
 
 Output is a table by default; -o json prints the API's response as one JSON
 document (protobuf JSON, camelCase field names). Times are RFC 3339, durations
@@ -182,6 +183,7 @@ func newRootCmd(a *app) *cobra.Command {
 		newFailedCmd(a),
 		newReloadCmd(a),
 		newReplayCmd(a),
+		newFailuresCmd(a),
 	)
 }
 

@@ -36,6 +36,11 @@ var readMethods = map[string]bool{
 	adminv1.AdminService_ListAudit_FullMethodName:          true,
 	adminv1.AdminService_GetReplay_FullMethodName:          true,
 	adminv1.AdminService_ListReplays_FullMethodName:        true,
+	adminv1.AdminService_ListFailureGroups_FullMethodName:  true,
+	adminv1.AdminService_ListFailedEvents_FullMethodName:   true,
+	adminv1.AdminService_GetFailedEvent_FullMethodName:     true,
+	adminv1.AdminService_GetFailureRetry_FullMethodName:    true,
+	adminv1.AdminService_ListFailureRetries_FullMethodName: true,
 }
 
 // Method prefixes of the services reachable without a token.

@@ -132,11 +132,55 @@ func TestAuthRoles(t *testing.T) {
 			_, err := b.client.ReloadConfig(ctx, &adminv1.ReloadConfigRequest{})
 			return err
 		},
+		"ListFailureGroups": func(ctx context.Context) error {
+			_, err := b.client.ListFailureGroups(ctx, &adminv1.ListFailureGroupsRequest{Service: "stock"})
+			return err
+		},
+		"ListFailedEvents": func(ctx context.Context) error {
+			_, err := b.client.ListFailedEvents(ctx, &adminv1.ListFailedEventsRequest{Filter: &adminv1.FailureFilter{Service: "stock"}})
+			return err
+		},
+		"GetFailedEvent": func(ctx context.Context) error {
+			_, err := b.client.GetFailedEvent(ctx, &adminv1.GetFailedEventRequest{Id: admintest.FailureDecodeID.String()})
+			return err
+		},
+		"RetryFailedEvents": func(ctx context.Context) error {
+			_, err := b.client.RetryFailedEvents(ctx, &adminv1.RetryFailedEventsRequest{
+				Filter: &adminv1.FailureFilter{Pool: "stock-events"}, DryRun: true,
+			})
+			return err
+		},
+		"GetFailureRetry": func(ctx context.Context) error {
+			_, err := b.client.GetFailureRetry(ctx, &adminv1.GetFailureRetryRequest{Id: admintest.FailureRetryID.String()})
+			return err
+		},
+		"ListFailureRetries": func(ctx context.Context) error {
+			_, err := b.client.ListFailureRetries(ctx, &adminv1.ListFailureRetriesRequest{})
+			return err
+		},
+		"CancelFailureRetry": func(ctx context.Context) error {
+			_, err := b.client.CancelFailureRetry(ctx, &adminv1.CancelFailureRetryRequest{Id: admintest.FailureRunningRetryID.String()})
+			return err
+		},
+		"DiscardFailedEvents": func(ctx context.Context) error {
+			_, err := b.client.DiscardFailedEvents(ctx, &adminv1.DiscardFailedEventsRequest{
+				Filter: &adminv1.FailureFilter{Service: "stock", Ids: []string{admintest.FailureDecodeID.String()}},
+			})
+			return err
+		},
+		"EditFailedEvent": func(ctx context.Context) error {
+			_, err := b.client.EditFailedEvent(ctx, &adminv1.EditFailedEventRequest{
+				Id: admintest.FailureUnknownProduct2ID.String(), Payload: `{"product":"p-22"}`,
+			})
+			return err
+		},
 	}
 	readAllowed := map[string]bool{
 		"ListServices": true, "ListPools": true, "LookupEvent": true,
 		"GetHorizon": true, "ListPurgeRuns": true, "ListFailedMessages": true,
 		"DescribeService": true, "ListAudit": true, "GetReplay": true, "ListReplays": true,
+		"ListFailureGroups": true, "ListFailedEvents": true, "GetFailedEvent": true,
+		"GetFailureRetry": true, "ListFailureRetries": true,
 	}
 	require.Len(t, calls, len(adminv1.AdminService_ServiceDesc.Methods), "every RPC is covered")
 

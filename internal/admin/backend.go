@@ -5,6 +5,8 @@ import (
 	"time"
 
 	"github.com/google/uuid"
+
+	"github.com/platformd/platformd/internal/failure"
 )
 
 // Backend is what the admin server calls to do its work. The daemon
@@ -49,13 +51,14 @@ type Backend interface {
 	// ListPurgeRuns returns at most limit purge runs of service, newest
 	// first.
 	ListPurgeRuns(ctx context.Context, service string, limit int) ([]PurgeRun, error)
-	// ListFailedMessages returns at most limit messages of pool's failure
-	// queue, oldest first, without removing them.
+	// ListFailedMessages returns at most limit of pool's failures still
+	// failed (its failure queue's messages before the failure store),
+	// newest first, without changing them.
 	ListFailedMessages(ctx context.Context, pool string, limit int) ([]FailedMessage, error)
-	// RetryFailedMessages moves the failed messages of pool with the given
+	// RetryFailedMessages sends the failed messages of pool with the given
 	// event ids, or every one when all is set (ids is then empty), back to
-	// the pool's queue with the attempt count reset, and returns how many
-	// were moved.
+	// the pool's queue with the attempt count reset (a server-side retry
+	// of the failure store), and returns how many it selected.
 	RetryFailedMessages(ctx context.Context, pool string, ids []uuid.UUID, all, overrideBeyondHorizon bool, actor string) (int, error)
 	// DescribeService returns what an operator needs beyond ServiceInfo
 	// to judge a horizon or a purge: see ServiceDetail.
@@ -82,6 +85,63 @@ type Backend interface {
 	ListReplays(ctx context.Context, service string, limit int) ([]ReplayInfo, error)
 	// CancelReplay cancels a running replay, audited as replay.cancel.
 	CancelReplay(ctx context.Context, service string, id uuid.UUID, actor string) (ReplayInfo, error)
+
+	// The failure workbench (DESIGN.md, Failures). service is the filter's
+	// service: the server passes the request's, or "" with f.Pool set, and
+	// the backend then resolves the pool's service (an unknown pool or
+	// service is ErrNotFound). The store's refusals map to ErrNotFound,
+	// ErrInvalidArgument and ErrFailedPrecondition, their text kept.
+
+	// ListFailureGroups counts the failures f selects by the keys by (one
+	// or more of the failure.Group… constants), largest groups first.
+	ListFailureGroups(ctx context.Context, service string, f failure.Filter, by []string) ([]failure.Group, error)
+	// ListFailedEvents returns at most limit failures f selects, newest
+	// first, and the token of the next page ("" at the end); pageToken is
+	// the previous answer's.
+	ListFailedEvents(ctx context.Context, service string, f failure.Filter, limit int, pageToken string) ([]FailedEvent, string, error)
+	// GetFailedEvent returns one failure, with its edits, looked up by id
+	// in every service.
+	GetFailedEvent(ctx context.Context, id uuid.UUID) (FailedEvent, error)
+	// RetryFailedEvents creates a server-side retry of the failures
+	// req.Filter selects, audited as failure.retry; with req.DryRun it
+	// only counts them (the answer's ID is then uuid.Nil and its State "").
+	RetryFailedEvents(ctx context.Context, service string, req failure.RetryRequest, actor string) (FailureRetry, error)
+	// GetFailureRetry returns one retry; service "" looks in every
+	// service.
+	GetFailureRetry(ctx context.Context, service string, id uuid.UUID) (FailureRetry, error)
+	// ListFailureRetries returns the newest retries of service, or of
+	// every service when service is "", at most limit, newest first.
+	ListFailureRetries(ctx context.Context, service string, limit int) ([]FailureRetry, error)
+	// CancelFailureRetry stops a retry that has not finished, audited as
+	// failure.retry_cancel; service "" looks in every service.
+	CancelFailureRetry(ctx context.Context, service string, id uuid.UUID, actor string) (FailureRetry, error)
+	// DiscardFailedEvents marks the unresolved failures f selects
+	// discarded, audited as failure.discard, and returns how many; parked
+	// says what becomes of the events parked behind a discarded head.
+	DiscardFailedEvents(ctx context.Context, service string, f failure.Filter, parked failure.Parked, reason, actor string) (int64, error)
+	// EditFailedEvent sets the body a retry of failure id sends (payload,
+	// JSON), keeping the original, audited as failure.edit; the failure is
+	// looked up in every service.
+	EditFailedEvent(ctx context.Context, id uuid.UUID, payload []byte, reason, actor string) (FailedEvent, error)
+}
+
+// FailedEvent is one failure of a service's store, with its service's
+// name and, where the backend read them (GetFailedEvent, EditFailedEvent),
+// its edits, oldest first.
+type FailedEvent struct {
+	// Service is the name of the service whose database holds it.
+	Service string
+	failure.Failure
+	// Edits are the failure's body edits, oldest first; nil in listings.
+	Edits []failure.Edit
+}
+
+// FailureRetry is one server-side retry of failures, with its service's
+// name.
+type FailureRetry struct {
+	// Service is the name of the service whose failures it retries.
+	Service string
+	failure.Retry
 }
 
 // Pool states reported in PoolInfo.State.

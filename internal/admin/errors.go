@@ -12,6 +12,7 @@ import (
 	"google.golang.org/grpc/status"
 
 	"github.com/platformd/platformd/internal/config"
+	"github.com/platformd/platformd/internal/failure"
 )
 
 // Sentinel errors a Backend wraps (fmt.Errorf("...: %w", ErrX)) to choose the
@@ -79,8 +80,9 @@ func (e *ConfigError) status() error {
 // internalMessage is all a client learns of an unexpected error or a panic.
 const internalMessage = "internal error"
 
-// toStatus turns a Backend error into a gRPC status error. Sentinel errors
-// keep their text; context errors become Canceled or DeadlineExceeded; any
+// toStatus turns a Backend error into a gRPC status error. Sentinel errors,
+// ours and the failure store's (failure.ErrNotFound, ErrInvalid,
+// ErrPrecondition, which a backend may return unwrapped), keep their text; context errors become Canceled or DeadlineExceeded; any
 // other error is logged and answered with codes.Internal and a generic
 // message.
 func (s *Server) toStatus(ctx context.Context, method string, err error) error {
@@ -90,11 +92,11 @@ func (s *Server) toStatus(ctx context.Context, method string, err error) error {
 		return nil
 	case errors.As(err, &cfgErr):
 		return cfgErr.status()
-	case errors.Is(err, ErrNeedsRestart), errors.Is(err, ErrFailedPrecondition):
+	case errors.Is(err, ErrNeedsRestart), errors.Is(err, ErrFailedPrecondition), errors.Is(err, failure.ErrPrecondition):
 		return status.Error(codes.FailedPrecondition, err.Error())
-	case errors.Is(err, ErrNotFound):
+	case errors.Is(err, ErrNotFound), errors.Is(err, failure.ErrNotFound):
 		return status.Error(codes.NotFound, err.Error())
-	case errors.Is(err, ErrInvalidArgument):
+	case errors.Is(err, ErrInvalidArgument), errors.Is(err, failure.ErrInvalid):
 		return status.Error(codes.InvalidArgument, err.Error())
 	case errors.Is(err, ErrBelowMinHorizon):
 		return status.Error(codes.FailedPrecondition, err.Error())

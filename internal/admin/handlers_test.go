@@ -16,6 +16,7 @@ import (
 	adminv1 "github.com/platformd/platformd/api/gen/platform/admin/v1"
 	"github.com/platformd/platformd/internal/admin"
 	"github.com/platformd/platformd/internal/admin/admintest"
+	"github.com/platformd/platformd/internal/failure"
 )
 
 func TestListServices(t *testing.T) {
@@ -454,7 +455,16 @@ func TestBackendErrors(t *testing.T) {
 		"DeadlineExceeded": {
 			fmt.Errorf("query: %w", context.DeadlineExceeded), codes.DeadlineExceeded, "context deadline exceeded",
 		},
-		"Unknown": {errors.New("pq: password authentication failed for user secret-db-user"), codes.Internal, "internal error"},
+		"FailureNotFound": {
+			fmt.Errorf("failure %s: %w", admintest.FailureDecodeID, failure.ErrNotFound), codes.NotFound,
+			"failure " + admintest.FailureDecodeID.String() + ": failure: not found",
+		},
+		"FailureInvalid": {fmt.Errorf("filter.text: %w", failure.ErrInvalid), codes.InvalidArgument, "filter.text: failure: invalid"},
+		"FailurePrecondition": {
+			fmt.Errorf("retry is done: %w", failure.ErrPrecondition), codes.FailedPrecondition, "retry is done: failure: failed precondition",
+		},
+		"FailedPrecondition": {fmt.Errorf("no archive: %w", admin.ErrFailedPrecondition), codes.FailedPrecondition, "no archive: failed precondition"},
+		"Unknown":            {errors.New("pq: password authentication failed for user secret-db-user"), codes.Internal, "internal error"},
 	} {
 		t.Run(name, func(t *testing.T) {
 			t.Parallel()

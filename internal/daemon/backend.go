@@ -9,7 +9,6 @@ import (
 	"github.com/google/uuid"
 
 	"github.com/platformd/platformd/internal/admin"
-	"github.com/platformd/platformd/internal/broker"
 	"github.com/platformd/platformd/internal/dedup"
 	"github.com/platformd/platformd/internal/outbox"
 	"github.com/platformd/platformd/internal/scheduler"
@@ -274,33 +273,6 @@ func (b *backend) ListPurgeRuns(ctx context.Context, name string, limit int) ([]
 		out[i] = purgeRun(r)
 	}
 	return out, nil
-}
-
-func (b *backend) ListFailedMessages(ctx context.Context, name string, limit int) ([]admin.FailedMessage, error) {
-	p, _, err := b.pool(name)
-	if err != nil {
-		return nil, err
-	}
-	msgs, err := broker.ListFailed(ctx, b.d.amqpURLs(), p.Config().Queue, limit)
-	if err != nil {
-		return nil, unavailable(err)
-	}
-	out := make([]admin.FailedMessage, len(msgs))
-	for i, m := range msgs {
-		out[i] = admin.FailedMessage{EventID: m.EventID, EventName: m.EventName, FailureReason: m.Reason, Error: m.Error,
-			Attempt: m.Attempt, FailedAt: m.FailedAt, Pool: m.Pool, RoutingKey: m.RoutingKey}
-	}
-	return out, nil
-}
-
-func (b *backend) RetryFailedMessages(ctx context.Context, name string, ids []uuid.UUID, all, override bool, actor string) (int, error) {
-	p, svc, err := b.pool(name)
-	if err != nil {
-		return 0, err
-	}
-	n, err := broker.RetryFailed(ctx, b.d.amqpURLs(), p.Config().Queue, ids, all, override, actor)
-	b.auditRetry(ctx, svc, name, ids, all, override, actor, n, err)
-	return n, unavailable(err)
 }
 
 // ReloadConfig reloads the daemon's config (see Daemon.Reload).

@@ -14,6 +14,7 @@ import (
 	"github.com/google/uuid"
 
 	"github.com/platformd/platformd/internal/admin"
+	"github.com/platformd/platformd/internal/failure"
 )
 
 // Fixture values of the Backend returned by New: the example shop.
@@ -45,6 +46,13 @@ type Call struct {
 	DryRun  bool
 	Horizon time.Duration
 	Limit   int
+	// The failure workbench's arguments.
+	Filter    failure.Filter
+	GroupBy   []string
+	PageToken string
+	Retry     failure.RetryRequest
+	Parked    failure.Parked
+	Payload   []byte
 }
 
 // HookFunc runs before a Backend method. A non-nil error is returned by the
@@ -62,6 +70,8 @@ type Backend struct {
 	failed    map[string][]admin.FailedMessage   // pool -> messages
 	audit     []admin.AuditEntry                 // oldest first
 	replays   []admin.ReplayInfo                 // oldest first
+	failures  []admin.FailedEvent                // the failure stores, oldest first
+	retries   []admin.FailureRetry               // oldest first
 	hooks     map[string]HookFunc
 	calls     []Call
 }
@@ -117,7 +127,9 @@ func New() *Backend {
 			TargetPool: "stock-events", EventNames: []string{"order.#"}, From: Now.Add(-26 * time.Hour), To: Now.Add(-24 * time.Hour),
 			Pools: []admin.ReplayPoolInfo{{Pool: "stock-events", Service: "stock", WouldApply: 7, AlreadyProcessed: 3, PublishedCopies: 10}},
 		}},
-		hooks: map[string]HookFunc{},
+		failures: failureFixture(),
+		retries:  failureRetryFixture(),
+		hooks:    map[string]HookFunc{},
 	}
 }
 

@@ -159,6 +159,129 @@ func (ReplayState) EnumDescriptor() ([]byte, []int) {
 	return file_platform_admin_v1_admin_proto_rawDescGZIP(), []int{1}
 }
 
+// FailureRetryState is the state of a server-side retry of failures.
+type FailureRetryState int32
+
+const (
+	// FAILURE_RETRY_STATE_UNSPECIFIED is a dry run's answer (nothing
+	// stored), or a state this client does not know.
+	FailureRetryState_FAILURE_RETRY_STATE_UNSPECIFIED FailureRetryState = 0
+	// FAILURE_RETRY_STATE_CANARY means the canary's copies are sent and
+	// their outcome awaited.
+	FailureRetryState_FAILURE_RETRY_STATE_CANARY FailureRetryState = 1
+	// FAILURE_RETRY_STATE_RUNNING means the selection is being sent.
+	FailureRetryState_FAILURE_RETRY_STATE_RUNNING FailureRetryState = 2
+	// FAILURE_RETRY_STATE_DONE means every copy was sent.
+	FailureRetryState_FAILURE_RETRY_STATE_DONE FailureRetryState = 3
+	// FAILURE_RETRY_STATE_CANARY_FAILED means a canary copy failed again:
+	// the rest was not sent.
+	FailureRetryState_FAILURE_RETRY_STATE_CANARY_FAILED FailureRetryState = 4
+	// FAILURE_RETRY_STATE_CANCELLED means an operator stopped it.
+	FailureRetryState_FAILURE_RETRY_STATE_CANCELLED FailureRetryState = 5
+)
+
+// Enum value maps for FailureRetryState.
+var (
+	FailureRetryState_name = map[int32]string{
+		0: "FAILURE_RETRY_STATE_UNSPECIFIED",
+		1: "FAILURE_RETRY_STATE_CANARY",
+		2: "FAILURE_RETRY_STATE_RUNNING",
+		3: "FAILURE_RETRY_STATE_DONE",
+		4: "FAILURE_RETRY_STATE_CANARY_FAILED",
+		5: "FAILURE_RETRY_STATE_CANCELLED",
+	}
+	FailureRetryState_value = map[string]int32{
+		"FAILURE_RETRY_STATE_UNSPECIFIED":   0,
+		"FAILURE_RETRY_STATE_CANARY":        1,
+		"FAILURE_RETRY_STATE_RUNNING":       2,
+		"FAILURE_RETRY_STATE_DONE":          3,
+		"FAILURE_RETRY_STATE_CANARY_FAILED": 4,
+		"FAILURE_RETRY_STATE_CANCELLED":     5,
+	}
+)
+
+func (x FailureRetryState) Enum() *FailureRetryState {
+	p := new(FailureRetryState)
+	*p = x
+	return p
+}
+
+func (x FailureRetryState) String() string {
+	return protoimpl.X.EnumStringOf(x.Descriptor(), protoreflect.EnumNumber(x))
+}
+
+func (FailureRetryState) Descriptor() protoreflect.EnumDescriptor {
+	return file_platform_admin_v1_admin_proto_enumTypes[2].Descriptor()
+}
+
+func (FailureRetryState) Type() protoreflect.EnumType {
+	return &file_platform_admin_v1_admin_proto_enumTypes[2]
+}
+
+func (x FailureRetryState) Number() protoreflect.EnumNumber {
+	return protoreflect.EnumNumber(x)
+}
+
+// Deprecated: Use FailureRetryState.Descriptor instead.
+func (FailureRetryState) EnumDescriptor() ([]byte, []int) {
+	return file_platform_admin_v1_admin_proto_rawDescGZIP(), []int{2}
+}
+
+// DiscardParked says what a discard does with the events parked behind a
+// head it discards (pools with ordered failures).
+type DiscardParked int32
+
+const (
+	// DISCARD_PARKED_UNSPECIFIED refuses (FailedPrecondition) a discard
+	// that would leave parked events behind a discarded head.
+	DiscardParked_DISCARD_PARKED_UNSPECIFIED DiscardParked = 0
+	// DISCARD_PARKED_RELEASE applies the parked events, in their order.
+	DiscardParked_DISCARD_PARKED_RELEASE DiscardParked = 1
+	// DISCARD_PARKED_DISCARD discards the parked events with their head.
+	DiscardParked_DISCARD_PARKED_DISCARD DiscardParked = 2
+)
+
+// Enum value maps for DiscardParked.
+var (
+	DiscardParked_name = map[int32]string{
+		0: "DISCARD_PARKED_UNSPECIFIED",
+		1: "DISCARD_PARKED_RELEASE",
+		2: "DISCARD_PARKED_DISCARD",
+	}
+	DiscardParked_value = map[string]int32{
+		"DISCARD_PARKED_UNSPECIFIED": 0,
+		"DISCARD_PARKED_RELEASE":     1,
+		"DISCARD_PARKED_DISCARD":     2,
+	}
+)
+
+func (x DiscardParked) Enum() *DiscardParked {
+	p := new(DiscardParked)
+	*p = x
+	return p
+}
+
+func (x DiscardParked) String() string {
+	return protoimpl.X.EnumStringOf(x.Descriptor(), protoreflect.EnumNumber(x))
+}
+
+func (DiscardParked) Descriptor() protoreflect.EnumDescriptor {
+	return file_platform_admin_v1_admin_proto_enumTypes[3].Descriptor()
+}
+
+func (DiscardParked) Type() protoreflect.EnumType {
+	return &file_platform_admin_v1_admin_proto_enumTypes[3]
+}
+
+func (x DiscardParked) Number() protoreflect.EnumNumber {
+	return protoreflect.EnumNumber(x)
+}
+
+// Deprecated: Use DiscardParked.Descriptor instead.
+func (DiscardParked) EnumDescriptor() ([]byte, []int) {
+	return file_platform_admin_v1_admin_proto_rawDescGZIP(), []int{3}
+}
+
 // Service is one consumer service hosted by the daemon.
 type Service struct {
 	state protoimpl.MessageState `protogen:"open.v1"`
@@ -727,7 +850,8 @@ func (x *PurgeRun) GetError() string {
 	return ""
 }
 
-// FailedMessage is one message in a pool's failure queue.
+// FailedMessage is one failure of a pool still failed (a message of its
+// failure queue before the failure store).
 type FailedMessage struct {
 	state protoimpl.MessageState `protogen:"open.v1"`
 	// event_id is the event's id (a UUID), as the producer set it; empty if
@@ -742,7 +866,7 @@ type FailedMessage struct {
 	Error string `protobuf:"bytes,4,opt,name=error,proto3" json:"error,omitempty"`
 	// attempt is the number of attempts made.
 	Attempt int32 `protobuf:"varint,5,opt,name=attempt,proto3" json:"attempt,omitempty"`
-	// failed_at is when the message was sent to the failure queue.
+	// failed_at is when the message failed last.
 	FailedAt *timestamppb.Timestamp `protobuf:"bytes,6,opt,name=failed_at,json=failedAt,proto3" json:"failed_at,omitempty"`
 	// pool is the name of the pool the message failed in.
 	Pool string `protobuf:"bytes,7,opt,name=pool,proto3" json:"pool,omitempty"`
@@ -1774,7 +1898,7 @@ func (x *ListFailedMessagesRequest) GetLimit() int32 {
 // ListFailedMessagesResponse is the response of ListFailedMessages.
 type ListFailedMessagesResponse struct {
 	state protoimpl.MessageState `protogen:"open.v1"`
-	// messages are the failed messages, oldest first.
+	// messages are the failed messages, newest first.
 	Messages      []*FailedMessage `protobuf:"bytes,1,rep,name=messages,proto3" json:"messages,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
@@ -3172,6 +3296,1779 @@ func (x *CancelReplayResponse) GetReplay() *Replay {
 	return nil
 }
 
+// FailureFilter selects stored failures of one service. Every field set
+// narrows the selection.
+type FailureFilter struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// service is the service whose failures are selected; required unless
+	// pool is set (then the pool's service).
+	Service string `protobuf:"bytes,1,opt,name=service,proto3" json:"service,omitempty"`
+	// pool keeps the failures of that pool.
+	Pool string `protobuf:"bytes,2,opt,name=pool,proto3" json:"pool,omitempty"`
+	// reason keeps one reason: `decode`, `no_handler`, `permanent`,
+	// `retries_exhausted`, `beyond_horizon`, `parked` or `retrying`.
+	Reason string `protobuf:"bytes,3,opt,name=reason,proto3" json:"reason,omitempty"`
+	// handler keeps the failures of that handler.
+	Handler string `protobuf:"bytes,4,opt,name=handler,proto3" json:"handler,omitempty"`
+	// event_name keeps the failures of that event name.
+	EventName string `protobuf:"bytes,5,opt,name=event_name,json=eventName,proto3" json:"event_name,omitempty"`
+	// fingerprint keeps the failures whose error has that fingerprint.
+	Fingerprint string `protobuf:"bytes,6,opt,name=fingerprint,proto3" json:"fingerprint,omitempty"`
+	// from bounds failed_at below (included).
+	From *timestamppb.Timestamp `protobuf:"bytes,7,opt,name=from,proto3" json:"from,omitempty"`
+	// to bounds failed_at above (excluded).
+	To *timestamppb.Timestamp `protobuf:"bytes,8,opt,name=to,proto3" json:"to,omitempty"`
+	// state keeps one state: `failed`, `parked`, `retrying`, `resolved` or
+	// `discarded`; empty: any.
+	State string `protobuf:"bytes,9,opt,name=state,proto3" json:"state,omitempty"`
+	// text keeps the failures whose error, event name or event id holds it,
+	// case-insensitive.
+	Text string `protobuf:"bytes,10,opt,name=text,proto3" json:"text,omitempty"`
+	// ids keeps only the failures with these ids (UUIDs), at most 10000.
+	Ids           []string `protobuf:"bytes,11,rep,name=ids,proto3" json:"ids,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *FailureFilter) Reset() {
+	*x = FailureFilter{}
+	mi := &file_platform_admin_v1_admin_proto_msgTypes[45]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *FailureFilter) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*FailureFilter) ProtoMessage() {}
+
+func (x *FailureFilter) ProtoReflect() protoreflect.Message {
+	mi := &file_platform_admin_v1_admin_proto_msgTypes[45]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use FailureFilter.ProtoReflect.Descriptor instead.
+func (*FailureFilter) Descriptor() ([]byte, []int) {
+	return file_platform_admin_v1_admin_proto_rawDescGZIP(), []int{45}
+}
+
+func (x *FailureFilter) GetService() string {
+	if x != nil {
+		return x.Service
+	}
+	return ""
+}
+
+func (x *FailureFilter) GetPool() string {
+	if x != nil {
+		return x.Pool
+	}
+	return ""
+}
+
+func (x *FailureFilter) GetReason() string {
+	if x != nil {
+		return x.Reason
+	}
+	return ""
+}
+
+func (x *FailureFilter) GetHandler() string {
+	if x != nil {
+		return x.Handler
+	}
+	return ""
+}
+
+func (x *FailureFilter) GetEventName() string {
+	if x != nil {
+		return x.EventName
+	}
+	return ""
+}
+
+func (x *FailureFilter) GetFingerprint() string {
+	if x != nil {
+		return x.Fingerprint
+	}
+	return ""
+}
+
+func (x *FailureFilter) GetFrom() *timestamppb.Timestamp {
+	if x != nil {
+		return x.From
+	}
+	return nil
+}
+
+func (x *FailureFilter) GetTo() *timestamppb.Timestamp {
+	if x != nil {
+		return x.To
+	}
+	return nil
+}
+
+func (x *FailureFilter) GetState() string {
+	if x != nil {
+		return x.State
+	}
+	return ""
+}
+
+func (x *FailureFilter) GetText() string {
+	if x != nil {
+		return x.Text
+	}
+	return ""
+}
+
+func (x *FailureFilter) GetIds() []string {
+	if x != nil {
+		return x.Ids
+	}
+	return nil
+}
+
+// FailedEvent is one stored failure: a row of the service database's
+// platform.failed_event.
+type FailedEvent struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// id is the failure's id (a UUID v7).
+	Id string `protobuf:"bytes,1,opt,name=id,proto3" json:"id,omitempty"`
+	// service is the service whose database holds it.
+	Service string `protobuf:"bytes,2,opt,name=service,proto3" json:"service,omitempty"`
+	// pool is the pool the message failed in.
+	Pool string `protobuf:"bytes,3,opt,name=pool,proto3" json:"pool,omitempty"`
+	// event_id is the event's id (a UUID); empty when the body did not
+	// decode.
+	EventId string `protobuf:"bytes,4,opt,name=event_id,json=eventId,proto3" json:"event_id,omitempty"`
+	// event_name is the event's name.
+	EventName string `protobuf:"bytes,5,opt,name=event_name,json=eventName,proto3" json:"event_name,omitempty"`
+	// routing_key is the routing key the message was published with.
+	RoutingKey string `protobuf:"bytes,6,opt,name=routing_key,json=routingKey,proto3" json:"routing_key,omitempty"`
+	// headers are the delivery's headers, AMQP values as JSON.
+	Headers *structpb.Struct `protobuf:"bytes,7,opt,name=headers,proto3" json:"headers,omitempty"`
+	// body is the message body, byte for byte.
+	Body []byte `protobuf:"bytes,8,opt,name=body,proto3" json:"body,omitempty"`
+	// reason is why it failed (see FailureFilter.reason).
+	Reason string `protobuf:"bytes,9,opt,name=reason,proto3" json:"reason,omitempty"`
+	// error is the last error's text.
+	Error string `protobuf:"bytes,10,opt,name=error,proto3" json:"error,omitempty"`
+	// fingerprint is error with its UUIDs, numbers and quoted values
+	// replaced by placeholders.
+	Fingerprint string `protobuf:"bytes,11,opt,name=fingerprint,proto3" json:"fingerprint,omitempty"`
+	// handler names the handler that failed; empty when none ran.
+	Handler string `protobuf:"bytes,12,opt,name=handler,proto3" json:"handler,omitempty"`
+	// attempt is the attempt that failed last.
+	Attempt int32 `protobuf:"varint,13,opt,name=attempt,proto3" json:"attempt,omitempty"`
+	// first_failed_at is when the failure was stored first.
+	FirstFailedAt *timestamppb.Timestamp `protobuf:"bytes,14,opt,name=first_failed_at,json=firstFailedAt,proto3" json:"first_failed_at,omitempty"`
+	// failed_at is when it failed last.
+	FailedAt *timestamppb.Timestamp `protobuf:"bytes,15,opt,name=failed_at,json=failedAt,proto3" json:"failed_at,omitempty"`
+	// copies counts the copies of this failure met (1 at first).
+	Copies int32 `protobuf:"varint,16,opt,name=copies,proto3" json:"copies,omitempty"`
+	// sequence_key is the pool's partition_key value; empty when none.
+	SequenceKey string `protobuf:"bytes,17,opt,name=sequence_key,json=sequenceKey,proto3" json:"sequence_key,omitempty"`
+	// state is `failed`, `parked`, `retrying`, `resolved` or `discarded`.
+	State string `protobuf:"bytes,18,opt,name=state,proto3" json:"state,omitempty"`
+	// resolved_at is when it was resolved or discarded; unset otherwise.
+	ResolvedAt *timestamppb.Timestamp `protobuf:"bytes,19,opt,name=resolved_at,json=resolvedAt,proto3" json:"resolved_at,omitempty"`
+	// resolved_by says by what or whom it was resolved or discarded.
+	ResolvedBy string `protobuf:"bytes,20,opt,name=resolved_by,json=resolvedBy,proto3" json:"resolved_by,omitempty"`
+	// edited_body is the body as an operator edited it, sent by a retry
+	// instead of body; empty unless edited.
+	EditedBody []byte `protobuf:"bytes,21,opt,name=edited_body,json=editedBody,proto3" json:"edited_body,omitempty"`
+	// edited_at is when it was edited last; unset unless edited.
+	EditedAt *timestamppb.Timestamp `protobuf:"bytes,22,opt,name=edited_at,json=editedAt,proto3" json:"edited_at,omitempty"`
+	// edited_by is the name of the token that edited it last.
+	EditedBy string `protobuf:"bytes,23,opt,name=edited_by,json=editedBy,proto3" json:"edited_by,omitempty"`
+	// retry_id is the server-side retry that sent it last (a UUID); empty if
+	// none.
+	RetryId string `protobuf:"bytes,24,opt,name=retry_id,json=retryId,proto3" json:"retry_id,omitempty"`
+	// updated_at is when the row last changed.
+	UpdatedAt     *timestamppb.Timestamp `protobuf:"bytes,25,opt,name=updated_at,json=updatedAt,proto3" json:"updated_at,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *FailedEvent) Reset() {
+	*x = FailedEvent{}
+	mi := &file_platform_admin_v1_admin_proto_msgTypes[46]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *FailedEvent) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*FailedEvent) ProtoMessage() {}
+
+func (x *FailedEvent) ProtoReflect() protoreflect.Message {
+	mi := &file_platform_admin_v1_admin_proto_msgTypes[46]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use FailedEvent.ProtoReflect.Descriptor instead.
+func (*FailedEvent) Descriptor() ([]byte, []int) {
+	return file_platform_admin_v1_admin_proto_rawDescGZIP(), []int{46}
+}
+
+func (x *FailedEvent) GetId() string {
+	if x != nil {
+		return x.Id
+	}
+	return ""
+}
+
+func (x *FailedEvent) GetService() string {
+	if x != nil {
+		return x.Service
+	}
+	return ""
+}
+
+func (x *FailedEvent) GetPool() string {
+	if x != nil {
+		return x.Pool
+	}
+	return ""
+}
+
+func (x *FailedEvent) GetEventId() string {
+	if x != nil {
+		return x.EventId
+	}
+	return ""
+}
+
+func (x *FailedEvent) GetEventName() string {
+	if x != nil {
+		return x.EventName
+	}
+	return ""
+}
+
+func (x *FailedEvent) GetRoutingKey() string {
+	if x != nil {
+		return x.RoutingKey
+	}
+	return ""
+}
+
+func (x *FailedEvent) GetHeaders() *structpb.Struct {
+	if x != nil {
+		return x.Headers
+	}
+	return nil
+}
+
+func (x *FailedEvent) GetBody() []byte {
+	if x != nil {
+		return x.Body
+	}
+	return nil
+}
+
+func (x *FailedEvent) GetReason() string {
+	if x != nil {
+		return x.Reason
+	}
+	return ""
+}
+
+func (x *FailedEvent) GetError() string {
+	if x != nil {
+		return x.Error
+	}
+	return ""
+}
+
+func (x *FailedEvent) GetFingerprint() string {
+	if x != nil {
+		return x.Fingerprint
+	}
+	return ""
+}
+
+func (x *FailedEvent) GetHandler() string {
+	if x != nil {
+		return x.Handler
+	}
+	return ""
+}
+
+func (x *FailedEvent) GetAttempt() int32 {
+	if x != nil {
+		return x.Attempt
+	}
+	return 0
+}
+
+func (x *FailedEvent) GetFirstFailedAt() *timestamppb.Timestamp {
+	if x != nil {
+		return x.FirstFailedAt
+	}
+	return nil
+}
+
+func (x *FailedEvent) GetFailedAt() *timestamppb.Timestamp {
+	if x != nil {
+		return x.FailedAt
+	}
+	return nil
+}
+
+func (x *FailedEvent) GetCopies() int32 {
+	if x != nil {
+		return x.Copies
+	}
+	return 0
+}
+
+func (x *FailedEvent) GetSequenceKey() string {
+	if x != nil {
+		return x.SequenceKey
+	}
+	return ""
+}
+
+func (x *FailedEvent) GetState() string {
+	if x != nil {
+		return x.State
+	}
+	return ""
+}
+
+func (x *FailedEvent) GetResolvedAt() *timestamppb.Timestamp {
+	if x != nil {
+		return x.ResolvedAt
+	}
+	return nil
+}
+
+func (x *FailedEvent) GetResolvedBy() string {
+	if x != nil {
+		return x.ResolvedBy
+	}
+	return ""
+}
+
+func (x *FailedEvent) GetEditedBody() []byte {
+	if x != nil {
+		return x.EditedBody
+	}
+	return nil
+}
+
+func (x *FailedEvent) GetEditedAt() *timestamppb.Timestamp {
+	if x != nil {
+		return x.EditedAt
+	}
+	return nil
+}
+
+func (x *FailedEvent) GetEditedBy() string {
+	if x != nil {
+		return x.EditedBy
+	}
+	return ""
+}
+
+func (x *FailedEvent) GetRetryId() string {
+	if x != nil {
+		return x.RetryId
+	}
+	return ""
+}
+
+func (x *FailedEvent) GetUpdatedAt() *timestamppb.Timestamp {
+	if x != nil {
+		return x.UpdatedAt
+	}
+	return nil
+}
+
+// FailedEventEdit is one edit of a failure's body.
+type FailedEventEdit struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// edited_at is when the edit was made.
+	EditedAt *timestamppb.Timestamp `protobuf:"bytes,1,opt,name=edited_at,json=editedAt,proto3" json:"edited_at,omitempty"`
+	// edited_by is the name of the token that made it.
+	EditedBy string `protobuf:"bytes,2,opt,name=edited_by,json=editedBy,proto3" json:"edited_by,omitempty"`
+	// reason is the reason given.
+	Reason string `protobuf:"bytes,3,opt,name=reason,proto3" json:"reason,omitempty"`
+	// diff is the JSON Patch (RFC 6902) from the body before to the body
+	// after, as JSON text.
+	Diff          string `protobuf:"bytes,4,opt,name=diff,proto3" json:"diff,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *FailedEventEdit) Reset() {
+	*x = FailedEventEdit{}
+	mi := &file_platform_admin_v1_admin_proto_msgTypes[47]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *FailedEventEdit) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*FailedEventEdit) ProtoMessage() {}
+
+func (x *FailedEventEdit) ProtoReflect() protoreflect.Message {
+	mi := &file_platform_admin_v1_admin_proto_msgTypes[47]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use FailedEventEdit.ProtoReflect.Descriptor instead.
+func (*FailedEventEdit) Descriptor() ([]byte, []int) {
+	return file_platform_admin_v1_admin_proto_rawDescGZIP(), []int{47}
+}
+
+func (x *FailedEventEdit) GetEditedAt() *timestamppb.Timestamp {
+	if x != nil {
+		return x.EditedAt
+	}
+	return nil
+}
+
+func (x *FailedEventEdit) GetEditedBy() string {
+	if x != nil {
+		return x.EditedBy
+	}
+	return ""
+}
+
+func (x *FailedEventEdit) GetReason() string {
+	if x != nil {
+		return x.Reason
+	}
+	return ""
+}
+
+func (x *FailedEventEdit) GetDiff() string {
+	if x != nil {
+		return x.Diff
+	}
+	return ""
+}
+
+// FailureGroup is one group of ListFailureGroups.
+type FailureGroup struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// key holds the group's value of each group_by key, by key name.
+	Key map[string]string `protobuf:"bytes,1,rep,name=key,proto3" json:"key,omitempty" protobuf_key:"bytes,1,opt,name=key" protobuf_val:"bytes,2,opt,name=value"`
+	// count is the number of failures in the group.
+	Count int64 `protobuf:"varint,2,opt,name=count,proto3" json:"count,omitempty"`
+	// first_failed_at is the earliest failed_at of the group.
+	FirstFailedAt *timestamppb.Timestamp `protobuf:"bytes,3,opt,name=first_failed_at,json=firstFailedAt,proto3" json:"first_failed_at,omitempty"`
+	// last_failed_at is the latest failed_at of the group.
+	LastFailedAt *timestamppb.Timestamp `protobuf:"bytes,4,opt,name=last_failed_at,json=lastFailedAt,proto3" json:"last_failed_at,omitempty"`
+	// example_id is the id of one failure of the group.
+	ExampleId     string `protobuf:"bytes,5,opt,name=example_id,json=exampleId,proto3" json:"example_id,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *FailureGroup) Reset() {
+	*x = FailureGroup{}
+	mi := &file_platform_admin_v1_admin_proto_msgTypes[48]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *FailureGroup) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*FailureGroup) ProtoMessage() {}
+
+func (x *FailureGroup) ProtoReflect() protoreflect.Message {
+	mi := &file_platform_admin_v1_admin_proto_msgTypes[48]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use FailureGroup.ProtoReflect.Descriptor instead.
+func (*FailureGroup) Descriptor() ([]byte, []int) {
+	return file_platform_admin_v1_admin_proto_rawDescGZIP(), []int{48}
+}
+
+func (x *FailureGroup) GetKey() map[string]string {
+	if x != nil {
+		return x.Key
+	}
+	return nil
+}
+
+func (x *FailureGroup) GetCount() int64 {
+	if x != nil {
+		return x.Count
+	}
+	return 0
+}
+
+func (x *FailureGroup) GetFirstFailedAt() *timestamppb.Timestamp {
+	if x != nil {
+		return x.FirstFailedAt
+	}
+	return nil
+}
+
+func (x *FailureGroup) GetLastFailedAt() *timestamppb.Timestamp {
+	if x != nil {
+		return x.LastFailedAt
+	}
+	return nil
+}
+
+func (x *FailureGroup) GetExampleId() string {
+	if x != nil {
+		return x.ExampleId
+	}
+	return ""
+}
+
+// FailureRetry is one server-side retry of failures, or a dry run's count.
+type FailureRetry struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// id identifies the retry (a UUID); copies carry x-replay:
+	// retry-failed:<id>. Empty for a dry run.
+	Id string `protobuf:"bytes,1,opt,name=id,proto3" json:"id,omitempty"`
+	// service is the service whose failures it retries.
+	Service string `protobuf:"bytes,2,opt,name=service,proto3" json:"service,omitempty"`
+	// state is the retry's state; UNSPECIFIED for a dry run.
+	State FailureRetryState `protobuf:"varint,3,opt,name=state,proto3,enum=platform.admin.v1.FailureRetryState" json:"state,omitempty"`
+	// selected is the size of the selection, frozen when the retry was
+	// created (for a dry run: what it would select).
+	Selected int64 `protobuf:"varint,4,opt,name=selected,proto3" json:"selected,omitempty"`
+	// sent counts the copies sent.
+	Sent int64 `protobuf:"varint,5,opt,name=sent,proto3" json:"sent,omitempty"`
+	// resolved counts the selected failures resolved since.
+	Resolved int64 `protobuf:"varint,6,opt,name=resolved,proto3" json:"resolved,omitempty"`
+	// failed_again counts the selected failures that failed again after
+	// their copy was sent.
+	FailedAgain int64 `protobuf:"varint,7,opt,name=failed_again,json=failedAgain,proto3" json:"failed_again,omitempty"`
+	// canary is how many failures were sent first.
+	Canary int32 `protobuf:"varint,8,opt,name=canary,proto3" json:"canary,omitempty"`
+	// rate is the most copies sent per second.
+	Rate int32 `protobuf:"varint,9,opt,name=rate,proto3" json:"rate,omitempty"`
+	// created_by is the name of the token that asked for it.
+	CreatedBy string `protobuf:"bytes,10,opt,name=created_by,json=createdBy,proto3" json:"created_by,omitempty"`
+	// created_at is when it was asked for.
+	CreatedAt *timestamppb.Timestamp `protobuf:"bytes,11,opt,name=created_at,json=createdAt,proto3" json:"created_at,omitempty"`
+	// finished_at is when it ended; unset while it runs.
+	FinishedAt *timestamppb.Timestamp `protobuf:"bytes,12,opt,name=finished_at,json=finishedAt,proto3" json:"finished_at,omitempty"`
+	// error says why it stopped, if it stopped on an error.
+	Error string `protobuf:"bytes,13,opt,name=error,proto3" json:"error,omitempty"`
+	// filter is the selection's filter, as asked.
+	Filter *FailureFilter `protobuf:"bytes,14,opt,name=filter,proto3" json:"filter,omitempty"`
+	// override_beyond_horizon is the request's flag of that name.
+	OverrideBeyondHorizon bool `protobuf:"varint,15,opt,name=override_beyond_horizon,json=overrideBeyondHorizon,proto3" json:"override_beyond_horizon,omitempty"`
+	// cancelled_by is the name of the token that cancelled it, if any.
+	CancelledBy   string `protobuf:"bytes,16,opt,name=cancelled_by,json=cancelledBy,proto3" json:"cancelled_by,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *FailureRetry) Reset() {
+	*x = FailureRetry{}
+	mi := &file_platform_admin_v1_admin_proto_msgTypes[49]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *FailureRetry) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*FailureRetry) ProtoMessage() {}
+
+func (x *FailureRetry) ProtoReflect() protoreflect.Message {
+	mi := &file_platform_admin_v1_admin_proto_msgTypes[49]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use FailureRetry.ProtoReflect.Descriptor instead.
+func (*FailureRetry) Descriptor() ([]byte, []int) {
+	return file_platform_admin_v1_admin_proto_rawDescGZIP(), []int{49}
+}
+
+func (x *FailureRetry) GetId() string {
+	if x != nil {
+		return x.Id
+	}
+	return ""
+}
+
+func (x *FailureRetry) GetService() string {
+	if x != nil {
+		return x.Service
+	}
+	return ""
+}
+
+func (x *FailureRetry) GetState() FailureRetryState {
+	if x != nil {
+		return x.State
+	}
+	return FailureRetryState_FAILURE_RETRY_STATE_UNSPECIFIED
+}
+
+func (x *FailureRetry) GetSelected() int64 {
+	if x != nil {
+		return x.Selected
+	}
+	return 0
+}
+
+func (x *FailureRetry) GetSent() int64 {
+	if x != nil {
+		return x.Sent
+	}
+	return 0
+}
+
+func (x *FailureRetry) GetResolved() int64 {
+	if x != nil {
+		return x.Resolved
+	}
+	return 0
+}
+
+func (x *FailureRetry) GetFailedAgain() int64 {
+	if x != nil {
+		return x.FailedAgain
+	}
+	return 0
+}
+
+func (x *FailureRetry) GetCanary() int32 {
+	if x != nil {
+		return x.Canary
+	}
+	return 0
+}
+
+func (x *FailureRetry) GetRate() int32 {
+	if x != nil {
+		return x.Rate
+	}
+	return 0
+}
+
+func (x *FailureRetry) GetCreatedBy() string {
+	if x != nil {
+		return x.CreatedBy
+	}
+	return ""
+}
+
+func (x *FailureRetry) GetCreatedAt() *timestamppb.Timestamp {
+	if x != nil {
+		return x.CreatedAt
+	}
+	return nil
+}
+
+func (x *FailureRetry) GetFinishedAt() *timestamppb.Timestamp {
+	if x != nil {
+		return x.FinishedAt
+	}
+	return nil
+}
+
+func (x *FailureRetry) GetError() string {
+	if x != nil {
+		return x.Error
+	}
+	return ""
+}
+
+func (x *FailureRetry) GetFilter() *FailureFilter {
+	if x != nil {
+		return x.Filter
+	}
+	return nil
+}
+
+func (x *FailureRetry) GetOverrideBeyondHorizon() bool {
+	if x != nil {
+		return x.OverrideBeyondHorizon
+	}
+	return false
+}
+
+func (x *FailureRetry) GetCancelledBy() string {
+	if x != nil {
+		return x.CancelledBy
+	}
+	return ""
+}
+
+// ListFailureGroupsRequest is the request of ListFailureGroups.
+type ListFailureGroupsRequest struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// service is the service; required unless pool is set.
+	Service string `protobuf:"bytes,1,opt,name=service,proto3" json:"service,omitempty"`
+	// pool keeps the failures of that pool.
+	Pool string `protobuf:"bytes,2,opt,name=pool,proto3" json:"pool,omitempty"`
+	// from bounds failed_at below (included).
+	From *timestamppb.Timestamp `protobuf:"bytes,3,opt,name=from,proto3" json:"from,omitempty"`
+	// to bounds failed_at above (excluded).
+	To *timestamppb.Timestamp `protobuf:"bytes,4,opt,name=to,proto3" json:"to,omitempty"`
+	// state keeps one state (see FailureFilter.state); empty: any.
+	State string `protobuf:"bytes,5,opt,name=state,proto3" json:"state,omitempty"`
+	// group_by are the keys to group by, each once: `reason`, `handler`,
+	// `event_name`, `fingerprint`, `pool`; empty means reason and
+	// fingerprint.
+	GroupBy       []string `protobuf:"bytes,6,rep,name=group_by,json=groupBy,proto3" json:"group_by,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *ListFailureGroupsRequest) Reset() {
+	*x = ListFailureGroupsRequest{}
+	mi := &file_platform_admin_v1_admin_proto_msgTypes[50]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *ListFailureGroupsRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*ListFailureGroupsRequest) ProtoMessage() {}
+
+func (x *ListFailureGroupsRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_platform_admin_v1_admin_proto_msgTypes[50]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use ListFailureGroupsRequest.ProtoReflect.Descriptor instead.
+func (*ListFailureGroupsRequest) Descriptor() ([]byte, []int) {
+	return file_platform_admin_v1_admin_proto_rawDescGZIP(), []int{50}
+}
+
+func (x *ListFailureGroupsRequest) GetService() string {
+	if x != nil {
+		return x.Service
+	}
+	return ""
+}
+
+func (x *ListFailureGroupsRequest) GetPool() string {
+	if x != nil {
+		return x.Pool
+	}
+	return ""
+}
+
+func (x *ListFailureGroupsRequest) GetFrom() *timestamppb.Timestamp {
+	if x != nil {
+		return x.From
+	}
+	return nil
+}
+
+func (x *ListFailureGroupsRequest) GetTo() *timestamppb.Timestamp {
+	if x != nil {
+		return x.To
+	}
+	return nil
+}
+
+func (x *ListFailureGroupsRequest) GetState() string {
+	if x != nil {
+		return x.State
+	}
+	return ""
+}
+
+func (x *ListFailureGroupsRequest) GetGroupBy() []string {
+	if x != nil {
+		return x.GroupBy
+	}
+	return nil
+}
+
+// ListFailureGroupsResponse is the response of ListFailureGroups.
+type ListFailureGroupsResponse struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// groups are the groups, largest first.
+	Groups        []*FailureGroup `protobuf:"bytes,1,rep,name=groups,proto3" json:"groups,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *ListFailureGroupsResponse) Reset() {
+	*x = ListFailureGroupsResponse{}
+	mi := &file_platform_admin_v1_admin_proto_msgTypes[51]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *ListFailureGroupsResponse) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*ListFailureGroupsResponse) ProtoMessage() {}
+
+func (x *ListFailureGroupsResponse) ProtoReflect() protoreflect.Message {
+	mi := &file_platform_admin_v1_admin_proto_msgTypes[51]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use ListFailureGroupsResponse.ProtoReflect.Descriptor instead.
+func (*ListFailureGroupsResponse) Descriptor() ([]byte, []int) {
+	return file_platform_admin_v1_admin_proto_rawDescGZIP(), []int{51}
+}
+
+func (x *ListFailureGroupsResponse) GetGroups() []*FailureGroup {
+	if x != nil {
+		return x.Groups
+	}
+	return nil
+}
+
+// ListFailedEventsRequest is the request of ListFailedEvents.
+type ListFailedEventsRequest struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// filter selects the failures.
+	Filter *FailureFilter `protobuf:"bytes,1,opt,name=filter,proto3" json:"filter,omitempty"`
+	// limit is the maximum number of failures returned: 0 means 100, at
+	// most 10000.
+	Limit int32 `protobuf:"varint,2,opt,name=limit,proto3" json:"limit,omitempty"`
+	// page_token is the previous page's next_page_token; empty: the first
+	// page.
+	PageToken     string `protobuf:"bytes,3,opt,name=page_token,json=pageToken,proto3" json:"page_token,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *ListFailedEventsRequest) Reset() {
+	*x = ListFailedEventsRequest{}
+	mi := &file_platform_admin_v1_admin_proto_msgTypes[52]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *ListFailedEventsRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*ListFailedEventsRequest) ProtoMessage() {}
+
+func (x *ListFailedEventsRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_platform_admin_v1_admin_proto_msgTypes[52]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use ListFailedEventsRequest.ProtoReflect.Descriptor instead.
+func (*ListFailedEventsRequest) Descriptor() ([]byte, []int) {
+	return file_platform_admin_v1_admin_proto_rawDescGZIP(), []int{52}
+}
+
+func (x *ListFailedEventsRequest) GetFilter() *FailureFilter {
+	if x != nil {
+		return x.Filter
+	}
+	return nil
+}
+
+func (x *ListFailedEventsRequest) GetLimit() int32 {
+	if x != nil {
+		return x.Limit
+	}
+	return 0
+}
+
+func (x *ListFailedEventsRequest) GetPageToken() string {
+	if x != nil {
+		return x.PageToken
+	}
+	return ""
+}
+
+// ListFailedEventsResponse is the response of ListFailedEvents.
+type ListFailedEventsResponse struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// failures are the failures, newest first.
+	Failures []*FailedEvent `protobuf:"bytes,1,rep,name=failures,proto3" json:"failures,omitempty"`
+	// next_page_token asks for the next page; empty at the end.
+	NextPageToken string `protobuf:"bytes,2,opt,name=next_page_token,json=nextPageToken,proto3" json:"next_page_token,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *ListFailedEventsResponse) Reset() {
+	*x = ListFailedEventsResponse{}
+	mi := &file_platform_admin_v1_admin_proto_msgTypes[53]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *ListFailedEventsResponse) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*ListFailedEventsResponse) ProtoMessage() {}
+
+func (x *ListFailedEventsResponse) ProtoReflect() protoreflect.Message {
+	mi := &file_platform_admin_v1_admin_proto_msgTypes[53]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use ListFailedEventsResponse.ProtoReflect.Descriptor instead.
+func (*ListFailedEventsResponse) Descriptor() ([]byte, []int) {
+	return file_platform_admin_v1_admin_proto_rawDescGZIP(), []int{53}
+}
+
+func (x *ListFailedEventsResponse) GetFailures() []*FailedEvent {
+	if x != nil {
+		return x.Failures
+	}
+	return nil
+}
+
+func (x *ListFailedEventsResponse) GetNextPageToken() string {
+	if x != nil {
+		return x.NextPageToken
+	}
+	return ""
+}
+
+// GetFailedEventRequest is the request of GetFailedEvent.
+type GetFailedEventRequest struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// id is the failure's id (a UUID).
+	Id            string `protobuf:"bytes,1,opt,name=id,proto3" json:"id,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *GetFailedEventRequest) Reset() {
+	*x = GetFailedEventRequest{}
+	mi := &file_platform_admin_v1_admin_proto_msgTypes[54]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *GetFailedEventRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*GetFailedEventRequest) ProtoMessage() {}
+
+func (x *GetFailedEventRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_platform_admin_v1_admin_proto_msgTypes[54]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use GetFailedEventRequest.ProtoReflect.Descriptor instead.
+func (*GetFailedEventRequest) Descriptor() ([]byte, []int) {
+	return file_platform_admin_v1_admin_proto_rawDescGZIP(), []int{54}
+}
+
+func (x *GetFailedEventRequest) GetId() string {
+	if x != nil {
+		return x.Id
+	}
+	return ""
+}
+
+// GetFailedEventResponse is the response of GetFailedEvent.
+type GetFailedEventResponse struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// failure is the failure.
+	Failure *FailedEvent `protobuf:"bytes,1,opt,name=failure,proto3" json:"failure,omitempty"`
+	// edits are its body's edits, oldest first.
+	Edits         []*FailedEventEdit `protobuf:"bytes,2,rep,name=edits,proto3" json:"edits,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *GetFailedEventResponse) Reset() {
+	*x = GetFailedEventResponse{}
+	mi := &file_platform_admin_v1_admin_proto_msgTypes[55]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *GetFailedEventResponse) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*GetFailedEventResponse) ProtoMessage() {}
+
+func (x *GetFailedEventResponse) ProtoReflect() protoreflect.Message {
+	mi := &file_platform_admin_v1_admin_proto_msgTypes[55]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use GetFailedEventResponse.ProtoReflect.Descriptor instead.
+func (*GetFailedEventResponse) Descriptor() ([]byte, []int) {
+	return file_platform_admin_v1_admin_proto_rawDescGZIP(), []int{55}
+}
+
+func (x *GetFailedEventResponse) GetFailure() *FailedEvent {
+	if x != nil {
+		return x.Failure
+	}
+	return nil
+}
+
+func (x *GetFailedEventResponse) GetEdits() []*FailedEventEdit {
+	if x != nil {
+		return x.Edits
+	}
+	return nil
+}
+
+// RetryFailedEventsRequest is the request of RetryFailedEvents.
+type RetryFailedEventsRequest struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// filter selects the failures to retry.
+	Filter *FailureFilter `protobuf:"bytes,1,opt,name=filter,proto3" json:"filter,omitempty"`
+	// canary is how many failures are sent first; the rest waits for their
+	// outcome. 0: no canary.
+	Canary int32 `protobuf:"varint,2,opt,name=canary,proto3" json:"canary,omitempty"`
+	// rate is the most copies sent per second: 0 means 200, at most 100000.
+	Rate int32 `protobuf:"varint,3,opt,name=rate,proto3" json:"rate,omitempty"`
+	// dry_run counts the selection and stores nothing.
+	DryRun bool `protobuf:"varint,4,opt,name=dry_run,json=dryRun,proto3" json:"dry_run,omitempty"`
+	// override_beyond_horizon sends the copies with
+	// x-beyond-horizon-override: true, letting beyond_horizon failures
+	// through the guard.
+	OverrideBeyondHorizon bool `protobuf:"varint,5,opt,name=override_beyond_horizon,json=overrideBeyondHorizon,proto3" json:"override_beyond_horizon,omitempty"`
+	unknownFields         protoimpl.UnknownFields
+	sizeCache             protoimpl.SizeCache
+}
+
+func (x *RetryFailedEventsRequest) Reset() {
+	*x = RetryFailedEventsRequest{}
+	mi := &file_platform_admin_v1_admin_proto_msgTypes[56]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *RetryFailedEventsRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*RetryFailedEventsRequest) ProtoMessage() {}
+
+func (x *RetryFailedEventsRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_platform_admin_v1_admin_proto_msgTypes[56]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use RetryFailedEventsRequest.ProtoReflect.Descriptor instead.
+func (*RetryFailedEventsRequest) Descriptor() ([]byte, []int) {
+	return file_platform_admin_v1_admin_proto_rawDescGZIP(), []int{56}
+}
+
+func (x *RetryFailedEventsRequest) GetFilter() *FailureFilter {
+	if x != nil {
+		return x.Filter
+	}
+	return nil
+}
+
+func (x *RetryFailedEventsRequest) GetCanary() int32 {
+	if x != nil {
+		return x.Canary
+	}
+	return 0
+}
+
+func (x *RetryFailedEventsRequest) GetRate() int32 {
+	if x != nil {
+		return x.Rate
+	}
+	return 0
+}
+
+func (x *RetryFailedEventsRequest) GetDryRun() bool {
+	if x != nil {
+		return x.DryRun
+	}
+	return false
+}
+
+func (x *RetryFailedEventsRequest) GetOverrideBeyondHorizon() bool {
+	if x != nil {
+		return x.OverrideBeyondHorizon
+	}
+	return false
+}
+
+// RetryFailedEventsResponse is the response of RetryFailedEvents.
+type RetryFailedEventsResponse struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// retry is the retry created, or the dry run's count.
+	Retry         *FailureRetry `protobuf:"bytes,1,opt,name=retry,proto3" json:"retry,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *RetryFailedEventsResponse) Reset() {
+	*x = RetryFailedEventsResponse{}
+	mi := &file_platform_admin_v1_admin_proto_msgTypes[57]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *RetryFailedEventsResponse) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*RetryFailedEventsResponse) ProtoMessage() {}
+
+func (x *RetryFailedEventsResponse) ProtoReflect() protoreflect.Message {
+	mi := &file_platform_admin_v1_admin_proto_msgTypes[57]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use RetryFailedEventsResponse.ProtoReflect.Descriptor instead.
+func (*RetryFailedEventsResponse) Descriptor() ([]byte, []int) {
+	return file_platform_admin_v1_admin_proto_rawDescGZIP(), []int{57}
+}
+
+func (x *RetryFailedEventsResponse) GetRetry() *FailureRetry {
+	if x != nil {
+		return x.Retry
+	}
+	return nil
+}
+
+// GetFailureRetryRequest is the request of GetFailureRetry.
+type GetFailureRetryRequest struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// service is the retry's service; empty: looked up in every service.
+	Service string `protobuf:"bytes,1,opt,name=service,proto3" json:"service,omitempty"`
+	// id is the retry's id (a UUID).
+	Id            string `protobuf:"bytes,2,opt,name=id,proto3" json:"id,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *GetFailureRetryRequest) Reset() {
+	*x = GetFailureRetryRequest{}
+	mi := &file_platform_admin_v1_admin_proto_msgTypes[58]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *GetFailureRetryRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*GetFailureRetryRequest) ProtoMessage() {}
+
+func (x *GetFailureRetryRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_platform_admin_v1_admin_proto_msgTypes[58]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use GetFailureRetryRequest.ProtoReflect.Descriptor instead.
+func (*GetFailureRetryRequest) Descriptor() ([]byte, []int) {
+	return file_platform_admin_v1_admin_proto_rawDescGZIP(), []int{58}
+}
+
+func (x *GetFailureRetryRequest) GetService() string {
+	if x != nil {
+		return x.Service
+	}
+	return ""
+}
+
+func (x *GetFailureRetryRequest) GetId() string {
+	if x != nil {
+		return x.Id
+	}
+	return ""
+}
+
+// GetFailureRetryResponse is the response of GetFailureRetry.
+type GetFailureRetryResponse struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// retry is the retry.
+	Retry         *FailureRetry `protobuf:"bytes,1,opt,name=retry,proto3" json:"retry,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *GetFailureRetryResponse) Reset() {
+	*x = GetFailureRetryResponse{}
+	mi := &file_platform_admin_v1_admin_proto_msgTypes[59]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *GetFailureRetryResponse) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*GetFailureRetryResponse) ProtoMessage() {}
+
+func (x *GetFailureRetryResponse) ProtoReflect() protoreflect.Message {
+	mi := &file_platform_admin_v1_admin_proto_msgTypes[59]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use GetFailureRetryResponse.ProtoReflect.Descriptor instead.
+func (*GetFailureRetryResponse) Descriptor() ([]byte, []int) {
+	return file_platform_admin_v1_admin_proto_rawDescGZIP(), []int{59}
+}
+
+func (x *GetFailureRetryResponse) GetRetry() *FailureRetry {
+	if x != nil {
+		return x.Retry
+	}
+	return nil
+}
+
+// ListFailureRetriesRequest is the request of ListFailureRetries.
+type ListFailureRetriesRequest struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// service is the service; empty: every service.
+	Service string `protobuf:"bytes,1,opt,name=service,proto3" json:"service,omitempty"`
+	// limit is the maximum number of retries returned: 0 means 100, at most
+	// 10000.
+	Limit         int32 `protobuf:"varint,2,opt,name=limit,proto3" json:"limit,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *ListFailureRetriesRequest) Reset() {
+	*x = ListFailureRetriesRequest{}
+	mi := &file_platform_admin_v1_admin_proto_msgTypes[60]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *ListFailureRetriesRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*ListFailureRetriesRequest) ProtoMessage() {}
+
+func (x *ListFailureRetriesRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_platform_admin_v1_admin_proto_msgTypes[60]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use ListFailureRetriesRequest.ProtoReflect.Descriptor instead.
+func (*ListFailureRetriesRequest) Descriptor() ([]byte, []int) {
+	return file_platform_admin_v1_admin_proto_rawDescGZIP(), []int{60}
+}
+
+func (x *ListFailureRetriesRequest) GetService() string {
+	if x != nil {
+		return x.Service
+	}
+	return ""
+}
+
+func (x *ListFailureRetriesRequest) GetLimit() int32 {
+	if x != nil {
+		return x.Limit
+	}
+	return 0
+}
+
+// ListFailureRetriesResponse is the response of ListFailureRetries.
+type ListFailureRetriesResponse struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// retries are the retries, newest first.
+	Retries       []*FailureRetry `protobuf:"bytes,1,rep,name=retries,proto3" json:"retries,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *ListFailureRetriesResponse) Reset() {
+	*x = ListFailureRetriesResponse{}
+	mi := &file_platform_admin_v1_admin_proto_msgTypes[61]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *ListFailureRetriesResponse) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*ListFailureRetriesResponse) ProtoMessage() {}
+
+func (x *ListFailureRetriesResponse) ProtoReflect() protoreflect.Message {
+	mi := &file_platform_admin_v1_admin_proto_msgTypes[61]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use ListFailureRetriesResponse.ProtoReflect.Descriptor instead.
+func (*ListFailureRetriesResponse) Descriptor() ([]byte, []int) {
+	return file_platform_admin_v1_admin_proto_rawDescGZIP(), []int{61}
+}
+
+func (x *ListFailureRetriesResponse) GetRetries() []*FailureRetry {
+	if x != nil {
+		return x.Retries
+	}
+	return nil
+}
+
+// CancelFailureRetryRequest is the request of CancelFailureRetry.
+type CancelFailureRetryRequest struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// service is the retry's service; empty: looked up in every service.
+	Service string `protobuf:"bytes,1,opt,name=service,proto3" json:"service,omitempty"`
+	// id is the retry's id (a UUID).
+	Id            string `protobuf:"bytes,2,opt,name=id,proto3" json:"id,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *CancelFailureRetryRequest) Reset() {
+	*x = CancelFailureRetryRequest{}
+	mi := &file_platform_admin_v1_admin_proto_msgTypes[62]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *CancelFailureRetryRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*CancelFailureRetryRequest) ProtoMessage() {}
+
+func (x *CancelFailureRetryRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_platform_admin_v1_admin_proto_msgTypes[62]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use CancelFailureRetryRequest.ProtoReflect.Descriptor instead.
+func (*CancelFailureRetryRequest) Descriptor() ([]byte, []int) {
+	return file_platform_admin_v1_admin_proto_rawDescGZIP(), []int{62}
+}
+
+func (x *CancelFailureRetryRequest) GetService() string {
+	if x != nil {
+		return x.Service
+	}
+	return ""
+}
+
+func (x *CancelFailureRetryRequest) GetId() string {
+	if x != nil {
+		return x.Id
+	}
+	return ""
+}
+
+// CancelFailureRetryResponse is the response of CancelFailureRetry.
+type CancelFailureRetryResponse struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// retry is the retry after the cancel.
+	Retry         *FailureRetry `protobuf:"bytes,1,opt,name=retry,proto3" json:"retry,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *CancelFailureRetryResponse) Reset() {
+	*x = CancelFailureRetryResponse{}
+	mi := &file_platform_admin_v1_admin_proto_msgTypes[63]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *CancelFailureRetryResponse) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*CancelFailureRetryResponse) ProtoMessage() {}
+
+func (x *CancelFailureRetryResponse) ProtoReflect() protoreflect.Message {
+	mi := &file_platform_admin_v1_admin_proto_msgTypes[63]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use CancelFailureRetryResponse.ProtoReflect.Descriptor instead.
+func (*CancelFailureRetryResponse) Descriptor() ([]byte, []int) {
+	return file_platform_admin_v1_admin_proto_rawDescGZIP(), []int{63}
+}
+
+func (x *CancelFailureRetryResponse) GetRetry() *FailureRetry {
+	if x != nil {
+		return x.Retry
+	}
+	return nil
+}
+
+// DiscardFailedEventsRequest is the request of DiscardFailedEvents.
+type DiscardFailedEventsRequest struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// filter selects the failures to discard.
+	Filter *FailureFilter `protobuf:"bytes,1,opt,name=filter,proto3" json:"filter,omitempty"`
+	// reason is why, for the audit trail (at most 1024 bytes).
+	Reason string `protobuf:"bytes,2,opt,name=reason,proto3" json:"reason,omitempty"`
+	// parked says what becomes of events parked behind a discarded head.
+	Parked        DiscardParked `protobuf:"varint,3,opt,name=parked,proto3,enum=platform.admin.v1.DiscardParked" json:"parked,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *DiscardFailedEventsRequest) Reset() {
+	*x = DiscardFailedEventsRequest{}
+	mi := &file_platform_admin_v1_admin_proto_msgTypes[64]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *DiscardFailedEventsRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*DiscardFailedEventsRequest) ProtoMessage() {}
+
+func (x *DiscardFailedEventsRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_platform_admin_v1_admin_proto_msgTypes[64]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use DiscardFailedEventsRequest.ProtoReflect.Descriptor instead.
+func (*DiscardFailedEventsRequest) Descriptor() ([]byte, []int) {
+	return file_platform_admin_v1_admin_proto_rawDescGZIP(), []int{64}
+}
+
+func (x *DiscardFailedEventsRequest) GetFilter() *FailureFilter {
+	if x != nil {
+		return x.Filter
+	}
+	return nil
+}
+
+func (x *DiscardFailedEventsRequest) GetReason() string {
+	if x != nil {
+		return x.Reason
+	}
+	return ""
+}
+
+func (x *DiscardFailedEventsRequest) GetParked() DiscardParked {
+	if x != nil {
+		return x.Parked
+	}
+	return DiscardParked_DISCARD_PARKED_UNSPECIFIED
+}
+
+// DiscardFailedEventsResponse is the response of DiscardFailedEvents.
+type DiscardFailedEventsResponse struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// discarded is the number of failures discarded.
+	Discarded     int64 `protobuf:"varint,1,opt,name=discarded,proto3" json:"discarded,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *DiscardFailedEventsResponse) Reset() {
+	*x = DiscardFailedEventsResponse{}
+	mi := &file_platform_admin_v1_admin_proto_msgTypes[65]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *DiscardFailedEventsResponse) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*DiscardFailedEventsResponse) ProtoMessage() {}
+
+func (x *DiscardFailedEventsResponse) ProtoReflect() protoreflect.Message {
+	mi := &file_platform_admin_v1_admin_proto_msgTypes[65]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use DiscardFailedEventsResponse.ProtoReflect.Descriptor instead.
+func (*DiscardFailedEventsResponse) Descriptor() ([]byte, []int) {
+	return file_platform_admin_v1_admin_proto_rawDescGZIP(), []int{65}
+}
+
+func (x *DiscardFailedEventsResponse) GetDiscarded() int64 {
+	if x != nil {
+		return x.Discarded
+	}
+	return 0
+}
+
+// EditFailedEventRequest is the request of EditFailedEvent.
+type EditFailedEventRequest struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// id is the failure's id (a UUID).
+	Id string `protobuf:"bytes,1,opt,name=id,proto3" json:"id,omitempty"`
+	// payload is the new body, as JSON text.
+	Payload string `protobuf:"bytes,2,opt,name=payload,proto3" json:"payload,omitempty"`
+	// reason is why, for the audit trail (at most 1024 bytes).
+	Reason        string `protobuf:"bytes,3,opt,name=reason,proto3" json:"reason,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *EditFailedEventRequest) Reset() {
+	*x = EditFailedEventRequest{}
+	mi := &file_platform_admin_v1_admin_proto_msgTypes[66]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *EditFailedEventRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*EditFailedEventRequest) ProtoMessage() {}
+
+func (x *EditFailedEventRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_platform_admin_v1_admin_proto_msgTypes[66]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use EditFailedEventRequest.ProtoReflect.Descriptor instead.
+func (*EditFailedEventRequest) Descriptor() ([]byte, []int) {
+	return file_platform_admin_v1_admin_proto_rawDescGZIP(), []int{66}
+}
+
+func (x *EditFailedEventRequest) GetId() string {
+	if x != nil {
+		return x.Id
+	}
+	return ""
+}
+
+func (x *EditFailedEventRequest) GetPayload() string {
+	if x != nil {
+		return x.Payload
+	}
+	return ""
+}
+
+func (x *EditFailedEventRequest) GetReason() string {
+	if x != nil {
+		return x.Reason
+	}
+	return ""
+}
+
+// EditFailedEventResponse is the response of EditFailedEvent.
+type EditFailedEventResponse struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// failure is the failure after the edit, its original body kept.
+	Failure *FailedEvent `protobuf:"bytes,1,opt,name=failure,proto3" json:"failure,omitempty"`
+	// edits are its body's edits, oldest first.
+	Edits         []*FailedEventEdit `protobuf:"bytes,2,rep,name=edits,proto3" json:"edits,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *EditFailedEventResponse) Reset() {
+	*x = EditFailedEventResponse{}
+	mi := &file_platform_admin_v1_admin_proto_msgTypes[67]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *EditFailedEventResponse) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*EditFailedEventResponse) ProtoMessage() {}
+
+func (x *EditFailedEventResponse) ProtoReflect() protoreflect.Message {
+	mi := &file_platform_admin_v1_admin_proto_msgTypes[67]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use EditFailedEventResponse.ProtoReflect.Descriptor instead.
+func (*EditFailedEventResponse) Descriptor() ([]byte, []int) {
+	return file_platform_admin_v1_admin_proto_rawDescGZIP(), []int{67}
+}
+
+func (x *EditFailedEventResponse) GetFailure() *FailedEvent {
+	if x != nil {
+		return x.Failure
+	}
+	return nil
+}
+
+func (x *EditFailedEventResponse) GetEdits() []*FailedEventEdit {
+	if x != nil {
+		return x.Edits
+	}
+	return nil
+}
+
 var File_platform_admin_v1_admin_proto protoreflect.FileDescriptor
 
 const file_platform_admin_v1_admin_proto_rawDesc = "" +
@@ -3389,7 +5286,148 @@ const file_platform_admin_v1_admin_proto_rawDesc = "" +
 	"\aservice\x18\x01 \x01(\tR\aservice\x12\x0e\n" +
 	"\x02id\x18\x02 \x01(\tR\x02id\"I\n" +
 	"\x14CancelReplayResponse\x121\n" +
-	"\x06replay\x18\x01 \x01(\v2\x19.platform.admin.v1.ReplayR\x06replay*\x89\x01\n" +
+	"\x06replay\x18\x01 \x01(\v2\x19.platform.admin.v1.ReplayR\x06replay\"\xc8\x02\n" +
+	"\rFailureFilter\x12\x18\n" +
+	"\aservice\x18\x01 \x01(\tR\aservice\x12\x12\n" +
+	"\x04pool\x18\x02 \x01(\tR\x04pool\x12\x16\n" +
+	"\x06reason\x18\x03 \x01(\tR\x06reason\x12\x18\n" +
+	"\ahandler\x18\x04 \x01(\tR\ahandler\x12\x1d\n" +
+	"\n" +
+	"event_name\x18\x05 \x01(\tR\teventName\x12 \n" +
+	"\vfingerprint\x18\x06 \x01(\tR\vfingerprint\x12.\n" +
+	"\x04from\x18\a \x01(\v2\x1a.google.protobuf.TimestampR\x04from\x12*\n" +
+	"\x02to\x18\b \x01(\v2\x1a.google.protobuf.TimestampR\x02to\x12\x14\n" +
+	"\x05state\x18\t \x01(\tR\x05state\x12\x12\n" +
+	"\x04text\x18\n" +
+	" \x01(\tR\x04text\x12\x10\n" +
+	"\x03ids\x18\v \x03(\tR\x03ids\"\xea\x06\n" +
+	"\vFailedEvent\x12\x0e\n" +
+	"\x02id\x18\x01 \x01(\tR\x02id\x12\x18\n" +
+	"\aservice\x18\x02 \x01(\tR\aservice\x12\x12\n" +
+	"\x04pool\x18\x03 \x01(\tR\x04pool\x12\x19\n" +
+	"\bevent_id\x18\x04 \x01(\tR\aeventId\x12\x1d\n" +
+	"\n" +
+	"event_name\x18\x05 \x01(\tR\teventName\x12\x1f\n" +
+	"\vrouting_key\x18\x06 \x01(\tR\n" +
+	"routingKey\x121\n" +
+	"\aheaders\x18\a \x01(\v2\x17.google.protobuf.StructR\aheaders\x12\x12\n" +
+	"\x04body\x18\b \x01(\fR\x04body\x12\x16\n" +
+	"\x06reason\x18\t \x01(\tR\x06reason\x12\x14\n" +
+	"\x05error\x18\n" +
+	" \x01(\tR\x05error\x12 \n" +
+	"\vfingerprint\x18\v \x01(\tR\vfingerprint\x12\x18\n" +
+	"\ahandler\x18\f \x01(\tR\ahandler\x12\x18\n" +
+	"\aattempt\x18\r \x01(\x05R\aattempt\x12B\n" +
+	"\x0ffirst_failed_at\x18\x0e \x01(\v2\x1a.google.protobuf.TimestampR\rfirstFailedAt\x127\n" +
+	"\tfailed_at\x18\x0f \x01(\v2\x1a.google.protobuf.TimestampR\bfailedAt\x12\x16\n" +
+	"\x06copies\x18\x10 \x01(\x05R\x06copies\x12!\n" +
+	"\fsequence_key\x18\x11 \x01(\tR\vsequenceKey\x12\x14\n" +
+	"\x05state\x18\x12 \x01(\tR\x05state\x12;\n" +
+	"\vresolved_at\x18\x13 \x01(\v2\x1a.google.protobuf.TimestampR\n" +
+	"resolvedAt\x12\x1f\n" +
+	"\vresolved_by\x18\x14 \x01(\tR\n" +
+	"resolvedBy\x12\x1f\n" +
+	"\vedited_body\x18\x15 \x01(\fR\n" +
+	"editedBody\x127\n" +
+	"\tedited_at\x18\x16 \x01(\v2\x1a.google.protobuf.TimestampR\beditedAt\x12\x1b\n" +
+	"\tedited_by\x18\x17 \x01(\tR\beditedBy\x12\x19\n" +
+	"\bretry_id\x18\x18 \x01(\tR\aretryId\x129\n" +
+	"\n" +
+	"updated_at\x18\x19 \x01(\v2\x1a.google.protobuf.TimestampR\tupdatedAt\"\x93\x01\n" +
+	"\x0fFailedEventEdit\x127\n" +
+	"\tedited_at\x18\x01 \x01(\v2\x1a.google.protobuf.TimestampR\beditedAt\x12\x1b\n" +
+	"\tedited_by\x18\x02 \x01(\tR\beditedBy\x12\x16\n" +
+	"\x06reason\x18\x03 \x01(\tR\x06reason\x12\x12\n" +
+	"\x04diff\x18\x04 \x01(\tR\x04diff\"\xbd\x02\n" +
+	"\fFailureGroup\x12:\n" +
+	"\x03key\x18\x01 \x03(\v2(.platform.admin.v1.FailureGroup.KeyEntryR\x03key\x12\x14\n" +
+	"\x05count\x18\x02 \x01(\x03R\x05count\x12B\n" +
+	"\x0ffirst_failed_at\x18\x03 \x01(\v2\x1a.google.protobuf.TimestampR\rfirstFailedAt\x12@\n" +
+	"\x0elast_failed_at\x18\x04 \x01(\v2\x1a.google.protobuf.TimestampR\flastFailedAt\x12\x1d\n" +
+	"\n" +
+	"example_id\x18\x05 \x01(\tR\texampleId\x1a6\n" +
+	"\bKeyEntry\x12\x10\n" +
+	"\x03key\x18\x01 \x01(\tR\x03key\x12\x14\n" +
+	"\x05value\x18\x02 \x01(\tR\x05value:\x028\x01\"\xd1\x04\n" +
+	"\fFailureRetry\x12\x0e\n" +
+	"\x02id\x18\x01 \x01(\tR\x02id\x12\x18\n" +
+	"\aservice\x18\x02 \x01(\tR\aservice\x12:\n" +
+	"\x05state\x18\x03 \x01(\x0e2$.platform.admin.v1.FailureRetryStateR\x05state\x12\x1a\n" +
+	"\bselected\x18\x04 \x01(\x03R\bselected\x12\x12\n" +
+	"\x04sent\x18\x05 \x01(\x03R\x04sent\x12\x1a\n" +
+	"\bresolved\x18\x06 \x01(\x03R\bresolved\x12!\n" +
+	"\ffailed_again\x18\a \x01(\x03R\vfailedAgain\x12\x16\n" +
+	"\x06canary\x18\b \x01(\x05R\x06canary\x12\x12\n" +
+	"\x04rate\x18\t \x01(\x05R\x04rate\x12\x1d\n" +
+	"\n" +
+	"created_by\x18\n" +
+	" \x01(\tR\tcreatedBy\x129\n" +
+	"\n" +
+	"created_at\x18\v \x01(\v2\x1a.google.protobuf.TimestampR\tcreatedAt\x12;\n" +
+	"\vfinished_at\x18\f \x01(\v2\x1a.google.protobuf.TimestampR\n" +
+	"finishedAt\x12\x14\n" +
+	"\x05error\x18\r \x01(\tR\x05error\x128\n" +
+	"\x06filter\x18\x0e \x01(\v2 .platform.admin.v1.FailureFilterR\x06filter\x126\n" +
+	"\x17override_beyond_horizon\x18\x0f \x01(\bR\x15overrideBeyondHorizon\x12!\n" +
+	"\fcancelled_by\x18\x10 \x01(\tR\vcancelledBy\"\xd5\x01\n" +
+	"\x18ListFailureGroupsRequest\x12\x18\n" +
+	"\aservice\x18\x01 \x01(\tR\aservice\x12\x12\n" +
+	"\x04pool\x18\x02 \x01(\tR\x04pool\x12.\n" +
+	"\x04from\x18\x03 \x01(\v2\x1a.google.protobuf.TimestampR\x04from\x12*\n" +
+	"\x02to\x18\x04 \x01(\v2\x1a.google.protobuf.TimestampR\x02to\x12\x14\n" +
+	"\x05state\x18\x05 \x01(\tR\x05state\x12\x19\n" +
+	"\bgroup_by\x18\x06 \x03(\tR\agroupBy\"T\n" +
+	"\x19ListFailureGroupsResponse\x127\n" +
+	"\x06groups\x18\x01 \x03(\v2\x1f.platform.admin.v1.FailureGroupR\x06groups\"\x88\x01\n" +
+	"\x17ListFailedEventsRequest\x128\n" +
+	"\x06filter\x18\x01 \x01(\v2 .platform.admin.v1.FailureFilterR\x06filter\x12\x14\n" +
+	"\x05limit\x18\x02 \x01(\x05R\x05limit\x12\x1d\n" +
+	"\n" +
+	"page_token\x18\x03 \x01(\tR\tpageToken\"~\n" +
+	"\x18ListFailedEventsResponse\x12:\n" +
+	"\bfailures\x18\x01 \x03(\v2\x1e.platform.admin.v1.FailedEventR\bfailures\x12&\n" +
+	"\x0fnext_page_token\x18\x02 \x01(\tR\rnextPageToken\"'\n" +
+	"\x15GetFailedEventRequest\x12\x0e\n" +
+	"\x02id\x18\x01 \x01(\tR\x02id\"\x8c\x01\n" +
+	"\x16GetFailedEventResponse\x128\n" +
+	"\afailure\x18\x01 \x01(\v2\x1e.platform.admin.v1.FailedEventR\afailure\x128\n" +
+	"\x05edits\x18\x02 \x03(\v2\".platform.admin.v1.FailedEventEditR\x05edits\"\xd1\x01\n" +
+	"\x18RetryFailedEventsRequest\x128\n" +
+	"\x06filter\x18\x01 \x01(\v2 .platform.admin.v1.FailureFilterR\x06filter\x12\x16\n" +
+	"\x06canary\x18\x02 \x01(\x05R\x06canary\x12\x12\n" +
+	"\x04rate\x18\x03 \x01(\x05R\x04rate\x12\x17\n" +
+	"\adry_run\x18\x04 \x01(\bR\x06dryRun\x126\n" +
+	"\x17override_beyond_horizon\x18\x05 \x01(\bR\x15overrideBeyondHorizon\"R\n" +
+	"\x19RetryFailedEventsResponse\x125\n" +
+	"\x05retry\x18\x01 \x01(\v2\x1f.platform.admin.v1.FailureRetryR\x05retry\"B\n" +
+	"\x16GetFailureRetryRequest\x12\x18\n" +
+	"\aservice\x18\x01 \x01(\tR\aservice\x12\x0e\n" +
+	"\x02id\x18\x02 \x01(\tR\x02id\"P\n" +
+	"\x17GetFailureRetryResponse\x125\n" +
+	"\x05retry\x18\x01 \x01(\v2\x1f.platform.admin.v1.FailureRetryR\x05retry\"K\n" +
+	"\x19ListFailureRetriesRequest\x12\x18\n" +
+	"\aservice\x18\x01 \x01(\tR\aservice\x12\x14\n" +
+	"\x05limit\x18\x02 \x01(\x05R\x05limit\"W\n" +
+	"\x1aListFailureRetriesResponse\x129\n" +
+	"\aretries\x18\x01 \x03(\v2\x1f.platform.admin.v1.FailureRetryR\aretries\"E\n" +
+	"\x19CancelFailureRetryRequest\x12\x18\n" +
+	"\aservice\x18\x01 \x01(\tR\aservice\x12\x0e\n" +
+	"\x02id\x18\x02 \x01(\tR\x02id\"S\n" +
+	"\x1aCancelFailureRetryResponse\x125\n" +
+	"\x05retry\x18\x01 \x01(\v2\x1f.platform.admin.v1.FailureRetryR\x05retry\"\xa8\x01\n" +
+	"\x1aDiscardFailedEventsRequest\x128\n" +
+	"\x06filter\x18\x01 \x01(\v2 .platform.admin.v1.FailureFilterR\x06filter\x12\x16\n" +
+	"\x06reason\x18\x02 \x01(\tR\x06reason\x128\n" +
+	"\x06parked\x18\x03 \x01(\x0e2 .platform.admin.v1.DiscardParkedR\x06parked\";\n" +
+	"\x1bDiscardFailedEventsResponse\x12\x1c\n" +
+	"\tdiscarded\x18\x01 \x01(\x03R\tdiscarded\"Z\n" +
+	"\x16EditFailedEventRequest\x12\x0e\n" +
+	"\x02id\x18\x01 \x01(\tR\x02id\x12\x18\n" +
+	"\apayload\x18\x02 \x01(\tR\apayload\x12\x16\n" +
+	"\x06reason\x18\x03 \x01(\tR\x06reason\"\x8d\x01\n" +
+	"\x17EditFailedEventResponse\x128\n" +
+	"\afailure\x18\x01 \x01(\v2\x1e.platform.admin.v1.FailedEventR\afailure\x128\n" +
+	"\x05edits\x18\x02 \x03(\v2\".platform.admin.v1.FailedEventEditR\x05edits*\x89\x01\n" +
 	"\tPoolState\x12\x1a\n" +
 	"\x16POOL_STATE_UNSPECIFIED\x10\x00\x12\x16\n" +
 	"\x12POOL_STATE_RUNNING\x10\x01\x12\x15\n" +
@@ -3402,7 +5440,18 @@ const file_platform_admin_v1_admin_proto_rawDesc = "" +
 	"\x14REPLAY_STATE_RUNNING\x10\x02\x12\x15\n" +
 	"\x11REPLAY_STATE_DONE\x10\x03\x12\x1a\n" +
 	"\x16REPLAY_STATE_CANCELLED\x10\x04\x12\x17\n" +
-	"\x13REPLAY_STATE_FAILED\x10\x052\xcb\r\n" +
+	"\x13REPLAY_STATE_FAILED\x10\x05*\xe1\x01\n" +
+	"\x11FailureRetryState\x12#\n" +
+	"\x1fFAILURE_RETRY_STATE_UNSPECIFIED\x10\x00\x12\x1e\n" +
+	"\x1aFAILURE_RETRY_STATE_CANARY\x10\x01\x12\x1f\n" +
+	"\x1bFAILURE_RETRY_STATE_RUNNING\x10\x02\x12\x1c\n" +
+	"\x18FAILURE_RETRY_STATE_DONE\x10\x03\x12%\n" +
+	"!FAILURE_RETRY_STATE_CANARY_FAILED\x10\x04\x12!\n" +
+	"\x1dFAILURE_RETRY_STATE_CANCELLED\x10\x05*g\n" +
+	"\rDiscardParked\x12\x1e\n" +
+	"\x1aDISCARD_PARKED_UNSPECIFIED\x10\x00\x12\x1a\n" +
+	"\x16DISCARD_PARKED_RELEASE\x10\x01\x12\x1a\n" +
+	"\x16DISCARD_PARKED_DISCARD\x10\x022\xaf\x15\n" +
 	"\fAdminService\x12_\n" +
 	"\fListServices\x12&.platform.admin.v1.ListServicesRequest\x1a'.platform.admin.v1.ListServicesResponse\x12V\n" +
 	"\tListPools\x12#.platform.admin.v1.ListPoolsRequest\x1a$.platform.admin.v1.ListPoolsResponse\x12V\n" +
@@ -3424,7 +5473,16 @@ const file_platform_admin_v1_admin_proto_rawDesc = "" +
 	"\fReplayEvents\x12&.platform.admin.v1.ReplayEventsRequest\x1a'.platform.admin.v1.ReplayEventsResponse\x12V\n" +
 	"\tGetReplay\x12#.platform.admin.v1.GetReplayRequest\x1a$.platform.admin.v1.GetReplayResponse\x12\\\n" +
 	"\vListReplays\x12%.platform.admin.v1.ListReplaysRequest\x1a&.platform.admin.v1.ListReplaysResponse\x12_\n" +
-	"\fCancelReplay\x12&.platform.admin.v1.CancelReplayRequest\x1a'.platform.admin.v1.CancelReplayResponseB\xcb\x01\n" +
+	"\fCancelReplay\x12&.platform.admin.v1.CancelReplayRequest\x1a'.platform.admin.v1.CancelReplayResponse\x12n\n" +
+	"\x11ListFailureGroups\x12+.platform.admin.v1.ListFailureGroupsRequest\x1a,.platform.admin.v1.ListFailureGroupsResponse\x12k\n" +
+	"\x10ListFailedEvents\x12*.platform.admin.v1.ListFailedEventsRequest\x1a+.platform.admin.v1.ListFailedEventsResponse\x12e\n" +
+	"\x0eGetFailedEvent\x12(.platform.admin.v1.GetFailedEventRequest\x1a).platform.admin.v1.GetFailedEventResponse\x12n\n" +
+	"\x11RetryFailedEvents\x12+.platform.admin.v1.RetryFailedEventsRequest\x1a,.platform.admin.v1.RetryFailedEventsResponse\x12h\n" +
+	"\x0fGetFailureRetry\x12).platform.admin.v1.GetFailureRetryRequest\x1a*.platform.admin.v1.GetFailureRetryResponse\x12q\n" +
+	"\x12ListFailureRetries\x12,.platform.admin.v1.ListFailureRetriesRequest\x1a-.platform.admin.v1.ListFailureRetriesResponse\x12q\n" +
+	"\x12CancelFailureRetry\x12,.platform.admin.v1.CancelFailureRetryRequest\x1a-.platform.admin.v1.CancelFailureRetryResponse\x12t\n" +
+	"\x13DiscardFailedEvents\x12-.platform.admin.v1.DiscardFailedEventsRequest\x1a..platform.admin.v1.DiscardFailedEventsResponse\x12h\n" +
+	"\x0fEditFailedEvent\x12).platform.admin.v1.EditFailedEventRequest\x1a*.platform.admin.v1.EditFailedEventResponseB\xcb\x01\n" +
 	"\x15com.platform.admin.v1B\n" +
 	"AdminProtoP\x01Z@github.com/platformd/platformd/api/gen/platform/admin/v1;adminv1\xa2\x02\x03PAX\xaa\x02\x11Platform.Admin.V1\xca\x02\x11Platform\\Admin\\V1\xe2\x02\x1dPlatform\\Admin\\V1\\GPBMetadata\xea\x02\x13Platform::Admin::V1b\x06proto3"
 
@@ -3440,146 +5498,222 @@ func file_platform_admin_v1_admin_proto_rawDescGZIP() []byte {
 	return file_platform_admin_v1_admin_proto_rawDescData
 }
 
-var file_platform_admin_v1_admin_proto_enumTypes = make([]protoimpl.EnumInfo, 2)
-var file_platform_admin_v1_admin_proto_msgTypes = make([]protoimpl.MessageInfo, 45)
+var file_platform_admin_v1_admin_proto_enumTypes = make([]protoimpl.EnumInfo, 4)
+var file_platform_admin_v1_admin_proto_msgTypes = make([]protoimpl.MessageInfo, 69)
 var file_platform_admin_v1_admin_proto_goTypes = []any{
 	(PoolState)(0),                      // 0: platform.admin.v1.PoolState
 	(ReplayState)(0),                    // 1: platform.admin.v1.ReplayState
-	(*Service)(nil),                     // 2: platform.admin.v1.Service
-	(*Pool)(nil),                        // 3: platform.admin.v1.Pool
-	(*LookupResult)(nil),                // 4: platform.admin.v1.LookupResult
-	(*Horizon)(nil),                     // 5: platform.admin.v1.Horizon
-	(*PurgeRun)(nil),                    // 6: platform.admin.v1.PurgeRun
-	(*FailedMessage)(nil),               // 7: platform.admin.v1.FailedMessage
-	(*ListServicesRequest)(nil),         // 8: platform.admin.v1.ListServicesRequest
-	(*ListServicesResponse)(nil),        // 9: platform.admin.v1.ListServicesResponse
-	(*ListPoolsRequest)(nil),            // 10: platform.admin.v1.ListPoolsRequest
-	(*ListPoolsResponse)(nil),           // 11: platform.admin.v1.ListPoolsResponse
-	(*PausePoolRequest)(nil),            // 12: platform.admin.v1.PausePoolRequest
-	(*PausePoolResponse)(nil),           // 13: platform.admin.v1.PausePoolResponse
-	(*ResumePoolRequest)(nil),           // 14: platform.admin.v1.ResumePoolRequest
-	(*ResumePoolResponse)(nil),          // 15: platform.admin.v1.ResumePoolResponse
-	(*LookupEventRequest)(nil),          // 16: platform.admin.v1.LookupEventRequest
-	(*LookupEventResponse)(nil),         // 17: platform.admin.v1.LookupEventResponse
-	(*GetHorizonRequest)(nil),           // 18: platform.admin.v1.GetHorizonRequest
-	(*GetHorizonResponse)(nil),          // 19: platform.admin.v1.GetHorizonResponse
-	(*SetHorizonRequest)(nil),           // 20: platform.admin.v1.SetHorizonRequest
-	(*SetHorizonResponse)(nil),          // 21: platform.admin.v1.SetHorizonResponse
-	(*RunPurgeRequest)(nil),             // 22: platform.admin.v1.RunPurgeRequest
-	(*RunPurgeResponse)(nil),            // 23: platform.admin.v1.RunPurgeResponse
-	(*ListPurgeRunsRequest)(nil),        // 24: platform.admin.v1.ListPurgeRunsRequest
-	(*ListPurgeRunsResponse)(nil),       // 25: platform.admin.v1.ListPurgeRunsResponse
-	(*ListFailedMessagesRequest)(nil),   // 26: platform.admin.v1.ListFailedMessagesRequest
-	(*ListFailedMessagesResponse)(nil),  // 27: platform.admin.v1.ListFailedMessagesResponse
-	(*RetryFailedMessagesRequest)(nil),  // 28: platform.admin.v1.RetryFailedMessagesRequest
-	(*RetryFailedMessagesResponse)(nil), // 29: platform.admin.v1.RetryFailedMessagesResponse
-	(*DescribeServiceRequest)(nil),      // 30: platform.admin.v1.DescribeServiceRequest
-	(*DescribeServiceResponse)(nil),     // 31: platform.admin.v1.DescribeServiceResponse
-	(*AuditEntry)(nil),                  // 32: platform.admin.v1.AuditEntry
-	(*ListAuditRequest)(nil),            // 33: platform.admin.v1.ListAuditRequest
-	(*ListAuditResponse)(nil),           // 34: platform.admin.v1.ListAuditResponse
-	(*ReloadConfigRequest)(nil),         // 35: platform.admin.v1.ReloadConfigRequest
-	(*ReloadConfigResponse)(nil),        // 36: platform.admin.v1.ReloadConfigResponse
-	(*ReplayPool)(nil),                  // 37: platform.admin.v1.ReplayPool
-	(*Replay)(nil),                      // 38: platform.admin.v1.Replay
-	(*ReplayEventsRequest)(nil),         // 39: platform.admin.v1.ReplayEventsRequest
-	(*ReplayEventsResponse)(nil),        // 40: platform.admin.v1.ReplayEventsResponse
-	(*GetReplayRequest)(nil),            // 41: platform.admin.v1.GetReplayRequest
-	(*GetReplayResponse)(nil),           // 42: platform.admin.v1.GetReplayResponse
-	(*ListReplaysRequest)(nil),          // 43: platform.admin.v1.ListReplaysRequest
-	(*ListReplaysResponse)(nil),         // 44: platform.admin.v1.ListReplaysResponse
-	(*CancelReplayRequest)(nil),         // 45: platform.admin.v1.CancelReplayRequest
-	(*CancelReplayResponse)(nil),        // 46: platform.admin.v1.CancelReplayResponse
-	(*durationpb.Duration)(nil),         // 47: google.protobuf.Duration
-	(*timestamppb.Timestamp)(nil),       // 48: google.protobuf.Timestamp
-	(*structpb.Struct)(nil),             // 49: google.protobuf.Struct
+	(FailureRetryState)(0),              // 2: platform.admin.v1.FailureRetryState
+	(DiscardParked)(0),                  // 3: platform.admin.v1.DiscardParked
+	(*Service)(nil),                     // 4: platform.admin.v1.Service
+	(*Pool)(nil),                        // 5: platform.admin.v1.Pool
+	(*LookupResult)(nil),                // 6: platform.admin.v1.LookupResult
+	(*Horizon)(nil),                     // 7: platform.admin.v1.Horizon
+	(*PurgeRun)(nil),                    // 8: platform.admin.v1.PurgeRun
+	(*FailedMessage)(nil),               // 9: platform.admin.v1.FailedMessage
+	(*ListServicesRequest)(nil),         // 10: platform.admin.v1.ListServicesRequest
+	(*ListServicesResponse)(nil),        // 11: platform.admin.v1.ListServicesResponse
+	(*ListPoolsRequest)(nil),            // 12: platform.admin.v1.ListPoolsRequest
+	(*ListPoolsResponse)(nil),           // 13: platform.admin.v1.ListPoolsResponse
+	(*PausePoolRequest)(nil),            // 14: platform.admin.v1.PausePoolRequest
+	(*PausePoolResponse)(nil),           // 15: platform.admin.v1.PausePoolResponse
+	(*ResumePoolRequest)(nil),           // 16: platform.admin.v1.ResumePoolRequest
+	(*ResumePoolResponse)(nil),          // 17: platform.admin.v1.ResumePoolResponse
+	(*LookupEventRequest)(nil),          // 18: platform.admin.v1.LookupEventRequest
+	(*LookupEventResponse)(nil),         // 19: platform.admin.v1.LookupEventResponse
+	(*GetHorizonRequest)(nil),           // 20: platform.admin.v1.GetHorizonRequest
+	(*GetHorizonResponse)(nil),          // 21: platform.admin.v1.GetHorizonResponse
+	(*SetHorizonRequest)(nil),           // 22: platform.admin.v1.SetHorizonRequest
+	(*SetHorizonResponse)(nil),          // 23: platform.admin.v1.SetHorizonResponse
+	(*RunPurgeRequest)(nil),             // 24: platform.admin.v1.RunPurgeRequest
+	(*RunPurgeResponse)(nil),            // 25: platform.admin.v1.RunPurgeResponse
+	(*ListPurgeRunsRequest)(nil),        // 26: platform.admin.v1.ListPurgeRunsRequest
+	(*ListPurgeRunsResponse)(nil),       // 27: platform.admin.v1.ListPurgeRunsResponse
+	(*ListFailedMessagesRequest)(nil),   // 28: platform.admin.v1.ListFailedMessagesRequest
+	(*ListFailedMessagesResponse)(nil),  // 29: platform.admin.v1.ListFailedMessagesResponse
+	(*RetryFailedMessagesRequest)(nil),  // 30: platform.admin.v1.RetryFailedMessagesRequest
+	(*RetryFailedMessagesResponse)(nil), // 31: platform.admin.v1.RetryFailedMessagesResponse
+	(*DescribeServiceRequest)(nil),      // 32: platform.admin.v1.DescribeServiceRequest
+	(*DescribeServiceResponse)(nil),     // 33: platform.admin.v1.DescribeServiceResponse
+	(*AuditEntry)(nil),                  // 34: platform.admin.v1.AuditEntry
+	(*ListAuditRequest)(nil),            // 35: platform.admin.v1.ListAuditRequest
+	(*ListAuditResponse)(nil),           // 36: platform.admin.v1.ListAuditResponse
+	(*ReloadConfigRequest)(nil),         // 37: platform.admin.v1.ReloadConfigRequest
+	(*ReloadConfigResponse)(nil),        // 38: platform.admin.v1.ReloadConfigResponse
+	(*ReplayPool)(nil),                  // 39: platform.admin.v1.ReplayPool
+	(*Replay)(nil),                      // 40: platform.admin.v1.Replay
+	(*ReplayEventsRequest)(nil),         // 41: platform.admin.v1.ReplayEventsRequest
+	(*ReplayEventsResponse)(nil),        // 42: platform.admin.v1.ReplayEventsResponse
+	(*GetReplayRequest)(nil),            // 43: platform.admin.v1.GetReplayRequest
+	(*GetReplayResponse)(nil),           // 44: platform.admin.v1.GetReplayResponse
+	(*ListReplaysRequest)(nil),          // 45: platform.admin.v1.ListReplaysRequest
+	(*ListReplaysResponse)(nil),         // 46: platform.admin.v1.ListReplaysResponse
+	(*CancelReplayRequest)(nil),         // 47: platform.admin.v1.CancelReplayRequest
+	(*CancelReplayResponse)(nil),        // 48: platform.admin.v1.CancelReplayResponse
+	(*FailureFilter)(nil),               // 49: platform.admin.v1.FailureFilter
+	(*FailedEvent)(nil),                 // 50: platform.admin.v1.FailedEvent
+	(*FailedEventEdit)(nil),             // 51: platform.admin.v1.FailedEventEdit
+	(*FailureGroup)(nil),                // 52: platform.admin.v1.FailureGroup
+	(*FailureRetry)(nil),                // 53: platform.admin.v1.FailureRetry
+	(*ListFailureGroupsRequest)(nil),    // 54: platform.admin.v1.ListFailureGroupsRequest
+	(*ListFailureGroupsResponse)(nil),   // 55: platform.admin.v1.ListFailureGroupsResponse
+	(*ListFailedEventsRequest)(nil),     // 56: platform.admin.v1.ListFailedEventsRequest
+	(*ListFailedEventsResponse)(nil),    // 57: platform.admin.v1.ListFailedEventsResponse
+	(*GetFailedEventRequest)(nil),       // 58: platform.admin.v1.GetFailedEventRequest
+	(*GetFailedEventResponse)(nil),      // 59: platform.admin.v1.GetFailedEventResponse
+	(*RetryFailedEventsRequest)(nil),    // 60: platform.admin.v1.RetryFailedEventsRequest
+	(*RetryFailedEventsResponse)(nil),   // 61: platform.admin.v1.RetryFailedEventsResponse
+	(*GetFailureRetryRequest)(nil),      // 62: platform.admin.v1.GetFailureRetryRequest
+	(*GetFailureRetryResponse)(nil),     // 63: platform.admin.v1.GetFailureRetryResponse
+	(*ListFailureRetriesRequest)(nil),   // 64: platform.admin.v1.ListFailureRetriesRequest
+	(*ListFailureRetriesResponse)(nil),  // 65: platform.admin.v1.ListFailureRetriesResponse
+	(*CancelFailureRetryRequest)(nil),   // 66: platform.admin.v1.CancelFailureRetryRequest
+	(*CancelFailureRetryResponse)(nil),  // 67: platform.admin.v1.CancelFailureRetryResponse
+	(*DiscardFailedEventsRequest)(nil),  // 68: platform.admin.v1.DiscardFailedEventsRequest
+	(*DiscardFailedEventsResponse)(nil), // 69: platform.admin.v1.DiscardFailedEventsResponse
+	(*EditFailedEventRequest)(nil),      // 70: platform.admin.v1.EditFailedEventRequest
+	(*EditFailedEventResponse)(nil),     // 71: platform.admin.v1.EditFailedEventResponse
+	nil,                                 // 72: platform.admin.v1.FailureGroup.KeyEntry
+	(*durationpb.Duration)(nil),         // 73: google.protobuf.Duration
+	(*timestamppb.Timestamp)(nil),       // 74: google.protobuf.Timestamp
+	(*structpb.Struct)(nil),             // 75: google.protobuf.Struct
 }
 var file_platform_admin_v1_admin_proto_depIdxs = []int32{
-	47, // 0: platform.admin.v1.Service.horizon:type_name -> google.protobuf.Duration
-	47, // 1: platform.admin.v1.Service.min_horizon:type_name -> google.protobuf.Duration
-	48, // 2: platform.admin.v1.Service.last_purge:type_name -> google.protobuf.Timestamp
-	47, // 3: platform.admin.v1.Service.outbox_oldest:type_name -> google.protobuf.Duration
-	0,  // 4: platform.admin.v1.Pool.state:type_name -> platform.admin.v1.PoolState
-	48, // 5: platform.admin.v1.LookupResult.processed_at:type_name -> google.protobuf.Timestamp
-	48, // 6: platform.admin.v1.LookupResult.purgeable_at:type_name -> google.protobuf.Timestamp
-	47, // 7: platform.admin.v1.Horizon.horizon:type_name -> google.protobuf.Duration
-	47, // 8: platform.admin.v1.Horizon.min_horizon:type_name -> google.protobuf.Duration
-	48, // 9: platform.admin.v1.Horizon.updated_at:type_name -> google.protobuf.Timestamp
-	47, // 10: platform.admin.v1.Horizon.horizon_in_force:type_name -> google.protobuf.Duration
-	47, // 11: platform.admin.v1.Horizon.partition_width:type_name -> google.protobuf.Duration
-	48, // 12: platform.admin.v1.PurgeRun.cutoff:type_name -> google.protobuf.Timestamp
-	48, // 13: platform.admin.v1.PurgeRun.started_at:type_name -> google.protobuf.Timestamp
-	48, // 14: platform.admin.v1.PurgeRun.finished_at:type_name -> google.protobuf.Timestamp
-	48, // 15: platform.admin.v1.FailedMessage.failed_at:type_name -> google.protobuf.Timestamp
-	2,  // 16: platform.admin.v1.ListServicesResponse.services:type_name -> platform.admin.v1.Service
-	3,  // 17: platform.admin.v1.ListPoolsResponse.pools:type_name -> platform.admin.v1.Pool
-	3,  // 18: platform.admin.v1.PausePoolResponse.pool:type_name -> platform.admin.v1.Pool
-	3,  // 19: platform.admin.v1.ResumePoolResponse.pool:type_name -> platform.admin.v1.Pool
-	4,  // 20: platform.admin.v1.LookupEventResponse.results:type_name -> platform.admin.v1.LookupResult
-	5,  // 21: platform.admin.v1.GetHorizonResponse.horizon:type_name -> platform.admin.v1.Horizon
-	47, // 22: platform.admin.v1.SetHorizonRequest.horizon:type_name -> google.protobuf.Duration
-	5,  // 23: platform.admin.v1.SetHorizonResponse.horizon:type_name -> platform.admin.v1.Horizon
-	6,  // 24: platform.admin.v1.RunPurgeResponse.run:type_name -> platform.admin.v1.PurgeRun
-	6,  // 25: platform.admin.v1.ListPurgeRunsResponse.runs:type_name -> platform.admin.v1.PurgeRun
-	7,  // 26: platform.admin.v1.ListFailedMessagesResponse.messages:type_name -> platform.admin.v1.FailedMessage
-	47, // 27: platform.admin.v1.DescribeServiceResponse.retry_span:type_name -> google.protobuf.Duration
-	6,  // 28: platform.admin.v1.DescribeServiceResponse.last_run:type_name -> platform.admin.v1.PurgeRun
-	48, // 29: platform.admin.v1.AuditEntry.at:type_name -> google.protobuf.Timestamp
-	49, // 30: platform.admin.v1.AuditEntry.detail:type_name -> google.protobuf.Struct
-	32, // 31: platform.admin.v1.ListAuditResponse.entries:type_name -> platform.admin.v1.AuditEntry
-	1,  // 32: platform.admin.v1.Replay.state:type_name -> platform.admin.v1.ReplayState
-	37, // 33: platform.admin.v1.Replay.pools:type_name -> platform.admin.v1.ReplayPool
-	48, // 34: platform.admin.v1.Replay.created_at:type_name -> google.protobuf.Timestamp
-	48, // 35: platform.admin.v1.Replay.finished_at:type_name -> google.protobuf.Timestamp
-	48, // 36: platform.admin.v1.Replay.from:type_name -> google.protobuf.Timestamp
-	48, // 37: platform.admin.v1.Replay.to:type_name -> google.protobuf.Timestamp
-	48, // 38: platform.admin.v1.ReplayEventsRequest.from:type_name -> google.protobuf.Timestamp
-	48, // 39: platform.admin.v1.ReplayEventsRequest.to:type_name -> google.protobuf.Timestamp
-	38, // 40: platform.admin.v1.ReplayEventsResponse.replay:type_name -> platform.admin.v1.Replay
-	38, // 41: platform.admin.v1.GetReplayResponse.replay:type_name -> platform.admin.v1.Replay
-	38, // 42: platform.admin.v1.ListReplaysResponse.replays:type_name -> platform.admin.v1.Replay
-	38, // 43: platform.admin.v1.CancelReplayResponse.replay:type_name -> platform.admin.v1.Replay
-	8,  // 44: platform.admin.v1.AdminService.ListServices:input_type -> platform.admin.v1.ListServicesRequest
-	10, // 45: platform.admin.v1.AdminService.ListPools:input_type -> platform.admin.v1.ListPoolsRequest
-	12, // 46: platform.admin.v1.AdminService.PausePool:input_type -> platform.admin.v1.PausePoolRequest
-	14, // 47: platform.admin.v1.AdminService.ResumePool:input_type -> platform.admin.v1.ResumePoolRequest
-	16, // 48: platform.admin.v1.AdminService.LookupEvent:input_type -> platform.admin.v1.LookupEventRequest
-	18, // 49: platform.admin.v1.AdminService.GetHorizon:input_type -> platform.admin.v1.GetHorizonRequest
-	20, // 50: platform.admin.v1.AdminService.SetHorizon:input_type -> platform.admin.v1.SetHorizonRequest
-	22, // 51: platform.admin.v1.AdminService.RunPurge:input_type -> platform.admin.v1.RunPurgeRequest
-	24, // 52: platform.admin.v1.AdminService.ListPurgeRuns:input_type -> platform.admin.v1.ListPurgeRunsRequest
-	26, // 53: platform.admin.v1.AdminService.ListFailedMessages:input_type -> platform.admin.v1.ListFailedMessagesRequest
-	28, // 54: platform.admin.v1.AdminService.RetryFailedMessages:input_type -> platform.admin.v1.RetryFailedMessagesRequest
-	30, // 55: platform.admin.v1.AdminService.DescribeService:input_type -> platform.admin.v1.DescribeServiceRequest
-	33, // 56: platform.admin.v1.AdminService.ListAudit:input_type -> platform.admin.v1.ListAuditRequest
-	35, // 57: platform.admin.v1.AdminService.ReloadConfig:input_type -> platform.admin.v1.ReloadConfigRequest
-	39, // 58: platform.admin.v1.AdminService.ReplayEvents:input_type -> platform.admin.v1.ReplayEventsRequest
-	41, // 59: platform.admin.v1.AdminService.GetReplay:input_type -> platform.admin.v1.GetReplayRequest
-	43, // 60: platform.admin.v1.AdminService.ListReplays:input_type -> platform.admin.v1.ListReplaysRequest
-	45, // 61: platform.admin.v1.AdminService.CancelReplay:input_type -> platform.admin.v1.CancelReplayRequest
-	9,  // 62: platform.admin.v1.AdminService.ListServices:output_type -> platform.admin.v1.ListServicesResponse
-	11, // 63: platform.admin.v1.AdminService.ListPools:output_type -> platform.admin.v1.ListPoolsResponse
-	13, // 64: platform.admin.v1.AdminService.PausePool:output_type -> platform.admin.v1.PausePoolResponse
-	15, // 65: platform.admin.v1.AdminService.ResumePool:output_type -> platform.admin.v1.ResumePoolResponse
-	17, // 66: platform.admin.v1.AdminService.LookupEvent:output_type -> platform.admin.v1.LookupEventResponse
-	19, // 67: platform.admin.v1.AdminService.GetHorizon:output_type -> platform.admin.v1.GetHorizonResponse
-	21, // 68: platform.admin.v1.AdminService.SetHorizon:output_type -> platform.admin.v1.SetHorizonResponse
-	23, // 69: platform.admin.v1.AdminService.RunPurge:output_type -> platform.admin.v1.RunPurgeResponse
-	25, // 70: platform.admin.v1.AdminService.ListPurgeRuns:output_type -> platform.admin.v1.ListPurgeRunsResponse
-	27, // 71: platform.admin.v1.AdminService.ListFailedMessages:output_type -> platform.admin.v1.ListFailedMessagesResponse
-	29, // 72: platform.admin.v1.AdminService.RetryFailedMessages:output_type -> platform.admin.v1.RetryFailedMessagesResponse
-	31, // 73: platform.admin.v1.AdminService.DescribeService:output_type -> platform.admin.v1.DescribeServiceResponse
-	34, // 74: platform.admin.v1.AdminService.ListAudit:output_type -> platform.admin.v1.ListAuditResponse
-	36, // 75: platform.admin.v1.AdminService.ReloadConfig:output_type -> platform.admin.v1.ReloadConfigResponse
-	40, // 76: platform.admin.v1.AdminService.ReplayEvents:output_type -> platform.admin.v1.ReplayEventsResponse
-	42, // 77: platform.admin.v1.AdminService.GetReplay:output_type -> platform.admin.v1.GetReplayResponse
-	44, // 78: platform.admin.v1.AdminService.ListReplays:output_type -> platform.admin.v1.ListReplaysResponse
-	46, // 79: platform.admin.v1.AdminService.CancelReplay:output_type -> platform.admin.v1.CancelReplayResponse
-	62, // [62:80] is the sub-list for method output_type
-	44, // [44:62] is the sub-list for method input_type
-	44, // [44:44] is the sub-list for extension type_name
-	44, // [44:44] is the sub-list for extension extendee
-	0,  // [0:44] is the sub-list for field type_name
+	73,  // 0: platform.admin.v1.Service.horizon:type_name -> google.protobuf.Duration
+	73,  // 1: platform.admin.v1.Service.min_horizon:type_name -> google.protobuf.Duration
+	74,  // 2: platform.admin.v1.Service.last_purge:type_name -> google.protobuf.Timestamp
+	73,  // 3: platform.admin.v1.Service.outbox_oldest:type_name -> google.protobuf.Duration
+	0,   // 4: platform.admin.v1.Pool.state:type_name -> platform.admin.v1.PoolState
+	74,  // 5: platform.admin.v1.LookupResult.processed_at:type_name -> google.protobuf.Timestamp
+	74,  // 6: platform.admin.v1.LookupResult.purgeable_at:type_name -> google.protobuf.Timestamp
+	73,  // 7: platform.admin.v1.Horizon.horizon:type_name -> google.protobuf.Duration
+	73,  // 8: platform.admin.v1.Horizon.min_horizon:type_name -> google.protobuf.Duration
+	74,  // 9: platform.admin.v1.Horizon.updated_at:type_name -> google.protobuf.Timestamp
+	73,  // 10: platform.admin.v1.Horizon.horizon_in_force:type_name -> google.protobuf.Duration
+	73,  // 11: platform.admin.v1.Horizon.partition_width:type_name -> google.protobuf.Duration
+	74,  // 12: platform.admin.v1.PurgeRun.cutoff:type_name -> google.protobuf.Timestamp
+	74,  // 13: platform.admin.v1.PurgeRun.started_at:type_name -> google.protobuf.Timestamp
+	74,  // 14: platform.admin.v1.PurgeRun.finished_at:type_name -> google.protobuf.Timestamp
+	74,  // 15: platform.admin.v1.FailedMessage.failed_at:type_name -> google.protobuf.Timestamp
+	4,   // 16: platform.admin.v1.ListServicesResponse.services:type_name -> platform.admin.v1.Service
+	5,   // 17: platform.admin.v1.ListPoolsResponse.pools:type_name -> platform.admin.v1.Pool
+	5,   // 18: platform.admin.v1.PausePoolResponse.pool:type_name -> platform.admin.v1.Pool
+	5,   // 19: platform.admin.v1.ResumePoolResponse.pool:type_name -> platform.admin.v1.Pool
+	6,   // 20: platform.admin.v1.LookupEventResponse.results:type_name -> platform.admin.v1.LookupResult
+	7,   // 21: platform.admin.v1.GetHorizonResponse.horizon:type_name -> platform.admin.v1.Horizon
+	73,  // 22: platform.admin.v1.SetHorizonRequest.horizon:type_name -> google.protobuf.Duration
+	7,   // 23: platform.admin.v1.SetHorizonResponse.horizon:type_name -> platform.admin.v1.Horizon
+	8,   // 24: platform.admin.v1.RunPurgeResponse.run:type_name -> platform.admin.v1.PurgeRun
+	8,   // 25: platform.admin.v1.ListPurgeRunsResponse.runs:type_name -> platform.admin.v1.PurgeRun
+	9,   // 26: platform.admin.v1.ListFailedMessagesResponse.messages:type_name -> platform.admin.v1.FailedMessage
+	73,  // 27: platform.admin.v1.DescribeServiceResponse.retry_span:type_name -> google.protobuf.Duration
+	8,   // 28: platform.admin.v1.DescribeServiceResponse.last_run:type_name -> platform.admin.v1.PurgeRun
+	74,  // 29: platform.admin.v1.AuditEntry.at:type_name -> google.protobuf.Timestamp
+	75,  // 30: platform.admin.v1.AuditEntry.detail:type_name -> google.protobuf.Struct
+	34,  // 31: platform.admin.v1.ListAuditResponse.entries:type_name -> platform.admin.v1.AuditEntry
+	1,   // 32: platform.admin.v1.Replay.state:type_name -> platform.admin.v1.ReplayState
+	39,  // 33: platform.admin.v1.Replay.pools:type_name -> platform.admin.v1.ReplayPool
+	74,  // 34: platform.admin.v1.Replay.created_at:type_name -> google.protobuf.Timestamp
+	74,  // 35: platform.admin.v1.Replay.finished_at:type_name -> google.protobuf.Timestamp
+	74,  // 36: platform.admin.v1.Replay.from:type_name -> google.protobuf.Timestamp
+	74,  // 37: platform.admin.v1.Replay.to:type_name -> google.protobuf.Timestamp
+	74,  // 38: platform.admin.v1.ReplayEventsRequest.from:type_name -> google.protobuf.Timestamp
+	74,  // 39: platform.admin.v1.ReplayEventsRequest.to:type_name -> google.protobuf.Timestamp
+	40,  // 40: platform.admin.v1.ReplayEventsResponse.replay:type_name -> platform.admin.v1.Replay
+	40,  // 41: platform.admin.v1.GetReplayResponse.replay:type_name -> platform.admin.v1.Replay
+	40,  // 42: platform.admin.v1.ListReplaysResponse.replays:type_name -> platform.admin.v1.Replay
+	40,  // 43: platform.admin.v1.CancelReplayResponse.replay:type_name -> platform.admin.v1.Replay
+	74,  // 44: platform.admin.v1.FailureFilter.from:type_name -> google.protobuf.Timestamp
+	74,  // 45: platform.admin.v1.FailureFilter.to:type_name -> google.protobuf.Timestamp
+	75,  // 46: platform.admin.v1.FailedEvent.headers:type_name -> google.protobuf.Struct
+	74,  // 47: platform.admin.v1.FailedEvent.first_failed_at:type_name -> google.protobuf.Timestamp
+	74,  // 48: platform.admin.v1.FailedEvent.failed_at:type_name -> google.protobuf.Timestamp
+	74,  // 49: platform.admin.v1.FailedEvent.resolved_at:type_name -> google.protobuf.Timestamp
+	74,  // 50: platform.admin.v1.FailedEvent.edited_at:type_name -> google.protobuf.Timestamp
+	74,  // 51: platform.admin.v1.FailedEvent.updated_at:type_name -> google.protobuf.Timestamp
+	74,  // 52: platform.admin.v1.FailedEventEdit.edited_at:type_name -> google.protobuf.Timestamp
+	72,  // 53: platform.admin.v1.FailureGroup.key:type_name -> platform.admin.v1.FailureGroup.KeyEntry
+	74,  // 54: platform.admin.v1.FailureGroup.first_failed_at:type_name -> google.protobuf.Timestamp
+	74,  // 55: platform.admin.v1.FailureGroup.last_failed_at:type_name -> google.protobuf.Timestamp
+	2,   // 56: platform.admin.v1.FailureRetry.state:type_name -> platform.admin.v1.FailureRetryState
+	74,  // 57: platform.admin.v1.FailureRetry.created_at:type_name -> google.protobuf.Timestamp
+	74,  // 58: platform.admin.v1.FailureRetry.finished_at:type_name -> google.protobuf.Timestamp
+	49,  // 59: platform.admin.v1.FailureRetry.filter:type_name -> platform.admin.v1.FailureFilter
+	74,  // 60: platform.admin.v1.ListFailureGroupsRequest.from:type_name -> google.protobuf.Timestamp
+	74,  // 61: platform.admin.v1.ListFailureGroupsRequest.to:type_name -> google.protobuf.Timestamp
+	52,  // 62: platform.admin.v1.ListFailureGroupsResponse.groups:type_name -> platform.admin.v1.FailureGroup
+	49,  // 63: platform.admin.v1.ListFailedEventsRequest.filter:type_name -> platform.admin.v1.FailureFilter
+	50,  // 64: platform.admin.v1.ListFailedEventsResponse.failures:type_name -> platform.admin.v1.FailedEvent
+	50,  // 65: platform.admin.v1.GetFailedEventResponse.failure:type_name -> platform.admin.v1.FailedEvent
+	51,  // 66: platform.admin.v1.GetFailedEventResponse.edits:type_name -> platform.admin.v1.FailedEventEdit
+	49,  // 67: platform.admin.v1.RetryFailedEventsRequest.filter:type_name -> platform.admin.v1.FailureFilter
+	53,  // 68: platform.admin.v1.RetryFailedEventsResponse.retry:type_name -> platform.admin.v1.FailureRetry
+	53,  // 69: platform.admin.v1.GetFailureRetryResponse.retry:type_name -> platform.admin.v1.FailureRetry
+	53,  // 70: platform.admin.v1.ListFailureRetriesResponse.retries:type_name -> platform.admin.v1.FailureRetry
+	53,  // 71: platform.admin.v1.CancelFailureRetryResponse.retry:type_name -> platform.admin.v1.FailureRetry
+	49,  // 72: platform.admin.v1.DiscardFailedEventsRequest.filter:type_name -> platform.admin.v1.FailureFilter
+	3,   // 73: platform.admin.v1.DiscardFailedEventsRequest.parked:type_name -> platform.admin.v1.DiscardParked
+	50,  // 74: platform.admin.v1.EditFailedEventResponse.failure:type_name -> platform.admin.v1.FailedEvent
+	51,  // 75: platform.admin.v1.EditFailedEventResponse.edits:type_name -> platform.admin.v1.FailedEventEdit
+	10,  // 76: platform.admin.v1.AdminService.ListServices:input_type -> platform.admin.v1.ListServicesRequest
+	12,  // 77: platform.admin.v1.AdminService.ListPools:input_type -> platform.admin.v1.ListPoolsRequest
+	14,  // 78: platform.admin.v1.AdminService.PausePool:input_type -> platform.admin.v1.PausePoolRequest
+	16,  // 79: platform.admin.v1.AdminService.ResumePool:input_type -> platform.admin.v1.ResumePoolRequest
+	18,  // 80: platform.admin.v1.AdminService.LookupEvent:input_type -> platform.admin.v1.LookupEventRequest
+	20,  // 81: platform.admin.v1.AdminService.GetHorizon:input_type -> platform.admin.v1.GetHorizonRequest
+	22,  // 82: platform.admin.v1.AdminService.SetHorizon:input_type -> platform.admin.v1.SetHorizonRequest
+	24,  // 83: platform.admin.v1.AdminService.RunPurge:input_type -> platform.admin.v1.RunPurgeRequest
+	26,  // 84: platform.admin.v1.AdminService.ListPurgeRuns:input_type -> platform.admin.v1.ListPurgeRunsRequest
+	28,  // 85: platform.admin.v1.AdminService.ListFailedMessages:input_type -> platform.admin.v1.ListFailedMessagesRequest
+	30,  // 86: platform.admin.v1.AdminService.RetryFailedMessages:input_type -> platform.admin.v1.RetryFailedMessagesRequest
+	32,  // 87: platform.admin.v1.AdminService.DescribeService:input_type -> platform.admin.v1.DescribeServiceRequest
+	35,  // 88: platform.admin.v1.AdminService.ListAudit:input_type -> platform.admin.v1.ListAuditRequest
+	37,  // 89: platform.admin.v1.AdminService.ReloadConfig:input_type -> platform.admin.v1.ReloadConfigRequest
+	41,  // 90: platform.admin.v1.AdminService.ReplayEvents:input_type -> platform.admin.v1.ReplayEventsRequest
+	43,  // 91: platform.admin.v1.AdminService.GetReplay:input_type -> platform.admin.v1.GetReplayRequest
+	45,  // 92: platform.admin.v1.AdminService.ListReplays:input_type -> platform.admin.v1.ListReplaysRequest
+	47,  // 93: platform.admin.v1.AdminService.CancelReplay:input_type -> platform.admin.v1.CancelReplayRequest
+	54,  // 94: platform.admin.v1.AdminService.ListFailureGroups:input_type -> platform.admin.v1.ListFailureGroupsRequest
+	56,  // 95: platform.admin.v1.AdminService.ListFailedEvents:input_type -> platform.admin.v1.ListFailedEventsRequest
+	58,  // 96: platform.admin.v1.AdminService.GetFailedEvent:input_type -> platform.admin.v1.GetFailedEventRequest
+	60,  // 97: platform.admin.v1.AdminService.RetryFailedEvents:input_type -> platform.admin.v1.RetryFailedEventsRequest
+	62,  // 98: platform.admin.v1.AdminService.GetFailureRetry:input_type -> platform.admin.v1.GetFailureRetryRequest
+	64,  // 99: platform.admin.v1.AdminService.ListFailureRetries:input_type -> platform.admin.v1.ListFailureRetriesRequest
+	66,  // 100: platform.admin.v1.AdminService.CancelFailureRetry:input_type -> platform.admin.v1.CancelFailureRetryRequest
+	68,  // 101: platform.admin.v1.AdminService.DiscardFailedEvents:input_type -> platform.admin.v1.DiscardFailedEventsRequest
+	70,  // 102: platform.admin.v1.AdminService.EditFailedEvent:input_type -> platform.admin.v1.EditFailedEventRequest
+	11,  // 103: platform.admin.v1.AdminService.ListServices:output_type -> platform.admin.v1.ListServicesResponse
+	13,  // 104: platform.admin.v1.AdminService.ListPools:output_type -> platform.admin.v1.ListPoolsResponse
+	15,  // 105: platform.admin.v1.AdminService.PausePool:output_type -> platform.admin.v1.PausePoolResponse
+	17,  // 106: platform.admin.v1.AdminService.ResumePool:output_type -> platform.admin.v1.ResumePoolResponse
+	19,  // 107: platform.admin.v1.AdminService.LookupEvent:output_type -> platform.admin.v1.LookupEventResponse
+	21,  // 108: platform.admin.v1.AdminService.GetHorizon:output_type -> platform.admin.v1.GetHorizonResponse
+	23,  // 109: platform.admin.v1.AdminService.SetHorizon:output_type -> platform.admin.v1.SetHorizonResponse
+	25,  // 110: platform.admin.v1.AdminService.RunPurge:output_type -> platform.admin.v1.RunPurgeResponse
+	27,  // 111: platform.admin.v1.AdminService.ListPurgeRuns:output_type -> platform.admin.v1.ListPurgeRunsResponse
+	29,  // 112: platform.admin.v1.AdminService.ListFailedMessages:output_type -> platform.admin.v1.ListFailedMessagesResponse
+	31,  // 113: platform.admin.v1.AdminService.RetryFailedMessages:output_type -> platform.admin.v1.RetryFailedMessagesResponse
+	33,  // 114: platform.admin.v1.AdminService.DescribeService:output_type -> platform.admin.v1.DescribeServiceResponse
+	36,  // 115: platform.admin.v1.AdminService.ListAudit:output_type -> platform.admin.v1.ListAuditResponse
+	38,  // 116: platform.admin.v1.AdminService.ReloadConfig:output_type -> platform.admin.v1.ReloadConfigResponse
+	42,  // 117: platform.admin.v1.AdminService.ReplayEvents:output_type -> platform.admin.v1.ReplayEventsResponse
+	44,  // 118: platform.admin.v1.AdminService.GetReplay:output_type -> platform.admin.v1.GetReplayResponse
+	46,  // 119: platform.admin.v1.AdminService.ListReplays:output_type -> platform.admin.v1.ListReplaysResponse
+	48,  // 120: platform.admin.v1.AdminService.CancelReplay:output_type -> platform.admin.v1.CancelReplayResponse
+	55,  // 121: platform.admin.v1.AdminService.ListFailureGroups:output_type -> platform.admin.v1.ListFailureGroupsResponse
+	57,  // 122: platform.admin.v1.AdminService.ListFailedEvents:output_type -> platform.admin.v1.ListFailedEventsResponse
+	59,  // 123: platform.admin.v1.AdminService.GetFailedEvent:output_type -> platform.admin.v1.GetFailedEventResponse
+	61,  // 124: platform.admin.v1.AdminService.RetryFailedEvents:output_type -> platform.admin.v1.RetryFailedEventsResponse
+	63,  // 125: platform.admin.v1.AdminService.GetFailureRetry:output_type -> platform.admin.v1.GetFailureRetryResponse
+	65,  // 126: platform.admin.v1.AdminService.ListFailureRetries:output_type -> platform.admin.v1.ListFailureRetriesResponse
+	67,  // 127: platform.admin.v1.AdminService.CancelFailureRetry:output_type -> platform.admin.v1.CancelFailureRetryResponse
+	69,  // 128: platform.admin.v1.AdminService.DiscardFailedEvents:output_type -> platform.admin.v1.DiscardFailedEventsResponse
+	71,  // 129: platform.admin.v1.AdminService.EditFailedEvent:output_type -> platform.admin.v1.EditFailedEventResponse
+	103, // [103:130] is the sub-list for method output_type
+	76,  // [76:103] is the sub-list for method input_type
+	76,  // [76:76] is the sub-list for extension type_name
+	76,  // [76:76] is the sub-list for extension extendee
+	0,   // [0:76] is the sub-list for field type_name
 }
 
 func init() { file_platform_admin_v1_admin_proto_init() }
@@ -3592,8 +5726,8 @@ func file_platform_admin_v1_admin_proto_init() {
 		File: protoimpl.DescBuilder{
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_platform_admin_v1_admin_proto_rawDesc), len(file_platform_admin_v1_admin_proto_rawDesc)),
-			NumEnums:      2,
-			NumMessages:   45,
+			NumEnums:      4,
+			NumMessages:   69,
 			NumExtensions: 0,
 			NumServices:   1,
 		},

@@ -41,6 +41,15 @@ const (
 	AdminService_GetReplay_FullMethodName           = "/platform.admin.v1.AdminService/GetReplay"
 	AdminService_ListReplays_FullMethodName         = "/platform.admin.v1.AdminService/ListReplays"
 	AdminService_CancelReplay_FullMethodName        = "/platform.admin.v1.AdminService/CancelReplay"
+	AdminService_ListFailureGroups_FullMethodName   = "/platform.admin.v1.AdminService/ListFailureGroups"
+	AdminService_ListFailedEvents_FullMethodName    = "/platform.admin.v1.AdminService/ListFailedEvents"
+	AdminService_GetFailedEvent_FullMethodName      = "/platform.admin.v1.AdminService/GetFailedEvent"
+	AdminService_RetryFailedEvents_FullMethodName   = "/platform.admin.v1.AdminService/RetryFailedEvents"
+	AdminService_GetFailureRetry_FullMethodName     = "/platform.admin.v1.AdminService/GetFailureRetry"
+	AdminService_ListFailureRetries_FullMethodName  = "/platform.admin.v1.AdminService/ListFailureRetries"
+	AdminService_CancelFailureRetry_FullMethodName  = "/platform.admin.v1.AdminService/CancelFailureRetry"
+	AdminService_DiscardFailedEvents_FullMethodName = "/platform.admin.v1.AdminService/DiscardFailedEvents"
+	AdminService_EditFailedEvent_FullMethodName     = "/platform.admin.v1.AdminService/EditFailedEvent"
 )
 
 // AdminServiceClient is the client API for AdminService service.
@@ -89,13 +98,14 @@ type AdminServiceClient interface {
 	// ListPurgeRuns lists a service's recent purge runs, newest first.
 	// Role: read.
 	ListPurgeRuns(ctx context.Context, in *ListPurgeRunsRequest, opts ...grpc.CallOption) (*ListPurgeRunsResponse, error)
-	// ListFailedMessages lists the messages in a pool's failure queue, oldest
-	// first. Reading loses nothing: the messages stay in the queue.
-	// Role: read.
+	// ListFailedMessages lists a pool's failures still failed, newest first,
+	// answered from the failure store (it listed the pool's failure queue
+	// before the store replaced it). Reading changes nothing. Role: read.
 	ListFailedMessages(ctx context.Context, in *ListFailedMessagesRequest, opts ...grpc.CallOption) (*ListFailedMessagesResponse, error)
-	// RetryFailedMessages moves failed messages, chosen by event id or all of
-	// them, back to the pool's queue with their attempt count reset.
-	// Role: admin.
+	// RetryFailedMessages sends failed messages, chosen by event id or all of
+	// them, back to the pool's queue with their attempt count reset: a
+	// server-side retry of the failure store (see RetryFailedEvents), retried
+	// counting what it selected. Role: admin.
 	RetryFailedMessages(ctx context.Context, in *RetryFailedMessagesRequest, opts ...grpc.CallOption) (*RetryFailedMessagesResponse, error)
 	// DescribeService returns what an operator needs beyond ListServices to
 	// judge a horizon or a purge: the retry span that bounds the horizon, the
@@ -137,6 +147,37 @@ type AdminServiceClient interface {
 	// stays published. Cancelling a finished replay changes nothing.
 	// Audited (replay.cancel). Role: admin.
 	CancelReplay(ctx context.Context, in *CancelReplayRequest, opts ...grpc.CallOption) (*CancelReplayResponse, error)
+	// ListFailureGroups counts a service's stored failures (see DESIGN.md,
+	// Failures) by the keys group_by names, largest groups first, each with
+	// its time range and one failure of it. Role: read.
+	ListFailureGroups(ctx context.Context, in *ListFailureGroupsRequest, opts ...grpc.CallOption) (*ListFailureGroupsResponse, error)
+	// ListFailedEvents lists the stored failures a filter selects, newest
+	// first, a page at a time. Role: read.
+	ListFailedEvents(ctx context.Context, in *ListFailedEventsRequest, opts ...grpc.CallOption) (*ListFailedEventsResponse, error)
+	// GetFailedEvent returns one stored failure, looked up in every service,
+	// with its body, its edited body and its edits. Role: read.
+	GetFailedEvent(ctx context.Context, in *GetFailedEventRequest, opts ...grpc.CallOption) (*GetFailedEventResponse, error)
+	// RetryFailedEvents creates a server-side retry of the failures a filter
+	// selects: the selection is frozen, a canary's copies go first, the rest
+	// follows at the rate asked unless one of the canary's failed again. A
+	// dry run only counts the selection. Audited (failure.retry). Role:
+	// admin.
+	RetryFailedEvents(ctx context.Context, in *RetryFailedEventsRequest, opts ...grpc.CallOption) (*RetryFailedEventsResponse, error)
+	// GetFailureRetry returns one server-side retry with its counts so far.
+	// Role: read.
+	GetFailureRetry(ctx context.Context, in *GetFailureRetryRequest, opts ...grpc.CallOption) (*GetFailureRetryResponse, error)
+	// ListFailureRetries lists server-side retries, newest first. Role:
+	// read.
+	ListFailureRetries(ctx context.Context, in *ListFailureRetriesRequest, opts ...grpc.CallOption) (*ListFailureRetriesResponse, error)
+	// CancelFailureRetry stops a retry that has not finished; copies sent
+	// stay sent. Audited (failure.retry_cancel). Role: admin.
+	CancelFailureRetry(ctx context.Context, in *CancelFailureRetryRequest, opts ...grpc.CallOption) (*CancelFailureRetryResponse, error)
+	// DiscardFailedEvents gives up the unresolved failures a filter selects.
+	// Audited (failure.discard). Role: admin.
+	DiscardFailedEvents(ctx context.Context, in *DiscardFailedEventsRequest, opts ...grpc.CallOption) (*DiscardFailedEventsResponse, error)
+	// EditFailedEvent sets the body a retry of one failure sends, keeping
+	// its original body. Audited (failure.edit). Role: admin.
+	EditFailedEvent(ctx context.Context, in *EditFailedEventRequest, opts ...grpc.CallOption) (*EditFailedEventResponse, error)
 }
 
 type adminServiceClient struct {
@@ -327,6 +368,96 @@ func (c *adminServiceClient) CancelReplay(ctx context.Context, in *CancelReplayR
 	return out, nil
 }
 
+func (c *adminServiceClient) ListFailureGroups(ctx context.Context, in *ListFailureGroupsRequest, opts ...grpc.CallOption) (*ListFailureGroupsResponse, error) {
+	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
+	out := new(ListFailureGroupsResponse)
+	err := c.cc.Invoke(ctx, AdminService_ListFailureGroups_FullMethodName, in, out, cOpts...)
+	if err != nil {
+		return nil, err
+	}
+	return out, nil
+}
+
+func (c *adminServiceClient) ListFailedEvents(ctx context.Context, in *ListFailedEventsRequest, opts ...grpc.CallOption) (*ListFailedEventsResponse, error) {
+	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
+	out := new(ListFailedEventsResponse)
+	err := c.cc.Invoke(ctx, AdminService_ListFailedEvents_FullMethodName, in, out, cOpts...)
+	if err != nil {
+		return nil, err
+	}
+	return out, nil
+}
+
+func (c *adminServiceClient) GetFailedEvent(ctx context.Context, in *GetFailedEventRequest, opts ...grpc.CallOption) (*GetFailedEventResponse, error) {
+	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
+	out := new(GetFailedEventResponse)
+	err := c.cc.Invoke(ctx, AdminService_GetFailedEvent_FullMethodName, in, out, cOpts...)
+	if err != nil {
+		return nil, err
+	}
+	return out, nil
+}
+
+func (c *adminServiceClient) RetryFailedEvents(ctx context.Context, in *RetryFailedEventsRequest, opts ...grpc.CallOption) (*RetryFailedEventsResponse, error) {
+	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
+	out := new(RetryFailedEventsResponse)
+	err := c.cc.Invoke(ctx, AdminService_RetryFailedEvents_FullMethodName, in, out, cOpts...)
+	if err != nil {
+		return nil, err
+	}
+	return out, nil
+}
+
+func (c *adminServiceClient) GetFailureRetry(ctx context.Context, in *GetFailureRetryRequest, opts ...grpc.CallOption) (*GetFailureRetryResponse, error) {
+	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
+	out := new(GetFailureRetryResponse)
+	err := c.cc.Invoke(ctx, AdminService_GetFailureRetry_FullMethodName, in, out, cOpts...)
+	if err != nil {
+		return nil, err
+	}
+	return out, nil
+}
+
+func (c *adminServiceClient) ListFailureRetries(ctx context.Context, in *ListFailureRetriesRequest, opts ...grpc.CallOption) (*ListFailureRetriesResponse, error) {
+	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
+	out := new(ListFailureRetriesResponse)
+	err := c.cc.Invoke(ctx, AdminService_ListFailureRetries_FullMethodName, in, out, cOpts...)
+	if err != nil {
+		return nil, err
+	}
+	return out, nil
+}
+
+func (c *adminServiceClient) CancelFailureRetry(ctx context.Context, in *CancelFailureRetryRequest, opts ...grpc.CallOption) (*CancelFailureRetryResponse, error) {
+	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
+	out := new(CancelFailureRetryResponse)
+	err := c.cc.Invoke(ctx, AdminService_CancelFailureRetry_FullMethodName, in, out, cOpts...)
+	if err != nil {
+		return nil, err
+	}
+	return out, nil
+}
+
+func (c *adminServiceClient) DiscardFailedEvents(ctx context.Context, in *DiscardFailedEventsRequest, opts ...grpc.CallOption) (*DiscardFailedEventsResponse, error) {
+	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
+	out := new(DiscardFailedEventsResponse)
+	err := c.cc.Invoke(ctx, AdminService_DiscardFailedEvents_FullMethodName, in, out, cOpts...)
+	if err != nil {
+		return nil, err
+	}
+	return out, nil
+}
+
+func (c *adminServiceClient) EditFailedEvent(ctx context.Context, in *EditFailedEventRequest, opts ...grpc.CallOption) (*EditFailedEventResponse, error) {
+	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
+	out := new(EditFailedEventResponse)
+	err := c.cc.Invoke(ctx, AdminService_EditFailedEvent_FullMethodName, in, out, cOpts...)
+	if err != nil {
+		return nil, err
+	}
+	return out, nil
+}
+
 // AdminServiceServer is the server API for AdminService service.
 // All implementations must embed UnimplementedAdminServiceServer
 // for forward compatibility.
@@ -373,13 +504,14 @@ type AdminServiceServer interface {
 	// ListPurgeRuns lists a service's recent purge runs, newest first.
 	// Role: read.
 	ListPurgeRuns(context.Context, *ListPurgeRunsRequest) (*ListPurgeRunsResponse, error)
-	// ListFailedMessages lists the messages in a pool's failure queue, oldest
-	// first. Reading loses nothing: the messages stay in the queue.
-	// Role: read.
+	// ListFailedMessages lists a pool's failures still failed, newest first,
+	// answered from the failure store (it listed the pool's failure queue
+	// before the store replaced it). Reading changes nothing. Role: read.
 	ListFailedMessages(context.Context, *ListFailedMessagesRequest) (*ListFailedMessagesResponse, error)
-	// RetryFailedMessages moves failed messages, chosen by event id or all of
-	// them, back to the pool's queue with their attempt count reset.
-	// Role: admin.
+	// RetryFailedMessages sends failed messages, chosen by event id or all of
+	// them, back to the pool's queue with their attempt count reset: a
+	// server-side retry of the failure store (see RetryFailedEvents), retried
+	// counting what it selected. Role: admin.
 	RetryFailedMessages(context.Context, *RetryFailedMessagesRequest) (*RetryFailedMessagesResponse, error)
 	// DescribeService returns what an operator needs beyond ListServices to
 	// judge a horizon or a purge: the retry span that bounds the horizon, the
@@ -421,6 +553,37 @@ type AdminServiceServer interface {
 	// stays published. Cancelling a finished replay changes nothing.
 	// Audited (replay.cancel). Role: admin.
 	CancelReplay(context.Context, *CancelReplayRequest) (*CancelReplayResponse, error)
+	// ListFailureGroups counts a service's stored failures (see DESIGN.md,
+	// Failures) by the keys group_by names, largest groups first, each with
+	// its time range and one failure of it. Role: read.
+	ListFailureGroups(context.Context, *ListFailureGroupsRequest) (*ListFailureGroupsResponse, error)
+	// ListFailedEvents lists the stored failures a filter selects, newest
+	// first, a page at a time. Role: read.
+	ListFailedEvents(context.Context, *ListFailedEventsRequest) (*ListFailedEventsResponse, error)
+	// GetFailedEvent returns one stored failure, looked up in every service,
+	// with its body, its edited body and its edits. Role: read.
+	GetFailedEvent(context.Context, *GetFailedEventRequest) (*GetFailedEventResponse, error)
+	// RetryFailedEvents creates a server-side retry of the failures a filter
+	// selects: the selection is frozen, a canary's copies go first, the rest
+	// follows at the rate asked unless one of the canary's failed again. A
+	// dry run only counts the selection. Audited (failure.retry). Role:
+	// admin.
+	RetryFailedEvents(context.Context, *RetryFailedEventsRequest) (*RetryFailedEventsResponse, error)
+	// GetFailureRetry returns one server-side retry with its counts so far.
+	// Role: read.
+	GetFailureRetry(context.Context, *GetFailureRetryRequest) (*GetFailureRetryResponse, error)
+	// ListFailureRetries lists server-side retries, newest first. Role:
+	// read.
+	ListFailureRetries(context.Context, *ListFailureRetriesRequest) (*ListFailureRetriesResponse, error)
+	// CancelFailureRetry stops a retry that has not finished; copies sent
+	// stay sent. Audited (failure.retry_cancel). Role: admin.
+	CancelFailureRetry(context.Context, *CancelFailureRetryRequest) (*CancelFailureRetryResponse, error)
+	// DiscardFailedEvents gives up the unresolved failures a filter selects.
+	// Audited (failure.discard). Role: admin.
+	DiscardFailedEvents(context.Context, *DiscardFailedEventsRequest) (*DiscardFailedEventsResponse, error)
+	// EditFailedEvent sets the body a retry of one failure sends, keeping
+	// its original body. Audited (failure.edit). Role: admin.
+	EditFailedEvent(context.Context, *EditFailedEventRequest) (*EditFailedEventResponse, error)
 	mustEmbedUnimplementedAdminServiceServer()
 }
 
@@ -484,6 +647,33 @@ func (UnimplementedAdminServiceServer) ListReplays(context.Context, *ListReplays
 }
 func (UnimplementedAdminServiceServer) CancelReplay(context.Context, *CancelReplayRequest) (*CancelReplayResponse, error) {
 	return nil, status.Error(codes.Unimplemented, "method CancelReplay not implemented")
+}
+func (UnimplementedAdminServiceServer) ListFailureGroups(context.Context, *ListFailureGroupsRequest) (*ListFailureGroupsResponse, error) {
+	return nil, status.Error(codes.Unimplemented, "method ListFailureGroups not implemented")
+}
+func (UnimplementedAdminServiceServer) ListFailedEvents(context.Context, *ListFailedEventsRequest) (*ListFailedEventsResponse, error) {
+	return nil, status.Error(codes.Unimplemented, "method ListFailedEvents not implemented")
+}
+func (UnimplementedAdminServiceServer) GetFailedEvent(context.Context, *GetFailedEventRequest) (*GetFailedEventResponse, error) {
+	return nil, status.Error(codes.Unimplemented, "method GetFailedEvent not implemented")
+}
+func (UnimplementedAdminServiceServer) RetryFailedEvents(context.Context, *RetryFailedEventsRequest) (*RetryFailedEventsResponse, error) {
+	return nil, status.Error(codes.Unimplemented, "method RetryFailedEvents not implemented")
+}
+func (UnimplementedAdminServiceServer) GetFailureRetry(context.Context, *GetFailureRetryRequest) (*GetFailureRetryResponse, error) {
+	return nil, status.Error(codes.Unimplemented, "method GetFailureRetry not implemented")
+}
+func (UnimplementedAdminServiceServer) ListFailureRetries(context.Context, *ListFailureRetriesRequest) (*ListFailureRetriesResponse, error) {
+	return nil, status.Error(codes.Unimplemented, "method ListFailureRetries not implemented")
+}
+func (UnimplementedAdminServiceServer) CancelFailureRetry(context.Context, *CancelFailureRetryRequest) (*CancelFailureRetryResponse, error) {
+	return nil, status.Error(codes.Unimplemented, "method CancelFailureRetry not implemented")
+}
+func (UnimplementedAdminServiceServer) DiscardFailedEvents(context.Context, *DiscardFailedEventsRequest) (*DiscardFailedEventsResponse, error) {
+	return nil, status.Error(codes.Unimplemented, "method DiscardFailedEvents not implemented")
+}
+func (UnimplementedAdminServiceServer) EditFailedEvent(context.Context, *EditFailedEventRequest) (*EditFailedEventResponse, error) {
+	return nil, status.Error(codes.Unimplemented, "method EditFailedEvent not implemented")
 }
 func (UnimplementedAdminServiceServer) mustEmbedUnimplementedAdminServiceServer() {}
 func (UnimplementedAdminServiceServer) testEmbeddedByValue()                      {}
@@ -830,6 +1020,168 @@ func _AdminService_CancelReplay_Handler(srv interface{}, ctx context.Context, de
 	return interceptor(ctx, in, info, handler)
 }
 
+func _AdminService_ListFailureGroups_Handler(srv interface{}, ctx context.Context, dec func(interface{}) error, interceptor grpc.UnaryServerInterceptor) (interface{}, error) {
+	in := new(ListFailureGroupsRequest)
+	if err := dec(in); err != nil {
+		return nil, err
+	}
+	if interceptor == nil {
+		return srv.(AdminServiceServer).ListFailureGroups(ctx, in)
+	}
+	info := &grpc.UnaryServerInfo{
+		Server:     srv,
+		FullMethod: AdminService_ListFailureGroups_FullMethodName,
+	}
+	handler := func(ctx context.Context, req interface{}) (interface{}, error) {
+		return srv.(AdminServiceServer).ListFailureGroups(ctx, req.(*ListFailureGroupsRequest))
+	}
+	return interceptor(ctx, in, info, handler)
+}
+
+func _AdminService_ListFailedEvents_Handler(srv interface{}, ctx context.Context, dec func(interface{}) error, interceptor grpc.UnaryServerInterceptor) (interface{}, error) {
+	in := new(ListFailedEventsRequest)
+	if err := dec(in); err != nil {
+		return nil, err
+	}
+	if interceptor == nil {
+		return srv.(AdminServiceServer).ListFailedEvents(ctx, in)
+	}
+	info := &grpc.UnaryServerInfo{
+		Server:     srv,
+		FullMethod: AdminService_ListFailedEvents_FullMethodName,
+	}
+	handler := func(ctx context.Context, req interface{}) (interface{}, error) {
+		return srv.(AdminServiceServer).ListFailedEvents(ctx, req.(*ListFailedEventsRequest))
+	}
+	return interceptor(ctx, in, info, handler)
+}
+
+func _AdminService_GetFailedEvent_Handler(srv interface{}, ctx context.Context, dec func(interface{}) error, interceptor grpc.UnaryServerInterceptor) (interface{}, error) {
+	in := new(GetFailedEventRequest)
+	if err := dec(in); err != nil {
+		return nil, err
+	}
+	if interceptor == nil {
+		return srv.(AdminServiceServer).GetFailedEvent(ctx, in)
+	}
+	info := &grpc.UnaryServerInfo{
+		Server:     srv,
+		FullMethod: AdminService_GetFailedEvent_FullMethodName,
+	}
+	handler := func(ctx context.Context, req interface{}) (interface{}, error) {
+		return srv.(AdminServiceServer).GetFailedEvent(ctx, req.(*GetFailedEventRequest))
+	}
+	return interceptor(ctx, in, info, handler)
+}
+
+func _AdminService_RetryFailedEvents_Handler(srv interface{}, ctx context.Context, dec func(interface{}) error, interceptor grpc.UnaryServerInterceptor) (interface{}, error) {
+	in := new(RetryFailedEventsRequest)
+	if err := dec(in); err != nil {
+		return nil, err
+	}
+	if interceptor == nil {
+		return srv.(AdminServiceServer).RetryFailedEvents(ctx, in)
+	}
+	info := &grpc.UnaryServerInfo{
+		Server:     srv,
+		FullMethod: AdminService_RetryFailedEvents_FullMethodName,
+	}
+	handler := func(ctx context.Context, req interface{}) (interface{}, error) {
+		return srv.(AdminServiceServer).RetryFailedEvents(ctx, req.(*RetryFailedEventsRequest))
+	}
+	return interceptor(ctx, in, info, handler)
+}
+
+func _AdminService_GetFailureRetry_Handler(srv interface{}, ctx context.Context, dec func(interface{}) error, interceptor grpc.UnaryServerInterceptor) (interface{}, error) {
+	in := new(GetFailureRetryRequest)
+	if err := dec(in); err != nil {
+		return nil, err
+	}
+	if interceptor == nil {
+		return srv.(AdminServiceServer).GetFailureRetry(ctx, in)
+	}
+	info := &grpc.UnaryServerInfo{
+		Server:     srv,
+		FullMethod: AdminService_GetFailureRetry_FullMethodName,
+	}
+	handler := func(ctx context.Context, req interface{}) (interface{}, error) {
+		return srv.(AdminServiceServer).GetFailureRetry(ctx, req.(*GetFailureRetryRequest))
+	}
+	return interceptor(ctx, in, info, handler)
+}
+
+func _AdminService_ListFailureRetries_Handler(srv interface{}, ctx context.Context, dec func(interface{}) error, interceptor grpc.UnaryServerInterceptor) (interface{}, error) {
+	in := new(ListFailureRetriesRequest)
+	if err := dec(in); err != nil {
+		return nil, err
+	}
+	if interceptor == nil {
+		return srv.(AdminServiceServer).ListFailureRetries(ctx, in)
+	}
+	info := &grpc.UnaryServerInfo{
+		Server:     srv,
+		FullMethod: AdminService_ListFailureRetries_FullMethodName,
+	}
+	handler := func(ctx context.Context, req interface{}) (interface{}, error) {
+		return srv.(AdminServiceServer).ListFailureRetries(ctx, req.(*ListFailureRetriesRequest))
+	}
+	return interceptor(ctx, in, info, handler)
+}
+
+func _AdminService_CancelFailureRetry_Handler(srv interface{}, ctx context.Context, dec func(interface{}) error, interceptor grpc.UnaryServerInterceptor) (interface{}, error) {
+	in := new(CancelFailureRetryRequest)
+	if err := dec(in); err != nil {
+		return nil, err
+	}
+	if interceptor == nil {
+		return srv.(AdminServiceServer).CancelFailureRetry(ctx, in)
+	}
+	info := &grpc.UnaryServerInfo{
+		Server:     srv,
+		FullMethod: AdminService_CancelFailureRetry_FullMethodName,
+	}
+	handler := func(ctx context.Context, req interface{}) (interface{}, error) {
+		return srv.(AdminServiceServer).CancelFailureRetry(ctx, req.(*CancelFailureRetryRequest))
+	}
+	return interceptor(ctx, in, info, handler)
+}
+
+func _AdminService_DiscardFailedEvents_Handler(srv interface{}, ctx context.Context, dec func(interface{}) error, interceptor grpc.UnaryServerInterceptor) (interface{}, error) {
+	in := new(DiscardFailedEventsRequest)
+	if err := dec(in); err != nil {
+		return nil, err
+	}
+	if interceptor == nil {
+		return srv.(AdminServiceServer).DiscardFailedEvents(ctx, in)
+	}
+	info := &grpc.UnaryServerInfo{
+		Server:     srv,
+		FullMethod: AdminService_DiscardFailedEvents_FullMethodName,
+	}
+	handler := func(ctx context.Context, req interface{}) (interface{}, error) {
+		return srv.(AdminServiceServer).DiscardFailedEvents(ctx, req.(*DiscardFailedEventsRequest))
+	}
+	return interceptor(ctx, in, info, handler)
+}
+
+func _AdminService_EditFailedEvent_Handler(srv interface{}, ctx context.Context, dec func(interface{}) error, interceptor grpc.UnaryServerInterceptor) (interface{}, error) {
+	in := new(EditFailedEventRequest)
+	if err := dec(in); err != nil {
+		return nil, err
+	}
+	if interceptor == nil {
+		return srv.(AdminServiceServer).EditFailedEvent(ctx, in)
+	}
+	info := &grpc.UnaryServerInfo{
+		Server:     srv,
+		FullMethod: AdminService_EditFailedEvent_FullMethodName,
+	}
+	handler := func(ctx context.Context, req interface{}) (interface{}, error) {
+		return srv.(AdminServiceServer).EditFailedEvent(ctx, req.(*EditFailedEventRequest))
+	}
+	return interceptor(ctx, in, info, handler)
+}
+
 // AdminService_ServiceDesc is the grpc.ServiceDesc for AdminService service.
 // It's only intended for direct use with grpc.RegisterService,
 // and not to be introspected or modified (even as a copy)
@@ -908,6 +1260,42 @@ var AdminService_ServiceDesc = grpc.ServiceDesc{
 		{
 			MethodName: "CancelReplay",
 			Handler:    _AdminService_CancelReplay_Handler,
+		},
+		{
+			MethodName: "ListFailureGroups",
+			Handler:    _AdminService_ListFailureGroups_Handler,
+		},
+		{
+			MethodName: "ListFailedEvents",
+			Handler:    _AdminService_ListFailedEvents_Handler,
+		},
+		{
+			MethodName: "GetFailedEvent",
+			Handler:    _AdminService_GetFailedEvent_Handler,
+		},
+		{
+			MethodName: "RetryFailedEvents",
+			Handler:    _AdminService_RetryFailedEvents_Handler,
+		},
+		{
+			MethodName: "GetFailureRetry",
+			Handler:    _AdminService_GetFailureRetry_Handler,
+		},
+		{
+			MethodName: "ListFailureRetries",
+			Handler:    _AdminService_ListFailureRetries_Handler,
+		},
+		{
+			MethodName: "CancelFailureRetry",
+			Handler:    _AdminService_CancelFailureRetry_Handler,
+		},
+		{
+			MethodName: "DiscardFailedEvents",
+			Handler:    _AdminService_DiscardFailedEvents_Handler,
+		},
+		{
+			MethodName: "EditFailedEvent",
+			Handler:    _AdminService_EditFailedEvent_Handler,
 		},
 	},
 	Streams:  []grpc.StreamDesc{},
