@@ -39,3 +39,12 @@ func (s *service) retryRunner() *failure.Runner {
 	defer s.mu.RUnlock()
 	return s.retrier
 }
+
+// wakeRetrier tells the service's retry runner that a retry was stored, so
+// that it starts sending now rather than at its next poll (not for a dry
+// run, which stores nothing).
+func (s *service) wakeRetrier(dryRun bool) {
+	if r := s.retryRunner(); r != nil && !dryRun {
+		r.Wake()
+	}
+}

@@ -156,6 +156,7 @@ func (b *backend) RetryFailedEvents(ctx context.Context, name string, req failur
 	if err != nil {
 		return admin.FailureRetry{}, failureError(err)
 	}
+	s.wakeRetrier(req.DryRun)
 	return admin.FailureRetry{Service: s.name, Retry: r}, nil
 }
 
@@ -292,6 +293,9 @@ func (b *backend) RetryFailedMessages(ctx context.Context, name string, ids []uu
 	r, err := st.CreateRetry(ctx, req, actor)
 	if errors.Is(err, failure.ErrPrecondition) {
 		return 0, nil // nothing failed to retry
+	}
+	if err == nil {
+		svc.wakeRetrier(false)
 	}
 	n := int(r.Selected)
 	b.auditRetry(ctx, svc, name, ids, all, override, actor, n, err)
