@@ -185,22 +185,6 @@ func (c *Conn) acquire(ctx context.Context) error {
 
 func (c *Conn) release() { <-c.lock }
 
-// dialOnce tries every node once, without backoff, and returns the first
-// connection made, which is then the Conn's own (closed by Close), or
-// every node's error. It is for short-lived tools such as the admin's
-// failure-queue reads, which report an error rather than wait.
-func (c *Conn) dialOnce(ctx context.Context) (*amqp.Connection, error) {
-	if err := c.acquire(ctx); err != nil {
-		return nil, err
-	}
-	defer c.release()
-	conn, err := c.dialRoundLocked(ctx)
-	if err != nil {
-		return nil, fmt.Errorf("amqp %s: %w", c.name, err)
-	}
-	return conn, nil
-}
-
 // dialRoundLocked tries every node once, starting at c.next, and keeps
 // the first connection made. After a success c.next points past the node
 // connected to, so that the next dial (after this connection's loss)

@@ -156,35 +156,6 @@ func TestConnFailsOverToTheNextNode(t *testing.T) {
 	require.ErrorContains(t, err, "closed")
 }
 
-// dialOnce (the admin's failure-queue tools) tries every node once and
-// reports every failure instead of waiting.
-func TestConnDialOnce(t *testing.T) {
-	t.Parallel()
-	target := brokertest.Target(t)
-	a, b := brokertest.NewNode(t, target), brokertest.NewNode(t, target)
-	a.Down()
-	conn := NewConn([]string{a.URL(), b.URL()}, "test-once", nil, slog.New(slog.DiscardHandler))
-	conn.next = 0
-	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
-	defer cancel()
-	got, err := conn.dialOnce(ctx)
-	require.NoError(t, err)
-	require.Equal(t, b.Addr(), conn.Node())
-	conn.Close()
-	require.True(t, got.IsClosed(), "the connection is the Conn's: Close closes it")
-
-	b.Down()
-	conn = NewConn([]string{a.URL(), b.URL()}, "test-once", nil, slog.New(slog.DiscardHandler))
-	defer conn.Close()
-	start := time.Now()
-	_, err = conn.dialOnce(ctx)
-	require.Error(t, err)
-	require.Less(t, time.Since(start), 5*time.Second)
-	require.ErrorContains(t, err, "node "+a.Addr())
-	require.ErrorContains(t, err, "node "+b.Addr())
-	require.NotContains(t, err.Error(), "guest:guest", "no credentials in errors")
-}
-
 // A node that accepts connections and never answers (a VM frozen, a
 // process stuck) does not hold a caller past its context: a stopping pool
 // must not wait for the handshake timeout.

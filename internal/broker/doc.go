@@ -11,12 +11,11 @@
 //   - Publisher: publishing with confirms and mandatory routing, a
 //     returned message an error (ErrReturned), a negative confirm another
 //     (ErrNacked).
-//   - Topology: a pool's queue, its delay queues (RetryQueue) and its
-//     failure queue (FailedQueue), declared idempotently.
+//   - Topology: a pool's queue and its delay queues (RetryQueue),
+//     declared idempotently; FailedQueue names the failure queue an older
+//     version declared, which a pool drains into the failure store.
 //   - The headers of the topology contract (Header*, Reason*) and the
-//     copies built from a delivery (RetryCopy, FailureCopy).
-//   - ListFailed and RetryFailed: reading a failure queue without losing
-//     anything, and moving messages back to their queue.
+//     retry copy built from a delivery (RetryCopy).
 //
 // brokertest stands in for cluster nodes in tests.
 package broker

@@ -2,7 +2,6 @@ package broker
 
 import (
 	"strconv"
-	"time"
 
 	amqp "github.com/rabbitmq/amqp091-go"
 )
@@ -102,24 +101,14 @@ func CopyOf(d *amqp.Delivery) amqp.Publishing {
 	}
 }
 
-// FailureCopy is d as it goes to the failure queue, with the contract's
-// headers.
-func FailureCopy(d *amqp.Delivery, pool, reason, errText string, now time.Time) amqp.Publishing {
-	p := errorCopy(d, AttemptOf(d.Headers), errText)
-	p.Headers[HeaderFailureReason] = reason
-	p.Headers[HeaderFailedAt] = now.UTC().Format(time.RFC3339)
-	p.Headers[HeaderPool] = pool
-	return p
-}
-
 // RetryCopy is d as it goes to a delay queue for attempt.
 func RetryCopy(d *amqp.Delivery, attempt int, errText string) amqp.Publishing {
 	return errorCopy(d, attempt, errText)
 }
 
-// errorCopy is d as it is sent on after its handler's error errText (to a
-// delay queue or the failure queue): x-error (errText, cut to
-// maxErrorHeader bytes), x-attempt and the original routing key.
+// errorCopy is d as it is sent on to a delay queue after its handler's
+// error errText: x-error (errText, cut to maxErrorHeader bytes), x-attempt
+// and the original routing key.
 func errorCopy(d *amqp.Delivery, attempt int, errText string) amqp.Publishing {
 	p := CopyOf(d)
 	if len(errText) > maxErrorHeader {

@@ -63,7 +63,9 @@ func TestFailureWorkbenchEndToEnd(t *testing.T) {
 		publish(body)
 	}
 	publish([]byte("not an envelope"))
-	require.Eventually(t, func() bool { return count(t, db, `SELECT count(*) FROM platform.failed_event WHERE state = 'failed'`) == 4 },
+	require.Eventually(t, func() bool {
+		return count(t, db, `SELECT count(*) FROM platform.failed_event WHERE state = 'failed'`) == 4
+	},
 		30*time.Second, 20*time.Millisecond)
 
 	groups, err := b.ListFailureGroups(ctx, "stock", failure.Filter{}, []string{failure.GroupReason})

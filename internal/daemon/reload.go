@@ -499,9 +499,3 @@ func (d *Daemon) auditReload(ctx context.Context, actor string, res admin.Reload
 		}
 	}
 }
-
-// amqpURLs are the broker node URLs in force (the failed-queue tools dial
-// them).
-func (d *Daemon) amqpURLs() []string {
-	return d.config().Broker.Addresses()
-}

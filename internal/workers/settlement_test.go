@@ -12,8 +12,8 @@ import (
 	"github.com/platformd/platformd/consumer"
 	"github.com/platformd/platformd/internal/broker"
 	"github.com/platformd/platformd/internal/dedup"
-	"github.com/platformd/platformd/internal/failure"
 	"github.com/platformd/platformd/internal/envelope"
+	"github.com/platformd/platformd/internal/failure"
 	"github.com/platformd/platformd/internal/metrics"
 )
 

@@ -342,15 +342,15 @@ func TestTraceFailedAndRejected(t *testing.T) {
 	require.Equal(t, 2, copies)
 }
 
-// Retry and failure copies keep a delivery's trace context headers as they
-// are, string or bytes.
+// Retry copies keep a delivery's trace context headers as they are, string
+// or bytes.
 func TestCopiesKeepTraceContext(t *testing.T) {
 	t.Parallel()
 	d := amqp.Delivery{Headers: amqp.Table{
 		"traceparent": "00-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-01",
 		"tracestate":  []byte("vendor=v"),
 	}, Body: []byte(`{}`)}
-	for _, c := range []amqp.Publishing{broker.RetryCopy(&d, 1, "e"), broker.FailureCopy(&d, "pool", broker.ReasonPermanent, "e", time.Now())} {
+	for _, c := range []amqp.Publishing{broker.RetryCopy(&d, 1, "e")} {
 		require.Equal(t, d.Headers["traceparent"], c.Headers["traceparent"])
 		require.Equal(t, d.Headers["tracestate"], c.Headers["tracestate"])
 	}
