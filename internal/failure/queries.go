@@ -296,7 +296,6 @@ type chunkParams struct {
 	ID         uuid.UUID
 	AfterSeq   int64
 	CanaryOnly bool
-	Pools      []string
 	Limit      int
 }
 
@@ -315,17 +314,18 @@ type item struct {
 	At         time.Time
 }
 
-// nextChunk reads the next unsent items of a retry's phase in seq order,
-// of the pools given (or whose row is gone), and the database's clock
-// before their copies are published.
+// nextChunk reads the next unsent items of a retry's phase in seq order
+// (the primary key), each joined to its row by id, and the database's
+// clock before their copies are published.
 var nextChunk = query.NewRows("failure.next_chunk", `SELECT i.seq, i.failure_id, f.id IS NOT NULL, coalesce(f.pool, ''),
 		coalesce(f.state, ''), coalesce(f.event_id, '00000000-0000-0000-0000-000000000000'), coalesce(f.routing_key, ''),
 		coalesce(f.headers, '{}'), coalesce(f.edited_body, f.body, ''::bytea), now()
-	FROM platform.failure_retry_item i LEFT JOIN platform.failed_event f ON f.id = i.failure_id
-	WHERE i.retry_id = $1 AND i.seq > $2 AND i.sent_at IS NULL AND (i.canary OR NOT $3)
-		AND (f.id IS NULL OR f.pool = ANY($4))
-	ORDER BY i.seq LIMIT $5`,
-	func(p chunkParams) []any { return []any{p.ID, p.AfterSeq, p.CanaryOnly, p.Pools, p.Limit} },
+	FROM (SELECT seq, failure_id FROM platform.failure_retry_item
+		WHERE retry_id = $1 AND seq > $2 AND sent_at IS NULL AND (canary OR NOT $3)
+		ORDER BY seq LIMIT $4) i
+	LEFT JOIN platform.failed_event f ON f.id = i.failure_id
+	ORDER BY i.seq`,
+	func(p chunkParams) []any { return []any{p.ID, p.AfterSeq, p.CanaryOnly, p.Limit} },
 	func(r *item) []any {
 		return []any{&r.Seq, &r.FailureID, &r.Found, &r.Pool, &r.State, &r.EventID, &r.RoutingKey, &r.Headers, &r.Body, &r.At}
 	})
