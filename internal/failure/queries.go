@@ -55,9 +55,11 @@ func (r *failureRow) failure() Failure {
 
 // Groups, listings, reads.
 
-// groupsSQL groups the rows w selects by cols; one row, the groups as a
-// JSON array, largest first. The example is the group's smallest id (as
-// text: PostgreSQL 15 has no min(uuid)).
+// groups groups the rows w selects by cols; one row, the groups as a
+// JSON array, largest first. The example is the group's row of smallest
+// ctid, read back by that ctid in the same statement (same snapshot):
+// PostgreSQL 15 has no min(uuid), and min(id::text) would cost a third
+// more on a million rows.
 var groups = query.BuildRow("failure.groups", builtSQL, builtArgs, query.Column[[]byte])
 
 func groupsSQL(cols []string, w *where) string {
@@ -68,10 +70,11 @@ func groupsSQL(cols []string, w *where) string {
 		}
 		c += col
 	}
-	return `SELECT coalesce(jsonb_agg(jsonb_build_object('k', g.k, 'n', g.n, 'first', g.first, 'last', g.last, 'ex', g.ex)
+	return `SELECT coalesce(jsonb_agg(jsonb_build_object('k', g.k, 'n', g.n, 'first', g.first, 'last', g.last,
+				'ex', (SELECT e.id FROM platform.failed_event e WHERE e.ctid = g.ex))
 			ORDER BY g.n DESC, g.k), '[]'::jsonb)
 		FROM (SELECT jsonb_build_array(` + c + `) AS k, count(*) AS n, min(f.failed_at) AS first, max(f.failed_at) AS last,
-				min(f.id::text) AS ex
+				min(f.ctid) AS ex
 			FROM platform.failed_event f WHERE ` + w.sql() + ` GROUP BY ` + c + `) g`
 }
 
@@ -98,7 +101,7 @@ func (e *Edit) dest() []any {
 	return []any{&e.ID, &e.EditedAt, &e.EditedBy, &e.Reason, &e.BodyBefore, &e.BodyAfter, &e.Diff}
 }
 
-var editsOf = query.NewRows("failure.edits_of", `SELECT id, edited_at, edited_by, reason, body_before, body_after, diff::text::bytea
+var editsOf = query.NewRows("failure.edits_of", `SELECT id, edited_at, edited_by, reason, body_before, body_after, diff
 	FROM platform.failed_event_edit WHERE failure_id = $1 ORDER BY id`, idArgs, (*Edit).dest)
 
 // Discards.
