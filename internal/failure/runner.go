@@ -401,43 +401,53 @@ type sender struct {
 func (s *sender) send(ctx context.Context, canaryOnly bool) (stopped bool, err error) {
 	r := s.r
 	db := r.cfg.Store.db
-	pools, err := unsentPools.All(ctx, db, phaseParams{ID: s.rec.ID, CanaryOnly: canaryOnly})
-	if err != nil {
-		return false, fmt.Errorf("failure: retry %s: pools: %w", s.rec.ID, err)
+	// The queues of the pools met, hosted or not (QueueOf is asked once
+	// per pool and send).
+	type hosting struct {
+		queue string
+		ok    bool
 	}
-	queues := make(map[string]string, len(pools))
-	hosted := make([]string, 0, len(pools))
-	for _, p := range pools {
-		if q, ok := r.cfg.QueueOf(p); ok {
-			queues[p] = q
-			hosted = append(hosted, p)
-		}
-	}
+	queues := map[string]hosting{}
 	var after int64
+	// Pacing is a schedule: each chunk moves the next send time by
+	// len(chunk)/rate, so that a slow chunk (a busy database) is made up
+	// by the next ones; the schedule never lags the clock by more than
+	// one second, so no burst exceeds one second's worth.
+	next := time.Now()
 	for {
 		if err := r.held(ctx); err != nil {
 			return false, err
 		}
-		items, err := nextChunk.All(ctx, db, chunkParams{ID: s.rec.ID, AfterSeq: after, CanaryOnly: canaryOnly, Pools: hosted, Limit: s.chunk})
+		items, err := nextChunk.All(ctx, db, chunkParams{ID: s.rec.ID, AfterSeq: after, CanaryOnly: canaryOnly, Limit: s.chunk})
 		if err != nil {
 			return false, fmt.Errorf("failure: retry %s: next chunk: %w", s.rec.ID, err)
 		}
 		if len(items) == 0 {
 			return false, nil
 		}
-		t0 := time.Now()
 		out := make([]broker.Outgoing, 0, len(items))
-		m := markParams{ID: s.rec.ID, Seqs: make([]int64, len(items)), At: items[0].At}
-		for i, it := range items {
-			m.Seqs[i] = it.Seq
+		m := markParams{ID: s.rec.ID, Seqs: make([]int64, 0, len(items)), At: items[0].At}
+		for _, it := range items {
 			if !it.Found || it.State == StateResolved || it.State == StateDiscarded {
-				continue // settled since the retry was created: marked sent, no copy
+				// Settled since the retry was created (or purged):
+				// marked sent, no copy.
+				m.Seqs = append(m.Seqs, it.Seq)
+				continue
+			}
+			h, met := queues[it.Pool]
+			if !met {
+				h.queue, h.ok = r.cfg.QueueOf(it.Pool)
+				queues[it.Pool] = h
+			}
+			if !h.ok {
+				continue // left unsent for a daemon hosting the pool (checkUnhosted)
 			}
 			msg, err := s.copyOf(&it)
 			if err != nil {
 				return false, err
 			}
-			out = append(out, broker.Outgoing{RoutingKey: queues[it.Pool], Msg: msg})
+			m.Seqs = append(m.Seqs, it.Seq)
+			out = append(out, broker.Outgoing{RoutingKey: h.queue, Msg: msg})
 			m.IDs = append(m.IDs, it.FailureID)
 		}
 		if len(out) > 0 {
@@ -465,10 +475,10 @@ func (s *sender) send(ctx context.Context, canaryOnly bool) (stopped bool, err e
 		}
 		after = items[len(items)-1].Seq
 		if len(items) < s.chunk {
-			continue // the next read finds none, or the chunk's skipped items
+			continue // the next read finds none
 		}
-		// Pace: len(items) copies per len(items)/rate seconds.
-		if !startstop.Sleep(ctx, time.Until(t0.Add(time.Duration(len(items))*time.Second/time.Duration(s.rec.Rate)))) {
+		next = later(next, time.Now().Add(-time.Second)).Add(time.Duration(len(items)) * time.Second / time.Duration(s.rec.Rate))
+		if !startstop.Sleep(ctx, time.Until(next)) {
 			return false, ctx.Err()
 		}
 	}
@@ -582,4 +592,11 @@ func amqpValue(v any) any {
 		return out
 	}
 	return v
+}
+
+func later(a, b time.Time) time.Time {
+	if a.After(b) {
+		return a
+	}
+	return b
 }
