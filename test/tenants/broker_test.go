@@ -27,8 +27,8 @@ const BrokerCostEnv = "PLATFORMD_BROKER_COST"
 // hundred pools without putting 600 Raft groups on a node others use.
 const BrokerCostTypesEnv = "PLATFORMD_BROKER_COST_TYPES"
 
-// TestBrokerCostPerPool declares N pools' topology (a queue, the sample's
-// four retry queues, a failure queue) as classic then as quorum queues,
+// TestBrokerCostPerPool declares N pools' topology (a queue and the
+// sample's four retry queues; failures are rows, not a queue) as classic then as quorum queues,
 // and reports the declare time and the broker's memory growth per pool
 // (rabbitmqctl status, node-wide: noisy on a shared node), then deletes
 // them.
@@ -53,7 +53,7 @@ func TestBrokerCostPerPool(t *testing.T) {
 			topo := broker.Topology{Exchange: "tenants.cost." + suffix, Queue: fmt.Sprintf("tenants.cost.%s.%s.%03d", typ, suffix, i),
 				QueueType: typ, Bindings: []string{"tenants.cost.v1"}, RetryDelays: delays}
 			require.NoError(t, topo.Declare(ch))
-			queues = append(queues, topo.Queue, broker.FailedQueue(topo.Queue))
+			queues = append(queues, topo.Queue)
 			for _, d := range delays {
 				queues = append(queues, broker.RetryQueue(topo.Queue, d))
 			}
