@@ -60,6 +60,13 @@ func TestBrokerCostPerPool(t *testing.T) {
 		}
 		took := time.Since(start)
 		after := brokerMemory(t)
+		// No failure queue: failures are rows of the service database.
+		probe, err := conn.Channel() // a failed passive declare closes its channel
+		require.NoError(t, err)
+		_, err = probe.QueueDeclarePassive(broker.FailedQueue(queues[0]), true, false, false, false, nil)
+		var amqpErr *amqp.Error
+		require.ErrorAs(t, err, &amqpErr, "%s is declared", broker.FailedQueue(queues[0]))
+		require.Equal(t, amqp.NotFound, amqpErr.Code)
 		t.Logf("%d %s pools: %d queues declared in %s (%s per pool); broker memory %+.1f MiB (%.2f MiB per pool)",
 			n, typ, len(queues), took.Round(time.Millisecond), (took / time.Duration(n)).Round(time.Microsecond),
 			float64(after-before)/(1<<20), float64(after-before)/(1<<20)/float64(n))
