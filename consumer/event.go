@@ -45,4 +45,15 @@ type Delivery struct {
 	// Replay is true when the copy was sent back by replay tooling
 	// (the x-replay header).
 	Replay bool
+	// FailureID is the stored failure this copy settles (its
+	// x-failure-id header: an operator's retry of a failed event, or the
+	// release of an event parked behind its key's failure); uuid.Nil for
+	// an ordinary delivery. The transaction that applies the event marks
+	// that failure resolved.
+	FailureID uuid.UUID
+	// SequenceKey is the value of the pool's partition_key in the payload
+	// when the pool keeps each key's events in order across failures
+	// (failures.ordered), "" otherwise: once an event of the key fails,
+	// the key's later events wait behind it.
+	SequenceKey string
 }

@@ -30,7 +30,9 @@ const (
 	headerPublishID             = "x-platformd-publish-id"
 )
 
-// FailedQueue returns the failure queue of queue.
+// FailedQueue returns the failure queue an older version declared for
+// queue: failures are rows of the failure store now, and a pool moves
+// what it finds there into the store at start.
 func FailedQueue(queue string) string { return queue + ".failed" }
 
 // RetryQueue returns the delay queue of queue for delay, e.g.
@@ -53,7 +55,8 @@ func compactDuration(d time.Duration) string {
 }
 
 // Topology is what a pool declares: the exchange, its queue and bindings,
-// its retry delay queues and its failure queue.
+// and its retry delay queues. Failures are not a queue: they are rows of
+// the service database's failure store (package failure).
 type Topology struct {
 	Exchange    string
 	Queue       string
@@ -95,9 +98,6 @@ func (t Topology) Declare(ch *amqp.Channel) error {
 		if _, err := ch.QueueDeclare(name, true, false, false, false, args); err != nil {
 			return fmt.Errorf("declare retry queue %s: %w", name, err)
 		}
-	}
-	if _, err := ch.QueueDeclare(FailedQueue(t.Queue), true, false, false, false, t.queueArgs()); err != nil {
-		return fmt.Errorf("declare failure queue %s: %w", FailedQueue(t.Queue), err)
 	}
 	return nil
 }

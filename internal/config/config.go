@@ -165,6 +165,26 @@ type ServiceConfig struct {
 	// DatabaseMode is DatabaseModeDirect (default) or DatabaseModePooler
 	// (database names a transaction-mode pooler such as PgBouncer).
 	DatabaseMode string `yaml:"database_mode"`
+	// Failures configures the service's failure store.
+	Failures ServiceFailuresConfig `yaml:"failures"`
+}
+
+// ServiceFailuresConfig configures a service's failure store
+// (platform.failed_event).
+type ServiceFailuresConfig struct {
+	// Retention is how long resolved and discarded failures are kept
+	// after their last change before the scheduler deletes them (default
+	// FailureRetentionDefault, 720h).
+	Retention time.Duration `yaml:"retention"`
+}
+
+// PoolFailuresConfig configures how a pool's failures are kept.
+type PoolFailuresConfig struct {
+	// Ordered keeps each partition_key's events in order across failures:
+	// once an event of a key fails (or waits in a retry delay), the key's
+	// later events are stored parked until it is resolved, then applied
+	// in their order. Needs partition_key. Default false.
+	Ordered bool `yaml:"ordered"`
 }
 
 // PurgeConfig schedules the processed_event purge.
@@ -217,6 +237,9 @@ type PoolConfig struct {
 	// delivery order; a payload without the key goes to any worker. Empty
 	// (the default): every worker consumes on its own.
 	PartitionKey string `yaml:"partition_key"`
+	// Failures configures how the pool's failures are kept (ordered per
+	// key or not).
+	Failures PoolFailuresConfig `yaml:"failures"`
 }
 
 // BatchConfig bounds a worker's batch.

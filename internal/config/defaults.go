@@ -31,6 +31,8 @@ const (
 	BeyondHorizonDefault = BeyondHorizonQuarantine
 	// PurgeEveryDefault is the default purge.every.
 	PurgeEveryDefault = 15 * time.Minute
+	// FailureRetentionDefault is the default failures.retention (30 days).
+	FailureRetentionDefault = 720 * time.Hour
 	// PurgeBatchSizeDefault is the default purge.batch_size.
 	PurgeBatchSizeDefault = 10000
 	// QueueTypeDefault is the default pool queue_type.
@@ -108,6 +110,7 @@ func applyDefaults(c *Config, isSet func(path string) bool) {
 		setDuration(sp+".horizon", &s.Horizon, HorizonDefault)
 		setString(sp+".beyond_horizon", &s.BeyondHorizon, BeyondHorizonDefault)
 		setDuration(sp+".purge.every", &s.Purge.Every, PurgeEveryDefault)
+		setDuration(sp+".failures.retention", &s.Failures.Retention, FailureRetentionDefault)
 		setInt(sp+".purge.batch_size", &s.Purge.BatchSize, PurgeBatchSizeDefault)
 		applyOutboxDefaults(s, sp, isSet)
 		for j := range s.Pools {

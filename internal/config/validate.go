@@ -376,6 +376,9 @@ func (v *validator) service(i int, s *ServiceConfig, names map[string]string) {
 		v.ps.add(sp+".horizon", "must not be shorter than min_horizon (%s < %s)", fmtDuration(s.Horizon), fmtDuration(s.MinHorizon))
 	}
 	oneOf(v.ps, sp+".beyond_horizon", s.BeyondHorizon, BeyondHorizonQuarantine, BeyondHorizonProcess)
+	if s.Failures.Retention <= 0 {
+		v.ps.add(sp+".failures.retention", "must be positive (got %s)", fmtDuration(s.Failures.Retention))
+	}
 	if s.Purge.Every < purgeEveryMin {
 		v.ps.add(sp+".purge.every", "must be at least %s (got %s)", fmtDuration(purgeEveryMin), fmtDuration(s.Purge.Every))
 	}
@@ -425,6 +428,9 @@ func (v *validator) pool(i, j int, p *PoolConfig, names map[string]string, queue
 	v.unackedBudget(pp, p)
 	if p.PartitionKey != "" && !jsontext.Pointer(p.PartitionKey).IsValid() {
 		v.ps.add(pp+".partition_key", "invalid JSON pointer %q: want \"/member\" or \"/member/0/member\" (RFC 6901; ~0 for ~, ~1 for /)", p.PartitionKey)
+	}
+	if p.Failures.Ordered && p.PartitionKey == "" {
+		v.ps.add(pp+".failures.ordered", "needs partition_key: the order kept is each key's")
 	}
 	for k, d := range p.Retry.Delays {
 		if d < retryDelayMin || d > retryDelayMax {

@@ -270,6 +270,9 @@ func TestValidation(t *testing.T) {
 
 		// partition key
 		{name: "PartitionKey", edits: []string{stockPoolEnd, stockPoolEnd + "        partition_key: /order_id\n"}},
+		{name: "FailuresOrdered", edits: []string{stockPoolEnd, stockPoolEnd + "        partition_key: /order_id\n        failures: {ordered: true}\n"}},
+		{name: "FailuresOrderedWithoutKey", edits: []string{stockPoolEnd, stockPoolEnd + "        failures: {ordered: true}\n"},
+			path: "services[0].pools[0].failures.ordered", msg: "needs partition_key"},
 		{name: "PartitionKeyNested", edits: []string{stockPoolEnd, stockPoolEnd + "        partition_key: /order/lines/0/product_id\n"}},
 		{name: "PartitionKeyNoSlash", edits: []string{stockPoolEnd, stockPoolEnd + "        partition_key: order_id\n"},
 			path: "services[0].pools[0].partition_key", msg: `invalid JSON pointer "order_id"`},

@@ -191,14 +191,15 @@ func (s *service) newPool(pc config.PoolConfig) (*servicePool, error) {
 		},
 		Concurrency: pc.Concurrency, Prefetch: prefetch,
 		BatchSize: pc.Batch.Size, BatchWait: pc.Batch.Wait,
-		PartitionKey:  pc.PartitionKey,
-		MaxBodyBytes:  d.cfg.Broker.MaxBodyBytes,
-		BeyondHorizon: s.config().BeyondHorizon,
-		HorizonFunc:   s.horizon.get,
+		PartitionKey:    pc.PartitionKey,
+		OrderedFailures: pc.Failures.Ordered,
+		MaxBodyBytes:    d.cfg.Broker.MaxBodyBytes,
+		BeyondHorizon:   s.config().BeyondHorizon,
+		HorizonFunc:     s.horizon.get,
 	}, workers.Deps{
 		Processor: dedup.NewProcessor(s.db, dedup.ProcessorConfig{
 			Routes: routes, Observer: workers.NewConflictObserver(d.metrics, s.name, pc.Name, d.log),
-			Tracer: d.tracer(), TraceAttributes: batchTraceAttributes(s.name, pc.Name),
+			Tracer: d.tracer(), TraceAttributes: batchTraceAttributes(s.name, pc.Name), ResolvedBy: pc.Name,
 		}),
 		DB: s.db, ReadStateFunc: s.readPoolState, Consume: consume, Publish: d.publish, Metrics: d.metrics, Logger: d.log, Tracer: d.tracer(),
 	})

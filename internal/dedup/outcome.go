@@ -19,6 +19,10 @@ const (
 	// OutcomeFailed: a handler failed; the event's effects and its
 	// processed_event row were rolled back.
 	OutcomeFailed
+	// OutcomeParked: not run, because an earlier event of its sequence key
+	// (consumer.Delivery.SequenceKey, set only by pools that keep their
+	// keys in order) failed in the same call; nothing of it was recorded.
+	OutcomeParked
 )
 
 // String returns the outcome's name.
@@ -30,6 +34,8 @@ func (o Outcome) String() string {
 		return "duplicate"
 	case OutcomeFailed:
 		return "failed"
+	case OutcomeParked:
+		return "parked"
 	}
 	return fmt.Sprintf("Outcome(%d)", uint8(o))
 }

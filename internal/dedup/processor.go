@@ -18,6 +18,7 @@ import (
 	"github.com/platformd/platformd/consumer"
 	"github.com/platformd/platformd/internal/batchscope"
 	"github.com/platformd/platformd/internal/dbutil"
+	"github.com/platformd/platformd/internal/failure"
 	"github.com/platformd/platformd/internal/query"
 )
 
@@ -38,6 +39,9 @@ type ProcessorConfig struct {
 	// TraceAttributes are set on every batch span (the daemon names the
 	// service and the pool).
 	TraceAttributes []attribute.KeyValue
+	// ResolvedBy is what a failure resolved by this processor's
+	// transactions records as resolved_by (the daemon names the pool).
+	ResolvedBy string
 }
 
 // ConflictRetriesDefault is ProcessorConfig.ConflictRetries' default.
@@ -78,6 +82,8 @@ type Processor struct {
 	// inflight holds the ids whose batch is running in a Process call.
 	inflight inflight
 	tr       tracer
+	// resolvedBy is ProcessorConfig.ResolvedBy.
+	resolvedBy string
 }
 
 // task is one event of a Process call and, once known, its result. A
@@ -91,7 +97,7 @@ type task struct {
 // NewProcessor returns a Processor over db.
 func NewProcessor(db *pgxpool.Pool, cfg ProcessorConfig) *Processor {
 	p := &Processor{db: db, routes: cfg.Routes, obs: cfg.Observer, retries: cmp.Or(cfg.ConflictRetries, ConflictRetriesDefault),
-		tr: newTracer(cfg)}
+		tr: newTracer(cfg), resolvedBy: cfg.ResolvedBy}
 	if p.obs == nil {
 		p.obs = nopObserver{}
 	}
@@ -182,6 +188,16 @@ func (p *Processor) process(ctx context.Context, ts []*task) error {
 		}
 		if committed {
 			w.t.result = Result{Outcome: OutcomeDuplicate}
+			if id := w.t.ev.Delivery.FailureID; id != uuid.Nil {
+				// The other call's commit applied the event; this copy only
+				// learns it now, outside any transaction of its own. The
+				// row is resolved on its own: its outcome is already
+				// durable, and a lost update here meets the row again with
+				// the copy's redelivery.
+				if err := failure.Resolve(ctx, p.db, []uuid.UUID{id}, p.resolvedBy); err != nil {
+					return fmt.Errorf("dedup: %w", err)
+				}
+			}
 			continue
 		}
 		again = append(again, w.t)
@@ -285,11 +301,55 @@ func (p *Processor) tryBatch(ctx context.Context, ts []*task) error {
 		for _, t := range fresh {
 			t.result = Result{Outcome: OutcomeProcessed}
 		}
+		if err := p.resolveFailures(ctx, tx, ts); err != nil {
+			return err
+		}
 		commit = p.tr.startCommit(ctx)
 		return nil
 	})
 	endSpan(commit, err)
 	return err
+}
+
+// resolveFailures marks resolved, in tx, the stored failures whose copies
+// among ts are applied or duplicates: in the transaction that makes their
+// outcome durable, so that a failure is resolved exactly when its event's
+// effects are committed. A batch without such copies costs nothing.
+func (p *Processor) resolveFailures(ctx context.Context, tx pgx.Tx, ts []*task) error {
+	var ids []uuid.UUID
+	for _, t := range ts {
+		if id := t.ev.Delivery.FailureID; id != uuid.Nil && t.result.durable() {
+			ids = append(ids, id)
+		}
+	}
+	return failure.Resolve(ctx, tx, ids, p.resolvedBy)
+}
+
+// parks tracks, in an isolated replay, the sequence keys that already
+// failed in the call: their later events are parked. Events carry a
+// sequence key only in a pool that keeps its keys in order (failures
+// ordered), so the others never park.
+type parks map[string]struct{}
+
+// parked reports whether t must not run because an earlier event of its
+// key failed.
+func (k parks) parked(t *task) bool {
+	key := t.ev.Delivery.SequenceKey
+	if key == "" {
+		return false
+	}
+	if _, ok := k[key]; ok {
+		t.result = Result{Outcome: OutcomeParked}
+		return true
+	}
+	return false
+}
+
+// note records t's key when t failed.
+func (k parks) note(t *task) {
+	if key := t.ev.Delivery.SequenceKey; key != "" && t.result.Outcome == OutcomeFailed {
+		k[key] = struct{}{}
+	}
 }
 
 // runIsolated replays ts with one savepoint per event: each event's insert
@@ -309,8 +369,13 @@ func (p *Processor) runIsolated(ctx context.Context, ts []*task, immediate bool)
 			}
 		}
 		var span partitionSpan
+		keys := parks{}
 		for _, t := range ts {
+			if keys.parked(t) {
+				continue
+			}
 			if t.result.Outcome == OutcomeFailed {
+				keys.note(t)
 				continue
 			}
 			var rf *refusal
@@ -331,6 +396,10 @@ func (p *Processor) runIsolated(ctx context.Context, ts []*task, immediate bool)
 			if errors.As(err, &rf) { // rolled back to the savepoint: tx answers again
 				t.result = refusedResult(ctx, tx, &span, t.ev.ID, rf.cause)
 			}
+			keys.note(t)
+		}
+		if err := p.resolveFailures(ctx, tx, ts); err != nil {
+			return err
 		}
 		commit = p.tr.startCommit(ctx)
 		return nil

@@ -99,7 +99,7 @@ func (c *counters) countAcked(t tally) {
 // confirmed and whose original was acked.
 func (c *counters) countCopied(s settlement) {
 	switch s.kind {
-	case settleRetry:
+	case settleRetry, settlePark:
 		c.retried.Add(1)
 		c.m.retried.Inc()
 	case settleFail:

@@ -176,6 +176,7 @@ func (b *bundle) startPool(wait bool, handlers ...string) *Pool {
 	p, err := NewPool(b.cfg, Deps{
 		Processor: dedup.NewProcessor(b.db, dedup.ProcessorConfig{
 			Routes: routes, Observer: NewConflictObserver(b.metrics, b.cfg.Service, b.cfg.Name, b.logger), Tracer: b.tracer,
+			ResolvedBy: b.cfg.Name,
 		}),
 		DB: b.db, Consume: b.consume, Publish: b.publish, Metrics: b.metrics, Logger: b.logger, Tracer: b.tracer,
 	})
@@ -315,21 +316,36 @@ func (b *bundle) queueDepth(name string) int {
 	return q.Messages
 }
 
-// getFailed reads every message of the failure queue (acked: test only).
-func (b *bundle) getFailed() []amqp.Delivery {
+// storedFailure is a row of platform.failed_event as the tests read it.
+type storedFailure struct {
+	ID                            uuid.UUID
+	Pool, EventName, RoutingKey   string
+	EventID                       *uuid.UUID
+	Headers                       map[string]any
+	Body                          []byte
+	Reason, Error, Handler, State string
+	Attempt, Copies               int
+	FirstFailedAt, FailedAt       time.Time
+	SequenceKey                   *string
+}
+
+// getFailed reads every row of the pool's failure store, oldest first.
+func (b *bundle) getFailed() []storedFailure {
 	b.t.Helper()
-	ch, err := b.pubConn.Channel()
+	rows, err := b.check.Query(b.ctx, `SELECT id, pool, event_name, routing_key, event_id, headers, body, reason, error,
+		handler, state, attempt, copies, first_failed_at, failed_at, sequence_key
+		FROM platform.failed_event WHERE pool = $1 ORDER BY id`, b.cfg.Name)
 	require.NoError(b.t, err)
-	defer ch.Close()
-	var out []amqp.Delivery
-	for {
-		d, ok, err := ch.Get(broker.FailedQueue(b.queue), true)
-		require.NoError(b.t, err)
-		if !ok {
-			return out
-		}
-		out = append(out, d)
+	defer rows.Close()
+	var out []storedFailure
+	for rows.Next() {
+		var f storedFailure
+		require.NoError(b.t, rows.Scan(&f.ID, &f.Pool, &f.EventName, &f.RoutingKey, &f.EventID, &f.Headers, &f.Body, &f.Reason,
+			&f.Error, &f.Handler, &f.State, &f.Attempt, &f.Copies, &f.FirstFailedAt, &f.FailedAt, &f.SequenceKey))
+		out = append(out, f)
 	}
+	require.NoError(b.t, rows.Err())
+	return out
 }
 
 func encodeForTest(t testing.TB, env envelope.Envelope) ([]byte, error) {

@@ -33,16 +33,9 @@ func newPartitionKey(pointer string) *partitionKey {
 // is hashed unquoted (so its escapes do not matter), any other value as
 // its JSON text.
 func (k *partitionKey) hash(body []byte) (uint64, bool) {
-	v, ok := k.lookup(body)
+	v, ok := k.bytes(body)
 	if !ok {
 		return 0, false
-	}
-	if v.Kind() == '"' {
-		var err error
-		if k.buf, err = jsontext.AppendUnquote(k.buf[:0], v); err != nil {
-			return 0, false
-		}
-		v = k.buf
 	}
 	h := uint64(14695981039346656037)
 	for _, c := range v {
@@ -50,6 +43,31 @@ func (k *partitionKey) hash(body []byte) (uint64, bool) {
 		h *= 1099511628211
 	}
 	return h, true
+}
+
+// text returns body's key as text (a string unquoted, any other value as
+// its JSON text), or false when the body holds none: the sequence key of
+// an ordered pool's failures.
+func (k *partitionKey) text(body []byte) (string, bool) {
+	v, ok := k.bytes(body)
+	return string(v), ok
+}
+
+// bytes returns body's key: a string unquoted, any other value as its
+// JSON text. The slice is reused by the next call.
+func (k *partitionKey) bytes(body []byte) ([]byte, bool) {
+	v, ok := k.lookup(body)
+	if !ok {
+		return nil, false
+	}
+	if v.Kind() == '"' {
+		var err error
+		if k.buf, err = jsontext.AppendUnquote(k.buf[:0], v); err != nil {
+			return nil, false
+		}
+		return k.buf, true
+	}
+	return v, true
 }
 
 // lookup returns the JSON value at the key's path in body.

@@ -17,6 +17,7 @@ import (
 	"github.com/platformd/platformd/internal/broker"
 	"github.com/platformd/platformd/internal/config"
 	"github.com/platformd/platformd/internal/dedup"
+	"github.com/platformd/platformd/internal/failure"
 	"github.com/platformd/platformd/internal/metrics"
 	"github.com/platformd/platformd/internal/startstop"
 	"github.com/platformd/platformd/internal/state"
@@ -64,6 +65,12 @@ type PoolConfig struct {
 	// gives each key to one worker (see reader); "" (the default) lets
 	// every worker consume on its own channel.
 	PartitionKey string
+	// OrderedFailures (config failures.ordered, with PartitionKey) keeps
+	// each key's events in order across failures: once an event of a key
+	// is a stored failure, or waits in a retry delay, the key's later
+	// events are stored parked until it is resolved, then released in
+	// their order. Default false.
+	OrderedFailures bool
 	// SoftStopTimeout bounds how long Stop lets in-flight batches finish.
 	SoftStopTimeout time.Duration
 	// StatePollInterval is how often the stored pause state is re-read as
@@ -91,8 +98,11 @@ type Deps struct {
 	Consume *broker.Conn
 	// Publish is the daemon's publishing connection.
 	Publish *broker.Conn
-	Metrics *metrics.Metrics
-	Logger  *slog.Logger
+	// Failures is the service database's failure store (default: a
+	// store over DB).
+	Failures *failure.Store
+	Metrics  *metrics.Metrics
+	Logger   *slog.Logger
 	// Tracer, when set, traces every delivery (a "process <queue>" span);
 	// nil (default) traces nothing and costs nothing.
 	Tracer trace.Tracer
@@ -160,6 +170,12 @@ func NewPool(cfg PoolConfig, deps Deps) (*Pool, error) {
 	}
 	if deps.Processor == nil || deps.DB == nil || deps.Consume == nil || deps.Publish == nil || deps.Metrics == nil || deps.Logger == nil {
 		return nil, fmt.Errorf("workers: pool %s: missing dependency", cfg.Name)
+	}
+	if cfg.OrderedFailures && cfg.PartitionKey == "" {
+		return nil, fmt.Errorf("workers: pool %s: ordered failures need a partition key", cfg.Name)
+	}
+	if deps.Failures == nil {
+		deps.Failures = failure.NewStore(deps.DB)
 	}
 	if cfg.PartitionKey != "" && !jsontext.Pointer(cfg.PartitionKey).IsValid() {
 		return nil, fmt.Errorf("workers: pool %s: partition key %q is not a JSON pointer", cfg.Name, cfg.PartitionKey)
@@ -240,6 +256,10 @@ func (p *Pool) Start(ctx context.Context) error {
 			workers := make([]*worker, p.cfg.Concurrency)
 			for i := range workers {
 				workers[i] = newWorker(p, i)
+			}
+			wg.Go(func() { p.drainFailedQueue(fetchCtx) })
+			if p.cfg.OrderedFailures {
+				wg.Go(func() { p.releaseParked(fetchCtx) })
 			}
 			if p.cfg.PartitionKey != "" {
 				r := newReader(p, workers)

@@ -2,6 +2,7 @@ package workers
 
 import (
 	"context"
+	"maps"
 	"os/exec"
 	"sync"
 	"sync/atomic"
@@ -16,6 +17,8 @@ import (
 	"github.com/platformd/platformd/examples/shop"
 	"github.com/platformd/platformd/internal/broker"
 	"github.com/platformd/platformd/internal/config"
+	"github.com/platformd/platformd/internal/envelope"
+	"github.com/platformd/platformd/internal/failure"
 	"github.com/platformd/platformd/internal/metrics"
 )
 
@@ -105,21 +108,27 @@ func TestPoolRetriesAndFailureQueue(t *testing.T) {
 	require.EqualValues(t, 4, b.pool.Info().Retried) // 2 retries of flaky + 2 of always
 	failed := b.getFailed()
 	require.Len(t, failed, 2)
-	byReason := map[string]amqp.Delivery{}
-	for _, d := range failed {
-		byReason[d.Headers[broker.HeaderFailureReason].(string)] = d
-		require.Equal(t, b.cfg.Name, d.Headers[broker.HeaderPool])
-		require.Equal(t, shop.EventOrderPlaced, d.Headers[broker.HeaderOriginalRoutingKey])
-		_, err := time.Parse(time.RFC3339, d.Headers[broker.HeaderFailedAt].(string))
-		require.NoError(t, err)
-		require.NotEmpty(t, d.Headers[broker.HeaderError])
+	byReason := map[string]storedFailure{}
+	for _, f := range failed {
+		byReason[f.Reason] = f
+		require.Equal(t, b.cfg.Name, f.Pool)
+		require.Equal(t, shop.EventOrderPlaced, f.RoutingKey)
+		require.Equal(t, shop.EventOrderPlaced, f.EventName)
+		require.WithinDuration(t, time.Now(), f.FailedAt, time.Minute)
+		require.NotEmpty(t, f.Error)
+		require.Equal(t, "test.probe", f.Handler, "the failing handler is named")
+		require.Equal(t, failure.StateFailed, f.State)
+		require.Equal(t, 1, f.Copies)
+		require.Nil(t, f.SequenceKey, "the pool has no partition key")
 	}
 	require.Contains(t, byReason, broker.ReasonRetriesExhausted)
 	require.Contains(t, byReason, broker.ReasonPermanent)
-	require.EqualValues(t, 2, byReason[broker.ReasonRetriesExhausted].Headers[broker.HeaderAttempt])
-	require.EqualValues(t, 0, byReason[broker.ReasonPermanent].Headers[broker.HeaderAttempt])
+	require.Equal(t, 2, byReason[broker.ReasonRetriesExhausted].Attempt)
+	require.Equal(t, 0, byReason[broker.ReasonPermanent].Attempt)
+	require.Equal(t, always.EventID, *byReason[broker.ReasonRetriesExhausted].EventID)
 	body, _ := encodeForTest(t, always)
-	require.Equal(t, body, byReason[broker.ReasonRetriesExhausted].Body) // body unchanged
+	require.Equal(t, body, byReason[broker.ReasonRetriesExhausted].Body) // body byte for byte
+	require.EqualValues(t, 2, byReason[broker.ReasonRetriesExhausted].Headers[broker.HeaderAttempt], "the delivery's headers are kept")
 	require.Equal(t, 0, b.count(`SELECT count(*) FROM processed_event WHERE event_id = ANY($1)`, []string{always.EventID.String(), perm.EventID.String()}))
 }
 
@@ -147,8 +156,12 @@ func TestPoolRejectsBadMessages(t *testing.T) {
 	b.waitSettled("all settled", func() bool { i := b.pool.Info(); return i.Processed == 4 && i.Failed == 5 })
 	require.Equal(t, 4, b.reservations())
 	reasons := map[string]int{}
-	for _, d := range b.getFailed() {
-		reasons[d.Headers[broker.HeaderFailureReason].(string)]++
+	for _, f := range b.getFailed() {
+		reasons[f.Reason]++
+		if f.Reason == broker.ReasonDecode {
+			require.Nil(t, f.EventID, "an undecodable body has no event id")
+			require.Contains(t, bad, f.Body, "the body byte for byte")
+		}
 	}
 	require.Equal(t, map[string]int{broker.ReasonDecode: 4, broker.ReasonNoHandler: 1}, reasons)
 	require.InDelta(t, 5, testutil.ToFloat64(b.metrics.MessagesTotal.WithLabelValues("stock", b.cfg.Name, metrics.OutcomeRejected)), 0)
@@ -179,7 +192,7 @@ func TestPoolBeyondHorizonGuard(t *testing.T) {
 				b.waitSettled("settled", func() bool { i := b.pool.Info(); return i.Processed == 2 && i.Failed == 1 })
 				f := b.getFailed()
 				require.Len(t, f, 1)
-				require.Equal(t, broker.ReasonBeyondHorizon, f[0].Headers[broker.HeaderFailureReason])
+				require.Equal(t, broker.ReasonBeyondHorizon, f[0].Reason)
 				require.Equal(t, 2, b.reservations())
 				require.Equal(t, 0, b.count(`SELECT count(*) FROM processed_event WHERE event_id = $1`, old.EventID))
 				return
@@ -357,11 +370,11 @@ func TestPoolReportsPausedOnceDrained(t *testing.T) {
 	require.Equal(t, drained.Processed, p.Info().Processed, "processed after the pool reported paused")
 }
 
-// Listing a failure queue leaves every message in place, in order;
-// RetryFailed moves the chosen ones back with the attempt count reset and
-// the replay header, and a quarantined beyond-horizon event goes through
-// only with the override.
-func TestFailedListAndRetry(t *testing.T) {
+// A copy that carries x-failure-id settles its row: resolved in the very
+// transaction that applies it (or finds it a duplicate), back to failed with
+// the new attempt and error when it fails again, and a quarantined
+// beyond-horizon event goes through only with the override.
+func TestFailureCopiesSettleTheirRows(t *testing.T) {
 	t.Parallel()
 	b := newBundle(t)
 	b.cfg.HorizonFunc = func() time.Duration { return time.Hour }
@@ -374,38 +387,90 @@ func TestFailedListAndRetry(t *testing.T) {
 	b.publishEnv(old, nil)
 	b.publishEnv(flaky, nil)
 	b.waitSettled("two failed", func() bool { return b.pool.Info().Failed == 2 })
-
-	for range 2 {
-		list, err := broker.ListFailed(b.ctx, []string{b.url}, b.queue, 10)
-		require.NoError(t, err)
-		require.Len(t, list, 2)
-		require.Equal(t, old.EventID.String(), list[0].EventID)
-		require.Equal(t, broker.ReasonBeyondHorizon, list[0].Reason)
-		require.Equal(t, broker.ReasonRetriesExhausted, list[1].Reason)
-		require.Equal(t, 2, list[1].Attempt)
-		require.Equal(t, shop.EventOrderPlaced, list[1].RoutingKey)
+	rows := b.getFailed()
+	require.Len(t, rows, 2)
+	byEvent := map[uuid.UUID]storedFailure{}
+	for _, f := range rows {
+		byEvent[*f.EventID] = f
 	}
-	require.Equal(t, 2, b.queueDepth(broker.FailedQueue(b.queue)))
+	require.Equal(t, broker.ReasonBeyondHorizon, byEvent[old.EventID].Reason)
+	require.Equal(t, broker.ReasonRetriesExhausted, byEvent[flaky.EventID].Reason)
 
-	n, err := broker.RetryFailed(b.ctx, []string{b.url}, b.queue, []uuid.UUID{flaky.EventID}, false, false, "ops")
-	require.NoError(t, err)
-	require.Equal(t, 1, n)
+	// The retry of flaky applies it and resolves its row in one commit.
+	retry := func(env envelope.Envelope, id uuid.UUID, extra amqp.Table) {
+		h := amqp.Table{failure.HeaderFailureID: id.String(), broker.HeaderReplay: "retry-failed:test"}
+		maps.Copy(h, extra)
+		b.publishEnv(env, h)
+	}
+	retry(flaky, byEvent[flaky.EventID].ID, nil)
 	b.waitSettled("flaky processed", func() bool { return b.pool.Info().Processed == 1 })
 	b.mu.Lock()
 	require.Equal(t, []int{0, 1, 2, 0}, b.attempts[flaky.EventID]) // attempt count reset
 	b.mu.Unlock()
-	require.InDelta(t, 0, b.dupCount(metrics.SourceReplay), 0)
+	require.Equal(t, 1, b.count(`SELECT count(*) FROM platform.failed_event WHERE id = $1 AND state = 'resolved'
+		AND resolved_at IS NOT NULL AND resolved_by = $2`, byEvent[flaky.EventID].ID, b.cfg.Name))
 
-	// Without the override the old event is quarantined again; with it,
-	// it is applied.
-	n, err = broker.RetryFailed(b.ctx, []string{b.url}, b.queue, nil, true, false, "ops")
-	require.NoError(t, err)
-	require.Equal(t, 1, n)
-	b.waitFor("quarantined again", func() bool { return b.pool.Info().Failed == 3 && b.queueDepth(broker.FailedQueue(b.queue)) == 1 })
-	n, err = broker.RetryFailed(b.ctx, []string{b.url}, b.queue, []uuid.UUID{old.EventID}, false, true, "ops")
-	require.NoError(t, err)
-	require.Equal(t, 1, n)
+	// A second copy of the same retry is a duplicate: the row stays
+	// resolved, resolved once.
+	var at time.Time
+	require.NoError(t, b.check.QueryRow(b.ctx, `SELECT resolved_at FROM platform.failed_event WHERE id = $1`, byEvent[flaky.EventID].ID).Scan(&at))
+	retry(flaky, byEvent[flaky.EventID].ID, nil)
+	b.waitSettled("duplicate", func() bool { return b.pool.Info().Duplicates == 1 })
+	var again time.Time
+	require.NoError(t, b.check.QueryRow(b.ctx, `SELECT resolved_at FROM platform.failed_event WHERE id = $1`, byEvent[flaky.EventID].ID).Scan(&again))
+	require.Equal(t, at, again, "resolved exactly once")
+
+	// Without the override the old event fails again: the same row, back
+	// to failed, not a second one; with it, it is applied and resolved.
+	require.NoError(t, b.check.QueryRow(b.ctx, `UPDATE platform.failed_event SET state = 'retrying' WHERE id = $1 RETURNING failed_at`,
+		byEvent[old.EventID].ID).Scan(&at))
+	retry(old, byEvent[old.EventID].ID, nil)
+	b.waitFor("quarantined again", func() bool {
+		return b.count(`SELECT count(*) FROM platform.failed_event WHERE id = $1 AND state = 'failed' AND failed_at > $2`, byEvent[old.EventID].ID, at) == 1
+	})
+	require.Len(t, b.getFailed(), 2, "a failing copy updates its row")
+	retry(old, byEvent[old.EventID].ID, amqp.Table{broker.HeaderBeyondHorizonOverride: true})
 	b.waitSettled("old applied", func() bool { return b.pool.Info().Processed == 2 })
-	require.Equal(t, 0, b.queueDepth(broker.FailedQueue(b.queue)))
+	require.Equal(t, 2, b.count(`SELECT count(*) FROM platform.failed_event WHERE pool = $1 AND state = 'resolved'`, b.cfg.Name))
 	require.Equal(t, 2, b.reservations())
+}
+
+// What an older version left in <queue>.failed is moved into the store when
+// the pool starts: each message a row with its headers as the row's
+// fields, the body byte for byte, and the queue left empty.
+func TestOldFailureQueueIsMovedIntoTheStore(t *testing.T) {
+	t.Parallel()
+	b := newBundle(t)
+	_, err := b.pubCh.QueueDeclare(broker.FailedQueue(b.queue), true, false, false, false, amqp.Table{amqp.QueueTypeArg: "classic"})
+	require.NoError(t, err)
+	env, _ := b.order(1)
+	body, err := encodeForTest(t, env)
+	require.NoError(t, err)
+	pub := func(body []byte, h amqp.Table) {
+		c, err := b.pubCh.PublishWithDeferredConfirmWithContext(b.ctx, "", broker.FailedQueue(b.queue), false, false,
+			amqp.Publishing{Headers: h, Body: body, DeliveryMode: amqp.Persistent})
+		require.NoError(t, err)
+		ok, err := c.WaitContext(b.ctx)
+		require.NoError(t, err)
+		require.True(t, ok)
+	}
+	pub(body, amqp.Table{broker.HeaderFailureReason: broker.ReasonRetriesExhausted, broker.HeaderError: "boom", broker.HeaderAttempt: int32(3),
+		broker.HeaderOriginalRoutingKey: shop.EventOrderPlaced, broker.HeaderPool: b.cfg.Name})
+	pub([]byte("not json"), amqp.Table{broker.HeaderFailureReason: broker.ReasonDecode, broker.HeaderError: "invalid character"})
+	b.start(shop.HandlerStockReserve)
+	b.waitFor("moved", func() bool { return len(b.getFailed()) == 2 && b.queueDepth(broker.FailedQueue(b.queue)) == 0 })
+	rows := b.getFailed()
+	byReason := map[string]storedFailure{}
+	for _, f := range rows {
+		byReason[f.Reason] = f
+	}
+	moved := byReason[broker.ReasonRetriesExhausted]
+	require.Equal(t, env.EventID, *moved.EventID)
+	require.Equal(t, body, moved.Body)
+	require.Equal(t, "boom", moved.Error)
+	require.Equal(t, 3, moved.Attempt)
+	require.Equal(t, shop.EventOrderPlaced, moved.RoutingKey)
+	require.Equal(t, failure.StateFailed, moved.State)
+	require.Equal(t, []byte("not json"), byReason[broker.ReasonDecode].Body)
+	require.Nil(t, byReason[broker.ReasonDecode].EventID)
 }

@@ -13,6 +13,7 @@ import (
 	"github.com/platformd/platformd/internal/broker"
 	"github.com/platformd/platformd/internal/dedup"
 	"github.com/platformd/platformd/internal/envelope"
+	"github.com/platformd/platformd/internal/failure"
 	"github.com/platformd/platformd/internal/metrics"
 )
 
@@ -23,7 +24,8 @@ const (
 	settleAck     settleKind = iota + 1 // outcome durable: ack
 	settleRequeue                       // outcome unknown: nack and requeue
 	settleRetry                         // copy to a delay queue, then ack
-	settleFail                          // copy to the failure queue, then ack
+	settleFail                          // store in the failure store, then ack
+	settlePark                          // store parked behind its key's failure, then ack
 )
 
 // settlement is the fate of one delivery of a batch: what settling does
@@ -38,6 +40,10 @@ type settlement struct {
 	eventID uuid.UUID
 	outcome string // metrics outcome once settled
 	source  string // duplicate source
+	handler string // the handler that failed, if one did
+	// failureID is the row of the failure store the delivery's settling
+	// wrote (a retry copy carries it as x-failure-id).
+	failureID uuid.UUID
 }
 
 // eventIDText is s's event id as logged ("" when it did not decode).
@@ -94,6 +100,7 @@ func (r rules) decode(batch []message, now time.Time, events []consumer.Event) [
 			continue
 		}
 		m.ev = toEvent(env, &m.d, r.pool, r.queue)
+		m.ev.Delivery.FailureID = failureIDOf(m.d.Headers)
 		id := m.ev.ID
 		if !r.handles(m.ev.Name) {
 			m.s = settlement{kind: settleFail, reason: broker.ReasonNoHandler, eventID: id, outcome: metrics.OutcomeRejected,
@@ -143,8 +150,12 @@ func (r rules) settlementOf(d *amqp.Delivery, ev consumer.Event, res dedup.Resul
 		s.kind, s.outcome = settleAck, metrics.OutcomeProcessed
 	case dedup.OutcomeDuplicate:
 		s.kind, s.outcome, s.source = settleAck, metrics.OutcomeDuplicate, duplicateSource(d)
+	case dedup.OutcomeParked:
+		s.kind, s.reason, s.outcome = settlePark, failure.ReasonParked, metrics.OutcomeRetried
+		s.err = fmt.Sprintf("parked: an earlier event of key %q failed in the same batch", ev.Delivery.SequenceKey)
 	default:
 		s.err = handlerErrorText(res)
+		s.handler = res.Handler
 		switch {
 		case res.BeyondHorizon: // refused by a partitioned processed_event
 			s.kind, s.reason, s.outcome = settleFail, broker.ReasonBeyondHorizon, metrics.OutcomeRejected

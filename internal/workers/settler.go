@@ -5,8 +5,11 @@ import (
 	"log/slog"
 	"time"
 
-	"github.com/platformd/platformd/internal/broker"
+	"github.com/google/uuid"
 	amqp "github.com/rabbitmq/amqp091-go"
+
+	"github.com/platformd/platformd/internal/broker"
+	"github.com/platformd/platformd/internal/failure"
 )
 
 // acker is what settling needs of a consuming channel (*amqp.Channel):
@@ -44,6 +47,13 @@ type copier interface {
 type settler struct {
 	ch    acker
 	pub   copier
+	store failureStore
+	// ordered is the pool's failures.ordered: a key's event going to a
+	// retry delay is stored, blocking the key.
+	ordered bool
+	// key finds a failure's sequence key (nil: the pool has no
+	// partition_key). Not safe for concurrent use: the settler's own.
+	key   *partitionKey
 	queue string // the pool's queue, for copy destinations
 	pool  string
 	// delays are the pool's retry delays (attempt n goes to delays[n-1]).
@@ -81,9 +91,10 @@ func (st *settler) settle(ctx context.Context, batch []message, more func() bool
 		// would be a second one of its failure.
 		return false
 	}
+	stored := st.storeFailures(ctx, batch)
 	copied := st.publishCopies(ctx, batch)
 	var maxAck uint64
-	alive, plain := true, !copied
+	alive, plain := true, !copied && !stored
 	for i := range batch {
 		m := &batch[i]
 		if m.s.kind == settleRequeue {
@@ -118,24 +129,25 @@ func (st *settler) settle(ctx context.Context, batch []message, more func() bool
 	return !st.ch.IsClosed()
 }
 
-// publishCopies publishes the retry and failure copies of batch and waits
-// for their confirms; a copy that is not confirmed turns its original's
-// settlement into a requeue. It reports whether the batch had copies.
+// publishCopies publishes the retry copies of batch and waits for their
+// confirms; a copy that is not confirmed turns its original's settlement
+// into a requeue. A copy whose failure is stored carries the row's id
+// (x-failure-id). It reports whether the batch had copies.
 func (st *settler) publishCopies(ctx context.Context, batch []message) bool {
 	var out []broker.Outgoing
 	var of []*message // the message of each copy
-	now := time.Now()
 	for i := range batch {
 		m := &batch[i]
-		switch m.s.kind {
-		case settleRetry:
-			delay := st.delays[m.s.attempt-1]
-			out = append(out, broker.Outgoing{RoutingKey: broker.RetryQueue(st.queue, delay), Msg: broker.RetryCopy(&m.d, m.s.attempt, m.s.err)})
-			of = append(of, m)
-		case settleFail:
-			out = append(out, broker.Outgoing{RoutingKey: broker.FailedQueue(st.queue), Msg: broker.FailureCopy(&m.d, st.pool, m.s.reason, m.s.err, now)})
-			of = append(of, m)
+		if m.s.kind != settleRetry {
+			continue
 		}
+		delay := st.delays[m.s.attempt-1]
+		msg := broker.RetryCopy(&m.d, m.s.attempt, m.s.err)
+		if m.s.failureID != uuid.Nil {
+			msg.Headers[failure.HeaderFailureID] = m.s.failureID.String()
+		}
+		out = append(out, broker.Outgoing{RoutingKey: broker.RetryQueue(st.queue, delay), Msg: msg})
+		of = append(of, m)
 	}
 	if len(out) == 0 {
 		return false
@@ -197,8 +209,13 @@ func (st *settler) logCopy(ctx context.Context, s settlement) {
 			slog.Int("attempt", s.attempt), slog.String("error", s.err))
 		return
 	}
-	st.log.WarnContext(ctx, "workers: message to failure queue", slog.String("event_id", s.eventIDText()),
-		slog.String("reason", s.reason), slog.String("error", s.err))
+	if s.kind == settlePark {
+		st.log.DebugContext(ctx, "workers: event parked", slog.String("event_id", s.eventIDText()),
+			slog.String("failure_id", s.failureID.String()), slog.String("error", s.err))
+		return
+	}
+	st.log.WarnContext(ctx, "workers: message stored as a failure", slog.String("event_id", s.eventIDText()),
+		slog.String("failure_id", s.failureID.String()), slog.String("reason", s.reason), slog.String("error", s.err))
 }
 
 var _ acker = (*amqp.Channel)(nil)

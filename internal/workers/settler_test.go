@@ -17,6 +17,7 @@ import (
 	"github.com/platformd/platformd/consumer"
 	"github.com/platformd/platformd/internal/broker"
 	"github.com/platformd/platformd/internal/dedup"
+	"github.com/platformd/platformd/internal/failure"
 	"github.com/platformd/platformd/internal/metrics"
 )
 
@@ -68,9 +69,33 @@ func (p *fakeCopier) Publish(_ context.Context, out []broker.Outgoing) []error {
 	return errs
 }
 
+// fakeStore stands for the failure store in the settler's unit tests (the
+// pool tests write to the real one): it logs its writes into the channel's
+// op list so that their order against the acks is visible, and fails when
+// err is set.
+type fakeStore struct {
+	ch      *fakeChannel
+	err     error
+	entries []failure.Entry
+}
+
+func (s *fakeStore) Write(_ context.Context, entries []failure.Entry) ([]failure.Written, error) {
+	if s.err != nil {
+		return nil, s.err
+	}
+	out := make([]failure.Written, len(entries))
+	for i, e := range entries {
+		s.entries = append(s.entries, e)
+		s.ch.ops = append(s.ch.ops, "store "+e.Reason)
+		out[i] = failure.Written{ID: uuid.Must(uuid.NewV7()), State: e.State}
+	}
+	return out, nil
+}
+
 type settleBundle struct {
 	ch      *fakeChannel
 	pub     *fakeCopier
+	store   *fakeStore
 	metrics *metrics.Metrics
 	st      *settler
 }
@@ -79,9 +104,9 @@ func newSettleBundle(t *testing.T, limit int) *settleBundle {
 	t.Helper()
 	ch := &fakeChannel{}
 	m := metrics.New()
-	b := &settleBundle{ch: ch, pub: &fakeCopier{ch: ch, refuse: map[string]error{}}, metrics: m}
+	b := &settleBundle{ch: ch, pub: &fakeCopier{ch: ch, refuse: map[string]error{}}, store: &fakeStore{ch: ch}, metrics: m}
 	b.st = &settler{
-		ch: ch, pub: b.pub, queue: "q", pool: "p", delays: []time.Duration{time.Second, 10 * time.Second},
+		ch: ch, pub: b.pub, store: b.store, queue: "q", pool: "p", delays: []time.Duration{time.Second, 10 * time.Second},
 		limit: limit, timeout: time.Second, count: &counters{m: newPoolMetrics(m, "svc", "p")},
 		log: slog.New(slog.NewTextHandler(io.Discard, nil)),
 	}
@@ -115,7 +140,7 @@ func retry(attempt int) settlement {
 	return settlement{kind: settleRetry, attempt: attempt, err: "flaky: boom", outcome: metrics.OutcomeRetried}
 }
 
-func failure(reason string) settlement {
+func failed(reason string) settlement {
 	return settlement{kind: settleFail, reason: reason, err: "bad: boom", outcome: metrics.OutcomeFailed}
 }
 
@@ -168,36 +193,63 @@ func TestSettleFlushSendsTheHeldAck(t *testing.T) {
 func TestSettleCopiesAreConfirmedBeforeTheirOriginalsAreAcked(t *testing.T) {
 	t.Parallel()
 	b := newSettleBundle(t, 100)
-	ok := b.st.settle(context.Background(), []message{msg(1, processed), msg(2, retry(2)), msg(3, failure(broker.ReasonPermanent))}, always)
+	ok := b.st.settle(context.Background(), []message{msg(1, processed), msg(2, retry(2)), msg(3, failed(broker.ReasonPermanent))}, always)
 	require.True(t, ok)
-	require.Equal(t, []string{"publish q.retry.10s", "publish q.failed", "ack 3 multiple=true"}, b.ch.ops,
-		"copies first; a batch with copies never holds its ack")
+	require.Equal(t, []string{"store permanent", "publish q.retry.10s", "ack 3 multiple=true"}, b.ch.ops,
+		"the failure stored and the retry copy confirmed first; a batch with either never holds its ack")
 	require.Equal(t, 1, b.outcome(metrics.OutcomeProcessed))
 	require.Equal(t, 1, b.outcome(metrics.OutcomeRetried))
 	require.Equal(t, 1, b.outcome(metrics.OutcomeFailed))
 	require.InDelta(t, 1, testutil.ToFloat64(b.metrics.FailuresTotal.WithLabelValues("svc", "p", broker.ReasonPermanent)), 0)
 
-	retried, failed := b.pub.sent[0].Msg, b.pub.sent[1].Msg
+	retried := b.pub.sent[0].Msg
 	require.EqualValues(t, 2, retried.Headers[broker.HeaderAttempt], "the retry copy carries its attempt")
 	require.Equal(t, "flaky: boom", retried.Headers[broker.HeaderError])
 	require.Equal(t, "order.order.placed.v1", retried.Headers[broker.HeaderOriginalRoutingKey])
-	require.Equal(t, broker.ReasonPermanent, failed.Headers[broker.HeaderFailureReason])
-	require.Equal(t, "bad: boom", failed.Headers[broker.HeaderError])
-	require.Equal(t, "p", failed.Headers[broker.HeaderPool])
-	require.NotEmpty(t, failed.Headers[broker.HeaderFailedAt])
-	require.Equal(t, amqp.Persistent, failed.DeliveryMode)
+	require.NotContains(t, retried.Headers, failure.HeaderFailureID, "an ordinary retry settles no stored failure")
+	stored := b.store.entries[0]
+	require.Equal(t, broker.ReasonPermanent, stored.Reason)
+	require.Equal(t, "bad: boom", stored.Error)
+	require.Equal(t, "p", stored.Pool)
+	require.Equal(t, failure.StateFailed, stored.State)
+	require.Equal(t, "order.order.placed.v1", stored.RoutingKey)
+}
+
+func TestSettleFailuresNotStoredRequeueTheirOriginals(t *testing.T) {
+	t.Parallel()
+	b := newSettleBundle(t, 100)
+	b.store.err = errors.New("database away")
+	ok := b.st.settle(context.Background(), []message{msg(1, processed), msg(2, failed(broker.ReasonRetriesExhausted)), msg(3, retry(1))}, always)
+	require.True(t, ok)
+	require.Equal(t, []string{"publish q.retry.1s", "nack 2 multiple=false requeue=true", "ack 3 multiple=true"}, b.ch.ops,
+		"a failure whose row did not commit goes back to its queue; the others are acked")
+	require.Zero(t, b.outcome(metrics.OutcomeFailed), "a requeued delivery is not counted failed")
+	require.Equal(t, 1, b.outcome(metrics.OutcomeRetried))
+}
+
+// A retry of a copy that settles a stored failure updates the row before
+// its copy goes, and the copy carries the row's id.
+func TestSettleARetriedFailureKeepsItsRow(t *testing.T) {
+	t.Parallel()
+	b := newSettleBundle(t, 100)
+	m := msg(1, retry(1))
+	m.ev.Delivery.FailureID = uuid.Must(uuid.NewV7())
+	require.True(t, b.st.settle(context.Background(), []message{m}, always))
+	require.Equal(t, []string{"store retrying", "publish q.retry.1s", "ack 1 multiple=true"}, b.ch.ops)
+	require.Equal(t, m.ev.Delivery.FailureID, b.store.entries[0].FailureID)
+	require.Equal(t, failure.StateRetrying, b.store.entries[0].State)
+	require.NotEmpty(t, b.pub.sent[0].Msg.Headers[failure.HeaderFailureID])
 }
 
 func TestSettleAnUnconfirmedCopyRequeuesItsOriginal(t *testing.T) {
 	t.Parallel()
 	b := newSettleBundle(t, 100)
-	b.pub.refuse["q.failed"] = broker.ErrReturned
-	ok := b.st.settle(context.Background(), []message{msg(1, processed), msg(2, failure(broker.ReasonRetriesExhausted)), msg(3, retry(1))}, always)
+	b.pub.refuse["q.retry.1s"] = broker.ErrReturned
+	ok := b.st.settle(context.Background(), []message{msg(1, processed), msg(2, retry(1)), msg(3, processed)}, always)
 	require.True(t, ok)
-	require.Equal(t, []string{"publish q.failed", "publish q.retry.1s", "nack 2 multiple=false requeue=true", "ack 3 multiple=true"}, b.ch.ops,
+	require.Equal(t, []string{"publish q.retry.1s", "nack 2 multiple=false requeue=true", "ack 3 multiple=true"}, b.ch.ops,
 		"the original of a copy not confirmed goes back to its queue; the others are acked")
-	require.Zero(t, b.outcome(metrics.OutcomeFailed), "a requeued delivery is not counted failed")
-	require.Equal(t, 1, b.outcome(metrics.OutcomeRetried))
+	require.Zero(t, b.outcome(metrics.OutcomeRetried), "a requeued delivery is not counted retried")
 }
 
 func TestSettleAnUnknownOutcomeRequeuesEverythingAndAcksNothing(t *testing.T) {
@@ -266,12 +318,13 @@ func TestSettleNoCopiesOnADeadChannel(t *testing.T) {
 	t.Parallel()
 	b := newSettleBundle(t, 100)
 	b.ch.closed = true
-	require.False(t, b.st.settle(context.Background(), []message{msg(1, retry(1)), msg(2, failure(broker.ReasonPermanent))}, always))
+	require.False(t, b.st.settle(context.Background(), []message{msg(1, retry(1)), msg(2, failed(broker.ReasonPermanent))}, always))
 	require.Empty(t, b.pub.sent)
+	require.Empty(t, b.store.entries, "nor a row: its redelivery fails again and stores it")
 	require.Zero(t, b.outcome(metrics.OutcomeRetried)+b.outcome(metrics.OutcomeFailed))
 }
 
-// x-error names the failing handler once: prefixed by the worker when the
+// The error names the failing handler once: prefixed by the worker when the
 // handler's error does not name it, left alone when it already does (the
 // shop's "stock.reserve: event ...: payload: ...").
 func TestSettleXErrorNamesTheHandlerOnce(t *testing.T) {
@@ -286,7 +339,8 @@ func TestSettleXErrorNamesTheHandlerOnce(t *testing.T) {
 	}
 	named := fmt.Errorf("stock.reserve: event %s: payload: %w", id, errors.New("lines[0].quantity: must be positive"))
 	require.True(t, b.st.settle(context.Background(), []message{fail(named), fail(errors.New("boom"))}, never))
-	require.Len(t, b.pub.sent, 2)
-	require.Equal(t, "stock.reserve: event "+id.String()+": payload: lines[0].quantity: must be positive", b.pub.sent[0].Msg.Headers[broker.HeaderError])
-	require.Equal(t, "stock.reserve: boom", b.pub.sent[1].Msg.Headers[broker.HeaderError])
+	require.Len(t, b.store.entries, 2)
+	require.Equal(t, "stock.reserve: event "+id.String()+": payload: lines[0].quantity: must be positive", b.store.entries[0].Error)
+	require.Equal(t, "stock.reserve: boom", b.store.entries[1].Error)
+	require.Equal(t, "stock.reserve", b.store.entries[1].Handler)
 }

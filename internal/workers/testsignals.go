@@ -28,6 +28,9 @@ type PoolTestSignals struct {
 	// DatabaseError fires when the pool's record of its database's last
 	// error changes (value: the error, "" once the database answers).
 	DatabaseError testsignal.Signal[string]
+	// Released fires when an ordered pool sent parked events back to its
+	// queue (value: how many).
+	Released testsignal.Signal[int]
 }
 
 // TestSignals returns the pool's test signals, for tests only (this

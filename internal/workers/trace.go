@@ -27,22 +27,25 @@ const (
 	// metrics do not count either.
 	AttrOutcome = attribute.Key("platformd.outcome")
 	// AttrSettlement is what became of a delivery that was not simply
-	// acked: retry (a copy on a delay queue, then ack), failure_queue (a
-	// copy on <queue>.failed, then ack) or requeue (nack: outcome unknown,
-	// or a copy not confirmed). Absent, the delivery was acked: its
+	// acked: retry (a copy on a delay queue, then ack), failure_store (a
+	// row of the failure store, then ack), parked (a row parked behind its
+	// key's failure, then ack) or requeue (nack: outcome unknown, a copy
+	// not confirmed or a row not stored). Absent, the delivery was acked: its
 	// outcome is processed or duplicate.
 	AttrSettlement = attribute.Key("platformd.settlement")
 	// AttrAttempt is the delivery's x-attempt: 1 on the first retry, and
 	// so on; absent on a first delivery.
 	AttrAttempt = attribute.Key("platformd.attempt")
-	// AttrFailureReason is the x-failure-reason of a failure copy.
+	// AttrFailureReason is the reason a failure was stored for.
 	AttrFailureReason = attribute.Key("platformd.failure_reason")
+	// AttrFailureID is the id of a stored failure's row.
+	AttrFailureID = attribute.Key("platformd.failure_id")
 )
 
 // Events recorded on a delivery span when it is settled by a copy.
 const (
 	EventRetryCopy   = "retry copy confirmed"
-	EventFailureCopy = "failure copy confirmed"
+	EventFailureCopy = "failure stored"
 	EventRequeued    = "requeued"
 	EventChannelLost = "channel closed before the ack"
 )
@@ -112,7 +115,7 @@ func (w *worker) stampCopies(ctx context.Context, batch []message) {
 	}
 	for i := range batch {
 		m := &batch[i]
-		if m.s.kind != settleRetry && m.s.kind != settleFail {
+		if m.s.kind != settleRetry && m.s.kind != settleFail && m.s.kind != settlePark {
 			continue
 		}
 		if _, ok := m.d.Headers[consumer.HeaderTraceParent]; ok {
@@ -149,7 +152,8 @@ func (w *worker) endSpans(batch []message, batchErr error, alive bool) {
 var settlementNames = [...]attribute.KeyValue{
 	settleRequeue: AttrSettlement.String("requeue"),
 	settleRetry:   AttrSettlement.String("retry"),
-	settleFail:    AttrSettlement.String("failure_queue"),
+	settleFail:    AttrSettlement.String("failure_store"),
+	settlePark:    AttrSettlement.String("parked"),
 }
 
 func (w *worker) recordSettlement(m *message, batchErr error, alive bool) {
@@ -187,9 +191,12 @@ func (w *worker) recordSettlement(m *message, batchErr error, alive bool) {
 		span.RecordError(errors.New(s.err))
 		span.AddEvent(EventRetryCopy, trace.WithAttributes(semconv.MessagingDestinationName(queue), AttrAttempt.Int(s.attempt)))
 	case settleFail:
-		span.AddEvent(EventFailureCopy, trace.WithAttributes(semconv.MessagingDestinationName(broker.FailedQueue(w.pool.cfg.Queue)),
+		span.AddEvent(EventFailureCopy, trace.WithAttributes(AttrFailureID.String(s.failureID.String()),
 			AttrFailureReason.String(s.reason)))
 		span.SetStatus(codes.Error, s.reason+": "+s.err)
+	case settlePark:
+		span.AddEvent(EventFailureCopy, trace.WithAttributes(AttrFailureID.String(s.failureID.String()),
+			AttrFailureReason.String(s.reason)))
 	case settleRequeue:
 		msg := "retry or failure copy not confirmed"
 		if batchErr != nil {

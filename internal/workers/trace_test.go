@@ -291,9 +291,9 @@ func TestTraceRetriedAcrossAttempts(t *testing.T) {
 	require.Equal(t, op[0].SpanIDHex(), op[1].ParentIDHex())
 }
 
-// A failed event and a rejected message: status error, the failure copy
-// recorded with its reason, and the copy on <queue>.failed keeps the
-// producer's traceparent.
+// A failed event and a rejected message: status error, the stored failure
+// recorded with its reason and id, and the stored row keeps the producer's
+// traceparent among its headers.
 func TestTraceFailedAndRejected(t *testing.T) {
 	t.Parallel()
 	r := newTraceRig(t)
@@ -304,20 +304,22 @@ func TestTraceFailedAndRejected(t *testing.T) {
 	r.publishEnv(perm, amqp.Table{"traceparent": p1.traceparent()})
 	r.publishRaw(shop.EventOrderPlaced, []byte(`{"not": "an envelope"}`), amqp.Table{"traceparent": p2.traceparent()})
 	spans, err := r.rcv.WaitFlushed(30*time.Second, r.tp, func(s []tracingtest.Span) bool {
-		return len(tracingtest.WithAttr(tracingtest.Named(s, "process "+r.queue), "platformd.settlement", "failure_queue")) == 2
+		return len(tracingtest.WithAttr(tracingtest.Named(s, "process "+r.queue), "platformd.settlement", "failure_store")) == 2
 	})
 	require.NoError(t, err)
 
 	f := r.deliverySpans(spans, perm.EventID)
 	require.Len(t, f, 1)
 	require.Equal(t, p1.traceID, f[0].TraceIDHex())
-	requireAttrs(t, f[0], map[string]string{"platformd.outcome": "failed", "platformd.settlement": "failure_queue"})
+	requireAttrs(t, f[0], map[string]string{"platformd.outcome": "failed", "platformd.settlement": "failure_store"})
 	require.Equal(t, tracepb.Status_STATUS_CODE_ERROR, f[0].GetStatus().GetCode())
 	require.Contains(t, f[0].GetStatus().GetMessage(), broker.ReasonPermanent+": ")
 	ev, ok := f[0].Event(EventFailureCopy)
 	require.True(t, ok)
 	reason, _ := tracingtest.EventAttr(ev, "platformd.failure_reason")
 	require.Equal(t, broker.ReasonPermanent, reason)
+	id, _ := tracingtest.EventAttr(ev, "platformd.failure_id")
+	require.Equal(t, 1, r.count(`SELECT count(*) FROM platform.failed_event WHERE id::text = $1`, id), "the event names the stored row")
 
 	var rejected tracingtest.Span
 	for _, s := range tracingtest.Named(spans, "process "+r.queue) {
@@ -326,15 +328,14 @@ func TestTraceFailedAndRejected(t *testing.T) {
 		}
 	}
 	require.NotNil(t, rejected.Span, "the rejected message's span is in its producer's trace")
-	requireAttrs(t, rejected, map[string]string{"platformd.outcome": "rejected", "platformd.settlement": "failure_queue"})
+	requireAttrs(t, rejected, map[string]string{"platformd.outcome": "rejected", "platformd.settlement": "failure_store"})
 	require.Equal(t, tracepb.Status_STATUS_CODE_ERROR, rejected.GetStatus().GetCode())
 	_, hasID := rejected.Attr("messaging.message.id")
 	require.False(t, hasID, "an undecodable body has no event id")
 
 	var copies int
-	require.Eventually(t, func() bool { return r.queueDepth(broker.FailedQueue(r.queue)) == 2 }, 30*time.Second, 20*time.Millisecond)
-	for _, d := range r.getFailed() {
-		tp := consumer.HeaderCarrier(d.Headers).Get("traceparent")
+	for _, f := range r.getFailed() {
+		tp, _ := f.Headers["traceparent"].(string)
 		require.Contains(t, []string{p1.traceparent(), p2.traceparent()}, tp)
 		copies++
 	}

@@ -45,6 +45,9 @@ type worker struct {
 	// ackLimit bounds how many settled deliveries an ack may cover.
 	ackLimit int
 	tr       tracer
+	// orderKey finds the sequence key of an ordered pool's deliveries
+	// (nil otherwise); the worker's own.
+	orderKey *partitionKey
 }
 
 func newWorker(p *Pool, id int) *worker {
@@ -65,7 +68,17 @@ func newWorker(p *Pool, id int) *worker {
 		ackLimit:   max(prefetch/4, 1),
 		idleLinger: idleLinger,
 		tr:         newTracer(p.cfg, p.deps.Tracer),
+		orderKey:   orderKeyOf(p.cfg),
 	}
+}
+
+// orderKeyOf returns the sequence key finder of an ordered pool, nil for
+// another.
+func orderKeyOf(cfg PoolConfig) *partitionKey {
+	if !cfg.OrderedFailures {
+		return nil
+	}
+	return newPartitionKey(cfg.PartitionKey)
 }
 
 // run keeps the worker's consuming session alive until fetchCtx ends.
@@ -316,8 +329,9 @@ func (w *worker) collect(first amqp.Delivery, deliveries <-chan amqp.Delivery) (
 // newSettler returns the settler of a fresh channel.
 func (w *worker) newSettler(ch acker) *settler {
 	p := w.pool
-	return &settler{
-		ch: ch, pub: w.pub, queue: p.cfg.Queue, pool: p.cfg.Name, delays: p.cfg.RetryDelays,
+	st := &settler{
+		ch: ch, pub: w.pub, store: p.deps.Failures, ordered: p.cfg.OrderedFailures,
+		queue: p.cfg.Queue, pool: p.cfg.Name, delays: p.cfg.RetryDelays,
 		limit: w.ackLimit, timeout: SettleTimeoutDefault, count: &p.count, log: w.log,
 		ackFunc: func(tag uint64) {
 			if f := p.cfg.testAckFunc; f != nil {
@@ -325,6 +339,10 @@ func (w *worker) newSettler(ch acker) *settler {
 			}
 		},
 	}
+	if p.cfg.PartitionKey != "" {
+		st.key = newPartitionKey(p.cfg.PartitionKey)
+	}
+	return st
 }
 
 // rules returns the pool's decoding and deciding rules, with the horizon
@@ -342,6 +360,21 @@ func (w *worker) rules() rules {
 	return r
 }
 
+// batchFailed notes a batch whose outcome is unknown: the database is
+// likely away, so the worker waits longer after each batch in a row that
+// fails, so as not to spin through requeued deliveries (at most
+// startstop.BackoffMaxDefault), and says so in Info.
+func (w *worker) batchFailed(workCtx context.Context, err error) {
+	p := w.pool
+	p.count.m.batchErrors.Inc()
+	w.wait = w.retry.Next()
+	if workCtx.Err() == nil {
+		p.setDatabaseError(err)
+		w.log.WarnContext(workCtx, "workers: batch outcome unknown, requeueing", slog.Int("events", len(w.events)),
+			slog.Any("error", err), slog.Duration("backoff", w.wait))
+	}
+}
+
 // processBatch decodes batch, runs the dedup step over the events that can
 // run, decides every delivery's settlement and settles the batch. It
 // returns false when the channel is gone.
@@ -350,25 +383,27 @@ func (w *worker) processBatch(workCtx context.Context, st *settler, batch []mess
 	p := w.pool
 	r := w.rules()
 	w.events = r.decode(batch, start, w.events[:0])
-	w.startSpans(batch, w.events, start) //nolint:contextcheck // a delivery's trace is its producer's, not workCtx's
 	var results []dedup.Result
 	var err error
-	if len(w.events) > 0 {
+	if p.cfg.OrderedFailures {
+		if err = keepOrder(workCtx, p.deps.Failures, p.cfg.Name, w.orderKey, batch); err == nil {
+			w.events = w.events[:0]
+			for i := range batch {
+				if batch[i].runs() {
+					w.events = append(w.events, batch[i].ev)
+				}
+			}
+		}
+	}
+	w.startSpans(batch, w.events, start) //nolint:contextcheck // a delivery's trace is its producer's, not workCtx's
+	if err != nil {
+		w.batchFailed(workCtx, err)
+	} else if len(w.events) > 0 {
 		hstart := time.Now()
 		results, err = p.deps.Processor.Process(workCtx, w.events)
 		switch {
 		case err != nil:
-			p.count.m.batchErrors.Inc()
-			// The database is likely away: wait longer after each batch
-			// in a row that fails, so as not to spin through requeued
-			// deliveries (at most startstop.BackoffMaxDefault), and say so
-			// in Info.
-			w.wait = w.retry.Next()
-			if workCtx.Err() == nil {
-				p.setDatabaseError(err)
-				w.log.WarnContext(workCtx, "workers: batch outcome unknown, requeueing", slog.Int("events", len(w.events)),
-					slog.Any("error", err), slog.Duration("backoff", w.wait))
-			}
+			w.batchFailed(workCtx, err)
 		default:
 			if w.wait > 0 {
 				w.wait = 0
