@@ -180,7 +180,9 @@ func TestConsoleInBrowser(t *testing.T) {
 	// A message quarantined by the beyond-horizon guard, retried with the
 	// override, confirmed on a page of its own.
 	old := e.publish(shop.EventOrderPlaced, order(), oldEventID(400*time.Hour))
-	require.Eventually(t, func() bool { n, _ := queueState(t, e.stockQueue+".failed"); return n == 1 }, 30*time.Second, 50*time.Millisecond)
+	stored := e.waitFailedEvents(e.stockDSN, 1, "failed")
+	require.Equal(t, old, stored[0].EventID)
+	require.Equal(t, "beyond_horizon", stored[0].Reason)
 	do(t, ctx, chromedp.Click(chromedp.CSS("#refresh-failed")))
 	row := "#failed-queue tr[data-event=" + js(old.String()) + "]"
 	waitFor(t, ctx, textOf(row)+".includes('beyond_horizon')", "the quarantined message in the failure queue")
@@ -197,7 +199,8 @@ func TestConsoleInBrowser(t *testing.T) {
 		"the retried message is processed")
 	waitFor(t, ctx, textOf("#pool-live [data-figure=processed]")+" === '2'", "the retried message counted as processed on the page")
 	do(t, ctx, chromedp.Click(chromedp.CSS("#refresh-failed")))
-	waitFor(t, ctx, "document.querySelector('#failed-empty')", "the failure queue empty")
+	waitFor(t, ctx, "document.querySelector('#failed-empty')", "no failed message left")
+	require.Equal(t, "resolved", failedEvents(t, e.stockDSN)[0].State, "the retried failure resolved in the store")
 	at = step("retry with override, processed", at)
 
 	// Look the retried event up across services.
