@@ -271,6 +271,14 @@ func fmtDetail(d map[string]any) []string {
 			}
 		case json.Number:
 			v = x.String()
+		case map[string]any, json.RawMessage:
+			// A retry's filter, an edit's diff: as JSON, keys sorted.
+			raw, err := json.Marshal(x)
+			if err != nil {
+				v = fmt.Sprint(x)
+			} else {
+				v = string(raw)
+			}
 		case []any:
 			parts := make([]string, len(x))
 			for i, e := range x {

@@ -246,15 +246,22 @@ func TestConsoleInBrowser(t *testing.T) {
 
 	// The audit page lists what the admin did, and only that.
 	do(t, ctx, chromedp.Navigate(e.url("/audit")))
-	waitFor(t, ctx, "document.querySelectorAll('#audit-list tr[data-action]').length === 3", "three audit entries")
+	waitFor(t, ctx, "document.querySelector('#audit-list tr[data-action=\"failed.retry\"]')", "the audit entries, the retry's last")
 	list, err := chromedp.Run(ctx, chromedp.Evaluate[string](textOf("#audit-list")))
 	require.NoError(t, err)
 	for _, want := range []string{"pool.pause", "pool.resume", "failed.retry", "reason: incident 42", "override_beyond_horizon: true", "retried: 1"} {
 		require.Contains(t, list, want)
 	}
 	require.NotContains(t, list, "dashboards")
-	require.Equal(t, []string{"ops pool.pause " + e.stockPool, "ops pool.resume " + e.stockPool, "ops failed.retry " + e.stockPool},
-		auditActions(t, e.stockDSN))
+	// The failure store records the retry it runs for the pool page too
+	// (failure.retry, with its filter): beside the admin's three, nothing.
+	var actions []string
+	for _, a := range auditActions(t, e.stockDSN) {
+		if a != "ops failure.retry "+e.stockPool {
+			actions = append(actions, a)
+		}
+	}
+	require.Equal(t, []string{"ops pool.pause " + e.stockPool, "ops pool.resume " + e.stockPool, "ops failed.retry " + e.stockPool}, actions)
 	step("audit list", at)
 
 	// Sign out.
