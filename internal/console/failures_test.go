@@ -319,17 +319,20 @@ func TestEditFailure(t *testing.T) {
 	resp, _ = adm.post("/failures/01900000-0000-7000-8000-0000000000ff/edit", url.Values{"payload": {`{}`}, "reason": {"x"}})
 	require.Equal(t, http.StatusNotFound, resp.StatusCode)
 
-	resp, _ = adm.post(path, url.Values{"payload": {`{"payload":{"product":"p-22"}}`}, "reason": {"wrong product id"}})
+	// The body is the sender's: markup in it is shown as text.
+	resp, _ = adm.post(path, url.Values{"payload": {`{"payload":{"product":"p-22</pre><script>alert(1)</script>"}}`}, "reason": {"wrong product id"}})
 	require.Equal(t, http.StatusSeeOther, resp.StatusCode)
 	require.Equal(t, "/failures/"+id, resp.Header.Get("Location"))
 	_, body = adm.do(http.MethodGet, "/failures/"+id, nil)
 	require.Contains(t, body, "Edited.")
 	require.Contains(t, body, `<span data-edit-reason>wrong product id</span>`)
 	require.Contains(t, body, `id="failure-edited-body"`)
+	require.Contains(t, body, "p-22&lt;/pre&gt;&lt;script&gt;alert(1)&lt;/script&gt;")
+	require.NotContains(t, body, "<script>alert")
 	calls := b.backend.CallsTo("EditFailedEvent")
 	require.Len(t, calls, 3, "the refused one, the unknown one and this one")
 	require.Equal(t, "ops", calls[2].Actor)
-	require.JSONEq(t, `{"payload":{"product":"p-22"}}`, string(calls[2].Payload))
+	require.JSONEq(t, `{"payload":{"product":"p-22</pre><script>alert(1)</script>"}}`, string(calls[2].Payload))
 }
 
 // A backend error reaches the operator with the status it means: an
