@@ -198,7 +198,7 @@ func newFailedCmd(a *app) *cobra.Command {
 
 	list := listCmd(a, &cobra.Command{
 		Use:     "list POOL",
-		Short:   "List the messages of a pool's failure queue, oldest first, without removing them",
+		Short:   "List a pool's failures still failed, newest first (see also: failures list)",
 		Example: "  platformctl failed list stock-events\n  platformctl failed list stock-events --limit 10 -o json",
 	}, "messages", adminv1.AdminServiceClient.ListFailedMessages,
 		func(name string, limit int32) *adminv1.ListFailedMessagesRequest {

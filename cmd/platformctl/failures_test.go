@@ -238,13 +238,13 @@ func TestFailuresEdit(t *testing.T) {
 	require.Equal(t, "typo", c.Reason)
 	require.Contains(t, r.stdout, "EDITED_AT")
 
-	file := filepath.Join(t.TempDir(), "body.json")
-	require.NoError(t, os.WriteFile(file, []byte(`{"from":"file"}`), 0o600))
+	file, fromFile := filepath.Join(t.TempDir(), "body.json"), []byte(`{"from":"file"}`)
+	require.NoError(t, os.WriteFile(file, fromFile, 0o600))
 	r = b.run(t, asAdmin, "failures", "edit", id, "--payload", "@"+file, "-o", "json")
 	require.Equal(t, 0, r.code, r.stderr)
 	var resp adminv1.EditFailedEventResponse
 	require.NoError(t, protojson.Unmarshal([]byte(r.stdout), &resp))
-	require.Equal(t, []byte(`{"from":"file"}`), resp.GetFailure().GetEditedBody())
+	require.Equal(t, fromFile, resp.GetFailure().GetEditedBody(), "the file's bytes, as they are")
 	require.Len(t, resp.GetEdits(), 2)
 
 	r = b.run(t, asAdmin, "failures", "edit", id)

@@ -5,7 +5,8 @@
 // The handlers translate requests into calls on a Backend, which the daemon
 // implements over the dedup, workers and scheduler packages; this package
 // knows nothing of PostgreSQL or RabbitMQ. A Backend reports failures with
-// the sentinel errors of errors.go, which the server maps to gRPC codes.
+// the sentinel errors of errors.go (or the failure store's own), which the
+// server maps to gRPC codes.
 //
 // Interceptors run in this order, outermost first:
 //

@@ -101,7 +101,7 @@ func TestGetFailedEventEveryColumn(t *testing.T) {
 	require.Equal(t, want, failedEventFromProto(t, resp.GetFailure(), resp.GetEdits()))
 	require.Equal(t, failure.StateDiscarded, resp.GetFailure().GetState())
 	require.Equal(t, "ops", resp.GetFailure().GetResolvedBy())
-	require.Equal(t, `[{"op":"replace","path":"/payload/product","value":"p-11"}]`, resp.GetEdits()[0].GetDiff())
+	require.JSONEq(t, `[{"op":"replace","path":"/payload/product","value":"p-11"}]`, resp.GetEdits()[0].GetDiff())
 
 	t.Run("Undecodable", func(t *testing.T) {
 		t.Parallel()

@@ -850,7 +850,8 @@ func (x *PurgeRun) GetError() string {
 	return ""
 }
 
-// FailedMessage is one message in a pool's failure queue.
+// FailedMessage is one failure of a pool still failed (a message of its
+// failure queue before the failure store).
 type FailedMessage struct {
 	state protoimpl.MessageState `protogen:"open.v1"`
 	// event_id is the event's id (a UUID), as the producer set it; empty if
@@ -865,7 +866,7 @@ type FailedMessage struct {
 	Error string `protobuf:"bytes,4,opt,name=error,proto3" json:"error,omitempty"`
 	// attempt is the number of attempts made.
 	Attempt int32 `protobuf:"varint,5,opt,name=attempt,proto3" json:"attempt,omitempty"`
-	// failed_at is when the message was sent to the failure queue.
+	// failed_at is when the message failed last.
 	FailedAt *timestamppb.Timestamp `protobuf:"bytes,6,opt,name=failed_at,json=failedAt,proto3" json:"failed_at,omitempty"`
 	// pool is the name of the pool the message failed in.
 	Pool string `protobuf:"bytes,7,opt,name=pool,proto3" json:"pool,omitempty"`
@@ -1897,7 +1898,7 @@ func (x *ListFailedMessagesRequest) GetLimit() int32 {
 // ListFailedMessagesResponse is the response of ListFailedMessages.
 type ListFailedMessagesResponse struct {
 	state protoimpl.MessageState `protogen:"open.v1"`
-	// messages are the failed messages, oldest first.
+	// messages are the failed messages, newest first.
 	Messages      []*FailedMessage `protobuf:"bytes,1,rep,name=messages,proto3" json:"messages,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache

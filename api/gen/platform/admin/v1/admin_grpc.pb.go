@@ -98,13 +98,14 @@ type AdminServiceClient interface {
 	// ListPurgeRuns lists a service's recent purge runs, newest first.
 	// Role: read.
 	ListPurgeRuns(ctx context.Context, in *ListPurgeRunsRequest, opts ...grpc.CallOption) (*ListPurgeRunsResponse, error)
-	// ListFailedMessages lists the messages in a pool's failure queue, oldest
-	// first. Reading loses nothing: the messages stay in the queue.
-	// Role: read.
+	// ListFailedMessages lists a pool's failures still failed, newest first,
+	// answered from the failure store (it listed the pool's failure queue
+	// before the store replaced it). Reading changes nothing. Role: read.
 	ListFailedMessages(ctx context.Context, in *ListFailedMessagesRequest, opts ...grpc.CallOption) (*ListFailedMessagesResponse, error)
-	// RetryFailedMessages moves failed messages, chosen by event id or all of
-	// them, back to the pool's queue with their attempt count reset.
-	// Role: admin.
+	// RetryFailedMessages sends failed messages, chosen by event id or all of
+	// them, back to the pool's queue with their attempt count reset: a
+	// server-side retry of the failure store (see RetryFailedEvents), retried
+	// counting what it selected. Role: admin.
 	RetryFailedMessages(ctx context.Context, in *RetryFailedMessagesRequest, opts ...grpc.CallOption) (*RetryFailedMessagesResponse, error)
 	// DescribeService returns what an operator needs beyond ListServices to
 	// judge a horizon or a purge: the retry span that bounds the horizon, the
@@ -503,13 +504,14 @@ type AdminServiceServer interface {
 	// ListPurgeRuns lists a service's recent purge runs, newest first.
 	// Role: read.
 	ListPurgeRuns(context.Context, *ListPurgeRunsRequest) (*ListPurgeRunsResponse, error)
-	// ListFailedMessages lists the messages in a pool's failure queue, oldest
-	// first. Reading loses nothing: the messages stay in the queue.
-	// Role: read.
+	// ListFailedMessages lists a pool's failures still failed, newest first,
+	// answered from the failure store (it listed the pool's failure queue
+	// before the store replaced it). Reading changes nothing. Role: read.
 	ListFailedMessages(context.Context, *ListFailedMessagesRequest) (*ListFailedMessagesResponse, error)
-	// RetryFailedMessages moves failed messages, chosen by event id or all of
-	// them, back to the pool's queue with their attempt count reset.
-	// Role: admin.
+	// RetryFailedMessages sends failed messages, chosen by event id or all of
+	// them, back to the pool's queue with their attempt count reset: a
+	// server-side retry of the failure store (see RetryFailedEvents), retried
+	// counting what it selected. Role: admin.
 	RetryFailedMessages(context.Context, *RetryFailedMessagesRequest) (*RetryFailedMessagesResponse, error)
 	// DescribeService returns what an operator needs beyond ListServices to
 	// judge a horizon or a purge: the retry span that bounds the horizon, the
