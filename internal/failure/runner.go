@@ -458,6 +458,10 @@ func (s *sender) send(ctx context.Context, canaryOnly bool) (stopped bool, err e
 				return false, fmt.Errorf("failure: retry %s: publish: %w", s.rec.ID, firstErr(errs))
 			}
 		}
+		after = items[len(items)-1].Seq
+		if len(m.Seqs) == 0 {
+			continue // only items of pools not hosted here: no progress to mark
+		}
 		m.Sent = int64(len(out))
 		// Marked even when ctx ended (a stop): the broker confirmed the
 		// copies. Fenced by the lease: after a take-over the new holder
@@ -473,7 +477,6 @@ func (s *sender) send(ctx context.Context, canaryOnly bool) (stopped bool, err e
 			s.log.InfoContext(ctx, "failure: retry stopped", slog.String("state", st))
 			return true, nil
 		}
-		after = items[len(items)-1].Seq
 		if len(items) < s.chunk {
 			continue // the next read finds none
 		}
