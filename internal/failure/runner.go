@@ -103,6 +103,9 @@ type RunnerTestSignals struct {
 	// ChunkSent fires after a chunk was published and marked sent (value:
 	// the copies published).
 	ChunkSent testsignal.Signal[int]
+	// CanaryWaiting fires each time the runner found canary copies still
+	// waiting for their outcome (value: how many).
+	CanaryWaiting testsignal.Signal[int64]
 }
 
 // Runner sends the retries of one service database, oldest first: one
@@ -320,6 +323,7 @@ func (r *Runner) runOne(ctx context.Context, pub *broker.Publisher, rec openRetr
 				log.InfoContext(ctx, "failure: retry's canary passed")
 				break
 			}
+			r.testSignals.CanaryWaiting.Signal(out.Pending)
 			if !startstop.Sleep(ctx, r.cfg.Poll) {
 				return ctx.Err()
 			}
