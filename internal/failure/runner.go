@@ -103,6 +103,9 @@ type RunnerTestSignals struct {
 	// ChunkSent fires after a chunk was published and marked sent (value:
 	// the copies published).
 	ChunkSent testsignal.Signal[int]
+	// CanaryWaiting fires each time the runner found canary copies still
+	// waiting for their outcome (value: how many).
+	CanaryWaiting testsignal.Signal[int64]
 }
 
 // Runner sends the retries of one service database, oldest first: one
@@ -320,6 +323,7 @@ func (r *Runner) runOne(ctx context.Context, pub *broker.Publisher, rec openRetr
 				log.InfoContext(ctx, "failure: retry's canary passed")
 				break
 			}
+			r.testSignals.CanaryWaiting.Signal(out.Pending)
 			if !startstop.Sleep(ctx, r.cfg.Poll) {
 				return ctx.Err()
 			}
@@ -458,6 +462,10 @@ func (s *sender) send(ctx context.Context, canaryOnly bool) (stopped bool, err e
 				return false, fmt.Errorf("failure: retry %s: publish: %w", s.rec.ID, firstErr(errs))
 			}
 		}
+		after = items[len(items)-1].Seq
+		if len(m.Seqs) == 0 {
+			continue // only items of pools not hosted here: no progress to mark
+		}
 		m.Sent = int64(len(out))
 		// Marked even when ctx ended (a stop): the broker confirmed the
 		// copies. Fenced by the lease: after a take-over the new holder
@@ -473,7 +481,6 @@ func (s *sender) send(ctx context.Context, canaryOnly bool) (stopped bool, err e
 			s.log.InfoContext(ctx, "failure: retry stopped", slog.String("state", st))
 			return true, nil
 		}
-		after = items[len(items)-1].Seq
 		if len(items) < s.chunk {
 			continue // the next read finds none
 		}

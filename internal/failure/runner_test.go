@@ -180,12 +180,18 @@ func TestRunnerCanaryPasses(t *testing.T) {
 	r, err := b.store.CreateRetry(ctx, RetryRequest{Filter: Filter{Pool: "p"}, Canary: 2}, "op")
 	require.NoError(t, err)
 	b.runner.TestSignals().ChunkSent.Init(t)
+	b.runner.TestSignals().CanaryWaiting.Init(t)
 	b.start(t)
 	canary := b.receive(t, 2)
 	require.ElementsMatch(t, []string{ids[0].String(), ids[1].String()},
 		[]string{canary[0].Headers[HeaderFailureID].(string), canary[1].Headers[HeaderFailureID].(string)})
 	require.Equal(t, 2, b.runner.TestSignals().ChunkSent.WaitOrTimeout())
-	// The runner waits on the canary: several polls see it pending.
+	// The runner waits on the canary: several polls see it pending, and
+	// nothing more is sent meanwhile.
+	for range 3 {
+		require.Equal(t, int64(2), b.runner.TestSignals().CanaryWaiting.WaitOrTimeout())
+	}
+	b.runner.TestSignals().ChunkSent.RequireEmpty()
 	got, err := b.store.GetRetry(ctx, r.ID)
 	require.NoError(t, err)
 	require.Equal(t, RetryCanary, got.State)
