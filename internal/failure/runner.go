@@ -95,6 +95,11 @@ type RunnerConfig struct {
 	ChunkEvery time.Duration
 	// UnhostedTimeout: see RunnerUnhostedTimeoutDefault.
 	UnhostedTimeout time.Duration
+	// ControlFunc, when set, runs the runner's small statements (its idle
+	// poll for an open retry, its lease) on the service's control
+	// session, so that an idle runner holds no pooled connection;
+	// default: on the store's database pool.
+	ControlFunc func(ctx context.Context, fn func(context.Context, lease.Querier) error) error
 }
 
 // RunnerTestSignals are a runner's internal events that tests wait on
@@ -133,7 +138,11 @@ func NewRunner(cfg RunnerConfig) (*Runner, error) {
 	cfg.LeaseTTL = cmp.Or(cfg.LeaseTTL, RunnerLeaseTTLDefault)
 	cfg.ChunkEvery = cmp.Or(cfg.ChunkEvery, RunnerChunkEveryDefault)
 	cfg.UnhostedTimeout = cmp.Or(cfg.UnhostedTimeout, RunnerUnhostedTimeoutDefault)
-	l, err := lease.New(lease.Config{Name: RetryLeaseName, TTL: cfg.LeaseTTL, RetryEvery: cfg.LockRetry, DB: cfg.Store.db, Logger: cfg.Logger})
+	if cfg.ControlFunc == nil {
+		db := cfg.Store.db
+		cfg.ControlFunc = func(ctx context.Context, fn func(context.Context, lease.Querier) error) error { return fn(ctx, db) }
+	}
+	l, err := lease.New(lease.Config{Name: RetryLeaseName, TTL: cfg.LeaseTTL, RetryEvery: cfg.LockRetry, DoFunc: cfg.ControlFunc, Logger: cfg.Logger})
 	if err != nil {
 		return nil, fmt.Errorf("failure: runner: %w", err)
 	}
@@ -186,7 +195,12 @@ var (
 func (r *Runner) run(ctx context.Context) {
 	var backoff startstop.Backoff
 	for ctx.Err() == nil {
-		open, err := anyOpenRetry.One(ctx, r.cfg.Store.db, query.NoParams{})
+		var open bool
+		err := r.cfg.ControlFunc(ctx, func(ctx context.Context, q lease.Querier) error {
+			var err error
+			open, err = anyOpenRetry.One(ctx, q, query.NoParams{})
+			return err
+		})
 		if err == nil && !open {
 			backoff.Reset()
 			if !startstop.SleepOrWake(ctx, r.cfg.Poll, r.wake) {
