@@ -45,7 +45,7 @@ func TestOrderedFailuresKeepAKeysEventsInOrder(t *testing.T) {
 		})})
 	b.start("test.probe", "test.sequence")
 
-	const keys, perKey = 20, 6
+	const keys, perKey = 200, 6
 	events := make([][]envelope.Envelope, keys)
 	for k := range keys {
 		order := uuid.New()
