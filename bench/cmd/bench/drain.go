@@ -8,7 +8,6 @@ import (
 	"syscall"
 	"time"
 
-	amqpbroker "github.com/platformd/platformd/internal/broker"
 	"github.com/platformd/platformd/internal/metrics"
 	"github.com/platformd/platformd/internal/procstat"
 )
@@ -271,12 +270,14 @@ func (b *bench) check(ctx context.Context, c contender, queue string, res *drain
 		return fmt.Errorf("%s: %w: %d messages back in %s after the contender stopped (not acked)", c.Name, errExactlyOnce, ready, queue)
 	}
 	if c.Kind == kindPlatformd {
-		failed, _, err := b.brk.depth(amqpbroker.FailedQueue(queue))
+		// Failures are rows of the failure store (platform.failed_event),
+		// no longer messages of a <queue>.failed.
+		failed, err := b.dbFor(c).failures(ctx)
 		if err != nil {
 			return err
 		}
 		if failed != 0 {
-			return fmt.Errorf("%s: %d messages in %s.failed", c.Name, failed, queue)
+			return fmt.Errorf("%s: %d failures stored in platform.failed_event", c.Name, failed)
 		}
 	}
 	if c.Kind == kindRaw {
