@@ -130,11 +130,18 @@ func (a *DuplicateAges) Add(ages []DuplicateAge) bool {
 	if len(ages) == 0 {
 		return false
 	}
+	var (
+		lastAt time.Time
+		day    time.Time
+	)
 	a.mu.Lock()
 	defer a.mu.Unlock()
 	for _, d := range ages {
-		at := d.At.UTC()
-		k := duplicateAgeKey{day: time.Date(at.Year(), at.Month(), at.Day(), 0, 0, 0, 0, time.UTC), source: d.Source}
+		if !d.At.Equal(lastAt) || day.IsZero() { // a batch's ages share one skip time
+			at := d.At.UTC()
+			lastAt, day = d.At, time.Date(at.Year(), at.Month(), at.Day(), 0, 0, 0, 0, time.UTC)
+		}
+		k := duplicateAgeKey{day: day, source: d.Source}
 		c := a.pending[k]
 		if c == nil {
 			c = &duplicateAgeCell{}
