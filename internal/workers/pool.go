@@ -280,7 +280,7 @@ func (p *Pool) Start(ctx context.Context) error {
 			}
 			p.pollState(fetchCtx)
 		})
-		return func() { p.stop(&wg, cancel, hard) }, nil
+		return func() { p.stop(context.WithoutCancel(ctx), &wg, cancel, hard) }, nil
 	})
 }
 
@@ -333,7 +333,10 @@ func (p *Pool) setDatabaseError(err error) {
 // stop stops consuming, lets in-flight batches finish and settle within
 // SoftStopTimeout, then cancels what remains (unsettled deliveries go back
 // to the queue when their channel closes), and waits for every worker.
-func (p *Pool) stop(wg *sync.WaitGroup, cancel, hard context.CancelFunc) {
+//
+// ctx (never cancelled) carries the start's values to the last flush of
+// the duplicate ages.
+func (p *Pool) stop(ctx context.Context, wg *sync.WaitGroup, cancel, hard context.CancelFunc) {
 	cancel()
 	done := make(chan struct{})
 	go func() { wg.Wait(); close(done) }()
@@ -355,7 +358,7 @@ func (p *Pool) stop(wg *sync.WaitGroup, cancel, hard context.CancelFunc) {
 	p.count.m.paused.Set(0)
 	// Every worker is done: what they noted since the last flush is
 	// written now, so that a restart loses none of it.
-	p.flushAges(context.Background())
+	p.flushAges(ctx)
 }
 
 // Pause stores the pause in the service database (so every daemon sharing
