@@ -297,15 +297,18 @@ func TestHorizonAdviceArchiveReachAndCost(t *testing.T) {
 			count(t, e.db, `SELECT count(*) FROM processed_event`) == events
 	}, 30*time.Second, 20*time.Millisecond, "archived and processed")
 
-	// Five days of rows, 2000 a day, spread evenly over them.
+	// Five days of rows, 2000 a day, as consumers write them: in time
+	// order, each id's first 48 bits its time in ms (as a UUID v7's).
 	const perDay = 2000
-	fill := func(from, to time.Duration, n int) {
+	fill := func(from, span time.Duration, n int) {
 		_, err := e.db.Exec(ctx, `INSERT INTO processed_event (event_id, processed_at)
-			SELECT gen_random_uuid(), now() - make_interval(secs => $1::float8 + ($2::float8 - $1::float8) * g / $3::float8)
-			FROM generate_series(1, $3::int) g`, from.Seconds(), to.Seconds(), n)
+			SELECT (lpad(to_hex((extract(epoch FROM t.at) * 1000)::bigint), 12, '0')
+				|| substr(replace(gen_random_uuid()::text, '-', ''), 13))::uuid, t.at
+			FROM (SELECT now() + make_interval(secs => $1::float8 + $2::float8 * g / $3::float8) AS at
+				FROM generate_series(1, $3::int) g) t`, from.Seconds(), span.Seconds(), n)
 		require.NoError(t, err)
 	}
-	fill(0, 5*day, 5*perDay)
+	fill(-5*day, 5*day, 5*perDay)
 	advice, err := b.AdviseHorizon(ctx, "stock", admin.AdviseWindowDefault, false)
 	require.NoError(t, err)
 	require.Equal(t, int64(5*perDay+events), advice.ProcessedEventRows, "exact: the table was never analysed")
@@ -326,7 +329,7 @@ func TestHorizonAdviceArchiveReachAndCost(t *testing.T) {
 	require.True(t, named, "a reason names the producer and the gap: %q", advice.Reasons)
 
 	// One more day of rows: what the table really grows by in a day.
-	fill(0, time.Hour, perDay)
+	fill(0, day, perDay) // the day after
 	require.NoError(t, e.db.QueryRow(ctx, `SELECT pg_total_relation_size('processed_event')`).Scan(&after))
 	perDayBytes := float64(advice.AdvisedBytes) / (advice.Advised.Hours() / 24)
 	require.InEpsilon(t, float64(after-before), perDayBytes, 0.2, "advised bytes per day %.0f, grown %d", perDayBytes, after-before)
