@@ -117,7 +117,7 @@ func newEnv(t *testing.T) *env {
 		}
 		for _, q := range []string{"stock", "shipping"} {
 			base := "e2e." + q + "." + suffix
-			for _, n := range []string{base, base + ".failed", base + ".retry.1s", base + ".retry.2s"} {
+			for _, n := range []string{base, base + ".retry.1s", base + ".retry.2s"} {
 				_, _ = ch.QueueDelete(n, false, false, false)
 			}
 		}
@@ -324,6 +324,39 @@ func count(t *testing.T, dsn, q string) int {
 	var n int
 	require.NoError(t, db.QueryRow(context.Background(), q).Scan(&n))
 	return n
+}
+
+// failedRow is a row of a service database's failure store
+// (platform.failed_event), as the tests read it.
+type failedRow struct {
+	Pool, FailureKey, EventName, RoutingKey string
+	EventID                                 *uuid.UUID
+	Headers                                 map[string]any
+	Body                                    []byte
+	Reason, Error, Handler, State           string
+	Attempt, Copies                         int
+}
+
+// failedRows reads every row of pool's failures in the service database
+// dsn, oldest first.
+func failedRows(t *testing.T, dsn, pool string) []failedRow {
+	t.Helper()
+	db, err := pgxpool.New(context.Background(), dsn)
+	require.NoError(t, err)
+	defer db.Close()
+	rows, err := db.Query(context.Background(), `SELECT pool, failure_key, event_name, routing_key, event_id, headers, body,
+		reason, error, handler, state, attempt, copies FROM platform.failed_event WHERE pool = $1 ORDER BY id`, pool)
+	require.NoError(t, err)
+	defer rows.Close()
+	var out []failedRow
+	for rows.Next() {
+		var f failedRow
+		require.NoError(t, rows.Scan(&f.Pool, &f.FailureKey, &f.EventName, &f.RoutingKey, &f.EventID, &f.Headers, &f.Body,
+			&f.Reason, &f.Error, &f.Handler, &f.State, &f.Attempt, &f.Copies))
+		out = append(out, f)
+	}
+	require.NoError(t, rows.Err())
+	return out
 }
 
 // A configuration with mistakes: the daemon refuses to start, names each

@@ -253,7 +253,7 @@ func deleteQueues(exchange, queue string) {
 	if err != nil {
 		return
 	}
-	for _, n := range []string{queue, queue + ".failed", queue + ".retry.1s", queue + ".retry.10s", queue + ".retry.1m", queue + ".retry.10m"} {
+	for _, n := range []string{queue, queue + ".retry.1s", queue + ".retry.10s", queue + ".retry.1m", queue + ".retry.10m"} {
 		_, _ = ch.QueueDelete(n, false, false, false)
 	}
 	_ = ch.ExchangeDelete(exchange, false, false)

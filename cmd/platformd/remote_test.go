@@ -281,7 +281,17 @@ func TestRemoteHandlerEndToEnd(t *testing.T) {
 	r, err = cli.ListPools(ctx, &adminv1.ListPoolsRequest{Service: "stock"})
 	require.NoError(t, err)
 	require.Equal(t, retriedBefore, r.GetPools()[0].GetRetried(), "no attempt counted")
-	require.EqualValues(t, 1, r.GetPools()[0].GetFailed(), "nothing more in the failure queue")
+	require.EqualValues(t, 1, r.GetPools()[0].GetFailed(), "nothing more failed")
+	// The failure store holds the poison event alone: one row, permanent,
+	// with the handler's text; the outage stored nothing.
+	stored := failedRows(t, e.stockDSN, stockPool)
+	require.Len(t, stored, 1)
+	require.Equal(t, poison, *stored[0].EventID)
+	require.Equal(t, "permanent", stored[0].Reason)
+	require.Equal(t, "failed", stored[0].State)
+	require.Equal(t, "stock.reserve_remote: quantity must be positive", stored[0].Error)
+	require.Equal(t, "stock.reserve_remote", stored[0].Handler)
+	require.Equal(t, 1, stored[0].Copies)
 	require.InDelta(t, 1, metric(t, e.metrics, `platformd_remote_handler_up{handler="stock.reserve_remote",service="stock"}`), 0)
 	require.Equal(t, sent+1+n, count(t, e.stockDSN, `SELECT count(*) FROM processed_event`), "each event once (the poison one not)")
 	// Asked at attempt 0 only, however often the requeued batches asked.

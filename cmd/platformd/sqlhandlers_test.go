@@ -111,7 +111,8 @@ func newPublisher(t *testing.T, exchange string) *publisher {
 	return &publisher{t: t, ch: ch, exchange: exchange}
 }
 
-func (p *publisher) publish(id uuid.UUID, name string, payload any, headers amqp.Table) {
+// publish sends one envelope and returns its body as published.
+func (p *publisher) publish(id uuid.UUID, name string, payload any, headers amqp.Table) []byte {
 	p.t.Helper()
 	raw, ok := payload.(string)
 	if !ok {
@@ -127,11 +128,12 @@ func (p *publisher) publish(id uuid.UUID, name string, payload any, headers amqp
 	ok, err = dc.WaitContext(context.Background())
 	require.NoError(p.t, err)
 	require.True(p.t, ok)
+	return body
 }
 
 // SQL handlers end to end through the stock binary: a duplicated workload
-// applied once; bad payloads in the failure queue as permanent with their
-// SQLSTATE while the others commit; a SIGKILL mid-stream and the broker's
+// applied once; bad payloads rows of the failure store (one each) as
+// permanent with their SQLSTATE while the others commit; a SIGKILL mid-stream and the broker's
 // redelivery; a replay; the versioned upsert under shuffled versions.
 func TestSQLHandlersEndToEnd(t *testing.T) {
 	t.Parallel()
@@ -151,15 +153,16 @@ func TestSQLHandlersEndToEnd(t *testing.T) {
 		return err == nil && r.GetPools()[0].GetState() == adminv1.PoolState_POOL_STATE_PAUSED
 	}, 20*time.Second, 50*time.Millisecond)
 	badQty, badLines := uuid.Must(uuid.NewV7()), uuid.Must(uuid.NewV7())
+	badBodies := map[uuid.UUID][]byte{}
 	var ids []uuid.UUID
 	var orders []shop.OrderPlaced
 	lines := 0
 	for i := range 150 {
 		switch i {
 		case 50:
-			pub.publish(badQty, shop.EventOrderPlaced, `{"order_id": "`+uuid.NewString()+`", "lines": [{"product_id": "`+uuid.NewString()+`", "quantity": "abc"}]}`, nil)
+			badBodies[badQty] = pub.publish(badQty, shop.EventOrderPlaced, `{"order_id": "`+uuid.NewString()+`", "lines": [{"product_id": "`+uuid.NewString()+`", "quantity": "abc"}]}`, nil)
 		case 100:
-			pub.publish(badLines, shop.EventOrderPlaced, `{"order_id": "`+uuid.NewString()+`", "lines": {"product_id": "`+uuid.NewString()+`"}}`, nil)
+			badBodies[badLines] = pub.publish(badLines, shop.EventOrderPlaced, `{"order_id": "`+uuid.NewString()+`", "lines": {"product_id": "`+uuid.NewString()+`"}}`, nil)
 		}
 		id := uuid.Must(uuid.NewV7())
 		o := shop.OrderPlaced{OrderID: uuid.New(), CustomerID: uuid.New()}
@@ -178,32 +181,33 @@ func TestSQLHandlersEndToEnd(t *testing.T) {
 	reservations := func() int { return count(t, e.stockDSN, `SELECT count(*) FROM reservation`) }
 	require.Eventually(t, func() bool { return reservations() == lines }, 60*time.Second, 50*time.Millisecond, "logs:\n%s", d.stderr)
 
-	// The failure queue: both bad payloads, permanent, with the SQLSTATE
-	// and PostgreSQL's message.
-	conn, err := amqp.Dial(amqpURL())
-	require.NoError(t, err)
-	defer conn.Close()
-	ch, err := conn.Channel()
-	require.NoError(t, err)
-	failed := map[string]amqp.Delivery{}
+	// The failure store: both bad payloads, one row each, permanent, with
+	// the SQLSTATE and PostgreSQL's message, their bodies byte for byte.
+	var failed []failedRow
 	require.Eventually(t, func() bool {
-		m, ok, err := ch.Get("e2e.stock."+e.suffix+".failed", true)
-		if err == nil && ok {
-			env, derr := envelope.Decode(m.Body, 0)
-			require.NoError(t, derr)
-			failed[env.EventID.String()] = m
-		}
-		return len(failed) == 2
+		failed = failedRows(t, e.stockDSN, stockPool)
+		return len(failed) >= 2
 	}, 30*time.Second, 50*time.Millisecond)
+	require.Len(t, failed, 2, "one row per bad payload, nothing else failed")
+	byID := map[uuid.UUID]failedRow{}
+	for _, f := range failed {
+		require.NotNil(t, f.EventID)
+		byID[*f.EventID] = f
+	}
 	for id, want := range map[uuid.UUID]string{
 		badQty:   `stock.reserve_sql: statement 1: 22P02 invalid input syntax for type numeric: "abc"`,
 		badLines: `stock.reserve_sql: statement 1: 22023 cannot extract elements from an object`,
 	} {
-		m, ok := failed[id.String()]
-		require.True(t, ok, "event %s in the failure queue", id)
-		require.Equal(t, "permanent", m.Headers["x-failure-reason"])
-		require.Equal(t, want, m.Headers["x-error"])
-		require.Equal(t, stockPool, m.Headers["x-pool"])
+		f, ok := byID[id]
+		require.True(t, ok, "event %s in the failure store", id)
+		require.Equal(t, "permanent", f.Reason)
+		require.Equal(t, want, f.Error)
+		require.Equal(t, stockPool, f.Pool)
+		require.Equal(t, "failed", f.State)
+		require.Equal(t, "stock.reserve_sql", f.Handler)
+		require.Equal(t, shop.EventOrderPlaced, f.EventName)
+		require.Equal(t, 1, f.Copies)
+		require.Equal(t, badBodies[id], f.Body, "the body byte for byte")
 	}
 	require.Equal(t, len(ids), count(t, e.stockDSN, `SELECT count(*) FROM processed_event`), "the good events once, the bad ones not")
 

@@ -63,7 +63,7 @@ FROM unnest($6::text[]) AS q`
 
 // OpenInvoice is the billing.open_invoice handler: one invoice per order,
 // in the transaction that records the event as processed. A payload it
-// cannot read is a permanent error: the event goes to the failure queue
+// cannot read is a permanent error: the event is stored as a failure
 // instead of being retried.
 func OpenInvoice(ctx context.Context, tx pgx.Tx, ev consumer.Event) error {
 	var o orderPlaced

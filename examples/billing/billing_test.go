@@ -6,6 +6,7 @@ import (
 	"crypto/rand"
 	"encoding/hex"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"net"
 	"net/url"
@@ -81,7 +82,7 @@ func eventually(t *testing.T, timeout time.Duration, cond func() bool, format st
 
 // scratch gives a test a database (dropped at its end, name prefix plus a
 // random suffix), the broker's URL, and an exchange and a queue of its
-// own, deleted with the queue's retry and failure queues at its end.
+// own, deleted with the queue's retry queues at its end.
 func scratch(t *testing.T, prefix string) (dsn, amqpURL, exchange, queue string) {
 	t.Helper()
 	ctx := context.Background()
@@ -107,8 +108,8 @@ func scratch(t *testing.T, prefix string) (dsn, amqpURL, exchange, queue string)
 	return u.String(), amqpURL, exchange, queue
 }
 
-// deleteQueues removes a test's queue, its retry and failure queues and
-// its exchange.
+// deleteQueues removes a test's queue, its retry queues and its exchange
+// (failures are rows of the service database, dropped with it).
 func deleteQueues(amqpURL, exchange, queue string) {
 	conn, err := amqp.Dial(amqpURL)
 	if err != nil {
@@ -119,7 +120,7 @@ func deleteQueues(amqpURL, exchange, queue string) {
 	if err != nil {
 		return
 	}
-	for _, q := range []string{queue, queue + ".failed", queue + ".retry.1s", queue + ".retry.10s", queue + ".retry.1m", queue + ".retry.10m"} {
+	for _, q := range []string{queue, queue + ".retry.1s", queue + ".retry.10s", queue + ".retry.1m", queue + ".retry.10m"} {
 		_, _ = ch.QueueDelete(q, false, false, false)
 	}
 	_ = ch.ExchangeDelete(exchange, false, false)
@@ -128,8 +129,8 @@ func deleteQueues(amqpURL, exchange, queue string) {
 // What a team outside the repository does: build its own daemon from
 // consumer and daemon, check and migrate with it (its handler's goose
 // files embedded), run it against PostgreSQL and RabbitMQ, and see a
-// duplicated workload applied exactly once, a bad payload in the failure
-// queue, and a clean SIGTERM.
+// duplicated workload applied exactly once, a bad payload one row of the
+// failure store (platform.failed_event), and a clean SIGTERM.
 func TestOwnDaemonAppliesEachEventOnce(t *testing.T) {
 	ctx := context.Background()
 	dir := t.TempDir()
@@ -217,7 +218,7 @@ func TestOwnDaemonAppliesEachEventOnce(t *testing.T) {
 	if err := ch.Confirm(false); err != nil {
 		t.Fatal(err)
 	}
-	publish := func(id uuid.UUID, payload string) {
+	publish := func(id uuid.UUID, payload string) []byte {
 		t.Helper()
 		body, _ := json.Marshal(map[string]any{
 			"event_id": id, "event_name": EventOrderPlaced, "occurred_at": time.Now().UTC().Format(time.RFC3339Nano),
@@ -231,9 +232,12 @@ func TestOwnDaemonAppliesEachEventOnce(t *testing.T) {
 		if ok, err := dc.WaitContext(ctx); err != nil || !ok {
 			t.Fatalf("publish not confirmed: %v", err)
 		}
+		return body
 	}
 	const orders = 300
 	orderIDs := make([]uuid.UUID, orders)
+	var badID uuid.UUID
+	var badBody []byte
 	for i := range orders {
 		orderIDs[i] = uuid.New()
 		payload := fmt.Sprintf(`{"order_id": %q, "customer_id": %q, "lines": [{"product_id": %q, "quantity": "2.000"}, {"product_id": %q, "quantity": "0.500"}]}`,
@@ -243,28 +247,49 @@ func TestOwnDaemonAppliesEachEventOnce(t *testing.T) {
 			publish(id, payload)
 		}
 		if i == orders/2 {
-			publish(uuid.Must(uuid.NewV7()), fmt.Sprintf(`{"order_id": %q, "customer_id": %q, "lines": [{"product_id": %q, "quantity": "abc"}]}`,
+			badID = uuid.Must(uuid.NewV7())
+			badBody = publish(badID, fmt.Sprintf(`{"order_id": %q, "customer_id": %q, "lines": [{"product_id": %q, "quantity": "abc"}]}`,
 				uuid.New(), uuid.New(), uuid.New()))
 		}
 	}
 
 	eventually(t, 60*time.Second, func() bool { return count(`SELECT count(*) FROM processed_event`) == orders },
 		"%d of %d events processed:\n%s", count(`SELECT count(*) FROM processed_event`), orders, stderr)
-	eventually(t, 30*time.Second, func() bool {
-		c, err := conn.Channel()
-		if err != nil {
-			return false
-		}
-		defer c.Close()
-		info, err := c.QueueDeclarePassive(queue+".failed", true, false, false, false, nil)
-		return err == nil && info.Messages == 1
-	}, "the bad payload is not in %s.failed", queue)
-	m, ok, err := ch.Get(queue+".failed", true)
-	if err != nil || !ok {
-		t.Fatalf("get failed message: %v", err)
+	// The bad payload: one row of the failure store, permanent, its body
+	// byte for byte, the handler named; nothing else failed.
+	eventually(t, 30*time.Second, func() bool { return count(`SELECT count(*) FROM platform.failed_event`) == 1 },
+		"the bad payload is not in platform.failed_event (%d rows):\n%s", count(`SELECT count(*) FROM platform.failed_event`), stderr)
+	var (
+		pool, reason, state, handler, errText string
+		eventID                               *uuid.UUID
+		body                                  []byte
+		copies                                int
+	)
+	if err := db.QueryRow(ctx, `SELECT pool, event_id, reason, state, handler, error, body, copies FROM platform.failed_event`).
+		Scan(&pool, &eventID, &reason, &state, &handler, &errText, &body, &copies); err != nil {
+		t.Fatal(err)
 	}
-	if m.Headers["x-failure-reason"] != "permanent" {
-		t.Fatalf("x-failure-reason = %v, want permanent (x-error %v)", m.Headers["x-failure-reason"], m.Headers["x-error"])
+	if pool != "billing-events" || eventID == nil || *eventID != badID {
+		t.Fatalf("failure of pool %q, event %v; want billing-events, %s", pool, eventID, badID)
+	}
+	if reason != "permanent" || state != "failed" || copies != 1 {
+		t.Fatalf("reason %q, state %q, copies %d; want permanent, failed, 1 (error %q)", reason, state, copies, errText)
+	}
+	if handler != "billing.open_invoice" || errText == "" {
+		t.Fatalf("handler %q, error %q; want billing.open_invoice and its error", handler, errText)
+	}
+	if !bytes.Equal(body, badBody) {
+		t.Fatalf("stored body %q, published %q", body, badBody)
+	}
+	// No failure queue: the pool does not declare one.
+	c, err := conn.Channel() // a failed passive declare closes its channel
+	if err != nil {
+		t.Fatal(err)
+	}
+	_, err = c.QueueDeclarePassive(queue+".failed", true, false, false, false, nil)
+	var amqpErr *amqp.Error
+	if !errors.As(err, &amqpErr) || amqpErr.Code != amqp.NotFound {
+		t.Fatalf("%s.failed: passive declare %v, want NOT_FOUND (failures belong in platform.failed_event)", queue, err)
 	}
 	if n := count(`SELECT count(*) FROM invoice`); n != orders {
 		t.Fatalf("%d invoices for %d orders", n, orders)

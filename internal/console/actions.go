@@ -111,7 +111,7 @@ func (h *Handler) retry(w http.ResponseWriter, r *http.Request, s session) {
 	msg := fmt.Sprintf("Moved %d messages back to the queue.", n)
 	switch {
 	case n == 0:
-		msg = "No message was moved: the selected ones are no longer in the failure queue."
+		msg = "No message was moved: the selected ones are no longer failed."
 	case override:
 		msg += " They pass the beyond-horizon guard."
 	}

@@ -250,7 +250,7 @@ func TestRetryOverrideNeedsConfirmation(t *testing.T) {
 	require.Equal(t, id, calls[0].IDs[0].String())
 	_, body = c.do(http.MethodGet, "/pools/stock-events", nil)
 	require.Contains(t, body, "Moved 1 messages back")
-	require.Contains(t, body, "The failure queue is empty.")
+	require.Contains(t, body, "No failed message.")
 
 	resp, _ = c.post("/pools/stock-events/retry", url.Values{})
 	require.Equal(t, http.StatusBadRequest, resp.StatusCode, "nothing selected")

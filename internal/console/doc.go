@@ -4,10 +4,15 @@
 //
 // Pages: an overview of every service and pool (horizons, last purge,
 // outbox, pool states, counters and a processed/s chart of the last 15
-// minutes sampled by the console itself), a pool page (pause and resume, the
-// failure queue and its retry), a service page (horizon, purge with a dry
-// run first, purge history), an event lookup across services, and the audit
-// list. Figures refresh by polling HTML fragments with htmx; every form
+// minutes sampled by the console itself), a pool page (pause and resume, its
+// failed messages and their retry), a service page (horizon, purge with a
+// dry run first, purge history), the failure workbench of a service (its
+// failure store's rows grouped by reason, handler, event name, fingerprint
+// or pool; a group's failures a page at a time; a failure's fields,
+// headers, bodies and edits; retries with a canary after a dry run,
+// followed until done; discards with a reason; payload edits), replays,
+// an event lookup across services, and the audit list. A failure's body is
+// the sender's: it is only ever shown as escaped text. Figures refresh by polling HTML fragments with htmx; every form
 // works without script too.
 //
 // Security: an operator signs in with one of the admin API's tokens

@@ -47,23 +47,30 @@ type HandlerConfig struct {
 	SessionTTL, SampleEvery, LoginBackoff time.Duration
 	// NowFunc is the clock; nil means time.Now. For tests.
 	NowFunc func() time.Time
+	// FailurePageSize is how many failures a page of a failure group
+	// lists (default FailurePageSizeDefault).
+	FailurePageSize int
 }
+
+// FailurePageSizeDefault is the default of HandlerConfig.FailurePageSize.
+const FailurePageSizeDefault = 50
 
 // Handler is the console's http.Handler: pages, fragments, actions and
 // static assets. It is safe for concurrent use. Its charts need Sample to
 // run.
 type Handler struct {
-	backend     admin.Backend
-	log         *slog.Logger
-	tokens      *tokenSet
-	sessions    *sessionStore
-	throttle    *loginThrottle
-	sampler     *sampler
-	sampleEvery time.Duration
-	secure      bool
-	now         func() time.Time
-	pages       map[string]*pageTemplate
-	mux         *http.ServeMux
+	backend         admin.Backend
+	log             *slog.Logger
+	tokens          *tokenSet
+	sessions        *sessionStore
+	throttle        *loginThrottle
+	sampler         *sampler
+	sampleEvery     time.Duration
+	failurePageSize int
+	secure          bool
+	now             func() time.Time
+	pages           map[string]*pageTemplate
+	mux             *http.ServeMux
 }
 
 // NewHandler returns a Handler calling backend. A nil logger discards logs.
@@ -87,16 +94,17 @@ func NewHandler(cfg HandlerConfig, backend admin.Backend, logger *slog.Logger) (
 		return nil, fmt.Errorf("console: %w", err)
 	}
 	h := &Handler{
-		backend:     backend,
-		log:         logger,
-		tokens:      tokens,
-		sessions:    newSessionStore(cmp.Or(cfg.SessionTTL, SessionTTLDefault), now),
-		throttle:    newLoginThrottle(cmp.Or(cfg.LoginBackoff, LoginBackoffDefault), LoginBackoffMax, now),
-		sampler:     newSampler(ChartWindow),
-		sampleEvery: cmp.Or(cfg.SampleEvery, SampleEveryDefault),
-		secure:      cfg.SecureCookie,
-		now:         now,
-		pages:       pages,
+		backend:         backend,
+		log:             logger,
+		tokens:          tokens,
+		sessions:        newSessionStore(cmp.Or(cfg.SessionTTL, SessionTTLDefault), now),
+		throttle:        newLoginThrottle(cmp.Or(cfg.LoginBackoff, LoginBackoffDefault), LoginBackoffMax, now),
+		sampler:         newSampler(ChartWindow),
+		sampleEvery:     cmp.Or(cfg.SampleEvery, SampleEveryDefault),
+		failurePageSize: min(cmp.Or(cfg.FailurePageSize, FailurePageSizeDefault), admin.ListLimitMax),
+		secure:          cfg.SecureCookie,
+		now:             now,
+		pages:           pages,
 	}
 	h.routes()
 	return h, nil
@@ -130,6 +138,16 @@ func (h *Handler) routes() {
 	m.HandleFunc("GET /fragments/replays/{service}", h.authed(h.replayFragment))
 	m.HandleFunc("POST /replays/{service}", h.action(h.startReplay, true))
 	m.HandleFunc("POST /replays/{service}/{id}/cancel", h.action(h.cancelReplay, true))
+	m.HandleFunc("GET /services/{service}/failures", h.authed(h.failuresPage))
+	m.HandleFunc("GET /services/{service}/failures/events", h.authed(h.failureEventsPage))
+	m.HandleFunc("GET /fragments/services/{service}/failures/retries", h.authed(h.failureRetriesFragment))
+	m.HandleFunc("POST /services/{service}/failures/retry", h.action(h.retryFailures, true))
+	m.HandleFunc("POST /services/{service}/failures/discard", h.action(h.discardFailures, true))
+	m.HandleFunc("GET /services/{service}/failures/retries/{id}", h.authed(h.failureRetryPage))
+	m.HandleFunc("GET /fragments/services/{service}/failures/retries/{id}", h.authed(h.failureRetryFragment))
+	m.HandleFunc("POST /services/{service}/failures/retries/{id}/cancel", h.action(h.cancelFailureRetry, true))
+	m.HandleFunc("GET /failures/{id}", h.authed(h.failurePage))
+	m.HandleFunc("POST /failures/{id}/edit", h.action(h.editFailure, true))
 	m.HandleFunc("GET /lookup", h.authed(h.lookup))
 	m.HandleFunc("GET /audit", h.authed(h.audit))
 	m.HandleFunc("GET /fragments/audit", h.authed(h.auditFragment))

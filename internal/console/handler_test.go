@@ -45,16 +45,22 @@ type bundle struct {
 	clock   *clock
 }
 
-func setup(t *testing.T) *bundle {
+// setup returns a Handler over the admintest fake, its config adjusted by
+// opts.
+func setup(t *testing.T, opts ...func(*console.HandlerConfig)) *bundle {
 	t.Helper()
 	b := &bundle{backend: admintest.New(), clock: &clock{t: admintest.Now}}
-	h, err := console.NewHandler(console.HandlerConfig{
+	cfg := console.HandlerConfig{
 		Tokens: []admin.Token{
 			{Name: "ops", Role: admin.RoleAdmin, Value: adminToken},
 			{Name: "dashboards", Role: admin.RoleRead, Value: readToken},
 		},
 		SessionTTL: time.Hour, LoginBackoff: time.Second, NowFunc: b.clock.now,
-	}, b.backend, nil)
+	}
+	for _, o := range opts {
+		o(&cfg)
+	}
+	h, err := console.NewHandler(cfg, b.backend, nil)
 	require.NoError(t, err)
 	b.handler = h
 	b.srv = httptest.NewServer(h)
@@ -131,7 +137,7 @@ func TestPagesRender(t *testing.T) {
 		"/":                                    {"stock-events", "shipping-events", "maintenance", "Processed", "1,200", "Dedup rows"},
 		"/fragments/overview":                  {`id="overview-live"`, "stock-events"},
 		"/pools/stock-events":                  {"Pause stock-events", admintest.FailedEventID.String(), "stock.reserve: unknown product"},
-		"/pools/shipping-events":               {"Resume shipping-events", "The failure queue is empty."},
+		"/pools/shipping-events":               {"Resume shipping-events", "No failed message."},
 		"/fragments/pools/stock-events":        {`id="pool-live"`, "1,200"},
 		"/fragments/pools/stock-events/failed": {`id="failed-queue"`, admintest.FailedEventID.String()},
 		"/services/stock":                      {"14d", "Retry span", "11s", "Purge history", "42"},

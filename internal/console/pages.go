@@ -12,6 +12,7 @@ import (
 	"github.com/google/uuid"
 
 	"github.com/platformd/platformd/internal/admin"
+	"github.com/platformd/platformd/internal/failure"
 )
 
 // failedListLimit is how many failed messages the pool page shows.
@@ -25,15 +26,16 @@ const auditLimit = 200
 
 // backendError returns the HTTP status and the message an operator sees
 // for a Backend error. Sentinel errors' texts are meant for clients (see
-// admin.ErrNotFound); anything else is logged and shown as "internal
+// admin.ErrNotFound, and the failure store's, which the backend may
+// pass on as they are); anything else is logged and shown as "internal
 // error".
 func (h *Handler) backendError(ctx context.Context, op string, err error) (int, string) {
 	switch {
-	case errors.Is(err, admin.ErrNotFound):
+	case errors.Is(err, admin.ErrNotFound), errors.Is(err, failure.ErrNotFound):
 		return http.StatusNotFound, err.Error()
-	case errors.Is(err, admin.ErrInvalidArgument):
+	case errors.Is(err, admin.ErrInvalidArgument), errors.Is(err, failure.ErrInvalid):
 		return http.StatusBadRequest, err.Error()
-	case errors.Is(err, admin.ErrBelowMinHorizon), errors.Is(err, admin.ErrFailedPrecondition):
+	case errors.Is(err, admin.ErrBelowMinHorizon), errors.Is(err, admin.ErrFailedPrecondition), errors.Is(err, failure.ErrPrecondition):
 		return http.StatusConflict, err.Error()
 	case errors.Is(err, admin.ErrUnavailable):
 		return http.StatusServiceUnavailable, err.Error()
@@ -146,7 +148,7 @@ func (h *Handler) renderPool(w http.ResponseWriter, r *http.Request, s session, 
 	renderBody(h, w, r, s, status, "pool", "Pool "+name, msg, b, nil)
 }
 
-// failed reads the pool's failure queue (which leaves it unchanged).
+// failed reads the pool's failures still failed, from the failure store.
 func (h *Handler) failed(ctx context.Context, pool string) ([]admin.FailedMessage, string) {
 	msgs, err := h.backend.ListFailedMessages(ctx, pool, failedListLimit)
 	if err != nil {
@@ -167,11 +169,12 @@ func (h *Handler) poolFragment(w http.ResponseWriter, r *http.Request, s session
 
 func (h *Handler) failedFragment(w http.ResponseWriter, r *http.Request, s session) {
 	name := r.PathValue("pool")
-	if _, err := h.findPool(r.Context(), name); err != nil {
+	p, err := h.findPool(r.Context(), name)
+	if err != nil {
 		h.fragmentError(w, r, "ListPools", err)
 		return
 	}
-	b := poolBody{Pool: poolCard{Info: admin.PoolInfo{Name: name}}, FailedLimit: failedListLimit}
+	b := poolBody{Pool: poolCard{Info: p}, FailedLimit: failedListLimit}
 	b.Failed, b.FailedError = h.failed(r.Context(), name)
 	h.renderFragment(w, r, "pool", "failed-queue", pageData{Session: viewOf(s), Body: b, Now: h.now()})
 }

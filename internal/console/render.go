@@ -19,7 +19,8 @@ import (
 
 // pageNames are the templates/*.html files that are pages; each is parsed
 // with layout.html.
-var pageNames = []string{"login", "error", "overview", "pool", "service", "lookup", "audit", "confirm", "replay"}
+var pageNames = []string{"login", "error", "overview", "pool", "service", "lookup", "audit", "confirm", "replay",
+	"failures", "failure_events", "failure", "failure_confirm", "failure_retry"}
 
 // pageTemplate is one page's template set.
 type pageTemplate struct{ t *template.Template }
@@ -136,6 +137,12 @@ func backLink(r *http.Request) string {
 		return "/"
 	}
 	parts := strings.Split(strings.Trim(r.URL.Path, "/"), "/")
+	switch {
+	case len(parts) >= 4 && parts[0] == "services" && parts[2] == "failures":
+		return failuresPath(parts[1])
+	case len(parts) == 3 && parts[0] == "failures":
+		return "/failures/" + url.PathEscape(parts[1])
+	}
 	if len(parts) == 3 && (parts[0] == "pools" || parts[0] == "services") {
 		return "/" + parts[0] + "/" + url.PathEscape(parts[1])
 	}
@@ -264,6 +271,14 @@ func fmtDetail(d map[string]any) []string {
 			}
 		case json.Number:
 			v = x.String()
+		case map[string]any, json.RawMessage:
+			// A retry's filter, an edit's diff: as JSON, keys sorted.
+			raw, err := json.Marshal(x)
+			if err != nil {
+				v = fmt.Sprint(x)
+			} else {
+				v = string(raw)
+			}
 		case []any:
 			parts := make([]string, len(x))
 			for i, e := range x {

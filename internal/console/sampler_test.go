@@ -74,6 +74,8 @@ func TestFormatting(t *testing.T) {
 	require.Equal(t, "3 min ago", fmtAgo(now, now.Add(-3*time.Minute)))
 	require.Equal(t, "in 14 d", fmtAgo(now, now.Add(336*time.Hour)))
 	require.Equal(t, []string{"from: none", "reason: x", "to: 30d"}, fmtDetail(map[string]any{"to": "720h0m0s", "from": nil, "reason": "x"}))
+	require.Equal(t, []string{`filter: {"pool":"p","state":"failed"}`},
+		fmtDetail(map[string]any{"filter": map[string]any{"state": "failed", "pool": "p"}}))
 	d, err := parseHorizon("14d")
 	require.NoError(t, err)
 	require.Equal(t, 336*time.Hour, d)

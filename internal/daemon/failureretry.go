@@ -11,7 +11,7 @@ import (
 // database is active across daemons) to the pools this daemon hosts.
 func (s *service) startRetrier(ctx context.Context) error {
 	r, err := failure.NewRunner(failure.RunnerConfig{
-		Store: failure.NewStore(s.db), Broker: s.d.publish, QueueOf: s.queueOf, Logger: s.d.log,
+		Store: failure.NewStore(s.db), Broker: s.d.publish, QueueOf: s.queueOf, Logger: s.d.log, ControlFunc: s.control,
 	})
 	if err != nil {
 		return err

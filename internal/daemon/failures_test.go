@@ -4,6 +4,7 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
+	"slices"
 	"testing"
 	"time"
 
@@ -113,4 +114,95 @@ func TestFailureWorkbenchEndToEnd(t *testing.T) {
 
 	_, err = b.RetryFailedEvents(ctx, "stock", failure.RetryRequest{Filter: failure.Filter{IDs: []uuid.UUID{id}}}, "ops")
 	require.ErrorIs(t, err, admin.ErrFailedPrecondition, "a resolved failure is not retried")
+}
+
+// BenchmarkLivePoolUnderFailureRetry measures what a server-side retry of
+// 100,000 failures at 2,000/s (a canary of 100 first) costs a live pool of
+// another service: the time stock2's pool takes to drain a backlog of
+// 20000 events, without then with the retry running (its copies applied by
+// stock's pool meanwhile), the order alternating from one round to the
+// next. It reports the throughput kept (kept-%: the median of the rounds'
+// ratios, and their extremes) and the copies per second the retry sent
+// while it ran (retry-copies/s).
+func BenchmarkLivePoolUnderFailureRetry(b *testing.B) {
+	e := newReplayEnv(b)
+	ctx := context.Background()
+	const failures = 100_000
+	_, err := e.stock.Exec(ctx, `INSERT INTO platform.failed_event (id, pool, failure_key, event_id, event_name, routing_key, body, reason, error, state)
+		SELECT platform.uuid_v7(), 'stock-events', id::text, id, 'order.order.placed.v1', 'order.order.placed.v1',
+			convert_to(json_build_object('event_id', id, 'event_name', 'order.order.placed.v1', 'occurred_at', now(),
+				'payload', json_build_object('order_id', gen_random_uuid(), 'customer_id', gen_random_uuid(),
+					'lines', json_build_array(json_build_object('product_id', gen_random_uuid(), 'quantity', '1.000'))))::text, 'UTF8'),
+			'permanent', 'stock.reserve: product unknown', 'failed'
+		FROM (SELECT gen_random_uuid() AS id FROM generate_series(1, $1)) g`, failures)
+	require.NoError(b, err)
+	conn, err := amqp.Dial("amqp://guest:guest@127.0.0.1:5672/")
+	require.NoError(b, err)
+	defer conn.Close()
+	ch, err := conn.Channel()
+	require.NoError(b, err)
+	const k = 20000
+	drain := func() time.Duration {
+		_, err := e.b.PausePool(ctx, "stock2-events", "bench", "bench")
+		require.NoError(b, err)
+		before := e.pool(ctx, b, "stock2-events").Processed
+		for range k {
+			body, err := envelope.Encode(envelope.Envelope{EventID: uuid.Must(uuid.NewV7()), EventName: shop.EventOrderPlaced,
+				OccurredAt: time.Now(), Payload: []byte(fmt.Sprintf(`{"order_id": %q, "customer_id": %q, "lines": [{"product_id": %q, "quantity": "1.000"}]}`,
+					uuid.New(), uuid.New(), uuid.New()))})
+			require.NoError(b, err)
+			require.NoError(b, ch.PublishWithContext(ctx, "", e.stock2Queue, false, false, amqp.Publishing{ContentType: "application/json", Body: body}))
+		}
+		start := time.Now()
+		_, err = e.b.ResumePool(ctx, "stock2-events", "bench")
+		require.NoError(b, err)
+		require.Eventually(b, func() bool { return e.pool(ctx, b, "stock2-events").Processed >= before+k }, 2*time.Minute, 5*time.Millisecond)
+		return time.Since(start)
+	}
+	var sent int64
+	var sending time.Duration
+	startRetry := func() (uuid.UUID, time.Time, int64) {
+		r, err := e.b.RetryFailedEvents(ctx, "stock", failure.RetryRequest{Filter: failure.Filter{Pool: "stock-events", State: failure.StateFailed},
+			Canary: 100, Rate: 2000}, "bench")
+		require.NoError(b, err)
+		require.Eventually(b, func() bool { // past its canary, sending the rest
+			r, err = e.b.GetFailureRetry(ctx, "stock", r.ID)
+			return err == nil && r.State == failure.RetryRunning && r.Sent > 1000
+		}, time.Minute, 10*time.Millisecond, "the retry past its canary")
+		return r.ID, time.Now(), r.Sent
+	}
+	stopRetry := func(id uuid.UUID, t0 time.Time, sent0 int64) {
+		r, err := e.b.CancelFailureRetry(ctx, "stock", id, "bench")
+		require.NoError(b, err)
+		sent += r.Sent - sent0
+		sending += time.Since(t0)
+	}
+	var alone, under time.Duration
+	var kept []float64
+	round := 0
+	for b.Loop() {
+		var a, u time.Duration
+		if round%2 == 0 {
+			a = drain()
+			id, t0, s0 := startRetry()
+			u = drain()
+			stopRetry(id, t0, s0)
+		} else {
+			id, t0, s0 := startRetry()
+			u = drain()
+			stopRetry(id, t0, s0)
+			a = drain()
+		}
+		round++
+		alone, under = alone+a, under+u
+		kept = append(kept, 100*a.Seconds()/u.Seconds())
+	}
+	b.StopTimer()
+	slices.Sort(kept)
+	b.ReportMetric(kept[len(kept)/2], "kept-%")
+	b.ReportMetric(kept[0], "kept-min-%")
+	b.ReportMetric(kept[len(kept)-1], "kept-max-%")
+	b.ReportMetric(float64(sent)/sending.Seconds(), "retry-copies/s")
+	b.ReportMetric(float64(k)*float64(b.N)/alone.Seconds(), "alone-msg/s")
+	b.ReportMetric(float64(k)*float64(b.N)/under.Seconds(), "under-retry-msg/s")
 }

@@ -48,7 +48,7 @@ func TestCreateRetry(t *testing.T) {
 
 	dry, err := s.CreateRetry(ctx, RetryRequest{Filter: Filter{Pool: "o"}, DryRun: true}, "op")
 	require.NoError(t, err)
-	require.Equal(t, "", dry.State)
+	require.Empty(t, dry.State)
 	require.Equal(t, int64(6), dry.Selected)
 	list, err := s.ListRetries(ctx, 0)
 	require.NoError(t, err)

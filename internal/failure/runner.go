@@ -95,6 +95,11 @@ type RunnerConfig struct {
 	ChunkEvery time.Duration
 	// UnhostedTimeout: see RunnerUnhostedTimeoutDefault.
 	UnhostedTimeout time.Duration
+	// ControlFunc, when set, runs the runner's small statements (its idle
+	// poll for an open retry, its lease) on the service's control
+	// session, so that an idle runner holds no pooled connection;
+	// default: on the store's database pool.
+	ControlFunc func(ctx context.Context, fn func(context.Context, lease.Querier) error) error
 }
 
 // RunnerTestSignals are a runner's internal events that tests wait on
@@ -103,6 +108,9 @@ type RunnerTestSignals struct {
 	// ChunkSent fires after a chunk was published and marked sent (value:
 	// the copies published).
 	ChunkSent testsignal.Signal[int]
+	// CanaryWaiting fires each time the runner found canary copies still
+	// waiting for their outcome (value: how many).
+	CanaryWaiting testsignal.Signal[int64]
 }
 
 // Runner sends the retries of one service database, oldest first: one
@@ -130,7 +138,11 @@ func NewRunner(cfg RunnerConfig) (*Runner, error) {
 	cfg.LeaseTTL = cmp.Or(cfg.LeaseTTL, RunnerLeaseTTLDefault)
 	cfg.ChunkEvery = cmp.Or(cfg.ChunkEvery, RunnerChunkEveryDefault)
 	cfg.UnhostedTimeout = cmp.Or(cfg.UnhostedTimeout, RunnerUnhostedTimeoutDefault)
-	l, err := lease.New(lease.Config{Name: RetryLeaseName, TTL: cfg.LeaseTTL, RetryEvery: cfg.LockRetry, DB: cfg.Store.db, Logger: cfg.Logger})
+	if cfg.ControlFunc == nil {
+		db := cfg.Store.db
+		cfg.ControlFunc = func(ctx context.Context, fn func(context.Context, lease.Querier) error) error { return fn(ctx, db) }
+	}
+	l, err := lease.New(lease.Config{Name: RetryLeaseName, TTL: cfg.LeaseTTL, RetryEvery: cfg.LockRetry, DoFunc: cfg.ControlFunc, Logger: cfg.Logger})
 	if err != nil {
 		return nil, fmt.Errorf("failure: runner: %w", err)
 	}
@@ -183,7 +195,12 @@ var (
 func (r *Runner) run(ctx context.Context) {
 	var backoff startstop.Backoff
 	for ctx.Err() == nil {
-		open, err := anyOpenRetry.One(ctx, r.cfg.Store.db, query.NoParams{})
+		var open bool
+		err := r.cfg.ControlFunc(ctx, func(ctx context.Context, q lease.Querier) error {
+			var err error
+			open, err = anyOpenRetry.One(ctx, q, query.NoParams{})
+			return err
+		})
 		if err == nil && !open {
 			backoff.Reset()
 			if !startstop.SleepOrWake(ctx, r.cfg.Poll, r.wake) {
@@ -320,6 +337,7 @@ func (r *Runner) runOne(ctx context.Context, pub *broker.Publisher, rec openRetr
 				log.InfoContext(ctx, "failure: retry's canary passed")
 				break
 			}
+			r.testSignals.CanaryWaiting.Signal(out.Pending)
 			if !startstop.Sleep(ctx, r.cfg.Poll) {
 				return ctx.Err()
 			}
@@ -401,43 +419,53 @@ type sender struct {
 func (s *sender) send(ctx context.Context, canaryOnly bool) (stopped bool, err error) {
 	r := s.r
 	db := r.cfg.Store.db
-	pools, err := unsentPools.All(ctx, db, phaseParams{ID: s.rec.ID, CanaryOnly: canaryOnly})
-	if err != nil {
-		return false, fmt.Errorf("failure: retry %s: pools: %w", s.rec.ID, err)
+	// The queues of the pools met, hosted or not (QueueOf is asked once
+	// per pool and send).
+	type hosting struct {
+		queue string
+		ok    bool
 	}
-	queues := make(map[string]string, len(pools))
-	hosted := make([]string, 0, len(pools))
-	for _, p := range pools {
-		if q, ok := r.cfg.QueueOf(p); ok {
-			queues[p] = q
-			hosted = append(hosted, p)
-		}
-	}
+	queues := map[string]hosting{}
 	var after int64
+	// Pacing is a schedule: each chunk moves the next send time by
+	// len(chunk)/rate, so that a slow chunk (a busy database) is made up
+	// by the next ones; the schedule never lags the clock by more than
+	// one second, so no burst exceeds one second's worth.
+	next := time.Now()
 	for {
 		if err := r.held(ctx); err != nil {
 			return false, err
 		}
-		items, err := nextChunk.All(ctx, db, chunkParams{ID: s.rec.ID, AfterSeq: after, CanaryOnly: canaryOnly, Pools: hosted, Limit: s.chunk})
+		items, err := nextChunk.All(ctx, db, chunkParams{ID: s.rec.ID, AfterSeq: after, CanaryOnly: canaryOnly, Limit: s.chunk})
 		if err != nil {
 			return false, fmt.Errorf("failure: retry %s: next chunk: %w", s.rec.ID, err)
 		}
 		if len(items) == 0 {
 			return false, nil
 		}
-		t0 := time.Now()
 		out := make([]broker.Outgoing, 0, len(items))
-		m := markParams{ID: s.rec.ID, Seqs: make([]int64, len(items)), At: items[0].At}
-		for i, it := range items {
-			m.Seqs[i] = it.Seq
+		m := markParams{ID: s.rec.ID, Seqs: make([]int64, 0, len(items)), At: items[0].At}
+		for _, it := range items {
 			if !it.Found || it.State == StateResolved || it.State == StateDiscarded {
-				continue // settled since the retry was created: marked sent, no copy
+				// Settled since the retry was created (or purged):
+				// marked sent, no copy.
+				m.Seqs = append(m.Seqs, it.Seq)
+				continue
+			}
+			h, met := queues[it.Pool]
+			if !met {
+				h.queue, h.ok = r.cfg.QueueOf(it.Pool)
+				queues[it.Pool] = h
+			}
+			if !h.ok {
+				continue // left unsent for a daemon hosting the pool (checkUnhosted)
 			}
 			msg, err := s.copyOf(&it)
 			if err != nil {
 				return false, err
 			}
-			out = append(out, broker.Outgoing{RoutingKey: queues[it.Pool], Msg: msg})
+			m.Seqs = append(m.Seqs, it.Seq)
+			out = append(out, broker.Outgoing{RoutingKey: h.queue, Msg: msg})
 			m.IDs = append(m.IDs, it.FailureID)
 		}
 		if len(out) > 0 {
@@ -447,6 +475,10 @@ func (s *sender) send(ctx context.Context, canaryOnly bool) (stopped bool, err e
 			if err := errors.Join(errs...); err != nil {
 				return false, fmt.Errorf("failure: retry %s: publish: %w", s.rec.ID, firstErr(errs))
 			}
+		}
+		after = items[len(items)-1].Seq
+		if len(m.Seqs) == 0 {
+			continue // only items of pools not hosted here: no progress to mark
 		}
 		m.Sent = int64(len(out))
 		// Marked even when ctx ended (a stop): the broker confirmed the
@@ -463,12 +495,11 @@ func (s *sender) send(ctx context.Context, canaryOnly bool) (stopped bool, err e
 			s.log.InfoContext(ctx, "failure: retry stopped", slog.String("state", st))
 			return true, nil
 		}
-		after = items[len(items)-1].Seq
 		if len(items) < s.chunk {
-			continue // the next read finds none, or the chunk's skipped items
+			continue // the next read finds none
 		}
-		// Pace: len(items) copies per len(items)/rate seconds.
-		if !startstop.Sleep(ctx, time.Until(t0.Add(time.Duration(len(items))*time.Second/time.Duration(s.rec.Rate)))) {
+		next = later(next, time.Now().Add(-time.Second)).Add(time.Duration(len(items)) * time.Second / time.Duration(s.rec.Rate))
+		if !startstop.Sleep(ctx, time.Until(next)) {
 			return false, ctx.Err()
 		}
 	}
@@ -582,4 +613,11 @@ func amqpValue(v any) any {
 		return out
 	}
 	return v
+}
+
+func later(a, b time.Time) time.Time {
+	if a.After(b) {
+		return a
+	}
+	return b
 }

@@ -155,8 +155,9 @@ const (
 
 // Groups counts the failures f selects by the keys by (Group… constants;
 // GroupReason when empty), largest groups first, each with its first and
-// last failed_at and one example failure (its smallest id). It is one
-// aggregate over the filter's rows: about 0.3 s for a million rows on two
+// last failed_at and one example failure (any one of it). It is one
+// aggregate over the filter's rows, a parallel scan of the table when the
+// filter narrows nothing: 0.6-0.8 s on average for a million rows on two
 // cores (BenchmarkGroupsMillion). Safe for concurrent use.
 func (s *Store) Groups(ctx context.Context, f Filter, by []string) ([]Group, error) {
 	if err := f.validate(); err != nil {

@@ -421,3 +421,19 @@ func TestCounts(t *testing.T) {
 		{Pool: "b", Reason: "permanent", State: "discarded", N: 1},
 	}, c)
 }
+
+// A diff holding escapes (quotes, backslashes) reads back as it was
+// stored.
+func TestEditDiffWithEscapes(t *testing.T) {
+	t.Parallel()
+	db := database(t)
+	s := NewStore(db)
+	ctx := t.Context()
+	id := insert(t, db, row{})
+	_, err := s.EditBody(ctx, id, []byte(`{"note": "a \"quoted\" \\x00 path C:\\tmp\n"}`), "", "op")
+	require.NoError(t, err)
+	_, edits, err := s.Get(ctx, id)
+	require.NoError(t, err)
+	require.Len(t, edits, 1)
+	require.JSONEq(t, `[{"op":"remove","path":"/payload/n"},{"op":"add","path":"/payload/note","value":"a \"quoted\" \\x00 path C:\\tmp\n"}]`, string(edits[0].Diff))
+}

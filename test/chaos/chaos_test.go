@@ -163,8 +163,8 @@ func runChaosExactlyOnce(t *testing.T, partitioned bool) {
 	a.stop()
 
 	r := e.check(pl, sd)
-	if listed != r.FailureCopies {
-		r.Problem("ListFailedMessages listed %d messages, the failure queues then held %d (reading must lose nothing)", listed, r.FailureCopies)
+	if listed != r.FailedRows {
+		r.Problem("ListFailedMessages listed %d messages, the failure stores then held %d rows in state failed (reading must lose nothing)", listed, r.FailedRows)
 	}
 	if n := stats.returned.Load(); n > 0 {
 		r.Problem("%d published messages were unroutable", n)
@@ -179,8 +179,8 @@ func runChaosExactlyOnce(t *testing.T, partitioned bool) {
 	summary := fmt.Sprintf("faults: %d, events: %d, deliveries: %d, duplicates skipped: %d, applied twice: %d, lost: %d, bad inputs quarantined: %d/%d",
 		c.faults, r.Events, r.Applied+int(m.duplicate), int(m.duplicate), r.Twice, r.Lost, r.BadQuarantined, r.BadTotal)
 	t.Log("chaos: " + summary)
-	t.Logf("chaos: copies sent: %d originals, %d relay republishes, %d replays, %d resent after broker failures; duplicates by source (metrics): %v; retried (metrics): %d; purged %v; failure-queue copies %d; wrong %d, unexpected %d",
-		stats.originals.Load(), stats.republished.Load(), stats.replayed.Load(), stats.resent.Load(), m.dupBySource, int(m.retried), c.purged, r.FailureCopies, r.Wrong, r.Unexpected)
+	t.Logf("chaos: copies sent: %d originals, %d relay republishes, %d replays, %d resent after broker failures; duplicates by source (metrics): %v; retried (metrics): %d; purged %v; failure rows %d (copies %d); wrong %d, unexpected %d",
+		stats.originals.Load(), stats.republished.Load(), stats.replayed.Load(), stats.resent.Load(), m.dupBySource, int(m.retried), c.purged, r.FailureRows, r.FailureCopies, r.Wrong, r.Unexpected)
 }
 
 // waitPools waits until every pool of d is in state want.
@@ -755,7 +755,7 @@ func (c *chaos) lookups(pl *plan) {
 	}
 }
 
-// listFailed lists both failure queues through the admin API (read token)
+// listFailed lists both pools' failures through the admin API (read token)
 // and returns how many messages it saw.
 func (c *chaos) listFailed() int {
 	t := c.t

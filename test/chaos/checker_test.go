@@ -71,9 +71,10 @@ func (e *env) recorded(db string, t0 time.Time) (int, error) {
 	return e.count(db, `SELECT count(*) FROM processed_event WHERE processed_at >= $1`, t0)
 }
 
-// quiesce waits until every good event is recorded, every bad input is in
-// a failure queue and no other queue holds a message (ready, unacked, or
-// waiting in a retry queue).
+// quiesce waits until every good event is recorded, every bad input is a
+// row of its service's failure store in state failed with none retrying
+// or parked, and no queue holds a message (ready, unacked, or waiting in a
+// retry queue).
 func (e *env) quiesce(pl *plan, t0 time.Time, timeout time.Duration) (string, bool) {
 	nStock, nShip := pl.count(evPlaced), pl.count(evStatusChanged)
 	badStock := 0
@@ -87,19 +88,19 @@ func (e *env) quiesce(pl *plan, t0 time.Time, timeout time.Duration) (string, bo
 	ok := waitUntil(timeout, func() bool {
 		s, err1 := e.recorded(e.stockDB, t0)
 		h, err2 := e.recorded(e.shipDB, t0)
-		fs, err3 := e.queueDepth(e.stockQ + ".failed")
-		fh, err4 := e.queueDepth(e.shipQ + ".failed")
+		fs, ms, err3 := e.failureStates(e.stockDB)
+		fh, mh, err4 := e.failureStates(e.shipDB)
 		qs, err5 := e.queueDepth(e.stockQ)
 		qh, err6 := e.queueDepth(e.shipQ)
-		last = fmt.Sprintf("recorded %d/%d stock, %d/%d shipping; failed %d/%d, %d/%d; queued %d, %d",
-			s, nStock, h, nShip, fs, badStock, fh, badShip, qs, qh)
+		last = fmt.Sprintf("recorded %d/%d stock, %d/%d shipping; failed %d/%d, %d/%d (retrying or parked %d, %d); queued %d, %d",
+			s, nStock, h, nShip, fs, badStock, fh, badShip, ms, mh, qs, qh)
 		for _, err := range []error{err1, err2, err3, err4, err5, err6} {
 			if err != nil {
 				last += "; " + err.Error()
 				return false
 			}
 		}
-		if s < nStock || h < nShip || fs < badStock || fh < badShip || qs > 0 || qh > 0 {
+		if s < nStock || h < nShip || fs < badStock || fh < badShip || ms > 0 || mh > 0 || qs > 0 || qh > 0 {
 			return false
 		}
 		left, err := e.leftovers()
@@ -114,6 +115,16 @@ func (e *env) quiesce(pl *plan, t0 time.Time, timeout time.Duration) (string, bo
 		return true
 	})
 	return last, ok
+}
+
+// failureStates counts the rows of a service database's failure store in
+// state failed, and those still in motion (retrying or parked).
+func (e *env) failureStates(db string) (failed, moving int, err error) {
+	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
+	defer cancel()
+	err = e.db(db).QueryRow(ctx, `SELECT count(*) FILTER (WHERE state = 'failed'),
+		count(*) FILTER (WHERE state IN ('retrying', 'parked')) FROM platform.failed_event`).Scan(&failed, &moving)
+	return failed, moving, err
 }
 
 // queueDepth returns a queue's ready messages.
@@ -134,8 +145,9 @@ func (e *env) queueDepth(name string) (int, error) {
 	return q.Messages, nil
 }
 
-// leftovers lists every queue of the vhost but the failure queues that
-// still holds a message (ready or unacknowledged).
+// leftovers lists every queue of the vhost that still holds a message
+// (ready or unacknowledged): failures are rows of the failure store, so no
+// queue is exempt.
 func (e *env) leftovers() (map[string]int, error) {
 	out, err := e.ctl("list_queues", "-p", e.vhost, "--quiet", "--no-table-headers", "name", "messages")
 	if err != nil {
@@ -144,7 +156,7 @@ func (e *env) leftovers() (map[string]int, error) {
 	left := map[string]int{}
 	for _, line := range strings.Split(out, "\n") {
 		f := strings.Fields(line)
-		if len(f) != 2 || strings.HasSuffix(f[0], ".failed") {
+		if len(f) != 2 {
 			continue
 		}
 		if n, err := strconv.Atoi(f[1]); err == nil && n > 0 {
@@ -154,7 +166,7 @@ func (e *env) leftovers() (map[string]int, error) {
 	return left, nil
 }
 
-// check reads the databases and the failure queues (every daemon must be
+// check reads the databases and their failure stores (every daemon must be
 // stopped) and compares them with what was sent, through the suite's
 // exactly-once checker (package exactly).
 func (e *env) check(pl *plan, sd *seeds) *exactly.Report {
@@ -228,29 +240,29 @@ func (e *env) check(pl *plan, sd *seeds) *exactly.Report {
 	}
 	r.Close()
 
-	// Failure queues: every bad input, with its reason; nothing else.
-	conn, err := e.dialAMQP()
-	if err != nil {
-		t.Fatalf("read failure queues: %v", err)
-	}
-	defer conn.Close()
-	msgs, err := exactly.DrainFailed(conn, e.stockQ, e.shipQ)
-	if err != nil {
-		t.Fatalf("read failure queues: %v", err)
+	// Failure stores: every bad input one row, with its reason; nothing
+	// else.
+	var rows []exactly.Failed
+	for _, db := range []string{e.stockDB, e.shipDB} {
+		f, err := exactly.ReadFailed(ctx, e.db(db), db)
+		if err != nil {
+			t.Fatalf("read failure store: %v", err)
+		}
+		rows = append(rows, f...)
 	}
 	bad := make([]exactly.Bad, len(pl.bad))
 	for i, b := range pl.bad {
-		pool := poolStock
+		pool, db := poolStock, e.stockDB
 		if b.queue == e.shipQ {
-			pool = poolShip
+			pool, db = poolShip, e.shipDB
 		}
-		bad[i] = exactly.Bad{Kind: b.kind, Body: b.body, Queue: b.queue, Pool: pool, Reason: b.reason, RoutingKey: b.rk}
+		bad[i] = exactly.Bad{Kind: b.kind, Body: b.body, DB: db, Pool: pool, Reason: b.reason, RoutingKey: b.rk}
 	}
 	goods := map[uuid.UUID]bool{}
 	for _, g := range pl.goods {
 		goods[g.id] = true
 	}
-	exactly.Quarantined(r, bad, msgs, goods, e.secretList())
+	exactly.Quarantined(r, bad, rows, goods, e.secretList())
 
 	left, err := e.leftovers()
 	if err != nil {

@@ -314,8 +314,8 @@ func TestChaosBrokerCluster(t *testing.T) {
 		len(took), median(took).Round(time.Millisecond), maxOf(took).Round(time.Millisecond))
 	t.Log("chaos: cluster: " + summary)
 	t.Log("chaos: cluster: failover by kind of loss: " + strings.Join(perKind, "; "))
-	t.Logf("chaos: cluster: copies sent: %d originals, %d relay republishes, %d replays, %d resent after broker failures; duplicates by source (metrics): %v; retried (metrics): %d; failure-queue copies %d",
-		stats.originals.Load(), stats.republished.Load(), stats.replayed.Load(), stats.resent.Load(), m.dupBySource, int(m.retried), r.FailureCopies)
+	t.Logf("chaos: cluster: copies sent: %d originals, %d relay republishes, %d replays, %d resent after broker failures; duplicates by source (metrics): %v; retried (metrics): %d; failure rows %d (copies %d)",
+		stats.originals.Load(), stats.republished.Load(), stats.replayed.Load(), stats.resent.Load(), m.dupBySource, int(m.retried), r.FailureRows, r.FailureCopies)
 }
 
 func median(d []time.Duration) time.Duration {

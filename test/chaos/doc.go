@@ -8,9 +8,9 @@
 // PostgreSQL backends, a PostgreSQL restart (CHAOS_PG_RESTART=1), a network
 // black hole between a daemon and its databases (an in-process TCP proxy),
 // pause/resume and purges through the admin API, and bad input interleaved
-// with the good. A checker then reads the databases and the failure queues
-// and asserts that every good event was applied exactly once and every bad
-// one quarantined with its reason.
+// with the good. A checker then reads the databases and their failure
+// stores (platform.failed_event) and asserts that every good event was
+// applied exactly once and every bad one stored once with its reason.
 //
 // Each test has its own RabbitMQ vhost, databases, exchange, queues and
 // ports, so forced closes and terminated sessions hit only that test: the

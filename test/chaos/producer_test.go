@@ -44,13 +44,14 @@ type goodEvent struct {
 	status  string
 }
 
-// badInput is one message that must end in a failure queue.
+// badInput is one message that must end as a row of its service's failure
+// store.
 type badInput struct {
 	kind    string
 	rk      string
 	body    []byte
 	reason  string
-	queue   string    // failure queue's pool queue
+	queue   string    // its pool's queue (stock or shipping)
 	eventID uuid.UUID // set when the body carries a valid id: it must never be recorded
 	orderID uuid.UUID // set for a stock order that must never be reserved
 	headers amqp.Table

@@ -168,7 +168,7 @@ func (e *env) deleteBrokerObjects() {
 		return
 	}
 	for _, q := range []string{e.stockQueue, e.shipQueue} {
-		for _, n := range []string{q, q + ".failed", q + ".retry.1s"} {
+		for _, n := range []string{q, q + ".retry.1s"} {
 			_, _ = ch.QueueDelete(n, false, false, false)
 		}
 	}
@@ -297,19 +297,26 @@ func (e *env) publish(name string, payload any, id uuid.UUID) uuid.UUID {
 	require.NoError(e.t, err)
 	body, err := envelope.Encode(envelope.Envelope{EventID: id, EventName: name, OccurredAt: time.Now().UTC(), Payload: raw})
 	require.NoError(e.t, err)
+	e.publishRaw(name, body)
+	return id
+}
+
+// publishRaw sends body as it is (a message that may not decode) with
+// routing key key, confirmed.
+func (e *env) publishRaw(key string, body []byte) {
+	e.t.Helper()
 	conn, err := amqp.Dial(amqpURL())
 	require.NoError(e.t, err)
 	defer conn.Close()
 	ch, err := conn.Channel()
 	require.NoError(e.t, err)
 	require.NoError(e.t, ch.Confirm(false))
-	dc, err := ch.PublishWithDeferredConfirmWithContext(context.Background(), e.exchange, name, true, false,
+	dc, err := ch.PublishWithDeferredConfirmWithContext(context.Background(), e.exchange, key, true, false,
 		amqp.Publishing{ContentType: "application/json", DeliveryMode: amqp.Persistent, Body: body})
 	require.NoError(e.t, err)
 	ok, err := dc.WaitContext(context.Background())
 	require.NoError(e.t, err)
 	require.True(e.t, ok, "publish not confirmed")
-	return id
 }
 
 // order returns a valid order.order.placed.v1 payload.
@@ -353,6 +360,58 @@ func processed(t testing.TB, dsn string, id uuid.UUID) bool {
 	require.NoError(t, db.QueryRow(context.Background(),
 		`SELECT EXISTS (SELECT 1 FROM processed_event WHERE event_id = $1)`, id).Scan(&ok))
 	return ok
+}
+
+// failedEvent is a row of platform.failed_event as the tests read it.
+type failedEvent struct {
+	ID uuid.UUID
+	// EventID is uuid.Nil when the body did not decode.
+	EventID                  uuid.UUID
+	Pool, Reason, State      string
+	ResolvedBy               string
+	Edited                   bool
+	EditedBody, OriginalBody []byte
+}
+
+// failedEvents returns the rows of the service database's failure store,
+// oldest first.
+func failedEvents(t testing.TB, dsn string) []failedEvent {
+	t.Helper()
+	db, err := pgxpool.New(context.Background(), dsn)
+	require.NoError(t, err)
+	defer db.Close()
+	rows, err := db.Query(context.Background(), `SELECT id, coalesce(event_id, '00000000-0000-0000-0000-000000000000'), pool,
+		reason, state, coalesce(resolved_by, ''), edited_body IS NOT NULL, coalesce(edited_body, ''::bytea), body
+		FROM platform.failed_event ORDER BY first_failed_at, id`)
+	require.NoError(t, err)
+	defer rows.Close()
+	var out []failedEvent
+	for rows.Next() {
+		var f failedEvent
+		require.NoError(t, rows.Scan(&f.ID, &f.EventID, &f.Pool, &f.Reason, &f.State, &f.ResolvedBy, &f.Edited, &f.EditedBody, &f.OriginalBody))
+		out = append(out, f)
+	}
+	require.NoError(t, rows.Err())
+	return out
+}
+
+// waitFailedEvents waits (a bounded poll: the store is another process's
+// state) until the service database holds n failures in state, and returns
+// every row.
+func (e *env) waitFailedEvents(dsn string, n int, state string) []failedEvent {
+	e.t.Helper()
+	var rows []failedEvent
+	require.Eventually(e.t, func() bool {
+		rows = failedEvents(e.t, dsn)
+		k := 0
+		for _, r := range rows {
+			if r.State == state {
+				k++
+			}
+		}
+		return k == n
+	}, 30*time.Second, 50*time.Millisecond, "%d failures %s in the store: %+v", n, state, &rows)
+	return rows
 }
 
 // auditActions returns "actor action target" of the service's audit log,

@@ -69,7 +69,7 @@ func TestConsoleShots(t *testing.T) {
 	_, _ = ops.post("/services/stock/purge", url.Values{"dry_run": {"1"}})
 	_, _ = ops.post("/pools/"+e.stockPool+"/retry", url.Values{"event_id": {old1.String()}, "override": {"1"}, "confirm": {"override"}})
 	require.Eventually(t, func() bool { return processed(t, e.stockDSN, old1) }, 30*time.Second, 50*time.Millisecond)
-	require.Eventually(t, func() bool { n, _ := queueState(t, e.stockQueue+".failed"); return n == 2 }, 30*time.Second, 50*time.Millisecond)
+	stored := e.waitFailedEvents(e.stockDSN, 2, "failed")
 
 	shoot := func(name, path string, prepare ...chromedp.Action[chromedp.Void]) {
 		for _, w := range []struct {
@@ -95,6 +95,14 @@ func TestConsoleShots(t *testing.T) {
 	shoot("service", "/services/stock", chromedp.Click(chromedp.CSS("#dry-run-button")), chromedp.WaitVisible(chromedp.CSS("#dry-run")))
 	shoot("lookup", "/lookup?event_id="+old1.String())
 	shoot("audit", "/audit")
+	shoot("failures", "/services/stock/failures")
+	shoot("failure-list", "/services/stock/failures/events?state=any")
+	for _, f := range stored {
+		if f.State == "failed" {
+			shoot("failure", "/failures/"+f.ID.String())
+			break
+		}
+	}
 }
 
 func itoa(n int64) string { b, _ := json.Marshal(n); return string(b) }

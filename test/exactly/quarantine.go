@@ -8,62 +8,89 @@ import (
 	"time"
 
 	"github.com/google/uuid"
-	amqp "github.com/rabbitmq/amqp091-go"
 )
 
-// Bad is one bad input sent: it must end in its pool's failure queue.
+// StateFailed is the state of a failure left for an operator, the state a
+// bad input's row must end in.
+const StateFailed = "failed"
+
+// Bad is one bad input sent: it must end as one row of its pool's failure
+// store (platform.failed_event of its service database).
 type Bad struct {
 	// Kind names it in problems.
 	Kind string
-	// Body is what was published (it identifies the copy).
+	// Body is what was published (it identifies the row: the store keeps
+	// the body byte for byte).
 	Body []byte
-	// Queue is the pool's queue: the copy belongs in Queue + ".failed".
-	Queue string
-	// Pool is the pool's name (header x-pool).
+	// DB is the service database whose failure store must hold it ("":
+	// any of those read).
+	DB string
+	// Pool is the pool's name (column pool).
 	Pool string
-	// Reason is the failure reason wanted (header x-failure-reason).
+	// Reason is the failure reason wanted (column reason).
 	Reason string
-	// RoutingKey is what it was published with (x-original-routing-key).
+	// RoutingKey is what it was published with (column routing_key).
 	RoutingKey string
 }
 
-// Failed is one message read from a failure queue.
+// Failed is one row of a service database's failure store, as ReadFailed
+// reads it.
 type Failed struct {
-	// Queue is the pool's queue (the failure queue without ".failed").
-	Queue   string
-	Body    []byte
-	Headers amqp.Table
+	// DB is the service database it was read from.
+	DB                      string
+	Pool                    string
+	EventID                 *uuid.UUID // nil when the body did not decode
+	RoutingKey              string
+	Body                    []byte
+	Reason, Error, State    string
+	Attempt, Copies         int
+	FirstFailedAt, FailedAt time.Time
 }
 
-// Quarantined checks the failure queues' messages (msgs, every one read)
-// against bad: each bad input is there, in its pool's failure queue, with
-// its reason, pool, routing key, a non-empty x-error carrying no secret,
-// an RFC 3339 x-failed-at and an x-attempt; a good event (goods) or an
-// unknown message there is a problem. It sets FailureCopies and counts
-// BadQuarantined.
-func Quarantined(r *Report, bad []Bad, msgs []Failed, goods map[uuid.UUID]bool, secrets []string) {
-	r.FailureCopies = len(msgs)
+// Quarantined checks the failure stores' rows (rows, every one read)
+// against bad: each bad input is there as one row (its redelivered or
+// republished copies add to copies, never a second row), in its database
+// and pool, in state failed, with its reason and routing key, its body
+// byte for byte, a non-empty error carrying no secret and its times set; a
+// good event (goods) or an unknown row there is a problem. It sets
+// FailureRows, FailureCopies and StateFailed and counts BadQuarantined.
+func Quarantined(r *Report, bad []Bad, rows []Failed, goods map[uuid.UUID]bool, secrets []string) {
+	r.FailureRows = len(rows)
+	r.FailureCopies, r.FailedRows = 0, 0
 	byBody := map[string]int{}
 	for i, b := range bad {
 		byBody[string(b.Body)] = i
 	}
 	seen := make([]int, len(bad))
-	for _, m := range msgs {
+	for _, m := range rows {
+		r.FailureCopies += m.Copies
+		if m.State == StateFailed {
+			r.FailedRows++
+		}
 		i, ok := byBody[string(m.Body)]
 		if !ok {
-			var w struct {
-				EventID string `json:"event_id"`
+			id := m.EventID
+			if id == nil {
+				var w struct {
+					EventID string `json:"event_id"`
+				}
+				_ = json.Unmarshal(m.Body, &w)
+				if u, err := uuid.Parse(w.EventID); err == nil {
+					id = &u
+				}
 			}
-			_ = json.Unmarshal(m.Body, &w)
-			if id, err := uuid.Parse(w.EventID); err == nil && goods[id] {
-				r.Problem("good event %s in %s.failed: reason %v, error %v", id, m.Queue, m.Headers["x-failure-reason"], m.Headers["x-error"])
+			if id != nil && goods[*id] {
+				r.Problem("good event %s in the failure store of %s (pool %s): reason %s, state %s, error %s", *id, m.DB, m.Pool, m.Reason, m.State, m.Error)
 			} else {
-				r.Problem("unknown message in %s.failed (%d bytes): reason %v", m.Queue, len(m.Body), m.Headers["x-failure-reason"])
+				r.Problem("unknown failure in the failure store of %s (pool %s, %d bytes): reason %s, state %s", m.DB, m.Pool, len(m.Body), m.Reason, m.State)
 			}
 			continue
 		}
 		b := bad[i]
 		seen[i]++
+		if seen[i] == 2 {
+			r.Problem("bad input %q stored in more than one row: a copy of a failure adds to its row's copies", b.Kind)
+		}
 		if p := quarantineProblem(b, m, secrets); p != "" {
 			r.Problems = append(r.Problems, p)
 		} else if seen[i] == 1 {
@@ -78,47 +105,41 @@ func Quarantined(r *Report, bad []Bad, msgs []Failed, goods map[uuid.UUID]bool, 
 	}
 	slices.Sort(notFound)
 	if len(notFound) > 0 {
-		r.Problem("bad inputs missing from the failure queues: %s", strings.Join(notFound, ", "))
+		r.Problem("bad inputs missing from the failure store: %s", strings.Join(notFound, ", "))
 	}
 }
 
-// quarantineProblem is what is wrong with bad input b's copy m, or "".
+// quarantineProblem is what is wrong with bad input b's row m, or "".
 func quarantineProblem(b Bad, m Failed, secrets []string) string {
-	h := m.Headers
 	switch {
-	case m.Queue != b.Queue:
-		return fmt.Sprintf("bad input %q in %s.failed, want %s.failed", b.Kind, m.Queue, b.Queue)
-	case h["x-failure-reason"] != b.Reason:
-		return fmt.Sprintf("bad input %q quarantined with reason %v (error %v), want %s", b.Kind, h["x-failure-reason"], h["x-error"], b.Reason)
-	case h["x-pool"] != b.Pool:
-		return fmt.Sprintf("bad input %q: x-pool %v, want %s", b.Kind, h["x-pool"], b.Pool)
-	case h["x-original-routing-key"] != b.RoutingKey:
-		return fmt.Sprintf("bad input %q: x-original-routing-key %v, want %s", b.Kind, h["x-original-routing-key"], b.RoutingKey)
-	}
-	errText, _ := h["x-error"].(string)
-	at, _ := h["x-failed-at"].(string)
-	if errText == "" {
-		return fmt.Sprintf("bad input %q: empty x-error", b.Kind)
-	}
-	if at == "" {
-		return fmt.Sprintf("bad input %q: no x-failed-at", b.Kind)
-	}
-	if _, err := time.Parse(time.RFC3339, at); err != nil {
-		return fmt.Sprintf("bad input %q: x-failed-at %q is not RFC 3339", b.Kind, at)
-	}
-	if _, ok := h["x-attempt"]; !ok {
-		return fmt.Sprintf("bad input %q: no x-attempt", b.Kind)
+	case b.DB != "" && m.DB != b.DB:
+		return fmt.Sprintf("bad input %q in the failure store of %s, want %s", b.Kind, m.DB, b.DB)
+	case m.Pool != b.Pool:
+		return fmt.Sprintf("bad input %q: pool %s, want %s", b.Kind, m.Pool, b.Pool)
+	case m.Reason != b.Reason:
+		return fmt.Sprintf("bad input %q stored with reason %s (error %s), want %s", b.Kind, m.Reason, m.Error, b.Reason)
+	case m.State != StateFailed:
+		return fmt.Sprintf("bad input %q in state %s, want %s", b.Kind, m.State, StateFailed)
+	case m.RoutingKey != b.RoutingKey:
+		return fmt.Sprintf("bad input %q: routing_key %s, want %s", b.Kind, m.RoutingKey, b.RoutingKey)
+	case m.Error == "":
+		return fmt.Sprintf("bad input %q: empty error", b.Kind)
+	case m.Copies < 1:
+		return fmt.Sprintf("bad input %q: copies %d", b.Kind, m.Copies)
+	case m.FirstFailedAt.IsZero() || m.FailedAt.Before(m.FirstFailedAt):
+		return fmt.Sprintf("bad input %q: failed at %s, first failed at %s", b.Kind, m.FailedAt, m.FirstFailedAt)
 	}
 	for _, sec := range secrets {
-		if strings.Contains(errText, sec) {
-			return fmt.Sprintf("bad input %q: x-error carries a secret", b.Kind)
+		if strings.Contains(m.Error, sec) {
+			return fmt.Sprintf("bad input %q: its error carries a secret", b.Kind)
 		}
 	}
 	return ""
 }
 
-// Leftovers reports every queue (but the failure queues) that still holds
-// messages once the daemons stopped: left maps a queue to its count.
+// Leftovers reports every queue that still holds messages once the
+// daemons stopped (failures are rows, not messages): left maps a queue to
+// its count.
 func Leftovers(r *Report, left map[string]int) {
 	for q, n := range left {
 		r.Problem("queue %s still holds %d messages after the daemons stopped", q, n)

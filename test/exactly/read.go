@@ -6,7 +6,6 @@ import (
 
 	"github.com/google/uuid"
 	"github.com/jackc/pgx/v5"
-	amqp "github.com/rabbitmq/amqp091-go"
 )
 
 // Querier is what the readers need of a connection or pool (*pgx.Conn,
@@ -46,27 +45,25 @@ func ReadIDs(ctx context.Context, q Querier, query string, args ...any) (map[uui
 	return set, nil
 }
 
-// DrainFailed reads and acknowledges every message of the failure queues
-// of queues (<queue>.failed), at the very end: nothing consumes them any
-// more.
-func DrainFailed(conn *amqp.Connection, queues ...string) ([]Failed, error) {
-	ch, err := conn.Channel()
+// ReadFailed reads every row of a service database's failure store
+// (platform.failed_event), in every state, oldest first; db names the
+// database in problems.
+func ReadFailed(ctx context.Context, q Querier, db string) ([]Failed, error) {
+	rows, err := q.Query(ctx, `SELECT pool, event_id, routing_key, body, reason, error, state, attempt, copies,
+		first_failed_at, failed_at FROM platform.failed_event ORDER BY id`)
 	if err != nil {
-		return nil, fmt.Errorf("drain failure queues: %w", err)
+		return nil, fmt.Errorf("read the failure store of %s: %w", db, err)
 	}
-	defer ch.Close()
 	var out []Failed
-	for _, q := range queues {
-		for {
-			d, ok, err := ch.Get(q+".failed", true)
-			if err != nil {
-				return nil, fmt.Errorf("get %s.failed: %w", q, err)
-			}
-			if !ok {
-				break
-			}
-			out = append(out, Failed{Queue: q, Body: d.Body, Headers: d.Headers})
-		}
+	var f Failed
+	if _, err := pgx.ForEachRow(rows, []any{&f.Pool, &f.EventID, &f.RoutingKey, &f.Body, &f.Reason, &f.Error, &f.State,
+		&f.Attempt, &f.Copies, &f.FirstFailedAt, &f.FailedAt}, func() error {
+		f.DB = db
+		out = append(out, f)
+		f = Failed{}
+		return nil
+	}); err != nil {
+		return nil, fmt.Errorf("read the failure store of %s: %w", db, err)
 	}
 	return out, nil
 }

@@ -27,11 +27,17 @@ type Report struct {
 	Unexpected int
 	// BadTotal is how many bad inputs were sent (the test sets it).
 	BadTotal int
-	// BadQuarantined counts bad inputs found in their failure queue with
-	// everything right.
+	// BadQuarantined counts bad inputs found as their row of the failure
+	// store with everything right.
 	BadQuarantined int
-	// FailureCopies is how many messages the failure queues held.
+	// FailureRows is how many rows the failure stores held (every state).
+	FailureRows int
+	// FailureCopies is how many failed copies those rows count (a
+	// redelivered or republished failure adds to its row's copies).
 	FailureCopies int
+	// FailedRows is how many of those rows are in state failed: what
+	// ListFailedMessages must list.
+	FailedRows int
 	// Problems are every rule broken, one sentence each.
 	Problems []string
 

@@ -5,7 +5,6 @@ import (
 	"time"
 
 	"github.com/google/uuid"
-	amqp "github.com/rabbitmq/amqp091-go"
 	"github.com/stretchr/testify/require"
 	"go.uber.org/goleak"
 )
@@ -41,28 +40,51 @@ func TestReportFindsEveryBreak(t *testing.T) {
 	require.True(t, clean.OK(), clean.Problems)
 }
 
-// A bad input is quarantined only with every header right; a good event in
-// a failure queue, or a bad input missing, is a problem.
+// A bad input is quarantined only as one row with everything right; a good
+// event in a failure store, a bad input stored twice or in the wrong
+// database, state or pool, or missing, is a problem.
 func TestQuarantined(t *testing.T) {
 	t.Parallel()
 	good := uuid.New()
 	bad := []Bad{
-		{Kind: "ok", Body: []byte("1"), Queue: "q", Pool: "p", Reason: "decode", RoutingKey: "rk"},
-		{Kind: "secret", Body: []byte("2"), Queue: "q", Pool: "p", Reason: "decode", RoutingKey: "rk"},
-		{Kind: "missing", Body: []byte("3"), Queue: "q", Pool: "p", Reason: "decode", RoutingKey: "rk"},
+		{Kind: "ok", Body: []byte("1"), DB: "db", Pool: "p", Reason: "decode", RoutingKey: "rk"},
+		{Kind: "secret", Body: []byte("2"), DB: "db", Pool: "p", Reason: "decode", RoutingKey: "rk"},
+		{Kind: "missing", Body: []byte("3"), DB: "db", Pool: "p", Reason: "decode", RoutingKey: "rk"},
+		{Kind: "twice", Body: []byte("4"), DB: "db", Pool: "p", Reason: "decode", RoutingKey: "rk"},
+		{Kind: "elsewhere", Body: []byte("5"), DB: "db", Pool: "p", Reason: "decode", RoutingKey: "rk"},
+		{Kind: "resolved", Body: []byte("6"), DB: "db", Pool: "p", Reason: "decode", RoutingKey: "rk"},
+		{Kind: "copies", Body: []byte("7"), DB: "db", Pool: "p", Reason: "decode", RoutingKey: "rk"},
 	}
-	hdr := func(errText string) amqp.Table {
-		return amqp.Table{"x-failure-reason": "decode", "x-pool": "p", "x-original-routing-key": "rk", "x-error": errText,
-			"x-failed-at": time.Now().UTC().Format(time.RFC3339), "x-attempt": int32(1)}
+	now := time.Now()
+	row := func(body, errText string) Failed {
+		return Failed{DB: "db", Pool: "p", RoutingKey: "rk", Body: []byte(body), Reason: "decode", Error: errText, State: StateFailed,
+			Copies: 1, FirstFailedAt: now, FailedAt: now}
 	}
+	elsewhere, resolved, copies := row("5", "x"), row("6", "x"), row("7", "x")
+	elsewhere.DB = "other"
+	resolved.State = "resolved"
+	copies.Copies = 3
+	goodRow := row(`{"event_id":"`+good.String()+`"}`, "x")
+	goodRow.EventID = &good
 	r := &Report{}
 	Quarantined(r, bad, []Failed{
-		{Queue: "q", Body: []byte("1"), Headers: hdr("bad json")},
-		{Queue: "q", Body: []byte("2"), Headers: hdr("token hunter2")},
-		{Queue: "q", Body: []byte(`{"event_id":"` + good.String() + `"}`), Headers: hdr("x")},
+		row("1", "bad json"),
+		row("2", "token hunter2"),
+		goodRow,
+		row("4", "x"), row("4", "x"),
+		elsewhere,
+		resolved,
+		copies,
 	}, map[uuid.UUID]bool{good: true}, []string{"hunter2"})
-	require.Equal(t, 1, r.BadQuarantined)
-	require.Equal(t, 3, r.FailureCopies)
-	require.Len(t, r.Problems, 3, r.Problems)
-	require.Contains(t, r.Problems, "bad inputs missing from the failure queues: missing")
+	require.Equal(t, 3, r.BadQuarantined, "ok, twice (its first row), copies")
+	require.Equal(t, 8, r.FailureRows)
+	require.Equal(t, 10, r.FailureCopies)
+	require.Equal(t, 7, r.FailedRows)
+	require.Len(t, r.Problems, 6, r.Problems)
+	require.Contains(t, r.Problems, `bad input "secret": its error carries a secret`)
+	require.Contains(t, r.Problems, "good event "+good.String()+" in the failure store of db (pool p): reason decode, state failed, error x")
+	require.Contains(t, r.Problems, `bad input "twice" stored in more than one row: a copy of a failure adds to its row's copies`)
+	require.Contains(t, r.Problems, `bad input "elsewhere" in the failure store of other, want db`)
+	require.Contains(t, r.Problems, `bad input "resolved" in state resolved, want failed`)
+	require.Contains(t, r.Problems, "bad inputs missing from the failure store: missing")
 }

@@ -27,8 +27,8 @@ const BrokerCostEnv = "PLATFORMD_BROKER_COST"
 // hundred pools without putting 600 Raft groups on a node others use.
 const BrokerCostTypesEnv = "PLATFORMD_BROKER_COST_TYPES"
 
-// TestBrokerCostPerPool declares N pools' topology (a queue, the sample's
-// four retry queues, a failure queue) as classic then as quorum queues,
+// TestBrokerCostPerPool declares N pools' topology (a queue and the
+// sample's four retry queues; failures are rows, not a queue) as classic then as quorum queues,
 // and reports the declare time and the broker's memory growth per pool
 // (rabbitmqctl status, node-wide: noisy on a shared node), then deletes
 // them.
@@ -53,13 +53,20 @@ func TestBrokerCostPerPool(t *testing.T) {
 			topo := broker.Topology{Exchange: "tenants.cost." + suffix, Queue: fmt.Sprintf("tenants.cost.%s.%s.%03d", typ, suffix, i),
 				QueueType: typ, Bindings: []string{"tenants.cost.v1"}, RetryDelays: delays}
 			require.NoError(t, topo.Declare(ch))
-			queues = append(queues, topo.Queue, broker.FailedQueue(topo.Queue))
+			queues = append(queues, topo.Queue)
 			for _, d := range delays {
 				queues = append(queues, broker.RetryQueue(topo.Queue, d))
 			}
 		}
 		took := time.Since(start)
 		after := brokerMemory(t)
+		// No failure queue: failures are rows of the service database.
+		probe, err := conn.Channel() // a failed passive declare closes its channel
+		require.NoError(t, err)
+		_, err = probe.QueueDeclarePassive(broker.FailedQueue(queues[0]), true, false, false, false, nil)
+		var amqpErr *amqp.Error
+		require.ErrorAs(t, err, &amqpErr, "%s is declared", broker.FailedQueue(queues[0]))
+		require.Equal(t, amqp.NotFound, amqpErr.Code)
 		t.Logf("%d %s pools: %d queues declared in %s (%s per pool); broker memory %+.1f MiB (%.2f MiB per pool)",
 			n, typ, len(queues), took.Round(time.Millisecond), (took / time.Duration(n)).Round(time.Microsecond),
 			float64(after-before)/(1<<20), float64(after-before)/(1<<20)/float64(n))

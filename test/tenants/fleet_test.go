@@ -269,15 +269,16 @@ func (f *fleet) settle(ids []uuid.UUID, timeout time.Duration) (refused int) {
 	}
 }
 
-// queued lists the fleet's queues, but the failure queues, that hold a
-// message (ready or unacknowledged), from rabbitmqctl.
+// queued lists the fleet's queues that hold a message (ready or
+// unacknowledged), from rabbitmqctl: failures are rows of the failure
+// store, so no queue is exempt.
 func (f *fleet) queued() map[string]int {
 	out, err := exec.Command("rabbitmqctl", "list_queues", "--quiet", "--no-table-headers", "name", "messages").Output()
 	require.NoError(f.t, err, "rabbitmqctl list_queues")
 	left := map[string]int{}
 	for line := range strings.SplitSeq(string(out), "\n") {
 		fs := strings.Fields(line)
-		if len(fs) != 2 || !strings.HasPrefix(fs[0], "tenants."+f.suffix+".") || strings.HasSuffix(fs[0], ".failed") {
+		if len(fs) != 2 || !strings.HasPrefix(fs[0], "tenants."+f.suffix+".") {
 			continue
 		}
 		if n, err := strconv.Atoi(fs[1]); err == nil && n > 0 {
@@ -289,14 +290,11 @@ func (f *fleet) queued() map[string]int {
 
 // check runs the exactly-once checker on every service once settled:
 // each of ids applied once (table applied), recorded in processed_event,
-// no other row, nothing in its failure queue. It returns one report per
-// service, each closed.
+// no other row, no row in its failure store (platform.failed_event). It
+// returns one report per service, each closed.
 func (f *fleet) check(ids []uuid.UUID) []*exactly.Report {
 	f.t.Helper()
 	ctx := context.Background()
-	conn, err := amqp.Dial(amqpURL)
-	require.NoError(f.t, err)
-	defer conn.Close()
 	goods := make(map[uuid.UUID]bool, len(ids))
 	for _, id := range ids {
 		goods[id] = true
@@ -313,9 +311,9 @@ func (f *fleet) check(ids []uuid.UUID) []*exactly.Report {
 		require.NoError(f.t, err)
 		exactly.CheckRecorded(r, exactly.Recorded{DB: name, Sent: ids}, recorded)
 		r.Close()
-		require.NoError(f.t, c.Close(ctx))
-		failed, err := exactly.DrainFailed(conn, f.queue(i))
+		failed, err := exactly.ReadFailed(ctx, c, name)
 		require.NoError(f.t, err)
+		require.NoError(f.t, c.Close(ctx))
 		exactly.Quarantined(r, nil, failed, goods, nil)
 		reports[i] = r
 	}

@@ -128,7 +128,7 @@ func deleteQueue(t *testing.T, queue, exchange string) {
 	if err != nil {
 		return
 	}
-	for _, q := range []string{queue, queue + ".failed", queue + ".retry.1s"} {
+	for _, q := range []string{queue, queue + ".retry.1s"} {
 		_, _ = ch.QueueDelete(q, false, false, false)
 	}
 	_ = ch.ExchangeDelete(exchange, false, false)

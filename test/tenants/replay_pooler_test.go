@@ -218,8 +218,8 @@ func replayDuplicates(t *testing.T, addr, pool string) int {
 	return 0
 }
 
-// replayDeleteQueue deletes the test's queue (its retry and failure queues
-// too) and exchange.
+// replayDeleteQueue deletes the test's queue (its retry queue too) and
+// exchange.
 func replayDeleteQueue(t *testing.T, queue, exchange string) {
 	t.Helper()
 	conn, err := amqp.Dial(replayAMQPURL)
@@ -232,7 +232,7 @@ func replayDeleteQueue(t *testing.T, queue, exchange string) {
 		return
 	}
 	defer ch.Close()
-	for _, q := range []string{queue, queue + ".failed", queue + ".retry.1s"} {
+	for _, q := range []string{queue, queue + ".retry.1s"} {
 		_, _ = ch.QueueDelete(q, false, false, false)
 	}
 	_ = ch.ExchangeDelete(exchange, false, false)

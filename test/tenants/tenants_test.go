@@ -208,7 +208,7 @@ func deleteQueues(t *testing.T, suffix string, n int) {
 	}
 	for i := range n {
 		q := fmt.Sprintf("tenants.%s.%03d", suffix, i)
-		for _, name := range []string{q, q + ".failed", q + ".retry.1s"} {
+		for _, name := range []string{q, q + ".retry.1s"} {
 			_, _ = ch.QueueDelete(name, false, false, false)
 		}
 	}

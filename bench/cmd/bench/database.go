@@ -151,15 +151,6 @@ type effects struct {
 	ProcessedRows  int `json:"processed_event_rows"`
 }
 
-// failures counts the failure store's rows (a platformd contender's).
-func (d *benchDB) failures(ctx context.Context) (int, error) {
-	var n int
-	if err := d.pool.QueryRow(ctx, `SELECT count(*) FROM platform.failed_event`).Scan(&n); err != nil {
-		return 0, fmt.Errorf("database: failures: %w", err)
-	}
-	return n, nil
-}
-
 func (d *benchDB) effects(ctx context.Context) (effects, error) {
 	var e effects
 	err := d.pool.QueryRow(ctx, `SELECT (SELECT count(*) FROM reservation),

@@ -56,6 +56,12 @@ func (b *bench) drain(ctx context.Context, c contender, round int) (drainResult,
 	if err := b.dbFor(c).reset(ctx, b.o.checkpoint); err != nil {
 		return res, err
 	}
+	// The failure store is not emptied between drains: check compares
+	// with what it held before this one.
+	failedBefore, err := failureRows(ctx, b.dbFor(c))
+	if err != nil {
+		return res, err
+	}
 	total := b.wl.total()
 	lstart := time.Now()
 	conn, err := b.brk.connection()
@@ -200,7 +206,7 @@ poll:
 	if err := p.stop(30 * time.Second); err != nil {
 		return res, err
 	}
-	return res, b.check(ctx, c, queue, &res)
+	return res, b.check(ctx, c, queue, failedBefore, &res)
 }
 
 // finished reports whether c has committed everything: the expected
@@ -249,10 +255,11 @@ func (t *tailPacer) schedule(progress, goal int, poll time.Duration) {
 }
 
 // check verifies, once the contender has stopped (so that anything it had
-// not acked is back in the queue), that the queue is empty and that each
-// event had its effect exactly once (no-dedup: that every delivery had it,
-// and counts the duplicates it applied).
-func (b *bench) check(ctx context.Context, c contender, queue string, res *drainResult) error {
+// not acked is back in the queue), that the queue is empty, that platformd
+// stored no failure (failedBefore: the rows of the failure store before
+// the drain), and that each event had its effect exactly once (no-dedup:
+// that every delivery had it, and counts the duplicates it applied).
+func (b *bench) check(ctx context.Context, c contender, queue string, failedBefore int, res *drainResult) error {
 	// Unacked deliveries return to the queue when the channel closes:
 	// give the broker a moment.
 	var ready int
@@ -270,14 +277,13 @@ func (b *bench) check(ctx context.Context, c contender, queue string, res *drain
 		return fmt.Errorf("%s: %w: %d messages back in %s after the contender stopped (not acked)", c.Name, errExactlyOnce, ready, queue)
 	}
 	if c.Kind == kindPlatformd {
-		// Failures are rows of the failure store (platform.failed_event),
-		// no longer messages of a <queue>.failed.
-		failed, err := b.dbFor(c).failures(ctx)
+		failed, err := failureRows(ctx, b.dbFor(c))
 		if err != nil {
 			return err
 		}
-		if failed != 0 {
-			return fmt.Errorf("%s: %d failures stored in platform.failed_event", c.Name, failed)
+		if d := failed - failedBefore; d != 0 {
+			return fmt.Errorf("%s: %d failures stored in platform.failed_event of pool %s (see: platformctl failures list --pool %s)",
+				c.Name, d, benchPool, benchPool)
 		}
 	}
 	if c.Kind == kindRaw {
@@ -309,6 +315,27 @@ func (b *bench) check(ctx context.Context, c contender, queue string, res *drain
 	}
 	res.DupsApplied = e.Reservations/lines - distinct
 	return nil
+}
+
+// benchPool is the pool of the generated config (one per contender's
+// daemon, all on the same name).
+const benchPool = "bench-stock"
+
+// failureRows counts the bench pool's rows of the failure store
+// (platform.failed_event, every state), 0 before platformd created it.
+func failureRows(ctx context.Context, d *benchDB) (int, error) {
+	var exists bool
+	if err := d.pool.QueryRow(ctx, `SELECT to_regclass('platform.failed_event') IS NOT NULL`).Scan(&exists); err != nil {
+		return 0, fmt.Errorf("database: find the failure store: %w", err)
+	}
+	if !exists {
+		return 0, nil
+	}
+	var n int
+	if err := d.pool.QueryRow(ctx, `SELECT count(*) FROM platform.failed_event WHERE pool = $1`, benchPool).Scan(&n); err != nil {
+		return 0, fmt.Errorf("database: count failures: %w", err)
+	}
+	return n, nil
 }
 
 func sleepCtx(ctx context.Context, d time.Duration) {

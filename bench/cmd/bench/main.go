@@ -482,7 +482,7 @@ func (b *bench) cleanup(ctx context.Context, selected []contender) {
 		for _, c := range selected {
 			q := b.queueOf(c)
 			// The generated config sets no retry delays: the defaults'.
-			queues = append(queues, q, amqpbroker.FailedQueue(q))
+			queues = append(queues, q)
 			for _, d := range config.RetryDelaysDefault() {
 				queues = append(queues, amqpbroker.RetryQueue(q, d))
 			}

@@ -50,7 +50,16 @@ type target struct {
 	// watched are the queues that must be empty: the pool's queue and its
 	// retry delay queues.
 	watched []string
-	failed  string // the failure queue
+}
+
+// failures counts t's pool's rows of the failure store (platform.failed_event
+// of its service database) in state failed.
+func (t *target) failures(ctx context.Context) (int, error) {
+	var n int
+	if err := t.db.QueryRow(ctx, `SELECT count(*) FROM platform.failed_event WHERE pool = $1 AND state = 'failed'`, t.pool).Scan(&n); err != nil {
+		return 0, fmt.Errorf("count the failures of pool %s in the %s database: %w", t.pool, t.service, err)
+	}
+	return n, nil
 }
 
 // findTarget finds the pool that applies event: the one running the
@@ -65,7 +74,7 @@ func findTarget(cfg *config.Config, handler, event string) (*target, string, err
 		}
 		for _, p := range s.Pools {
 			if slices.ContainsFunc(p.Handlers, applies) {
-				t := &target{service: s.Name, pool: p.Name, queue: p.Queue, watched: []string{p.Queue}, failed: broker.FailedQueue(p.Queue)}
+				t := &target{service: s.Name, pool: p.Name, queue: p.Queue, watched: []string{p.Queue}}
 				for _, d := range p.Retry.Delays {
 					t.watched = append(t.watched, broker.RetryQueue(p.Queue, d))
 				}
@@ -156,9 +165,9 @@ type demo struct {
 	relayKilled   []int    // rows confirmed and not deleted at each relay kill (-1: unknown)
 	past          counters // the counters of the runs already ended
 	runs          int
-	failedAtStart map[string]int
-	killedAfter   []int // events processed (all runs) at each SIGKILL
-	leftover      int   // messages already waiting when the demo started
+	failedAtStart map[*target]int // rows of state failed per pool before the demo published
+	killedAfter   []int           // events processed (all runs) at each SIGKILL
+	leftover      int             // messages already waiting when the demo started
 	step, steps   int
 	started       time.Time
 	// proxy, when not nil, relays the broker traffic of the runs the demo
@@ -201,7 +210,7 @@ func findBilling(cfg *config.Config) (*target, string) {
 	}
 	for _, p := range s.Pools {
 		if slices.Contains(p.Bindings, shop.EventOrderPlaced) {
-			t := &target{service: s.Name, pool: p.Name, queue: p.Queue, watched: []string{p.Queue}, failed: broker.FailedQueue(p.Queue)}
+			t := &target{service: s.Name, pool: p.Name, queue: p.Queue, watched: []string{p.Queue}}
 			for _, d := range p.Retry.Delays {
 				t.watched = append(t.watched, broker.RetryQueue(p.Queue, d))
 			}
@@ -360,7 +369,7 @@ func run(ctx context.Context, o options, out io.Writer) (err error) {
 	}
 	defer dm.orderDB.Close()
 	dm.writer = &writer{db: dm.orderDB}
-	if err := dm.preflight(); err != nil {
+	if err := dm.preflight(ctx); err != nil {
 		return err
 	}
 
@@ -446,10 +455,10 @@ func run(ctx context.Context, o options, out io.Writer) (err error) {
 }
 
 // preflight refuses to start when another platformd consumes the shop's
-// queues, and notes what the queues hold before the demo publishes
-// anything.
-func (dm *demo) preflight() error {
-	dm.failedAtStart = map[string]int{}
+// queues, and notes what the queues and the failure stores hold before the
+// demo publishes anything.
+func (dm *demo) preflight(ctx context.Context) error {
+	dm.failedAtStart = map[*target]int{}
 	for _, t := range dm.allTargets() {
 		for _, q := range t.watched {
 			ready, consumers, _, err := dm.in.queue(q)
@@ -461,11 +470,11 @@ func (dm *demo) preflight() error {
 			}
 			dm.leftover += ready
 		}
-		ready, _, _, err := dm.in.queue(t.failed)
+		n, err := t.failures(ctx)
 		if err != nil {
 			return err
 		}
-		dm.failedAtStart[t.failed] = ready
+		dm.failedAtStart[t] = n
 	}
 	return nil
 }

@@ -52,7 +52,7 @@ func (p *problemList) flush(v *verdict) {
 // verify compares the databases with the plan: one reservation per order
 // line, one parcel per order, each order at its final status version, one
 // processed_event row per event, nothing of the rolled-back orders, and
-// nothing in the failure queues.
+// no new failure in the failure stores (platform.failed_event).
 func (dm *demo) verify(ctx context.Context) (verdict, error) {
 	var v verdict
 	pl := dm.plan
@@ -181,14 +181,15 @@ func (dm *demo) verify(ctx context.Context) (verdict, error) {
 		}
 	}
 
-	// Nothing may have ended in a failure queue.
+	// Nothing may have failed: no new row of state failed in a pool's
+	// failure store.
 	for _, t := range dm.allTargets() {
-		n, _, _, err := dm.in.queue(t.failed)
+		n, err := t.failures(ctx)
 		if err != nil {
 			return v, err
 		}
-		if d := n - dm.failedAtStart[t.failed]; d > 0 {
-			v.problems = append(v.problems, fmt.Sprintf("%d messages went to %s (see: platformctl failed list %s)", d, t.failed, t.pool))
+		if d := n - dm.failedAtStart[t]; d > 0 {
+			v.problems = append(v.problems, fmt.Sprintf("%d events failed in pool %s (see: platformctl failures list --pool %s)", d, t.pool, t.pool))
 		}
 	}
 	return v, nil
