@@ -149,7 +149,7 @@ token's name.`,
 			func(w io.Writer, resp *adminv1.SetHorizonResponse) { horizonTable(w, resp.GetHorizon()) }),
 	}
 	set.Flags().BoolVar(&force, "force", false, "accept a horizon under the service's min_horizon")
-	return group(cmd, get, set)
+	return group(cmd, get, set, newHorizonAdviseCmd(a))
 }
 
 // newPurgeCmd returns "platformctl purge" and its subcommands.

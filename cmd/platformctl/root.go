@@ -40,7 +40,7 @@ const rootLong = `platformctl is the command-line client of platformd's admin AP
 
 It talks gRPC to a daemon's admin listener (--addr, or $PLATFORMD_ADDR, default
 127.0.0.1:7070) with a bearer token (--token, or $PLATFORMD_TOKEN). A "read"
-token may run services, pools, lookup, horizon get, purge list, failed list,
+token may run services, pools, lookup, horizon get and advise, purge list, failed list,
 failures groups, list, get and retries (and retries get); the other commands
 need an "admin" token.
 

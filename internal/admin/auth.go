@@ -30,6 +30,7 @@ var readMethods = map[string]bool{
 	adminv1.AdminService_ListPools_FullMethodName:          true,
 	adminv1.AdminService_LookupEvent_FullMethodName:        true,
 	adminv1.AdminService_GetHorizon_FullMethodName:         true,
+	adminv1.AdminService_AdviseHorizon_FullMethodName:      true,
 	adminv1.AdminService_ListPurgeRuns_FullMethodName:      true,
 	adminv1.AdminService_ListFailedMessages_FullMethodName: true,
 	adminv1.AdminService_DescribeService_FullMethodName:    true,

@@ -72,6 +72,10 @@ func TestAuthRoles(t *testing.T) {
 			_, err := b.client.LookupEvent(ctx, &adminv1.LookupEventRequest{EventId: id})
 			return err
 		},
+		"AdviseHorizon": func(ctx context.Context) error {
+			_, err := b.client.AdviseHorizon(ctx, &adminv1.AdviseHorizonRequest{Service: "stock"})
+			return err
+		},
 		"GetHorizon": func(ctx context.Context) error {
 			_, err := b.client.GetHorizon(ctx, &adminv1.GetHorizonRequest{Service: "stock"})
 			return err
@@ -177,7 +181,7 @@ func TestAuthRoles(t *testing.T) {
 	}
 	readAllowed := map[string]bool{
 		"ListServices": true, "ListPools": true, "LookupEvent": true,
-		"GetHorizon": true, "ListPurgeRuns": true, "ListFailedMessages": true,
+		"GetHorizon": true, "AdviseHorizon": true, "ListPurgeRuns": true, "ListFailedMessages": true,
 		"DescribeService": true, "ListAudit": true, "GetReplay": true, "ListReplays": true,
 		"ListFailureGroups": true, "ListFailedEvents": true, "GetFailedEvent": true,
 		"GetFailureRetry": true, "ListFailureRetries": true,

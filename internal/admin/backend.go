@@ -43,8 +43,12 @@ type Backend interface {
 	GetHorizon(ctx context.Context, service string) (HorizonInfo, error)
 	// SetHorizon sets the horizon of service and returns the result. A
 	// horizon under the service's minimum without force is
-	// ErrBelowMinHorizon.
+	// ErrBelowMinHorizon; one under the oldest duplicate age seen in the
+	// last 30 days without force wraps ErrFailedPrecondition, naming that
+	// age and its source.
 	SetHorizon(ctx context.Context, service string, horizon time.Duration, force bool, actor string) (HorizonInfo, error)
+	// HorizonAdvisor advises a service's horizon from what it has seen.
+	HorizonAdvisor
 	// RunPurge purges service now, or only counts with dryRun, and returns
 	// the finished run.
 	RunPurge(ctx context.Context, service string, dryRun bool, actor string) (PurgeRun, error)

@@ -189,6 +189,9 @@ type serviceBody struct {
 	DryRun *admin.PurgeRun
 	// HorizonInput is the horizon typed in a refused change.
 	HorizonInput string
+	// Advice is the horizon advice (page loads only; nil on the live
+	// refresh).
+	Advice *adviceView
 }
 
 func (h *Handler) serviceData(ctx context.Context, name string) (serviceBody, error) {
@@ -235,6 +238,7 @@ func (h *Handler) renderService(w http.ResponseWriter, r *http.Request, s sessio
 		h.renderError(w, r, s, code, text)
 		return
 	}
+	b.Advice = h.advice(r.Context(), name)
 	renderBody(h, w, r, s, status, "service", "Service "+name, msg, b, edit)
 }
 

@@ -219,7 +219,11 @@ func (b *backend) SetHorizon(ctx context.Context, name string, horizon time.Dura
 				admin.ErrBelowMinHorizon, horizon, p.Name, span)
 		}
 	}
-	h, err := state.SetHorizon(ctx, s.db, s.name, horizon, c.MinHorizon, force, actor)
+	detail, err := s.checkDuplicateAge(ctx, horizon, force)
+	if err != nil {
+		return admin.HorizonInfo{}, err
+	}
+	h, err := state.SetHorizonAudited(ctx, s.db, s.name, horizon, c.MinHorizon, force, actor, detail)
 	switch {
 	case errors.Is(err, state.ErrBelowMinHorizon):
 		return admin.HorizonInfo{}, fmt.Errorf("%w: %s is under %s's min_horizon %s; use force to go lower",

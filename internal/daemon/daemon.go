@@ -456,6 +456,8 @@ type horizonCache struct {
 
 	refreshing chan struct{} // one refresh at a time: a late answer never overwrites a newer one
 	h          atomic.Int64  // the horizon in force, a time.Duration; 0 until the first refresh
+	// gauge, when set, shows the horizon in force (platformd_horizon_seconds).
+	gauge interface{ Set(float64) }
 }
 
 // newHorizonCache returns the horizon cache of service on db, holding no
@@ -487,7 +489,11 @@ func (c *horizonCache) refreshOn(ctx context.Context, q session.Querier) {
 		c.log.WarnContext(ctx, "daemon: read horizon", slog.String("service", c.service), slog.Any("error", err))
 		return
 	}
-	c.h.Store(int64(horizonInForce(ctx, q, h.Horizon))) // rounded up to whole partitions when partitioned
+	inForce := horizonInForce(ctx, q, h.Horizon) // rounded up to whole partitions when partitioned
+	c.h.Store(int64(inForce))
+	if c.gauge != nil {
+		c.gauge.Set(inForce.Seconds())
+	}
 }
 
 func (c *horizonCache) get() time.Duration {

@@ -152,6 +152,7 @@ func (d *Daemon) newService(ctx context.Context, sc config.ServiceConfig, reg *c
 	}
 	s.ctl = session.New(session.Config{DB: db, NoListen: sc.Pooler(), Poll: poll, Logger: d.log.With(slog.String("service", sc.Name))})
 	s.horizon = newHorizonCache(db, sc.Name, sc.Horizon, sc.MinHorizon, d.log)
+	s.horizon.gauge = d.metrics.Horizon.Horizon.WithLabelValues(sc.Name)
 	for _, pc := range sc.Pools {
 		sp, err := s.newPool(pc)
 		if err != nil {

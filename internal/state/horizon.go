@@ -76,6 +76,13 @@ func GetHorizon(ctx context.Context, db Querier, service string, def, min time.D
 // token's name), never a secret. Concurrent calls for one service are
 // serialized, so each audit row's old horizon is the one it replaced.
 func SetHorizon(ctx context.Context, db *pgxpool.Pool, service string, h, min time.Duration, force bool, actor string) (Horizon, error) {
+	return SetHorizonAudited(ctx, db, service, h, min, force, actor, nil)
+}
+
+// SetHorizonAudited is SetHorizon with more to say in the audit_log
+// entry's detail (e.g. the duplicate age a forced horizon is under);
+// detail's keys never replace SetHorizon's own.
+func SetHorizonAudited(ctx context.Context, db *pgxpool.Pool, service string, h, min time.Duration, force bool, actor string, detail map[string]any) (Horizon, error) {
 	h = h.Truncate(time.Microsecond)
 	if h <= 0 {
 		return Horizon{}, fmt.Errorf("state: set horizon of %s to %s: %w", service, h, ErrInvalidHorizon)
@@ -111,9 +118,12 @@ func SetHorizon(ctx context.Context, db *pgxpool.Pool, service string, h, min ti
 		if old != nil {
 			from = old.String()
 		}
-		if err := AppendAudit(ctx, tx, actor, AuditHorizonSet, service, map[string]any{
-			"from": from, "to": h.String(), "forced": below, "force": force,
-		}); err != nil {
+		audit := map[string]any{}
+		for k, v := range detail {
+			audit[k] = v
+		}
+		audit["from"], audit["to"], audit["forced"], audit["force"] = from, h.String(), below, force
+		if err := AppendAudit(ctx, tx, actor, AuditHorizonSet, service, audit); err != nil {
 			return err
 		}
 		_, err = notify.Run(ctx, tx, notifyParams{Channel: ChannelHorizon, Payload: service})

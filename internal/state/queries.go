@@ -82,6 +82,47 @@ var insertHorizonAudit = query.NewExec("state.insert_horizon_audit", `INSERT INT
 	VALUES ($1, $2, $3, $4, now(), $5)`,
 	func(p horizonAuditParams) []any { return []any{p.Service, p.Old, p.New, p.Forced, p.Actor} })
 
+// Duplicate ages (platform.duplicate_age, DESIGN.md "Horizon advice").
+
+type upsertDuplicateAgeParams struct {
+	Pool string
+	Rows []byte // JSON: [{day, source, count, max_age_seconds, buckets}]
+}
+
+// upsertDuplicateAge adds a pool's accumulated ages: counts and buckets
+// add, the max keeps the greater, so that several daemons' flushes of one
+// row all count.
+var upsertDuplicateAge = query.NewExec("state.upsert_duplicate_age", `INSERT INTO platform.duplicate_age AS d
+		(day, pool, source, count, max_age_seconds, buckets)
+	SELECT r.day, $1, r.source, r.count, r.max_age_seconds,
+		ARRAY(SELECT b::bigint FROM jsonb_array_elements_text(r.buckets) WITH ORDINALITY AS e(b, n) ORDER BY n)
+	FROM jsonb_to_recordset($2::jsonb) AS r(day date, source text, count bigint, max_age_seconds double precision, buckets jsonb)
+	ON CONFLICT (day, pool, source) DO UPDATE SET count = d.count + EXCLUDED.count,
+		max_age_seconds = greatest(d.max_age_seconds, EXCLUDED.max_age_seconds),
+		buckets = ARRAY(SELECT coalesce(u.a, 0) + coalesce(u.b, 0)
+			FROM unnest(d.buckets, EXCLUDED.buckets) WITH ORDINALITY AS u(a, b, n) ORDER BY u.n),
+		updated_at = now()`,
+	func(p upsertDuplicateAgeParams) []any { return []any{p.Pool, p.Rows} })
+
+type readDuplicateAgesParams struct {
+	Since string   // a date
+	Pools []string // nil: every pool
+}
+
+// duplicateAgeStoredRow is a platform.duplicate_age row, its day and pool
+// aside.
+type duplicateAgeStoredRow struct {
+	Source  string
+	Count   int64
+	MaxAge  float64
+	Buckets []int64
+}
+
+var readDuplicateAges = query.NewRows("state.read_duplicate_ages", `SELECT source, count, max_age_seconds, buckets
+	FROM platform.duplicate_age WHERE day >= $1::date AND ($2::text[] IS NULL OR pool = ANY($2))`,
+	func(p readDuplicateAgesParams) []any { return []any{p.Since, p.Pools} },
+	func(r *duplicateAgeStoredRow) []any { return []any{&r.Source, &r.Count, &r.MaxAge, &r.Buckets} })
+
 // Pools' pause state.
 
 // poolStateRow is a stored pause state.

@@ -6,6 +6,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 
 	"github.com/platformd/platformd/internal/metrics"
+	"github.com/platformd/platformd/internal/state"
 	"github.com/platformd/platformd/internal/testsignal"
 )
 
@@ -18,6 +19,10 @@ type poolMetrics struct {
 	batchDuration, batchSize, handlerDuration       prometheus.Observer
 	paused, inFlight                                prometheus.Gauge
 	batchErrors, reconnects                         prometheus.Counter
+	// dupAge and dupAgeMax are the duplicate age histogram and max gauge
+	// of each source (sourceIndex).
+	dupAge    [3]prometheus.Observer
+	dupAgeMax [3]prometheus.Gauge
 }
 
 func newPoolMetrics(m *metrics.Metrics, service, pool string) poolMetrics {
@@ -35,6 +40,16 @@ func newPoolMetrics(m *metrics.Metrics, service, pool string) poolMetrics {
 		inFlight:        m.PoolInFlight.WithLabelValues(service, pool),
 		batchErrors:     m.BatchErrors.WithLabelValues(service, pool),
 		reconnects:      m.Reconnects.WithLabelValues(service, pool),
+		dupAge: [3]prometheus.Observer{
+			m.Horizon.DuplicateAge.WithLabelValues(service, pool, metrics.SourceRedelivery),
+			m.Horizon.DuplicateAge.WithLabelValues(service, pool, metrics.SourceReplay),
+			m.Horizon.DuplicateAge.WithLabelValues(service, pool, metrics.SourceRepublish),
+		},
+		dupAgeMax: [3]prometheus.Gauge{
+			m.Horizon.DuplicateAgeMax.WithLabelValues(service, pool, metrics.SourceRedelivery),
+			m.Horizon.DuplicateAgeMax.WithLabelValues(service, pool, metrics.SourceReplay),
+			m.Horizon.DuplicateAgeMax.WithLabelValues(service, pool, metrics.SourceRepublish),
+		},
 	}
 }
 
@@ -45,6 +60,14 @@ type counters struct {
 	processed, duplicates, retried, failed atomic.Uint64
 	dupRedelivery, dupReplay, dupRepublish atomic.Uint64
 	m                                      poolMetrics
+	// ages accumulates the duplicates' ages until the pool's flusher
+	// writes them (nil in the settler's unit tests); agesNoted wakes the
+	// flusher (buffered, one slot).
+	ages      *state.DuplicateAges
+	agesNoted chan struct{}
+	// ageMax is the oldest age of each source (sourceIndex) seen, in
+	// nanoseconds, behind dupAgeMax.
+	ageMax [3]atomic.Int64
 	// settled, the pool's BatchSettled test signal (nil in the settler's
 	// unit tests), fires after every change of the counts above.
 	settled *testsignal.Signal[int]
@@ -57,9 +80,11 @@ func (c *counters) signalSettled(n int) {
 	}
 }
 
-// tally is the outcomes of settled deliveries not yet counted.
+// tally is the outcomes of settled deliveries not yet counted, and the
+// ages of its duplicates.
 type tally struct {
 	processed, redelivery, replay, republish int
+	ages                                     []state.DuplicateAge
 }
 
 // add counts s, a delivery acked after its commit (processed or duplicate).
@@ -67,6 +92,7 @@ func (t *tally) add(s settlement) {
 	switch {
 	case s.outcome == metrics.OutcomeProcessed:
 		t.processed++
+		return
 	case s.source == metrics.SourceRedelivery:
 		t.redelivery++
 	case s.source == metrics.SourceReplay:
@@ -74,6 +100,7 @@ func (t *tally) add(s settlement) {
 	default:
 		t.republish++
 	}
+	t.ages = append(t.ages, state.DuplicateAge{Source: s.source, Age: s.age})
 }
 
 // countAcked moves t to the counters.
@@ -93,6 +120,7 @@ func (c *counters) countAcked(t tally) {
 	c.m.dupRedelivery.Add(float64(t.redelivery))
 	c.m.dupReplay.Add(float64(t.replay))
 	c.m.dupRepublish.Add(float64(t.republish))
+	c.noteAges(t.ages)
 }
 
 // countCopied counts s, a delivery whose retry or failure copy was

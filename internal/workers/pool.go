@@ -71,6 +71,11 @@ type PoolConfig struct {
 	// events are stored parked until it is resolved, then released in
 	// their order. Default false.
 	OrderedFailures bool
+	// DuplicateAgeFlushInterval is how often, at most, the pool adds the
+	// ages of the duplicates it skipped to platform.duplicate_age
+	// (default DuplicateAgeFlushIntervalDefault); it also does when it
+	// stops.
+	DuplicateAgeFlushInterval time.Duration
 	// SoftStopTimeout bounds how long Stop lets in-flight batches finish.
 	SoftStopTimeout time.Duration
 	// StatePollInterval is how often the stored pause state is re-read as
@@ -194,6 +199,7 @@ func NewPool(cfg PoolConfig, deps Deps) (*Pool, error) {
 	cfg.BeyondHorizon = cmp.Or(cfg.BeyondHorizon, config.BeyondHorizonDefault)
 	cfg.SoftStopTimeout = cmp.Or(cfg.SoftStopTimeout, SoftStopTimeoutDefault)
 	cfg.StatePollInterval = cmp.Or(cfg.StatePollInterval, StatePollIntervalDefault)
+	cfg.DuplicateAgeFlushInterval = cmp.Or(cfg.DuplicateAgeFlushInterval, DuplicateAgeFlushIntervalDefault)
 	p := &Pool{
 		cfg:     cfg,
 		deps:    deps,
@@ -209,6 +215,8 @@ func NewPool(cfg PoolConfig, deps Deps) (*Pool, error) {
 	}
 	p.count.m = newPoolMetrics(deps.Metrics, cfg.Service, cfg.Name)
 	p.count.settled = &p.testSignals.BatchSettled
+	p.count.ages = state.NewDuplicateAges(cfg.Name)
+	p.count.agesNoted = make(chan struct{}, 1)
 	if deps.Consume.OnReconnectFunc == nil {
 		deps.Consume.OnReconnectFunc = p.count.m.reconnects.Inc
 	}
@@ -249,6 +257,7 @@ func (p *Pool) Start(ctx context.Context) error {
 		fetchCtx, cancel := context.WithCancel(context.WithoutCancel(ctx))
 		workCtx, hard := context.WithCancel(context.WithoutCancel(ctx))
 		var wg sync.WaitGroup
+		wg.Go(func() { p.flushDuplicateAges(fetchCtx) })
 		wg.Go(func() {
 			if !p.readState(fetchCtx) {
 				return
@@ -271,7 +280,7 @@ func (p *Pool) Start(ctx context.Context) error {
 			}
 			p.pollState(fetchCtx)
 		})
-		return func() { p.stop(&wg, cancel, hard) }, nil
+		return func() { p.stop(context.WithoutCancel(ctx), &wg, cancel, hard) }, nil
 	})
 }
 
@@ -324,7 +333,10 @@ func (p *Pool) setDatabaseError(err error) {
 // stop stops consuming, lets in-flight batches finish and settle within
 // SoftStopTimeout, then cancels what remains (unsettled deliveries go back
 // to the queue when their channel closes), and waits for every worker.
-func (p *Pool) stop(wg *sync.WaitGroup, cancel, hard context.CancelFunc) {
+//
+// ctx (never cancelled) carries the start's values to the last flush of
+// the duplicate ages.
+func (p *Pool) stop(ctx context.Context, wg *sync.WaitGroup, cancel, hard context.CancelFunc) {
 	cancel()
 	done := make(chan struct{})
 	go func() { wg.Wait(); close(done) }()
@@ -344,6 +356,9 @@ func (p *Pool) stop(wg *sync.WaitGroup, cancel, hard context.CancelFunc) {
 	}
 	hard()
 	p.count.m.paused.Set(0)
+	// Every worker is done: what they noted since the last flush is
+	// written now, so that a restart loses none of it.
+	p.flushAges(ctx)
 }
 
 // Pause stores the pause in the service database (so every daemon sharing

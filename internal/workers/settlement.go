@@ -40,6 +40,9 @@ type settlement struct {
 	eventID uuid.UUID
 	outcome string // metrics outcome once settled
 	source  string // duplicate source
+	// age is a duplicate's age when it was decided: now minus its event's
+	// time (eventTime).
+	age     time.Duration
 	handler string // the handler that failed, if one did
 	// failureID is the row of the failure store the delivery's settling
 	// wrote (a retry copy carries it as x-failure-id).
@@ -150,6 +153,7 @@ func (r rules) settlementOf(d *amqp.Delivery, ev consumer.Event, res dedup.Resul
 		s.kind, s.outcome = settleAck, metrics.OutcomeProcessed
 	case dedup.OutcomeDuplicate:
 		s.kind, s.outcome, s.source = settleAck, metrics.OutcomeDuplicate, duplicateSource(d)
+		s.age = time.Since(eventTime(ev))
 	case dedup.OutcomeParked:
 		s.kind, s.reason, s.outcome = settlePark, failure.ReasonParked, metrics.OutcomeRetried
 		s.err = fmt.Sprintf("parked: an earlier event of key %q failed in the same batch", ev.Delivery.SequenceKey)

@@ -146,9 +146,32 @@ func TestDecideTurnsResultsIntoSettlements(t *testing.T) {
 			batch := []message{{d: tc.d, ev: consumer.Event{ID: id, Attempt: tc.attempt}}}
 			testRules().decide(batch, []dedup.Result{tc.res}, nil)
 			tc.want.eventID = id
-			require.Equal(t, tc.want, batch[0].s)
+			got := batch[0].s
+			if got.outcome == metrics.OutcomeDuplicate { // the age of an id minted now
+				require.GreaterOrEqual(t, got.age, time.Duration(0))
+				require.Less(t, got.age, time.Second)
+				got.age = 0
+			}
+			require.Equal(t, tc.want, got)
 		})
 	}
+}
+
+// A duplicate's age is the time since its UUID v7 id was minted, or since
+// its occurred_at when the id is not a v7 (DESIGN.md, "Horizon advice").
+func TestDecideGivesDuplicatesTheirAge(t *testing.T) {
+	t.Parallel()
+	minted := time.Now().Add(-2 * time.Hour)
+	v7 := v7At(minted)
+	v4 := uuid.New()
+	batch := []message{
+		{ev: consumer.Event{ID: v7}},
+		{ev: consumer.Event{ID: v4, OccurredAt: time.Now().Add(-3 * 24 * time.Hour)}},
+	}
+	dup := dedup.Result{Outcome: dedup.OutcomeDuplicate}
+	testRules().decide(batch, []dedup.Result{dup, dup}, nil)
+	require.InDelta(t, (2 * time.Hour).Seconds(), batch[0].s.age.Seconds(), 1)
+	require.InDelta(t, (3 * 24 * time.Hour).Seconds(), batch[1].s.age.Seconds(), 1)
 }
 
 // A negative x-attempt (a producer's or republisher's header) reads as a

@@ -192,7 +192,9 @@ func (st *settler) flush() bool {
 		return true
 	}
 	h := st.held
-	st.held = heldAck{}
+	// The ages' slice is reused: countAcked is done with it before the
+	// next hold appends to it.
+	st.held = heldAck{tally: tally{ages: h.ages[:0]}}
 	if err := st.ch.Ack(h.tag, true); err != nil {
 		return false
 	}

@@ -31,6 +31,9 @@ type PoolTestSignals struct {
 	// Released fires when an ordered pool sent parked events back to its
 	// queue (value: how many).
 	Released testsignal.Signal[int]
+	// DuplicateAgesFlushed fires when the pool's noted duplicate ages were
+	// added to platform.duplicate_age.
+	DuplicateAgesFlushed testsignal.Signal[struct{}]
 }
 
 // TestSignals returns the pool's test signals, for tests only (this

@@ -1636,6 +1636,438 @@ func (x *SetHorizonResponse) GetHorizon() *Horizon {
 	return nil
 }
 
+// AdviseHorizonRequest is the request of AdviseHorizon.
+type AdviseHorizonRequest struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// service is the name of the service; required.
+	Service string `protobuf:"bytes,1,opt,name=service,proto3" json:"service,omitempty"`
+	// window is how far back the evidence is read (whole days, UTC); unset:
+	// 30 days; positive and at most 366 days.
+	Window *durationpb.Duration `protobuf:"bytes,2,opt,name=window,proto3" json:"window,omitempty"`
+	// ignore_archive leaves the producers' archives out of the advised
+	// horizon (they are still reported).
+	IgnoreArchive bool `protobuf:"varint,3,opt,name=ignore_archive,json=ignoreArchive,proto3" json:"ignore_archive,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *AdviseHorizonRequest) Reset() {
+	*x = AdviseHorizonRequest{}
+	mi := &file_platform_admin_v1_admin_proto_msgTypes[20]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *AdviseHorizonRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*AdviseHorizonRequest) ProtoMessage() {}
+
+func (x *AdviseHorizonRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_platform_admin_v1_admin_proto_msgTypes[20]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use AdviseHorizonRequest.ProtoReflect.Descriptor instead.
+func (*AdviseHorizonRequest) Descriptor() ([]byte, []int) {
+	return file_platform_admin_v1_admin_proto_rawDescGZIP(), []int{20}
+}
+
+func (x *AdviseHorizonRequest) GetService() string {
+	if x != nil {
+		return x.Service
+	}
+	return ""
+}
+
+func (x *AdviseHorizonRequest) GetWindow() *durationpb.Duration {
+	if x != nil {
+		return x.Window
+	}
+	return nil
+}
+
+func (x *AdviseHorizonRequest) GetIgnoreArchive() bool {
+	if x != nil {
+		return x.IgnoreArchive
+	}
+	return false
+}
+
+// AdviseHorizonResponse is the response of AdviseHorizon.
+type AdviseHorizonResponse struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// advice is the service's horizon advice.
+	Advice        *HorizonAdvice `protobuf:"bytes,1,opt,name=advice,proto3" json:"advice,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *AdviseHorizonResponse) Reset() {
+	*x = AdviseHorizonResponse{}
+	mi := &file_platform_admin_v1_admin_proto_msgTypes[21]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *AdviseHorizonResponse) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*AdviseHorizonResponse) ProtoMessage() {}
+
+func (x *AdviseHorizonResponse) ProtoReflect() protoreflect.Message {
+	mi := &file_platform_admin_v1_admin_proto_msgTypes[21]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use AdviseHorizonResponse.ProtoReflect.Descriptor instead.
+func (*AdviseHorizonResponse) Descriptor() ([]byte, []int) {
+	return file_platform_admin_v1_admin_proto_rawDescGZIP(), []int{21}
+}
+
+func (x *AdviseHorizonResponse) GetAdvice() *HorizonAdvice {
+	if x != nil {
+		return x.Advice
+	}
+	return nil
+}
+
+// HorizonAdvice is what a service has seen and the horizon it advises.
+type HorizonAdvice struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// service is the name of the service.
+	Service string `protobuf:"bytes,1,opt,name=service,proto3" json:"service,omitempty"`
+	// window is how far back the evidence was read.
+	Window *durationpb.Duration `protobuf:"bytes,2,opt,name=window,proto3" json:"window,omitempty"`
+	// sources are the duplicate ages, one per source seen in the window
+	// (redelivery, republish, replay).
+	Sources []*DuplicateAgeSource `protobuf:"bytes,3,rep,name=sources,proto3" json:"sources,omitempty"`
+	// beyond_horizon is the number of platform.failed_event rows of reason
+	// beyond_horizon first failed in the window.
+	BeyondHorizon int64 `protobuf:"varint,4,opt,name=beyond_horizon,json=beyondHorizon,proto3" json:"beyond_horizon,omitempty"`
+	// archives are the producers whose outbox archive reaches this
+	// service's pools (a replay can go back that far).
+	Archives []*ArchiveReach `protobuf:"bytes,5,rep,name=archives,proto3" json:"archives,omitempty"`
+	// processed_event_rows is the number of rows of processed_event (exact
+	// when the planner's estimate is missing or small).
+	ProcessedEventRows int64 `protobuf:"varint,6,opt,name=processed_event_rows,json=processedEventRows,proto3" json:"processed_event_rows,omitempty"`
+	// processed_event_bytes is processed_event's total size on disk, its
+	// indexes and partitions included.
+	ProcessedEventBytes int64 `protobuf:"varint,7,opt,name=processed_event_bytes,json=processedEventBytes,proto3" json:"processed_event_bytes,omitempty"`
+	// rows_per_day is how many rows processed_event gains a day (rows
+	// divided by the days they span, at most the horizon).
+	RowsPerDay float64 `protobuf:"fixed64,8,opt,name=rows_per_day,json=rowsPerDay,proto3" json:"rows_per_day,omitempty"`
+	// horizon is the horizon in force.
+	Horizon *durationpb.Duration `protobuf:"bytes,9,opt,name=horizon,proto3" json:"horizon,omitempty"`
+	// advised is the advised horizon: the oldest duplicate seen with a
+	// margin, and the longest archive reaching the service unless
+	// ignore_archive, never under min_horizon.
+	Advised *durationpb.Duration `protobuf:"bytes,10,opt,name=advised,proto3" json:"advised,omitempty"`
+	// advised_rows is processed_event's rows under the advised horizon
+	// (rows_per_day times its days).
+	AdvisedRows int64 `protobuf:"varint,11,opt,name=advised_rows,json=advisedRows,proto3" json:"advised_rows,omitempty"`
+	// advised_bytes is processed_event's size under the advised horizon.
+	AdvisedBytes int64 `protobuf:"varint,12,opt,name=advised_bytes,json=advisedBytes,proto3" json:"advised_bytes,omitempty"`
+	// reasons explain the advice, one sentence each, for an operator.
+	Reasons []string `protobuf:"bytes,13,rep,name=reasons,proto3" json:"reasons,omitempty"`
+	// min_horizon is the service's configured floor.
+	MinHorizon    *durationpb.Duration `protobuf:"bytes,14,opt,name=min_horizon,json=minHorizon,proto3" json:"min_horizon,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *HorizonAdvice) Reset() {
+	*x = HorizonAdvice{}
+	mi := &file_platform_admin_v1_admin_proto_msgTypes[22]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *HorizonAdvice) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*HorizonAdvice) ProtoMessage() {}
+
+func (x *HorizonAdvice) ProtoReflect() protoreflect.Message {
+	mi := &file_platform_admin_v1_admin_proto_msgTypes[22]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use HorizonAdvice.ProtoReflect.Descriptor instead.
+func (*HorizonAdvice) Descriptor() ([]byte, []int) {
+	return file_platform_admin_v1_admin_proto_rawDescGZIP(), []int{22}
+}
+
+func (x *HorizonAdvice) GetService() string {
+	if x != nil {
+		return x.Service
+	}
+	return ""
+}
+
+func (x *HorizonAdvice) GetWindow() *durationpb.Duration {
+	if x != nil {
+		return x.Window
+	}
+	return nil
+}
+
+func (x *HorizonAdvice) GetSources() []*DuplicateAgeSource {
+	if x != nil {
+		return x.Sources
+	}
+	return nil
+}
+
+func (x *HorizonAdvice) GetBeyondHorizon() int64 {
+	if x != nil {
+		return x.BeyondHorizon
+	}
+	return 0
+}
+
+func (x *HorizonAdvice) GetArchives() []*ArchiveReach {
+	if x != nil {
+		return x.Archives
+	}
+	return nil
+}
+
+func (x *HorizonAdvice) GetProcessedEventRows() int64 {
+	if x != nil {
+		return x.ProcessedEventRows
+	}
+	return 0
+}
+
+func (x *HorizonAdvice) GetProcessedEventBytes() int64 {
+	if x != nil {
+		return x.ProcessedEventBytes
+	}
+	return 0
+}
+
+func (x *HorizonAdvice) GetRowsPerDay() float64 {
+	if x != nil {
+		return x.RowsPerDay
+	}
+	return 0
+}
+
+func (x *HorizonAdvice) GetHorizon() *durationpb.Duration {
+	if x != nil {
+		return x.Horizon
+	}
+	return nil
+}
+
+func (x *HorizonAdvice) GetAdvised() *durationpb.Duration {
+	if x != nil {
+		return x.Advised
+	}
+	return nil
+}
+
+func (x *HorizonAdvice) GetAdvisedRows() int64 {
+	if x != nil {
+		return x.AdvisedRows
+	}
+	return 0
+}
+
+func (x *HorizonAdvice) GetAdvisedBytes() int64 {
+	if x != nil {
+		return x.AdvisedBytes
+	}
+	return 0
+}
+
+func (x *HorizonAdvice) GetReasons() []string {
+	if x != nil {
+		return x.Reasons
+	}
+	return nil
+}
+
+func (x *HorizonAdvice) GetMinHorizon() *durationpb.Duration {
+	if x != nil {
+		return x.MinHorizon
+	}
+	return nil
+}
+
+// DuplicateAgeSource is the age of one source's duplicates in a window.
+type DuplicateAgeSource struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// source is redelivery, republish or replay.
+	Source string `protobuf:"bytes,1,opt,name=source,proto3" json:"source,omitempty"`
+	// count is the number of duplicates skipped.
+	Count int64 `protobuf:"varint,2,opt,name=count,proto3" json:"count,omitempty"`
+	// p99 is the age under which 99% of them were (within 9%).
+	P99 *durationpb.Duration `protobuf:"bytes,3,opt,name=p99,proto3" json:"p99,omitempty"`
+	// p999 is the age under which 99.9% of them were (within 9%).
+	P999 *durationpb.Duration `protobuf:"bytes,4,opt,name=p999,proto3" json:"p999,omitempty"`
+	// max is the oldest age seen.
+	Max           *durationpb.Duration `protobuf:"bytes,5,opt,name=max,proto3" json:"max,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *DuplicateAgeSource) Reset() {
+	*x = DuplicateAgeSource{}
+	mi := &file_platform_admin_v1_admin_proto_msgTypes[23]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *DuplicateAgeSource) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*DuplicateAgeSource) ProtoMessage() {}
+
+func (x *DuplicateAgeSource) ProtoReflect() protoreflect.Message {
+	mi := &file_platform_admin_v1_admin_proto_msgTypes[23]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use DuplicateAgeSource.ProtoReflect.Descriptor instead.
+func (*DuplicateAgeSource) Descriptor() ([]byte, []int) {
+	return file_platform_admin_v1_admin_proto_rawDescGZIP(), []int{23}
+}
+
+func (x *DuplicateAgeSource) GetSource() string {
+	if x != nil {
+		return x.Source
+	}
+	return ""
+}
+
+func (x *DuplicateAgeSource) GetCount() int64 {
+	if x != nil {
+		return x.Count
+	}
+	return 0
+}
+
+func (x *DuplicateAgeSource) GetP99() *durationpb.Duration {
+	if x != nil {
+		return x.P99
+	}
+	return nil
+}
+
+func (x *DuplicateAgeSource) GetP999() *durationpb.Duration {
+	if x != nil {
+		return x.P999
+	}
+	return nil
+}
+
+func (x *DuplicateAgeSource) GetMax() *durationpb.Duration {
+	if x != nil {
+		return x.Max
+	}
+	return nil
+}
+
+// ArchiveReach is a producer's outbox archive whose events reach a
+// service's pools.
+type ArchiveReach struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// producer is the producing service's name.
+	Producer string `protobuf:"bytes,1,opt,name=producer,proto3" json:"producer,omitempty"`
+	// archive is its outbox.archive period.
+	Archive *durationpb.Duration `protobuf:"bytes,2,opt,name=archive,proto3" json:"archive,omitempty"`
+	// pools are the consuming service's pools whose bindings match events
+	// of the producer.
+	Pools         []string `protobuf:"bytes,3,rep,name=pools,proto3" json:"pools,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *ArchiveReach) Reset() {
+	*x = ArchiveReach{}
+	mi := &file_platform_admin_v1_admin_proto_msgTypes[24]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *ArchiveReach) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*ArchiveReach) ProtoMessage() {}
+
+func (x *ArchiveReach) ProtoReflect() protoreflect.Message {
+	mi := &file_platform_admin_v1_admin_proto_msgTypes[24]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use ArchiveReach.ProtoReflect.Descriptor instead.
+func (*ArchiveReach) Descriptor() ([]byte, []int) {
+	return file_platform_admin_v1_admin_proto_rawDescGZIP(), []int{24}
+}
+
+func (x *ArchiveReach) GetProducer() string {
+	if x != nil {
+		return x.Producer
+	}
+	return ""
+}
+
+func (x *ArchiveReach) GetArchive() *durationpb.Duration {
+	if x != nil {
+		return x.Archive
+	}
+	return nil
+}
+
+func (x *ArchiveReach) GetPools() []string {
+	if x != nil {
+		return x.Pools
+	}
+	return nil
+}
+
 // RunPurgeRequest is the request of RunPurge.
 type RunPurgeRequest struct {
 	state protoimpl.MessageState `protogen:"open.v1"`
@@ -1649,7 +2081,7 @@ type RunPurgeRequest struct {
 
 func (x *RunPurgeRequest) Reset() {
 	*x = RunPurgeRequest{}
-	mi := &file_platform_admin_v1_admin_proto_msgTypes[20]
+	mi := &file_platform_admin_v1_admin_proto_msgTypes[25]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1661,7 +2093,7 @@ func (x *RunPurgeRequest) String() string {
 func (*RunPurgeRequest) ProtoMessage() {}
 
 func (x *RunPurgeRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_platform_admin_v1_admin_proto_msgTypes[20]
+	mi := &file_platform_admin_v1_admin_proto_msgTypes[25]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1674,7 +2106,7 @@ func (x *RunPurgeRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RunPurgeRequest.ProtoReflect.Descriptor instead.
 func (*RunPurgeRequest) Descriptor() ([]byte, []int) {
-	return file_platform_admin_v1_admin_proto_rawDescGZIP(), []int{20}
+	return file_platform_admin_v1_admin_proto_rawDescGZIP(), []int{25}
 }
 
 func (x *RunPurgeRequest) GetService() string {
@@ -1702,7 +2134,7 @@ type RunPurgeResponse struct {
 
 func (x *RunPurgeResponse) Reset() {
 	*x = RunPurgeResponse{}
-	mi := &file_platform_admin_v1_admin_proto_msgTypes[21]
+	mi := &file_platform_admin_v1_admin_proto_msgTypes[26]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1714,7 +2146,7 @@ func (x *RunPurgeResponse) String() string {
 func (*RunPurgeResponse) ProtoMessage() {}
 
 func (x *RunPurgeResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_platform_admin_v1_admin_proto_msgTypes[21]
+	mi := &file_platform_admin_v1_admin_proto_msgTypes[26]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1727,7 +2159,7 @@ func (x *RunPurgeResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RunPurgeResponse.ProtoReflect.Descriptor instead.
 func (*RunPurgeResponse) Descriptor() ([]byte, []int) {
-	return file_platform_admin_v1_admin_proto_rawDescGZIP(), []int{21}
+	return file_platform_admin_v1_admin_proto_rawDescGZIP(), []int{26}
 }
 
 func (x *RunPurgeResponse) GetRun() *PurgeRun {
@@ -1751,7 +2183,7 @@ type ListPurgeRunsRequest struct {
 
 func (x *ListPurgeRunsRequest) Reset() {
 	*x = ListPurgeRunsRequest{}
-	mi := &file_platform_admin_v1_admin_proto_msgTypes[22]
+	mi := &file_platform_admin_v1_admin_proto_msgTypes[27]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1763,7 +2195,7 @@ func (x *ListPurgeRunsRequest) String() string {
 func (*ListPurgeRunsRequest) ProtoMessage() {}
 
 func (x *ListPurgeRunsRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_platform_admin_v1_admin_proto_msgTypes[22]
+	mi := &file_platform_admin_v1_admin_proto_msgTypes[27]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1776,7 +2208,7 @@ func (x *ListPurgeRunsRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListPurgeRunsRequest.ProtoReflect.Descriptor instead.
 func (*ListPurgeRunsRequest) Descriptor() ([]byte, []int) {
-	return file_platform_admin_v1_admin_proto_rawDescGZIP(), []int{22}
+	return file_platform_admin_v1_admin_proto_rawDescGZIP(), []int{27}
 }
 
 func (x *ListPurgeRunsRequest) GetService() string {
@@ -1804,7 +2236,7 @@ type ListPurgeRunsResponse struct {
 
 func (x *ListPurgeRunsResponse) Reset() {
 	*x = ListPurgeRunsResponse{}
-	mi := &file_platform_admin_v1_admin_proto_msgTypes[23]
+	mi := &file_platform_admin_v1_admin_proto_msgTypes[28]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1816,7 +2248,7 @@ func (x *ListPurgeRunsResponse) String() string {
 func (*ListPurgeRunsResponse) ProtoMessage() {}
 
 func (x *ListPurgeRunsResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_platform_admin_v1_admin_proto_msgTypes[23]
+	mi := &file_platform_admin_v1_admin_proto_msgTypes[28]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1829,7 +2261,7 @@ func (x *ListPurgeRunsResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListPurgeRunsResponse.ProtoReflect.Descriptor instead.
 func (*ListPurgeRunsResponse) Descriptor() ([]byte, []int) {
-	return file_platform_admin_v1_admin_proto_rawDescGZIP(), []int{23}
+	return file_platform_admin_v1_admin_proto_rawDescGZIP(), []int{28}
 }
 
 func (x *ListPurgeRunsResponse) GetRuns() []*PurgeRun {
@@ -1853,7 +2285,7 @@ type ListFailedMessagesRequest struct {
 
 func (x *ListFailedMessagesRequest) Reset() {
 	*x = ListFailedMessagesRequest{}
-	mi := &file_platform_admin_v1_admin_proto_msgTypes[24]
+	mi := &file_platform_admin_v1_admin_proto_msgTypes[29]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1865,7 +2297,7 @@ func (x *ListFailedMessagesRequest) String() string {
 func (*ListFailedMessagesRequest) ProtoMessage() {}
 
 func (x *ListFailedMessagesRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_platform_admin_v1_admin_proto_msgTypes[24]
+	mi := &file_platform_admin_v1_admin_proto_msgTypes[29]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1878,7 +2310,7 @@ func (x *ListFailedMessagesRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListFailedMessagesRequest.ProtoReflect.Descriptor instead.
 func (*ListFailedMessagesRequest) Descriptor() ([]byte, []int) {
-	return file_platform_admin_v1_admin_proto_rawDescGZIP(), []int{24}
+	return file_platform_admin_v1_admin_proto_rawDescGZIP(), []int{29}
 }
 
 func (x *ListFailedMessagesRequest) GetPool() string {
@@ -1906,7 +2338,7 @@ type ListFailedMessagesResponse struct {
 
 func (x *ListFailedMessagesResponse) Reset() {
 	*x = ListFailedMessagesResponse{}
-	mi := &file_platform_admin_v1_admin_proto_msgTypes[25]
+	mi := &file_platform_admin_v1_admin_proto_msgTypes[30]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1918,7 +2350,7 @@ func (x *ListFailedMessagesResponse) String() string {
 func (*ListFailedMessagesResponse) ProtoMessage() {}
 
 func (x *ListFailedMessagesResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_platform_admin_v1_admin_proto_msgTypes[25]
+	mi := &file_platform_admin_v1_admin_proto_msgTypes[30]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1931,7 +2363,7 @@ func (x *ListFailedMessagesResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListFailedMessagesResponse.ProtoReflect.Descriptor instead.
 func (*ListFailedMessagesResponse) Descriptor() ([]byte, []int) {
-	return file_platform_admin_v1_admin_proto_rawDescGZIP(), []int{25}
+	return file_platform_admin_v1_admin_proto_rawDescGZIP(), []int{30}
 }
 
 func (x *ListFailedMessagesResponse) GetMessages() []*FailedMessage {
@@ -1963,7 +2395,7 @@ type RetryFailedMessagesRequest struct {
 
 func (x *RetryFailedMessagesRequest) Reset() {
 	*x = RetryFailedMessagesRequest{}
-	mi := &file_platform_admin_v1_admin_proto_msgTypes[26]
+	mi := &file_platform_admin_v1_admin_proto_msgTypes[31]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1975,7 +2407,7 @@ func (x *RetryFailedMessagesRequest) String() string {
 func (*RetryFailedMessagesRequest) ProtoMessage() {}
 
 func (x *RetryFailedMessagesRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_platform_admin_v1_admin_proto_msgTypes[26]
+	mi := &file_platform_admin_v1_admin_proto_msgTypes[31]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1988,7 +2420,7 @@ func (x *RetryFailedMessagesRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RetryFailedMessagesRequest.ProtoReflect.Descriptor instead.
 func (*RetryFailedMessagesRequest) Descriptor() ([]byte, []int) {
-	return file_platform_admin_v1_admin_proto_rawDescGZIP(), []int{26}
+	return file_platform_admin_v1_admin_proto_rawDescGZIP(), []int{31}
 }
 
 func (x *RetryFailedMessagesRequest) GetPool() string {
@@ -2030,7 +2462,7 @@ type RetryFailedMessagesResponse struct {
 
 func (x *RetryFailedMessagesResponse) Reset() {
 	*x = RetryFailedMessagesResponse{}
-	mi := &file_platform_admin_v1_admin_proto_msgTypes[27]
+	mi := &file_platform_admin_v1_admin_proto_msgTypes[32]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2042,7 +2474,7 @@ func (x *RetryFailedMessagesResponse) String() string {
 func (*RetryFailedMessagesResponse) ProtoMessage() {}
 
 func (x *RetryFailedMessagesResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_platform_admin_v1_admin_proto_msgTypes[27]
+	mi := &file_platform_admin_v1_admin_proto_msgTypes[32]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2055,7 +2487,7 @@ func (x *RetryFailedMessagesResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RetryFailedMessagesResponse.ProtoReflect.Descriptor instead.
 func (*RetryFailedMessagesResponse) Descriptor() ([]byte, []int) {
-	return file_platform_admin_v1_admin_proto_rawDescGZIP(), []int{27}
+	return file_platform_admin_v1_admin_proto_rawDescGZIP(), []int{32}
 }
 
 func (x *RetryFailedMessagesResponse) GetRetried() int32 {
@@ -2076,7 +2508,7 @@ type DescribeServiceRequest struct {
 
 func (x *DescribeServiceRequest) Reset() {
 	*x = DescribeServiceRequest{}
-	mi := &file_platform_admin_v1_admin_proto_msgTypes[28]
+	mi := &file_platform_admin_v1_admin_proto_msgTypes[33]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2088,7 +2520,7 @@ func (x *DescribeServiceRequest) String() string {
 func (*DescribeServiceRequest) ProtoMessage() {}
 
 func (x *DescribeServiceRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_platform_admin_v1_admin_proto_msgTypes[28]
+	mi := &file_platform_admin_v1_admin_proto_msgTypes[33]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2101,7 +2533,7 @@ func (x *DescribeServiceRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use DescribeServiceRequest.ProtoReflect.Descriptor instead.
 func (*DescribeServiceRequest) Descriptor() ([]byte, []int) {
-	return file_platform_admin_v1_admin_proto_rawDescGZIP(), []int{28}
+	return file_platform_admin_v1_admin_proto_rawDescGZIP(), []int{33}
 }
 
 func (x *DescribeServiceRequest) GetService() string {
@@ -2132,7 +2564,7 @@ type DescribeServiceResponse struct {
 
 func (x *DescribeServiceResponse) Reset() {
 	*x = DescribeServiceResponse{}
-	mi := &file_platform_admin_v1_admin_proto_msgTypes[29]
+	mi := &file_platform_admin_v1_admin_proto_msgTypes[34]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2144,7 +2576,7 @@ func (x *DescribeServiceResponse) String() string {
 func (*DescribeServiceResponse) ProtoMessage() {}
 
 func (x *DescribeServiceResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_platform_admin_v1_admin_proto_msgTypes[29]
+	mi := &file_platform_admin_v1_admin_proto_msgTypes[34]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2157,7 +2589,7 @@ func (x *DescribeServiceResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use DescribeServiceResponse.ProtoReflect.Descriptor instead.
 func (*DescribeServiceResponse) Descriptor() ([]byte, []int) {
-	return file_platform_admin_v1_admin_proto_rawDescGZIP(), []int{29}
+	return file_platform_admin_v1_admin_proto_rawDescGZIP(), []int{34}
 }
 
 func (x *DescribeServiceResponse) GetService() string {
@@ -2213,7 +2645,7 @@ type AuditEntry struct {
 
 func (x *AuditEntry) Reset() {
 	*x = AuditEntry{}
-	mi := &file_platform_admin_v1_admin_proto_msgTypes[30]
+	mi := &file_platform_admin_v1_admin_proto_msgTypes[35]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2225,7 +2657,7 @@ func (x *AuditEntry) String() string {
 func (*AuditEntry) ProtoMessage() {}
 
 func (x *AuditEntry) ProtoReflect() protoreflect.Message {
-	mi := &file_platform_admin_v1_admin_proto_msgTypes[30]
+	mi := &file_platform_admin_v1_admin_proto_msgTypes[35]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2238,7 +2670,7 @@ func (x *AuditEntry) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use AuditEntry.ProtoReflect.Descriptor instead.
 func (*AuditEntry) Descriptor() ([]byte, []int) {
-	return file_platform_admin_v1_admin_proto_rawDescGZIP(), []int{30}
+	return file_platform_admin_v1_admin_proto_rawDescGZIP(), []int{35}
 }
 
 func (x *AuditEntry) GetService() string {
@@ -2297,7 +2729,7 @@ type ListAuditRequest struct {
 
 func (x *ListAuditRequest) Reset() {
 	*x = ListAuditRequest{}
-	mi := &file_platform_admin_v1_admin_proto_msgTypes[31]
+	mi := &file_platform_admin_v1_admin_proto_msgTypes[36]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2309,7 +2741,7 @@ func (x *ListAuditRequest) String() string {
 func (*ListAuditRequest) ProtoMessage() {}
 
 func (x *ListAuditRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_platform_admin_v1_admin_proto_msgTypes[31]
+	mi := &file_platform_admin_v1_admin_proto_msgTypes[36]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2322,7 +2754,7 @@ func (x *ListAuditRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListAuditRequest.ProtoReflect.Descriptor instead.
 func (*ListAuditRequest) Descriptor() ([]byte, []int) {
-	return file_platform_admin_v1_admin_proto_rawDescGZIP(), []int{31}
+	return file_platform_admin_v1_admin_proto_rawDescGZIP(), []int{36}
 }
 
 func (x *ListAuditRequest) GetService() string {
@@ -2355,7 +2787,7 @@ type ListAuditResponse struct {
 
 func (x *ListAuditResponse) Reset() {
 	*x = ListAuditResponse{}
-	mi := &file_platform_admin_v1_admin_proto_msgTypes[32]
+	mi := &file_platform_admin_v1_admin_proto_msgTypes[37]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2367,7 +2799,7 @@ func (x *ListAuditResponse) String() string {
 func (*ListAuditResponse) ProtoMessage() {}
 
 func (x *ListAuditResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_platform_admin_v1_admin_proto_msgTypes[32]
+	mi := &file_platform_admin_v1_admin_proto_msgTypes[37]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2380,7 +2812,7 @@ func (x *ListAuditResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListAuditResponse.ProtoReflect.Descriptor instead.
 func (*ListAuditResponse) Descriptor() ([]byte, []int) {
-	return file_platform_admin_v1_admin_proto_rawDescGZIP(), []int{32}
+	return file_platform_admin_v1_admin_proto_rawDescGZIP(), []int{37}
 }
 
 func (x *ListAuditResponse) GetEntries() []*AuditEntry {
@@ -2406,7 +2838,7 @@ type ReloadConfigRequest struct {
 
 func (x *ReloadConfigRequest) Reset() {
 	*x = ReloadConfigRequest{}
-	mi := &file_platform_admin_v1_admin_proto_msgTypes[33]
+	mi := &file_platform_admin_v1_admin_proto_msgTypes[38]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2418,7 +2850,7 @@ func (x *ReloadConfigRequest) String() string {
 func (*ReloadConfigRequest) ProtoMessage() {}
 
 func (x *ReloadConfigRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_platform_admin_v1_admin_proto_msgTypes[33]
+	mi := &file_platform_admin_v1_admin_proto_msgTypes[38]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2431,7 +2863,7 @@ func (x *ReloadConfigRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ReloadConfigRequest.ProtoReflect.Descriptor instead.
 func (*ReloadConfigRequest) Descriptor() ([]byte, []int) {
-	return file_platform_admin_v1_admin_proto_rawDescGZIP(), []int{33}
+	return file_platform_admin_v1_admin_proto_rawDescGZIP(), []int{38}
 }
 
 // ReloadConfigResponse says what a reload changed. Names are sorted.
@@ -2458,7 +2890,7 @@ type ReloadConfigResponse struct {
 
 func (x *ReloadConfigResponse) Reset() {
 	*x = ReloadConfigResponse{}
-	mi := &file_platform_admin_v1_admin_proto_msgTypes[34]
+	mi := &file_platform_admin_v1_admin_proto_msgTypes[39]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2470,7 +2902,7 @@ func (x *ReloadConfigResponse) String() string {
 func (*ReloadConfigResponse) ProtoMessage() {}
 
 func (x *ReloadConfigResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_platform_admin_v1_admin_proto_msgTypes[34]
+	mi := &file_platform_admin_v1_admin_proto_msgTypes[39]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2483,7 +2915,7 @@ func (x *ReloadConfigResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ReloadConfigResponse.ProtoReflect.Descriptor instead.
 func (*ReloadConfigResponse) Descriptor() ([]byte, []int) {
-	return file_platform_admin_v1_admin_proto_rawDescGZIP(), []int{34}
+	return file_platform_admin_v1_admin_proto_rawDescGZIP(), []int{39}
 }
 
 func (x *ReloadConfigResponse) GetServicesAdded() []string {
@@ -2562,7 +2994,7 @@ type ReplayPool struct {
 
 func (x *ReplayPool) Reset() {
 	*x = ReplayPool{}
-	mi := &file_platform_admin_v1_admin_proto_msgTypes[35]
+	mi := &file_platform_admin_v1_admin_proto_msgTypes[40]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2574,7 +3006,7 @@ func (x *ReplayPool) String() string {
 func (*ReplayPool) ProtoMessage() {}
 
 func (x *ReplayPool) ProtoReflect() protoreflect.Message {
-	mi := &file_platform_admin_v1_admin_proto_msgTypes[35]
+	mi := &file_platform_admin_v1_admin_proto_msgTypes[40]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2587,7 +3019,7 @@ func (x *ReplayPool) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ReplayPool.ProtoReflect.Descriptor instead.
 func (*ReplayPool) Descriptor() ([]byte, []int) {
-	return file_platform_admin_v1_admin_proto_rawDescGZIP(), []int{35}
+	return file_platform_admin_v1_admin_proto_rawDescGZIP(), []int{40}
 }
 
 func (x *ReplayPool) GetPool() string {
@@ -2677,7 +3109,7 @@ type Replay struct {
 
 func (x *Replay) Reset() {
 	*x = Replay{}
-	mi := &file_platform_admin_v1_admin_proto_msgTypes[36]
+	mi := &file_platform_admin_v1_admin_proto_msgTypes[41]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2689,7 +3121,7 @@ func (x *Replay) String() string {
 func (*Replay) ProtoMessage() {}
 
 func (x *Replay) ProtoReflect() protoreflect.Message {
-	mi := &file_platform_admin_v1_admin_proto_msgTypes[36]
+	mi := &file_platform_admin_v1_admin_proto_msgTypes[41]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2702,7 +3134,7 @@ func (x *Replay) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Replay.ProtoReflect.Descriptor instead.
 func (*Replay) Descriptor() ([]byte, []int) {
-	return file_platform_admin_v1_admin_proto_rawDescGZIP(), []int{36}
+	return file_platform_admin_v1_admin_proto_rawDescGZIP(), []int{41}
 }
 
 func (x *Replay) GetId() string {
@@ -2855,7 +3287,7 @@ type ReplayEventsRequest struct {
 
 func (x *ReplayEventsRequest) Reset() {
 	*x = ReplayEventsRequest{}
-	mi := &file_platform_admin_v1_admin_proto_msgTypes[37]
+	mi := &file_platform_admin_v1_admin_proto_msgTypes[42]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2867,7 +3299,7 @@ func (x *ReplayEventsRequest) String() string {
 func (*ReplayEventsRequest) ProtoMessage() {}
 
 func (x *ReplayEventsRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_platform_admin_v1_admin_proto_msgTypes[37]
+	mi := &file_platform_admin_v1_admin_proto_msgTypes[42]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2880,7 +3312,7 @@ func (x *ReplayEventsRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ReplayEventsRequest.ProtoReflect.Descriptor instead.
 func (*ReplayEventsRequest) Descriptor() ([]byte, []int) {
-	return file_platform_admin_v1_admin_proto_rawDescGZIP(), []int{37}
+	return file_platform_admin_v1_admin_proto_rawDescGZIP(), []int{42}
 }
 
 func (x *ReplayEventsRequest) GetService() string {
@@ -2957,7 +3389,7 @@ type ReplayEventsResponse struct {
 
 func (x *ReplayEventsResponse) Reset() {
 	*x = ReplayEventsResponse{}
-	mi := &file_platform_admin_v1_admin_proto_msgTypes[38]
+	mi := &file_platform_admin_v1_admin_proto_msgTypes[43]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2969,7 +3401,7 @@ func (x *ReplayEventsResponse) String() string {
 func (*ReplayEventsResponse) ProtoMessage() {}
 
 func (x *ReplayEventsResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_platform_admin_v1_admin_proto_msgTypes[38]
+	mi := &file_platform_admin_v1_admin_proto_msgTypes[43]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2982,7 +3414,7 @@ func (x *ReplayEventsResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ReplayEventsResponse.ProtoReflect.Descriptor instead.
 func (*ReplayEventsResponse) Descriptor() ([]byte, []int) {
-	return file_platform_admin_v1_admin_proto_rawDescGZIP(), []int{38}
+	return file_platform_admin_v1_admin_proto_rawDescGZIP(), []int{43}
 }
 
 func (x *ReplayEventsResponse) GetReplay() *Replay {
@@ -3005,7 +3437,7 @@ type GetReplayRequest struct {
 
 func (x *GetReplayRequest) Reset() {
 	*x = GetReplayRequest{}
-	mi := &file_platform_admin_v1_admin_proto_msgTypes[39]
+	mi := &file_platform_admin_v1_admin_proto_msgTypes[44]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3017,7 +3449,7 @@ func (x *GetReplayRequest) String() string {
 func (*GetReplayRequest) ProtoMessage() {}
 
 func (x *GetReplayRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_platform_admin_v1_admin_proto_msgTypes[39]
+	mi := &file_platform_admin_v1_admin_proto_msgTypes[44]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3030,7 +3462,7 @@ func (x *GetReplayRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use GetReplayRequest.ProtoReflect.Descriptor instead.
 func (*GetReplayRequest) Descriptor() ([]byte, []int) {
-	return file_platform_admin_v1_admin_proto_rawDescGZIP(), []int{39}
+	return file_platform_admin_v1_admin_proto_rawDescGZIP(), []int{44}
 }
 
 func (x *GetReplayRequest) GetService() string {
@@ -3058,7 +3490,7 @@ type GetReplayResponse struct {
 
 func (x *GetReplayResponse) Reset() {
 	*x = GetReplayResponse{}
-	mi := &file_platform_admin_v1_admin_proto_msgTypes[40]
+	mi := &file_platform_admin_v1_admin_proto_msgTypes[45]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3070,7 +3502,7 @@ func (x *GetReplayResponse) String() string {
 func (*GetReplayResponse) ProtoMessage() {}
 
 func (x *GetReplayResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_platform_admin_v1_admin_proto_msgTypes[40]
+	mi := &file_platform_admin_v1_admin_proto_msgTypes[45]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3083,7 +3515,7 @@ func (x *GetReplayResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use GetReplayResponse.ProtoReflect.Descriptor instead.
 func (*GetReplayResponse) Descriptor() ([]byte, []int) {
-	return file_platform_admin_v1_admin_proto_rawDescGZIP(), []int{40}
+	return file_platform_admin_v1_admin_proto_rawDescGZIP(), []int{45}
 }
 
 func (x *GetReplayResponse) GetReplay() *Replay {
@@ -3107,7 +3539,7 @@ type ListReplaysRequest struct {
 
 func (x *ListReplaysRequest) Reset() {
 	*x = ListReplaysRequest{}
-	mi := &file_platform_admin_v1_admin_proto_msgTypes[41]
+	mi := &file_platform_admin_v1_admin_proto_msgTypes[46]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3119,7 +3551,7 @@ func (x *ListReplaysRequest) String() string {
 func (*ListReplaysRequest) ProtoMessage() {}
 
 func (x *ListReplaysRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_platform_admin_v1_admin_proto_msgTypes[41]
+	mi := &file_platform_admin_v1_admin_proto_msgTypes[46]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3132,7 +3564,7 @@ func (x *ListReplaysRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListReplaysRequest.ProtoReflect.Descriptor instead.
 func (*ListReplaysRequest) Descriptor() ([]byte, []int) {
-	return file_platform_admin_v1_admin_proto_rawDescGZIP(), []int{41}
+	return file_platform_admin_v1_admin_proto_rawDescGZIP(), []int{46}
 }
 
 func (x *ListReplaysRequest) GetService() string {
@@ -3160,7 +3592,7 @@ type ListReplaysResponse struct {
 
 func (x *ListReplaysResponse) Reset() {
 	*x = ListReplaysResponse{}
-	mi := &file_platform_admin_v1_admin_proto_msgTypes[42]
+	mi := &file_platform_admin_v1_admin_proto_msgTypes[47]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3172,7 +3604,7 @@ func (x *ListReplaysResponse) String() string {
 func (*ListReplaysResponse) ProtoMessage() {}
 
 func (x *ListReplaysResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_platform_admin_v1_admin_proto_msgTypes[42]
+	mi := &file_platform_admin_v1_admin_proto_msgTypes[47]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3185,7 +3617,7 @@ func (x *ListReplaysResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListReplaysResponse.ProtoReflect.Descriptor instead.
 func (*ListReplaysResponse) Descriptor() ([]byte, []int) {
-	return file_platform_admin_v1_admin_proto_rawDescGZIP(), []int{42}
+	return file_platform_admin_v1_admin_proto_rawDescGZIP(), []int{47}
 }
 
 func (x *ListReplaysResponse) GetReplays() []*Replay {
@@ -3208,7 +3640,7 @@ type CancelReplayRequest struct {
 
 func (x *CancelReplayRequest) Reset() {
 	*x = CancelReplayRequest{}
-	mi := &file_platform_admin_v1_admin_proto_msgTypes[43]
+	mi := &file_platform_admin_v1_admin_proto_msgTypes[48]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3220,7 +3652,7 @@ func (x *CancelReplayRequest) String() string {
 func (*CancelReplayRequest) ProtoMessage() {}
 
 func (x *CancelReplayRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_platform_admin_v1_admin_proto_msgTypes[43]
+	mi := &file_platform_admin_v1_admin_proto_msgTypes[48]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3233,7 +3665,7 @@ func (x *CancelReplayRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use CancelReplayRequest.ProtoReflect.Descriptor instead.
 func (*CancelReplayRequest) Descriptor() ([]byte, []int) {
-	return file_platform_admin_v1_admin_proto_rawDescGZIP(), []int{43}
+	return file_platform_admin_v1_admin_proto_rawDescGZIP(), []int{48}
 }
 
 func (x *CancelReplayRequest) GetService() string {
@@ -3261,7 +3693,7 @@ type CancelReplayResponse struct {
 
 func (x *CancelReplayResponse) Reset() {
 	*x = CancelReplayResponse{}
-	mi := &file_platform_admin_v1_admin_proto_msgTypes[44]
+	mi := &file_platform_admin_v1_admin_proto_msgTypes[49]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3273,7 +3705,7 @@ func (x *CancelReplayResponse) String() string {
 func (*CancelReplayResponse) ProtoMessage() {}
 
 func (x *CancelReplayResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_platform_admin_v1_admin_proto_msgTypes[44]
+	mi := &file_platform_admin_v1_admin_proto_msgTypes[49]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3286,7 +3718,7 @@ func (x *CancelReplayResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use CancelReplayResponse.ProtoReflect.Descriptor instead.
 func (*CancelReplayResponse) Descriptor() ([]byte, []int) {
-	return file_platform_admin_v1_admin_proto_rawDescGZIP(), []int{44}
+	return file_platform_admin_v1_admin_proto_rawDescGZIP(), []int{49}
 }
 
 func (x *CancelReplayResponse) GetReplay() *Replay {
@@ -3332,7 +3764,7 @@ type FailureFilter struct {
 
 func (x *FailureFilter) Reset() {
 	*x = FailureFilter{}
-	mi := &file_platform_admin_v1_admin_proto_msgTypes[45]
+	mi := &file_platform_admin_v1_admin_proto_msgTypes[50]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3344,7 +3776,7 @@ func (x *FailureFilter) String() string {
 func (*FailureFilter) ProtoMessage() {}
 
 func (x *FailureFilter) ProtoReflect() protoreflect.Message {
-	mi := &file_platform_admin_v1_admin_proto_msgTypes[45]
+	mi := &file_platform_admin_v1_admin_proto_msgTypes[50]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3357,7 +3789,7 @@ func (x *FailureFilter) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use FailureFilter.ProtoReflect.Descriptor instead.
 func (*FailureFilter) Descriptor() ([]byte, []int) {
-	return file_platform_admin_v1_admin_proto_rawDescGZIP(), []int{45}
+	return file_platform_admin_v1_admin_proto_rawDescGZIP(), []int{50}
 }
 
 func (x *FailureFilter) GetService() string {
@@ -3501,7 +3933,7 @@ type FailedEvent struct {
 
 func (x *FailedEvent) Reset() {
 	*x = FailedEvent{}
-	mi := &file_platform_admin_v1_admin_proto_msgTypes[46]
+	mi := &file_platform_admin_v1_admin_proto_msgTypes[51]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3513,7 +3945,7 @@ func (x *FailedEvent) String() string {
 func (*FailedEvent) ProtoMessage() {}
 
 func (x *FailedEvent) ProtoReflect() protoreflect.Message {
-	mi := &file_platform_admin_v1_admin_proto_msgTypes[46]
+	mi := &file_platform_admin_v1_admin_proto_msgTypes[51]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3526,7 +3958,7 @@ func (x *FailedEvent) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use FailedEvent.ProtoReflect.Descriptor instead.
 func (*FailedEvent) Descriptor() ([]byte, []int) {
-	return file_platform_admin_v1_admin_proto_rawDescGZIP(), []int{46}
+	return file_platform_admin_v1_admin_proto_rawDescGZIP(), []int{51}
 }
 
 func (x *FailedEvent) GetId() string {
@@ -3722,7 +4154,7 @@ type FailedEventEdit struct {
 
 func (x *FailedEventEdit) Reset() {
 	*x = FailedEventEdit{}
-	mi := &file_platform_admin_v1_admin_proto_msgTypes[47]
+	mi := &file_platform_admin_v1_admin_proto_msgTypes[52]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3734,7 +4166,7 @@ func (x *FailedEventEdit) String() string {
 func (*FailedEventEdit) ProtoMessage() {}
 
 func (x *FailedEventEdit) ProtoReflect() protoreflect.Message {
-	mi := &file_platform_admin_v1_admin_proto_msgTypes[47]
+	mi := &file_platform_admin_v1_admin_proto_msgTypes[52]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3747,7 +4179,7 @@ func (x *FailedEventEdit) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use FailedEventEdit.ProtoReflect.Descriptor instead.
 func (*FailedEventEdit) Descriptor() ([]byte, []int) {
-	return file_platform_admin_v1_admin_proto_rawDescGZIP(), []int{47}
+	return file_platform_admin_v1_admin_proto_rawDescGZIP(), []int{52}
 }
 
 func (x *FailedEventEdit) GetEditedAt() *timestamppb.Timestamp {
@@ -3797,7 +4229,7 @@ type FailureGroup struct {
 
 func (x *FailureGroup) Reset() {
 	*x = FailureGroup{}
-	mi := &file_platform_admin_v1_admin_proto_msgTypes[48]
+	mi := &file_platform_admin_v1_admin_proto_msgTypes[53]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3809,7 +4241,7 @@ func (x *FailureGroup) String() string {
 func (*FailureGroup) ProtoMessage() {}
 
 func (x *FailureGroup) ProtoReflect() protoreflect.Message {
-	mi := &file_platform_admin_v1_admin_proto_msgTypes[48]
+	mi := &file_platform_admin_v1_admin_proto_msgTypes[53]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3822,7 +4254,7 @@ func (x *FailureGroup) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use FailureGroup.ProtoReflect.Descriptor instead.
 func (*FailureGroup) Descriptor() ([]byte, []int) {
-	return file_platform_admin_v1_admin_proto_rawDescGZIP(), []int{48}
+	return file_platform_admin_v1_admin_proto_rawDescGZIP(), []int{53}
 }
 
 func (x *FailureGroup) GetKey() map[string]string {
@@ -3904,7 +4336,7 @@ type FailureRetry struct {
 
 func (x *FailureRetry) Reset() {
 	*x = FailureRetry{}
-	mi := &file_platform_admin_v1_admin_proto_msgTypes[49]
+	mi := &file_platform_admin_v1_admin_proto_msgTypes[54]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3916,7 +4348,7 @@ func (x *FailureRetry) String() string {
 func (*FailureRetry) ProtoMessage() {}
 
 func (x *FailureRetry) ProtoReflect() protoreflect.Message {
-	mi := &file_platform_admin_v1_admin_proto_msgTypes[49]
+	mi := &file_platform_admin_v1_admin_proto_msgTypes[54]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3929,7 +4361,7 @@ func (x *FailureRetry) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use FailureRetry.ProtoReflect.Descriptor instead.
 func (*FailureRetry) Descriptor() ([]byte, []int) {
-	return file_platform_admin_v1_admin_proto_rawDescGZIP(), []int{49}
+	return file_platform_admin_v1_admin_proto_rawDescGZIP(), []int{54}
 }
 
 func (x *FailureRetry) GetId() string {
@@ -4067,7 +4499,7 @@ type ListFailureGroupsRequest struct {
 
 func (x *ListFailureGroupsRequest) Reset() {
 	*x = ListFailureGroupsRequest{}
-	mi := &file_platform_admin_v1_admin_proto_msgTypes[50]
+	mi := &file_platform_admin_v1_admin_proto_msgTypes[55]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4079,7 +4511,7 @@ func (x *ListFailureGroupsRequest) String() string {
 func (*ListFailureGroupsRequest) ProtoMessage() {}
 
 func (x *ListFailureGroupsRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_platform_admin_v1_admin_proto_msgTypes[50]
+	mi := &file_platform_admin_v1_admin_proto_msgTypes[55]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4092,7 +4524,7 @@ func (x *ListFailureGroupsRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListFailureGroupsRequest.ProtoReflect.Descriptor instead.
 func (*ListFailureGroupsRequest) Descriptor() ([]byte, []int) {
-	return file_platform_admin_v1_admin_proto_rawDescGZIP(), []int{50}
+	return file_platform_admin_v1_admin_proto_rawDescGZIP(), []int{55}
 }
 
 func (x *ListFailureGroupsRequest) GetService() string {
@@ -4148,7 +4580,7 @@ type ListFailureGroupsResponse struct {
 
 func (x *ListFailureGroupsResponse) Reset() {
 	*x = ListFailureGroupsResponse{}
-	mi := &file_platform_admin_v1_admin_proto_msgTypes[51]
+	mi := &file_platform_admin_v1_admin_proto_msgTypes[56]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4160,7 +4592,7 @@ func (x *ListFailureGroupsResponse) String() string {
 func (*ListFailureGroupsResponse) ProtoMessage() {}
 
 func (x *ListFailureGroupsResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_platform_admin_v1_admin_proto_msgTypes[51]
+	mi := &file_platform_admin_v1_admin_proto_msgTypes[56]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4173,7 +4605,7 @@ func (x *ListFailureGroupsResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListFailureGroupsResponse.ProtoReflect.Descriptor instead.
 func (*ListFailureGroupsResponse) Descriptor() ([]byte, []int) {
-	return file_platform_admin_v1_admin_proto_rawDescGZIP(), []int{51}
+	return file_platform_admin_v1_admin_proto_rawDescGZIP(), []int{56}
 }
 
 func (x *ListFailureGroupsResponse) GetGroups() []*FailureGroup {
@@ -4200,7 +4632,7 @@ type ListFailedEventsRequest struct {
 
 func (x *ListFailedEventsRequest) Reset() {
 	*x = ListFailedEventsRequest{}
-	mi := &file_platform_admin_v1_admin_proto_msgTypes[52]
+	mi := &file_platform_admin_v1_admin_proto_msgTypes[57]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4212,7 +4644,7 @@ func (x *ListFailedEventsRequest) String() string {
 func (*ListFailedEventsRequest) ProtoMessage() {}
 
 func (x *ListFailedEventsRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_platform_admin_v1_admin_proto_msgTypes[52]
+	mi := &file_platform_admin_v1_admin_proto_msgTypes[57]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4225,7 +4657,7 @@ func (x *ListFailedEventsRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListFailedEventsRequest.ProtoReflect.Descriptor instead.
 func (*ListFailedEventsRequest) Descriptor() ([]byte, []int) {
-	return file_platform_admin_v1_admin_proto_rawDescGZIP(), []int{52}
+	return file_platform_admin_v1_admin_proto_rawDescGZIP(), []int{57}
 }
 
 func (x *ListFailedEventsRequest) GetFilter() *FailureFilter {
@@ -4262,7 +4694,7 @@ type ListFailedEventsResponse struct {
 
 func (x *ListFailedEventsResponse) Reset() {
 	*x = ListFailedEventsResponse{}
-	mi := &file_platform_admin_v1_admin_proto_msgTypes[53]
+	mi := &file_platform_admin_v1_admin_proto_msgTypes[58]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4274,7 +4706,7 @@ func (x *ListFailedEventsResponse) String() string {
 func (*ListFailedEventsResponse) ProtoMessage() {}
 
 func (x *ListFailedEventsResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_platform_admin_v1_admin_proto_msgTypes[53]
+	mi := &file_platform_admin_v1_admin_proto_msgTypes[58]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4287,7 +4719,7 @@ func (x *ListFailedEventsResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListFailedEventsResponse.ProtoReflect.Descriptor instead.
 func (*ListFailedEventsResponse) Descriptor() ([]byte, []int) {
-	return file_platform_admin_v1_admin_proto_rawDescGZIP(), []int{53}
+	return file_platform_admin_v1_admin_proto_rawDescGZIP(), []int{58}
 }
 
 func (x *ListFailedEventsResponse) GetFailures() []*FailedEvent {
@@ -4315,7 +4747,7 @@ type GetFailedEventRequest struct {
 
 func (x *GetFailedEventRequest) Reset() {
 	*x = GetFailedEventRequest{}
-	mi := &file_platform_admin_v1_admin_proto_msgTypes[54]
+	mi := &file_platform_admin_v1_admin_proto_msgTypes[59]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4327,7 +4759,7 @@ func (x *GetFailedEventRequest) String() string {
 func (*GetFailedEventRequest) ProtoMessage() {}
 
 func (x *GetFailedEventRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_platform_admin_v1_admin_proto_msgTypes[54]
+	mi := &file_platform_admin_v1_admin_proto_msgTypes[59]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4340,7 +4772,7 @@ func (x *GetFailedEventRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use GetFailedEventRequest.ProtoReflect.Descriptor instead.
 func (*GetFailedEventRequest) Descriptor() ([]byte, []int) {
-	return file_platform_admin_v1_admin_proto_rawDescGZIP(), []int{54}
+	return file_platform_admin_v1_admin_proto_rawDescGZIP(), []int{59}
 }
 
 func (x *GetFailedEventRequest) GetId() string {
@@ -4363,7 +4795,7 @@ type GetFailedEventResponse struct {
 
 func (x *GetFailedEventResponse) Reset() {
 	*x = GetFailedEventResponse{}
-	mi := &file_platform_admin_v1_admin_proto_msgTypes[55]
+	mi := &file_platform_admin_v1_admin_proto_msgTypes[60]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4375,7 +4807,7 @@ func (x *GetFailedEventResponse) String() string {
 func (*GetFailedEventResponse) ProtoMessage() {}
 
 func (x *GetFailedEventResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_platform_admin_v1_admin_proto_msgTypes[55]
+	mi := &file_platform_admin_v1_admin_proto_msgTypes[60]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4388,7 +4820,7 @@ func (x *GetFailedEventResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use GetFailedEventResponse.ProtoReflect.Descriptor instead.
 func (*GetFailedEventResponse) Descriptor() ([]byte, []int) {
-	return file_platform_admin_v1_admin_proto_rawDescGZIP(), []int{55}
+	return file_platform_admin_v1_admin_proto_rawDescGZIP(), []int{60}
 }
 
 func (x *GetFailedEventResponse) GetFailure() *FailedEvent {
@@ -4427,7 +4859,7 @@ type RetryFailedEventsRequest struct {
 
 func (x *RetryFailedEventsRequest) Reset() {
 	*x = RetryFailedEventsRequest{}
-	mi := &file_platform_admin_v1_admin_proto_msgTypes[56]
+	mi := &file_platform_admin_v1_admin_proto_msgTypes[61]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4439,7 +4871,7 @@ func (x *RetryFailedEventsRequest) String() string {
 func (*RetryFailedEventsRequest) ProtoMessage() {}
 
 func (x *RetryFailedEventsRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_platform_admin_v1_admin_proto_msgTypes[56]
+	mi := &file_platform_admin_v1_admin_proto_msgTypes[61]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4452,7 +4884,7 @@ func (x *RetryFailedEventsRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RetryFailedEventsRequest.ProtoReflect.Descriptor instead.
 func (*RetryFailedEventsRequest) Descriptor() ([]byte, []int) {
-	return file_platform_admin_v1_admin_proto_rawDescGZIP(), []int{56}
+	return file_platform_admin_v1_admin_proto_rawDescGZIP(), []int{61}
 }
 
 func (x *RetryFailedEventsRequest) GetFilter() *FailureFilter {
@@ -4501,7 +4933,7 @@ type RetryFailedEventsResponse struct {
 
 func (x *RetryFailedEventsResponse) Reset() {
 	*x = RetryFailedEventsResponse{}
-	mi := &file_platform_admin_v1_admin_proto_msgTypes[57]
+	mi := &file_platform_admin_v1_admin_proto_msgTypes[62]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4513,7 +4945,7 @@ func (x *RetryFailedEventsResponse) String() string {
 func (*RetryFailedEventsResponse) ProtoMessage() {}
 
 func (x *RetryFailedEventsResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_platform_admin_v1_admin_proto_msgTypes[57]
+	mi := &file_platform_admin_v1_admin_proto_msgTypes[62]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4526,7 +4958,7 @@ func (x *RetryFailedEventsResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RetryFailedEventsResponse.ProtoReflect.Descriptor instead.
 func (*RetryFailedEventsResponse) Descriptor() ([]byte, []int) {
-	return file_platform_admin_v1_admin_proto_rawDescGZIP(), []int{57}
+	return file_platform_admin_v1_admin_proto_rawDescGZIP(), []int{62}
 }
 
 func (x *RetryFailedEventsResponse) GetRetry() *FailureRetry {
@@ -4549,7 +4981,7 @@ type GetFailureRetryRequest struct {
 
 func (x *GetFailureRetryRequest) Reset() {
 	*x = GetFailureRetryRequest{}
-	mi := &file_platform_admin_v1_admin_proto_msgTypes[58]
+	mi := &file_platform_admin_v1_admin_proto_msgTypes[63]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4561,7 +4993,7 @@ func (x *GetFailureRetryRequest) String() string {
 func (*GetFailureRetryRequest) ProtoMessage() {}
 
 func (x *GetFailureRetryRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_platform_admin_v1_admin_proto_msgTypes[58]
+	mi := &file_platform_admin_v1_admin_proto_msgTypes[63]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4574,7 +5006,7 @@ func (x *GetFailureRetryRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use GetFailureRetryRequest.ProtoReflect.Descriptor instead.
 func (*GetFailureRetryRequest) Descriptor() ([]byte, []int) {
-	return file_platform_admin_v1_admin_proto_rawDescGZIP(), []int{58}
+	return file_platform_admin_v1_admin_proto_rawDescGZIP(), []int{63}
 }
 
 func (x *GetFailureRetryRequest) GetService() string {
@@ -4602,7 +5034,7 @@ type GetFailureRetryResponse struct {
 
 func (x *GetFailureRetryResponse) Reset() {
 	*x = GetFailureRetryResponse{}
-	mi := &file_platform_admin_v1_admin_proto_msgTypes[59]
+	mi := &file_platform_admin_v1_admin_proto_msgTypes[64]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4614,7 +5046,7 @@ func (x *GetFailureRetryResponse) String() string {
 func (*GetFailureRetryResponse) ProtoMessage() {}
 
 func (x *GetFailureRetryResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_platform_admin_v1_admin_proto_msgTypes[59]
+	mi := &file_platform_admin_v1_admin_proto_msgTypes[64]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4627,7 +5059,7 @@ func (x *GetFailureRetryResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use GetFailureRetryResponse.ProtoReflect.Descriptor instead.
 func (*GetFailureRetryResponse) Descriptor() ([]byte, []int) {
-	return file_platform_admin_v1_admin_proto_rawDescGZIP(), []int{59}
+	return file_platform_admin_v1_admin_proto_rawDescGZIP(), []int{64}
 }
 
 func (x *GetFailureRetryResponse) GetRetry() *FailureRetry {
@@ -4651,7 +5083,7 @@ type ListFailureRetriesRequest struct {
 
 func (x *ListFailureRetriesRequest) Reset() {
 	*x = ListFailureRetriesRequest{}
-	mi := &file_platform_admin_v1_admin_proto_msgTypes[60]
+	mi := &file_platform_admin_v1_admin_proto_msgTypes[65]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4663,7 +5095,7 @@ func (x *ListFailureRetriesRequest) String() string {
 func (*ListFailureRetriesRequest) ProtoMessage() {}
 
 func (x *ListFailureRetriesRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_platform_admin_v1_admin_proto_msgTypes[60]
+	mi := &file_platform_admin_v1_admin_proto_msgTypes[65]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4676,7 +5108,7 @@ func (x *ListFailureRetriesRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListFailureRetriesRequest.ProtoReflect.Descriptor instead.
 func (*ListFailureRetriesRequest) Descriptor() ([]byte, []int) {
-	return file_platform_admin_v1_admin_proto_rawDescGZIP(), []int{60}
+	return file_platform_admin_v1_admin_proto_rawDescGZIP(), []int{65}
 }
 
 func (x *ListFailureRetriesRequest) GetService() string {
@@ -4704,7 +5136,7 @@ type ListFailureRetriesResponse struct {
 
 func (x *ListFailureRetriesResponse) Reset() {
 	*x = ListFailureRetriesResponse{}
-	mi := &file_platform_admin_v1_admin_proto_msgTypes[61]
+	mi := &file_platform_admin_v1_admin_proto_msgTypes[66]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4716,7 +5148,7 @@ func (x *ListFailureRetriesResponse) String() string {
 func (*ListFailureRetriesResponse) ProtoMessage() {}
 
 func (x *ListFailureRetriesResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_platform_admin_v1_admin_proto_msgTypes[61]
+	mi := &file_platform_admin_v1_admin_proto_msgTypes[66]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4729,7 +5161,7 @@ func (x *ListFailureRetriesResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListFailureRetriesResponse.ProtoReflect.Descriptor instead.
 func (*ListFailureRetriesResponse) Descriptor() ([]byte, []int) {
-	return file_platform_admin_v1_admin_proto_rawDescGZIP(), []int{61}
+	return file_platform_admin_v1_admin_proto_rawDescGZIP(), []int{66}
 }
 
 func (x *ListFailureRetriesResponse) GetRetries() []*FailureRetry {
@@ -4752,7 +5184,7 @@ type CancelFailureRetryRequest struct {
 
 func (x *CancelFailureRetryRequest) Reset() {
 	*x = CancelFailureRetryRequest{}
-	mi := &file_platform_admin_v1_admin_proto_msgTypes[62]
+	mi := &file_platform_admin_v1_admin_proto_msgTypes[67]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4764,7 +5196,7 @@ func (x *CancelFailureRetryRequest) String() string {
 func (*CancelFailureRetryRequest) ProtoMessage() {}
 
 func (x *CancelFailureRetryRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_platform_admin_v1_admin_proto_msgTypes[62]
+	mi := &file_platform_admin_v1_admin_proto_msgTypes[67]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4777,7 +5209,7 @@ func (x *CancelFailureRetryRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use CancelFailureRetryRequest.ProtoReflect.Descriptor instead.
 func (*CancelFailureRetryRequest) Descriptor() ([]byte, []int) {
-	return file_platform_admin_v1_admin_proto_rawDescGZIP(), []int{62}
+	return file_platform_admin_v1_admin_proto_rawDescGZIP(), []int{67}
 }
 
 func (x *CancelFailureRetryRequest) GetService() string {
@@ -4805,7 +5237,7 @@ type CancelFailureRetryResponse struct {
 
 func (x *CancelFailureRetryResponse) Reset() {
 	*x = CancelFailureRetryResponse{}
-	mi := &file_platform_admin_v1_admin_proto_msgTypes[63]
+	mi := &file_platform_admin_v1_admin_proto_msgTypes[68]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4817,7 +5249,7 @@ func (x *CancelFailureRetryResponse) String() string {
 func (*CancelFailureRetryResponse) ProtoMessage() {}
 
 func (x *CancelFailureRetryResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_platform_admin_v1_admin_proto_msgTypes[63]
+	mi := &file_platform_admin_v1_admin_proto_msgTypes[68]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4830,7 +5262,7 @@ func (x *CancelFailureRetryResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use CancelFailureRetryResponse.ProtoReflect.Descriptor instead.
 func (*CancelFailureRetryResponse) Descriptor() ([]byte, []int) {
-	return file_platform_admin_v1_admin_proto_rawDescGZIP(), []int{63}
+	return file_platform_admin_v1_admin_proto_rawDescGZIP(), []int{68}
 }
 
 func (x *CancelFailureRetryResponse) GetRetry() *FailureRetry {
@@ -4855,7 +5287,7 @@ type DiscardFailedEventsRequest struct {
 
 func (x *DiscardFailedEventsRequest) Reset() {
 	*x = DiscardFailedEventsRequest{}
-	mi := &file_platform_admin_v1_admin_proto_msgTypes[64]
+	mi := &file_platform_admin_v1_admin_proto_msgTypes[69]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4867,7 +5299,7 @@ func (x *DiscardFailedEventsRequest) String() string {
 func (*DiscardFailedEventsRequest) ProtoMessage() {}
 
 func (x *DiscardFailedEventsRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_platform_admin_v1_admin_proto_msgTypes[64]
+	mi := &file_platform_admin_v1_admin_proto_msgTypes[69]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4880,7 +5312,7 @@ func (x *DiscardFailedEventsRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use DiscardFailedEventsRequest.ProtoReflect.Descriptor instead.
 func (*DiscardFailedEventsRequest) Descriptor() ([]byte, []int) {
-	return file_platform_admin_v1_admin_proto_rawDescGZIP(), []int{64}
+	return file_platform_admin_v1_admin_proto_rawDescGZIP(), []int{69}
 }
 
 func (x *DiscardFailedEventsRequest) GetFilter() *FailureFilter {
@@ -4915,7 +5347,7 @@ type DiscardFailedEventsResponse struct {
 
 func (x *DiscardFailedEventsResponse) Reset() {
 	*x = DiscardFailedEventsResponse{}
-	mi := &file_platform_admin_v1_admin_proto_msgTypes[65]
+	mi := &file_platform_admin_v1_admin_proto_msgTypes[70]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4927,7 +5359,7 @@ func (x *DiscardFailedEventsResponse) String() string {
 func (*DiscardFailedEventsResponse) ProtoMessage() {}
 
 func (x *DiscardFailedEventsResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_platform_admin_v1_admin_proto_msgTypes[65]
+	mi := &file_platform_admin_v1_admin_proto_msgTypes[70]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4940,7 +5372,7 @@ func (x *DiscardFailedEventsResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use DiscardFailedEventsResponse.ProtoReflect.Descriptor instead.
 func (*DiscardFailedEventsResponse) Descriptor() ([]byte, []int) {
-	return file_platform_admin_v1_admin_proto_rawDescGZIP(), []int{65}
+	return file_platform_admin_v1_admin_proto_rawDescGZIP(), []int{70}
 }
 
 func (x *DiscardFailedEventsResponse) GetDiscarded() int64 {
@@ -4965,7 +5397,7 @@ type EditFailedEventRequest struct {
 
 func (x *EditFailedEventRequest) Reset() {
 	*x = EditFailedEventRequest{}
-	mi := &file_platform_admin_v1_admin_proto_msgTypes[66]
+	mi := &file_platform_admin_v1_admin_proto_msgTypes[71]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4977,7 +5409,7 @@ func (x *EditFailedEventRequest) String() string {
 func (*EditFailedEventRequest) ProtoMessage() {}
 
 func (x *EditFailedEventRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_platform_admin_v1_admin_proto_msgTypes[66]
+	mi := &file_platform_admin_v1_admin_proto_msgTypes[71]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4990,7 +5422,7 @@ func (x *EditFailedEventRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use EditFailedEventRequest.ProtoReflect.Descriptor instead.
 func (*EditFailedEventRequest) Descriptor() ([]byte, []int) {
-	return file_platform_admin_v1_admin_proto_rawDescGZIP(), []int{66}
+	return file_platform_admin_v1_admin_proto_rawDescGZIP(), []int{71}
 }
 
 func (x *EditFailedEventRequest) GetId() string {
@@ -5027,7 +5459,7 @@ type EditFailedEventResponse struct {
 
 func (x *EditFailedEventResponse) Reset() {
 	*x = EditFailedEventResponse{}
-	mi := &file_platform_admin_v1_admin_proto_msgTypes[67]
+	mi := &file_platform_admin_v1_admin_proto_msgTypes[72]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -5039,7 +5471,7 @@ func (x *EditFailedEventResponse) String() string {
 func (*EditFailedEventResponse) ProtoMessage() {}
 
 func (x *EditFailedEventResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_platform_admin_v1_admin_proto_msgTypes[67]
+	mi := &file_platform_admin_v1_admin_proto_msgTypes[72]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -5052,7 +5484,7 @@ func (x *EditFailedEventResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use EditFailedEventResponse.ProtoReflect.Descriptor instead.
 func (*EditFailedEventResponse) Descriptor() ([]byte, []int) {
-	return file_platform_admin_v1_admin_proto_rawDescGZIP(), []int{67}
+	return file_platform_admin_v1_admin_proto_rawDescGZIP(), []int{72}
 }
 
 func (x *EditFailedEventResponse) GetFailure() *FailedEvent {
@@ -5170,7 +5602,41 @@ const file_platform_admin_v1_admin_proto_rawDesc = "" +
 	"\ahorizon\x18\x02 \x01(\v2\x19.google.protobuf.DurationR\ahorizon\x12\x14\n" +
 	"\x05force\x18\x03 \x01(\bR\x05force\"J\n" +
 	"\x12SetHorizonResponse\x124\n" +
-	"\ahorizon\x18\x01 \x01(\v2\x1a.platform.admin.v1.HorizonR\ahorizon\"D\n" +
+	"\ahorizon\x18\x01 \x01(\v2\x1a.platform.admin.v1.HorizonR\ahorizon\"\x8a\x01\n" +
+	"\x14AdviseHorizonRequest\x12\x18\n" +
+	"\aservice\x18\x01 \x01(\tR\aservice\x121\n" +
+	"\x06window\x18\x02 \x01(\v2\x19.google.protobuf.DurationR\x06window\x12%\n" +
+	"\x0eignore_archive\x18\x03 \x01(\bR\rignoreArchive\"Q\n" +
+	"\x15AdviseHorizonResponse\x128\n" +
+	"\x06advice\x18\x01 \x01(\v2 .platform.admin.v1.HorizonAdviceR\x06advice\"\x91\x05\n" +
+	"\rHorizonAdvice\x12\x18\n" +
+	"\aservice\x18\x01 \x01(\tR\aservice\x121\n" +
+	"\x06window\x18\x02 \x01(\v2\x19.google.protobuf.DurationR\x06window\x12?\n" +
+	"\asources\x18\x03 \x03(\v2%.platform.admin.v1.DuplicateAgeSourceR\asources\x12%\n" +
+	"\x0ebeyond_horizon\x18\x04 \x01(\x03R\rbeyondHorizon\x12;\n" +
+	"\barchives\x18\x05 \x03(\v2\x1f.platform.admin.v1.ArchiveReachR\barchives\x120\n" +
+	"\x14processed_event_rows\x18\x06 \x01(\x03R\x12processedEventRows\x122\n" +
+	"\x15processed_event_bytes\x18\a \x01(\x03R\x13processedEventBytes\x12 \n" +
+	"\frows_per_day\x18\b \x01(\x01R\n" +
+	"rowsPerDay\x123\n" +
+	"\ahorizon\x18\t \x01(\v2\x19.google.protobuf.DurationR\ahorizon\x123\n" +
+	"\aadvised\x18\n" +
+	" \x01(\v2\x19.google.protobuf.DurationR\aadvised\x12!\n" +
+	"\fadvised_rows\x18\v \x01(\x03R\vadvisedRows\x12#\n" +
+	"\radvised_bytes\x18\f \x01(\x03R\fadvisedBytes\x12\x18\n" +
+	"\areasons\x18\r \x03(\tR\areasons\x12:\n" +
+	"\vmin_horizon\x18\x0e \x01(\v2\x19.google.protobuf.DurationR\n" +
+	"minHorizon\"\xcb\x01\n" +
+	"\x12DuplicateAgeSource\x12\x16\n" +
+	"\x06source\x18\x01 \x01(\tR\x06source\x12\x14\n" +
+	"\x05count\x18\x02 \x01(\x03R\x05count\x12+\n" +
+	"\x03p99\x18\x03 \x01(\v2\x19.google.protobuf.DurationR\x03p99\x12-\n" +
+	"\x04p999\x18\x04 \x01(\v2\x19.google.protobuf.DurationR\x04p999\x12+\n" +
+	"\x03max\x18\x05 \x01(\v2\x19.google.protobuf.DurationR\x03max\"u\n" +
+	"\fArchiveReach\x12\x1a\n" +
+	"\bproducer\x18\x01 \x01(\tR\bproducer\x123\n" +
+	"\aarchive\x18\x02 \x01(\v2\x19.google.protobuf.DurationR\aarchive\x12\x14\n" +
+	"\x05pools\x18\x03 \x03(\tR\x05pools\"D\n" +
 	"\x0fRunPurgeRequest\x12\x18\n" +
 	"\aservice\x18\x01 \x01(\tR\aservice\x12\x17\n" +
 	"\adry_run\x18\x02 \x01(\bR\x06dryRun\"A\n" +
@@ -5451,7 +5917,7 @@ const file_platform_admin_v1_admin_proto_rawDesc = "" +
 	"\rDiscardParked\x12\x1e\n" +
 	"\x1aDISCARD_PARKED_UNSPECIFIED\x10\x00\x12\x1a\n" +
 	"\x16DISCARD_PARKED_RELEASE\x10\x01\x12\x1a\n" +
-	"\x16DISCARD_PARKED_DISCARD\x10\x022\xaf\x15\n" +
+	"\x16DISCARD_PARKED_DISCARD\x10\x022\x93\x16\n" +
 	"\fAdminService\x12_\n" +
 	"\fListServices\x12&.platform.admin.v1.ListServicesRequest\x1a'.platform.admin.v1.ListServicesResponse\x12V\n" +
 	"\tListPools\x12#.platform.admin.v1.ListPoolsRequest\x1a$.platform.admin.v1.ListPoolsResponse\x12V\n" +
@@ -5462,7 +5928,8 @@ const file_platform_admin_v1_admin_proto_rawDesc = "" +
 	"\n" +
 	"GetHorizon\x12$.platform.admin.v1.GetHorizonRequest\x1a%.platform.admin.v1.GetHorizonResponse\x12Y\n" +
 	"\n" +
-	"SetHorizon\x12$.platform.admin.v1.SetHorizonRequest\x1a%.platform.admin.v1.SetHorizonResponse\x12S\n" +
+	"SetHorizon\x12$.platform.admin.v1.SetHorizonRequest\x1a%.platform.admin.v1.SetHorizonResponse\x12b\n" +
+	"\rAdviseHorizon\x12'.platform.admin.v1.AdviseHorizonRequest\x1a(.platform.admin.v1.AdviseHorizonResponse\x12S\n" +
 	"\bRunPurge\x12\".platform.admin.v1.RunPurgeRequest\x1a#.platform.admin.v1.RunPurgeResponse\x12b\n" +
 	"\rListPurgeRuns\x12'.platform.admin.v1.ListPurgeRunsRequest\x1a(.platform.admin.v1.ListPurgeRunsResponse\x12q\n" +
 	"\x12ListFailedMessages\x12,.platform.admin.v1.ListFailedMessagesRequest\x1a-.platform.admin.v1.ListFailedMessagesResponse\x12t\n" +
@@ -5499,7 +5966,7 @@ func file_platform_admin_v1_admin_proto_rawDescGZIP() []byte {
 }
 
 var file_platform_admin_v1_admin_proto_enumTypes = make([]protoimpl.EnumInfo, 4)
-var file_platform_admin_v1_admin_proto_msgTypes = make([]protoimpl.MessageInfo, 69)
+var file_platform_admin_v1_admin_proto_msgTypes = make([]protoimpl.MessageInfo, 74)
 var file_platform_admin_v1_admin_proto_goTypes = []any{
 	(PoolState)(0),                      // 0: platform.admin.v1.PoolState
 	(ReplayState)(0),                    // 1: platform.admin.v1.ReplayState
@@ -5525,195 +5992,214 @@ var file_platform_admin_v1_admin_proto_goTypes = []any{
 	(*GetHorizonResponse)(nil),          // 21: platform.admin.v1.GetHorizonResponse
 	(*SetHorizonRequest)(nil),           // 22: platform.admin.v1.SetHorizonRequest
 	(*SetHorizonResponse)(nil),          // 23: platform.admin.v1.SetHorizonResponse
-	(*RunPurgeRequest)(nil),             // 24: platform.admin.v1.RunPurgeRequest
-	(*RunPurgeResponse)(nil),            // 25: platform.admin.v1.RunPurgeResponse
-	(*ListPurgeRunsRequest)(nil),        // 26: platform.admin.v1.ListPurgeRunsRequest
-	(*ListPurgeRunsResponse)(nil),       // 27: platform.admin.v1.ListPurgeRunsResponse
-	(*ListFailedMessagesRequest)(nil),   // 28: platform.admin.v1.ListFailedMessagesRequest
-	(*ListFailedMessagesResponse)(nil),  // 29: platform.admin.v1.ListFailedMessagesResponse
-	(*RetryFailedMessagesRequest)(nil),  // 30: platform.admin.v1.RetryFailedMessagesRequest
-	(*RetryFailedMessagesResponse)(nil), // 31: platform.admin.v1.RetryFailedMessagesResponse
-	(*DescribeServiceRequest)(nil),      // 32: platform.admin.v1.DescribeServiceRequest
-	(*DescribeServiceResponse)(nil),     // 33: platform.admin.v1.DescribeServiceResponse
-	(*AuditEntry)(nil),                  // 34: platform.admin.v1.AuditEntry
-	(*ListAuditRequest)(nil),            // 35: platform.admin.v1.ListAuditRequest
-	(*ListAuditResponse)(nil),           // 36: platform.admin.v1.ListAuditResponse
-	(*ReloadConfigRequest)(nil),         // 37: platform.admin.v1.ReloadConfigRequest
-	(*ReloadConfigResponse)(nil),        // 38: platform.admin.v1.ReloadConfigResponse
-	(*ReplayPool)(nil),                  // 39: platform.admin.v1.ReplayPool
-	(*Replay)(nil),                      // 40: platform.admin.v1.Replay
-	(*ReplayEventsRequest)(nil),         // 41: platform.admin.v1.ReplayEventsRequest
-	(*ReplayEventsResponse)(nil),        // 42: platform.admin.v1.ReplayEventsResponse
-	(*GetReplayRequest)(nil),            // 43: platform.admin.v1.GetReplayRequest
-	(*GetReplayResponse)(nil),           // 44: platform.admin.v1.GetReplayResponse
-	(*ListReplaysRequest)(nil),          // 45: platform.admin.v1.ListReplaysRequest
-	(*ListReplaysResponse)(nil),         // 46: platform.admin.v1.ListReplaysResponse
-	(*CancelReplayRequest)(nil),         // 47: platform.admin.v1.CancelReplayRequest
-	(*CancelReplayResponse)(nil),        // 48: platform.admin.v1.CancelReplayResponse
-	(*FailureFilter)(nil),               // 49: platform.admin.v1.FailureFilter
-	(*FailedEvent)(nil),                 // 50: platform.admin.v1.FailedEvent
-	(*FailedEventEdit)(nil),             // 51: platform.admin.v1.FailedEventEdit
-	(*FailureGroup)(nil),                // 52: platform.admin.v1.FailureGroup
-	(*FailureRetry)(nil),                // 53: platform.admin.v1.FailureRetry
-	(*ListFailureGroupsRequest)(nil),    // 54: platform.admin.v1.ListFailureGroupsRequest
-	(*ListFailureGroupsResponse)(nil),   // 55: platform.admin.v1.ListFailureGroupsResponse
-	(*ListFailedEventsRequest)(nil),     // 56: platform.admin.v1.ListFailedEventsRequest
-	(*ListFailedEventsResponse)(nil),    // 57: platform.admin.v1.ListFailedEventsResponse
-	(*GetFailedEventRequest)(nil),       // 58: platform.admin.v1.GetFailedEventRequest
-	(*GetFailedEventResponse)(nil),      // 59: platform.admin.v1.GetFailedEventResponse
-	(*RetryFailedEventsRequest)(nil),    // 60: platform.admin.v1.RetryFailedEventsRequest
-	(*RetryFailedEventsResponse)(nil),   // 61: platform.admin.v1.RetryFailedEventsResponse
-	(*GetFailureRetryRequest)(nil),      // 62: platform.admin.v1.GetFailureRetryRequest
-	(*GetFailureRetryResponse)(nil),     // 63: platform.admin.v1.GetFailureRetryResponse
-	(*ListFailureRetriesRequest)(nil),   // 64: platform.admin.v1.ListFailureRetriesRequest
-	(*ListFailureRetriesResponse)(nil),  // 65: platform.admin.v1.ListFailureRetriesResponse
-	(*CancelFailureRetryRequest)(nil),   // 66: platform.admin.v1.CancelFailureRetryRequest
-	(*CancelFailureRetryResponse)(nil),  // 67: platform.admin.v1.CancelFailureRetryResponse
-	(*DiscardFailedEventsRequest)(nil),  // 68: platform.admin.v1.DiscardFailedEventsRequest
-	(*DiscardFailedEventsResponse)(nil), // 69: platform.admin.v1.DiscardFailedEventsResponse
-	(*EditFailedEventRequest)(nil),      // 70: platform.admin.v1.EditFailedEventRequest
-	(*EditFailedEventResponse)(nil),     // 71: platform.admin.v1.EditFailedEventResponse
-	nil,                                 // 72: platform.admin.v1.FailureGroup.KeyEntry
-	(*durationpb.Duration)(nil),         // 73: google.protobuf.Duration
-	(*timestamppb.Timestamp)(nil),       // 74: google.protobuf.Timestamp
-	(*structpb.Struct)(nil),             // 75: google.protobuf.Struct
+	(*AdviseHorizonRequest)(nil),        // 24: platform.admin.v1.AdviseHorizonRequest
+	(*AdviseHorizonResponse)(nil),       // 25: platform.admin.v1.AdviseHorizonResponse
+	(*HorizonAdvice)(nil),               // 26: platform.admin.v1.HorizonAdvice
+	(*DuplicateAgeSource)(nil),          // 27: platform.admin.v1.DuplicateAgeSource
+	(*ArchiveReach)(nil),                // 28: platform.admin.v1.ArchiveReach
+	(*RunPurgeRequest)(nil),             // 29: platform.admin.v1.RunPurgeRequest
+	(*RunPurgeResponse)(nil),            // 30: platform.admin.v1.RunPurgeResponse
+	(*ListPurgeRunsRequest)(nil),        // 31: platform.admin.v1.ListPurgeRunsRequest
+	(*ListPurgeRunsResponse)(nil),       // 32: platform.admin.v1.ListPurgeRunsResponse
+	(*ListFailedMessagesRequest)(nil),   // 33: platform.admin.v1.ListFailedMessagesRequest
+	(*ListFailedMessagesResponse)(nil),  // 34: platform.admin.v1.ListFailedMessagesResponse
+	(*RetryFailedMessagesRequest)(nil),  // 35: platform.admin.v1.RetryFailedMessagesRequest
+	(*RetryFailedMessagesResponse)(nil), // 36: platform.admin.v1.RetryFailedMessagesResponse
+	(*DescribeServiceRequest)(nil),      // 37: platform.admin.v1.DescribeServiceRequest
+	(*DescribeServiceResponse)(nil),     // 38: platform.admin.v1.DescribeServiceResponse
+	(*AuditEntry)(nil),                  // 39: platform.admin.v1.AuditEntry
+	(*ListAuditRequest)(nil),            // 40: platform.admin.v1.ListAuditRequest
+	(*ListAuditResponse)(nil),           // 41: platform.admin.v1.ListAuditResponse
+	(*ReloadConfigRequest)(nil),         // 42: platform.admin.v1.ReloadConfigRequest
+	(*ReloadConfigResponse)(nil),        // 43: platform.admin.v1.ReloadConfigResponse
+	(*ReplayPool)(nil),                  // 44: platform.admin.v1.ReplayPool
+	(*Replay)(nil),                      // 45: platform.admin.v1.Replay
+	(*ReplayEventsRequest)(nil),         // 46: platform.admin.v1.ReplayEventsRequest
+	(*ReplayEventsResponse)(nil),        // 47: platform.admin.v1.ReplayEventsResponse
+	(*GetReplayRequest)(nil),            // 48: platform.admin.v1.GetReplayRequest
+	(*GetReplayResponse)(nil),           // 49: platform.admin.v1.GetReplayResponse
+	(*ListReplaysRequest)(nil),          // 50: platform.admin.v1.ListReplaysRequest
+	(*ListReplaysResponse)(nil),         // 51: platform.admin.v1.ListReplaysResponse
+	(*CancelReplayRequest)(nil),         // 52: platform.admin.v1.CancelReplayRequest
+	(*CancelReplayResponse)(nil),        // 53: platform.admin.v1.CancelReplayResponse
+	(*FailureFilter)(nil),               // 54: platform.admin.v1.FailureFilter
+	(*FailedEvent)(nil),                 // 55: platform.admin.v1.FailedEvent
+	(*FailedEventEdit)(nil),             // 56: platform.admin.v1.FailedEventEdit
+	(*FailureGroup)(nil),                // 57: platform.admin.v1.FailureGroup
+	(*FailureRetry)(nil),                // 58: platform.admin.v1.FailureRetry
+	(*ListFailureGroupsRequest)(nil),    // 59: platform.admin.v1.ListFailureGroupsRequest
+	(*ListFailureGroupsResponse)(nil),   // 60: platform.admin.v1.ListFailureGroupsResponse
+	(*ListFailedEventsRequest)(nil),     // 61: platform.admin.v1.ListFailedEventsRequest
+	(*ListFailedEventsResponse)(nil),    // 62: platform.admin.v1.ListFailedEventsResponse
+	(*GetFailedEventRequest)(nil),       // 63: platform.admin.v1.GetFailedEventRequest
+	(*GetFailedEventResponse)(nil),      // 64: platform.admin.v1.GetFailedEventResponse
+	(*RetryFailedEventsRequest)(nil),    // 65: platform.admin.v1.RetryFailedEventsRequest
+	(*RetryFailedEventsResponse)(nil),   // 66: platform.admin.v1.RetryFailedEventsResponse
+	(*GetFailureRetryRequest)(nil),      // 67: platform.admin.v1.GetFailureRetryRequest
+	(*GetFailureRetryResponse)(nil),     // 68: platform.admin.v1.GetFailureRetryResponse
+	(*ListFailureRetriesRequest)(nil),   // 69: platform.admin.v1.ListFailureRetriesRequest
+	(*ListFailureRetriesResponse)(nil),  // 70: platform.admin.v1.ListFailureRetriesResponse
+	(*CancelFailureRetryRequest)(nil),   // 71: platform.admin.v1.CancelFailureRetryRequest
+	(*CancelFailureRetryResponse)(nil),  // 72: platform.admin.v1.CancelFailureRetryResponse
+	(*DiscardFailedEventsRequest)(nil),  // 73: platform.admin.v1.DiscardFailedEventsRequest
+	(*DiscardFailedEventsResponse)(nil), // 74: platform.admin.v1.DiscardFailedEventsResponse
+	(*EditFailedEventRequest)(nil),      // 75: platform.admin.v1.EditFailedEventRequest
+	(*EditFailedEventResponse)(nil),     // 76: platform.admin.v1.EditFailedEventResponse
+	nil,                                 // 77: platform.admin.v1.FailureGroup.KeyEntry
+	(*durationpb.Duration)(nil),         // 78: google.protobuf.Duration
+	(*timestamppb.Timestamp)(nil),       // 79: google.protobuf.Timestamp
+	(*structpb.Struct)(nil),             // 80: google.protobuf.Struct
 }
 var file_platform_admin_v1_admin_proto_depIdxs = []int32{
-	73,  // 0: platform.admin.v1.Service.horizon:type_name -> google.protobuf.Duration
-	73,  // 1: platform.admin.v1.Service.min_horizon:type_name -> google.protobuf.Duration
-	74,  // 2: platform.admin.v1.Service.last_purge:type_name -> google.protobuf.Timestamp
-	73,  // 3: platform.admin.v1.Service.outbox_oldest:type_name -> google.protobuf.Duration
+	78,  // 0: platform.admin.v1.Service.horizon:type_name -> google.protobuf.Duration
+	78,  // 1: platform.admin.v1.Service.min_horizon:type_name -> google.protobuf.Duration
+	79,  // 2: platform.admin.v1.Service.last_purge:type_name -> google.protobuf.Timestamp
+	78,  // 3: platform.admin.v1.Service.outbox_oldest:type_name -> google.protobuf.Duration
 	0,   // 4: platform.admin.v1.Pool.state:type_name -> platform.admin.v1.PoolState
-	74,  // 5: platform.admin.v1.LookupResult.processed_at:type_name -> google.protobuf.Timestamp
-	74,  // 6: platform.admin.v1.LookupResult.purgeable_at:type_name -> google.protobuf.Timestamp
-	73,  // 7: platform.admin.v1.Horizon.horizon:type_name -> google.protobuf.Duration
-	73,  // 8: platform.admin.v1.Horizon.min_horizon:type_name -> google.protobuf.Duration
-	74,  // 9: platform.admin.v1.Horizon.updated_at:type_name -> google.protobuf.Timestamp
-	73,  // 10: platform.admin.v1.Horizon.horizon_in_force:type_name -> google.protobuf.Duration
-	73,  // 11: platform.admin.v1.Horizon.partition_width:type_name -> google.protobuf.Duration
-	74,  // 12: platform.admin.v1.PurgeRun.cutoff:type_name -> google.protobuf.Timestamp
-	74,  // 13: platform.admin.v1.PurgeRun.started_at:type_name -> google.protobuf.Timestamp
-	74,  // 14: platform.admin.v1.PurgeRun.finished_at:type_name -> google.protobuf.Timestamp
-	74,  // 15: platform.admin.v1.FailedMessage.failed_at:type_name -> google.protobuf.Timestamp
+	79,  // 5: platform.admin.v1.LookupResult.processed_at:type_name -> google.protobuf.Timestamp
+	79,  // 6: platform.admin.v1.LookupResult.purgeable_at:type_name -> google.protobuf.Timestamp
+	78,  // 7: platform.admin.v1.Horizon.horizon:type_name -> google.protobuf.Duration
+	78,  // 8: platform.admin.v1.Horizon.min_horizon:type_name -> google.protobuf.Duration
+	79,  // 9: platform.admin.v1.Horizon.updated_at:type_name -> google.protobuf.Timestamp
+	78,  // 10: platform.admin.v1.Horizon.horizon_in_force:type_name -> google.protobuf.Duration
+	78,  // 11: platform.admin.v1.Horizon.partition_width:type_name -> google.protobuf.Duration
+	79,  // 12: platform.admin.v1.PurgeRun.cutoff:type_name -> google.protobuf.Timestamp
+	79,  // 13: platform.admin.v1.PurgeRun.started_at:type_name -> google.protobuf.Timestamp
+	79,  // 14: platform.admin.v1.PurgeRun.finished_at:type_name -> google.protobuf.Timestamp
+	79,  // 15: platform.admin.v1.FailedMessage.failed_at:type_name -> google.protobuf.Timestamp
 	4,   // 16: platform.admin.v1.ListServicesResponse.services:type_name -> platform.admin.v1.Service
 	5,   // 17: platform.admin.v1.ListPoolsResponse.pools:type_name -> platform.admin.v1.Pool
 	5,   // 18: platform.admin.v1.PausePoolResponse.pool:type_name -> platform.admin.v1.Pool
 	5,   // 19: platform.admin.v1.ResumePoolResponse.pool:type_name -> platform.admin.v1.Pool
 	6,   // 20: platform.admin.v1.LookupEventResponse.results:type_name -> platform.admin.v1.LookupResult
 	7,   // 21: platform.admin.v1.GetHorizonResponse.horizon:type_name -> platform.admin.v1.Horizon
-	73,  // 22: platform.admin.v1.SetHorizonRequest.horizon:type_name -> google.protobuf.Duration
+	78,  // 22: platform.admin.v1.SetHorizonRequest.horizon:type_name -> google.protobuf.Duration
 	7,   // 23: platform.admin.v1.SetHorizonResponse.horizon:type_name -> platform.admin.v1.Horizon
-	8,   // 24: platform.admin.v1.RunPurgeResponse.run:type_name -> platform.admin.v1.PurgeRun
-	8,   // 25: platform.admin.v1.ListPurgeRunsResponse.runs:type_name -> platform.admin.v1.PurgeRun
-	9,   // 26: platform.admin.v1.ListFailedMessagesResponse.messages:type_name -> platform.admin.v1.FailedMessage
-	73,  // 27: platform.admin.v1.DescribeServiceResponse.retry_span:type_name -> google.protobuf.Duration
-	8,   // 28: platform.admin.v1.DescribeServiceResponse.last_run:type_name -> platform.admin.v1.PurgeRun
-	74,  // 29: platform.admin.v1.AuditEntry.at:type_name -> google.protobuf.Timestamp
-	75,  // 30: platform.admin.v1.AuditEntry.detail:type_name -> google.protobuf.Struct
-	34,  // 31: platform.admin.v1.ListAuditResponse.entries:type_name -> platform.admin.v1.AuditEntry
-	1,   // 32: platform.admin.v1.Replay.state:type_name -> platform.admin.v1.ReplayState
-	39,  // 33: platform.admin.v1.Replay.pools:type_name -> platform.admin.v1.ReplayPool
-	74,  // 34: platform.admin.v1.Replay.created_at:type_name -> google.protobuf.Timestamp
-	74,  // 35: platform.admin.v1.Replay.finished_at:type_name -> google.protobuf.Timestamp
-	74,  // 36: platform.admin.v1.Replay.from:type_name -> google.protobuf.Timestamp
-	74,  // 37: platform.admin.v1.Replay.to:type_name -> google.protobuf.Timestamp
-	74,  // 38: platform.admin.v1.ReplayEventsRequest.from:type_name -> google.protobuf.Timestamp
-	74,  // 39: platform.admin.v1.ReplayEventsRequest.to:type_name -> google.protobuf.Timestamp
-	40,  // 40: platform.admin.v1.ReplayEventsResponse.replay:type_name -> platform.admin.v1.Replay
-	40,  // 41: platform.admin.v1.GetReplayResponse.replay:type_name -> platform.admin.v1.Replay
-	40,  // 42: platform.admin.v1.ListReplaysResponse.replays:type_name -> platform.admin.v1.Replay
-	40,  // 43: platform.admin.v1.CancelReplayResponse.replay:type_name -> platform.admin.v1.Replay
-	74,  // 44: platform.admin.v1.FailureFilter.from:type_name -> google.protobuf.Timestamp
-	74,  // 45: platform.admin.v1.FailureFilter.to:type_name -> google.protobuf.Timestamp
-	75,  // 46: platform.admin.v1.FailedEvent.headers:type_name -> google.protobuf.Struct
-	74,  // 47: platform.admin.v1.FailedEvent.first_failed_at:type_name -> google.protobuf.Timestamp
-	74,  // 48: platform.admin.v1.FailedEvent.failed_at:type_name -> google.protobuf.Timestamp
-	74,  // 49: platform.admin.v1.FailedEvent.resolved_at:type_name -> google.protobuf.Timestamp
-	74,  // 50: platform.admin.v1.FailedEvent.edited_at:type_name -> google.protobuf.Timestamp
-	74,  // 51: platform.admin.v1.FailedEvent.updated_at:type_name -> google.protobuf.Timestamp
-	74,  // 52: platform.admin.v1.FailedEventEdit.edited_at:type_name -> google.protobuf.Timestamp
-	72,  // 53: platform.admin.v1.FailureGroup.key:type_name -> platform.admin.v1.FailureGroup.KeyEntry
-	74,  // 54: platform.admin.v1.FailureGroup.first_failed_at:type_name -> google.protobuf.Timestamp
-	74,  // 55: platform.admin.v1.FailureGroup.last_failed_at:type_name -> google.protobuf.Timestamp
-	2,   // 56: platform.admin.v1.FailureRetry.state:type_name -> platform.admin.v1.FailureRetryState
-	74,  // 57: platform.admin.v1.FailureRetry.created_at:type_name -> google.protobuf.Timestamp
-	74,  // 58: platform.admin.v1.FailureRetry.finished_at:type_name -> google.protobuf.Timestamp
-	49,  // 59: platform.admin.v1.FailureRetry.filter:type_name -> platform.admin.v1.FailureFilter
-	74,  // 60: platform.admin.v1.ListFailureGroupsRequest.from:type_name -> google.protobuf.Timestamp
-	74,  // 61: platform.admin.v1.ListFailureGroupsRequest.to:type_name -> google.protobuf.Timestamp
-	52,  // 62: platform.admin.v1.ListFailureGroupsResponse.groups:type_name -> platform.admin.v1.FailureGroup
-	49,  // 63: platform.admin.v1.ListFailedEventsRequest.filter:type_name -> platform.admin.v1.FailureFilter
-	50,  // 64: platform.admin.v1.ListFailedEventsResponse.failures:type_name -> platform.admin.v1.FailedEvent
-	50,  // 65: platform.admin.v1.GetFailedEventResponse.failure:type_name -> platform.admin.v1.FailedEvent
-	51,  // 66: platform.admin.v1.GetFailedEventResponse.edits:type_name -> platform.admin.v1.FailedEventEdit
-	49,  // 67: platform.admin.v1.RetryFailedEventsRequest.filter:type_name -> platform.admin.v1.FailureFilter
-	53,  // 68: platform.admin.v1.RetryFailedEventsResponse.retry:type_name -> platform.admin.v1.FailureRetry
-	53,  // 69: platform.admin.v1.GetFailureRetryResponse.retry:type_name -> platform.admin.v1.FailureRetry
-	53,  // 70: platform.admin.v1.ListFailureRetriesResponse.retries:type_name -> platform.admin.v1.FailureRetry
-	53,  // 71: platform.admin.v1.CancelFailureRetryResponse.retry:type_name -> platform.admin.v1.FailureRetry
-	49,  // 72: platform.admin.v1.DiscardFailedEventsRequest.filter:type_name -> platform.admin.v1.FailureFilter
-	3,   // 73: platform.admin.v1.DiscardFailedEventsRequest.parked:type_name -> platform.admin.v1.DiscardParked
-	50,  // 74: platform.admin.v1.EditFailedEventResponse.failure:type_name -> platform.admin.v1.FailedEvent
-	51,  // 75: platform.admin.v1.EditFailedEventResponse.edits:type_name -> platform.admin.v1.FailedEventEdit
-	10,  // 76: platform.admin.v1.AdminService.ListServices:input_type -> platform.admin.v1.ListServicesRequest
-	12,  // 77: platform.admin.v1.AdminService.ListPools:input_type -> platform.admin.v1.ListPoolsRequest
-	14,  // 78: platform.admin.v1.AdminService.PausePool:input_type -> platform.admin.v1.PausePoolRequest
-	16,  // 79: platform.admin.v1.AdminService.ResumePool:input_type -> platform.admin.v1.ResumePoolRequest
-	18,  // 80: platform.admin.v1.AdminService.LookupEvent:input_type -> platform.admin.v1.LookupEventRequest
-	20,  // 81: platform.admin.v1.AdminService.GetHorizon:input_type -> platform.admin.v1.GetHorizonRequest
-	22,  // 82: platform.admin.v1.AdminService.SetHorizon:input_type -> platform.admin.v1.SetHorizonRequest
-	24,  // 83: platform.admin.v1.AdminService.RunPurge:input_type -> platform.admin.v1.RunPurgeRequest
-	26,  // 84: platform.admin.v1.AdminService.ListPurgeRuns:input_type -> platform.admin.v1.ListPurgeRunsRequest
-	28,  // 85: platform.admin.v1.AdminService.ListFailedMessages:input_type -> platform.admin.v1.ListFailedMessagesRequest
-	30,  // 86: platform.admin.v1.AdminService.RetryFailedMessages:input_type -> platform.admin.v1.RetryFailedMessagesRequest
-	32,  // 87: platform.admin.v1.AdminService.DescribeService:input_type -> platform.admin.v1.DescribeServiceRequest
-	35,  // 88: platform.admin.v1.AdminService.ListAudit:input_type -> platform.admin.v1.ListAuditRequest
-	37,  // 89: platform.admin.v1.AdminService.ReloadConfig:input_type -> platform.admin.v1.ReloadConfigRequest
-	41,  // 90: platform.admin.v1.AdminService.ReplayEvents:input_type -> platform.admin.v1.ReplayEventsRequest
-	43,  // 91: platform.admin.v1.AdminService.GetReplay:input_type -> platform.admin.v1.GetReplayRequest
-	45,  // 92: platform.admin.v1.AdminService.ListReplays:input_type -> platform.admin.v1.ListReplaysRequest
-	47,  // 93: platform.admin.v1.AdminService.CancelReplay:input_type -> platform.admin.v1.CancelReplayRequest
-	54,  // 94: platform.admin.v1.AdminService.ListFailureGroups:input_type -> platform.admin.v1.ListFailureGroupsRequest
-	56,  // 95: platform.admin.v1.AdminService.ListFailedEvents:input_type -> platform.admin.v1.ListFailedEventsRequest
-	58,  // 96: platform.admin.v1.AdminService.GetFailedEvent:input_type -> platform.admin.v1.GetFailedEventRequest
-	60,  // 97: platform.admin.v1.AdminService.RetryFailedEvents:input_type -> platform.admin.v1.RetryFailedEventsRequest
-	62,  // 98: platform.admin.v1.AdminService.GetFailureRetry:input_type -> platform.admin.v1.GetFailureRetryRequest
-	64,  // 99: platform.admin.v1.AdminService.ListFailureRetries:input_type -> platform.admin.v1.ListFailureRetriesRequest
-	66,  // 100: platform.admin.v1.AdminService.CancelFailureRetry:input_type -> platform.admin.v1.CancelFailureRetryRequest
-	68,  // 101: platform.admin.v1.AdminService.DiscardFailedEvents:input_type -> platform.admin.v1.DiscardFailedEventsRequest
-	70,  // 102: platform.admin.v1.AdminService.EditFailedEvent:input_type -> platform.admin.v1.EditFailedEventRequest
-	11,  // 103: platform.admin.v1.AdminService.ListServices:output_type -> platform.admin.v1.ListServicesResponse
-	13,  // 104: platform.admin.v1.AdminService.ListPools:output_type -> platform.admin.v1.ListPoolsResponse
-	15,  // 105: platform.admin.v1.AdminService.PausePool:output_type -> platform.admin.v1.PausePoolResponse
-	17,  // 106: platform.admin.v1.AdminService.ResumePool:output_type -> platform.admin.v1.ResumePoolResponse
-	19,  // 107: platform.admin.v1.AdminService.LookupEvent:output_type -> platform.admin.v1.LookupEventResponse
-	21,  // 108: platform.admin.v1.AdminService.GetHorizon:output_type -> platform.admin.v1.GetHorizonResponse
-	23,  // 109: platform.admin.v1.AdminService.SetHorizon:output_type -> platform.admin.v1.SetHorizonResponse
-	25,  // 110: platform.admin.v1.AdminService.RunPurge:output_type -> platform.admin.v1.RunPurgeResponse
-	27,  // 111: platform.admin.v1.AdminService.ListPurgeRuns:output_type -> platform.admin.v1.ListPurgeRunsResponse
-	29,  // 112: platform.admin.v1.AdminService.ListFailedMessages:output_type -> platform.admin.v1.ListFailedMessagesResponse
-	31,  // 113: platform.admin.v1.AdminService.RetryFailedMessages:output_type -> platform.admin.v1.RetryFailedMessagesResponse
-	33,  // 114: platform.admin.v1.AdminService.DescribeService:output_type -> platform.admin.v1.DescribeServiceResponse
-	36,  // 115: platform.admin.v1.AdminService.ListAudit:output_type -> platform.admin.v1.ListAuditResponse
-	38,  // 116: platform.admin.v1.AdminService.ReloadConfig:output_type -> platform.admin.v1.ReloadConfigResponse
-	42,  // 117: platform.admin.v1.AdminService.ReplayEvents:output_type -> platform.admin.v1.ReplayEventsResponse
-	44,  // 118: platform.admin.v1.AdminService.GetReplay:output_type -> platform.admin.v1.GetReplayResponse
-	46,  // 119: platform.admin.v1.AdminService.ListReplays:output_type -> platform.admin.v1.ListReplaysResponse
-	48,  // 120: platform.admin.v1.AdminService.CancelReplay:output_type -> platform.admin.v1.CancelReplayResponse
-	55,  // 121: platform.admin.v1.AdminService.ListFailureGroups:output_type -> platform.admin.v1.ListFailureGroupsResponse
-	57,  // 122: platform.admin.v1.AdminService.ListFailedEvents:output_type -> platform.admin.v1.ListFailedEventsResponse
-	59,  // 123: platform.admin.v1.AdminService.GetFailedEvent:output_type -> platform.admin.v1.GetFailedEventResponse
-	61,  // 124: platform.admin.v1.AdminService.RetryFailedEvents:output_type -> platform.admin.v1.RetryFailedEventsResponse
-	63,  // 125: platform.admin.v1.AdminService.GetFailureRetry:output_type -> platform.admin.v1.GetFailureRetryResponse
-	65,  // 126: platform.admin.v1.AdminService.ListFailureRetries:output_type -> platform.admin.v1.ListFailureRetriesResponse
-	67,  // 127: platform.admin.v1.AdminService.CancelFailureRetry:output_type -> platform.admin.v1.CancelFailureRetryResponse
-	69,  // 128: platform.admin.v1.AdminService.DiscardFailedEvents:output_type -> platform.admin.v1.DiscardFailedEventsResponse
-	71,  // 129: platform.admin.v1.AdminService.EditFailedEvent:output_type -> platform.admin.v1.EditFailedEventResponse
-	103, // [103:130] is the sub-list for method output_type
-	76,  // [76:103] is the sub-list for method input_type
-	76,  // [76:76] is the sub-list for extension type_name
-	76,  // [76:76] is the sub-list for extension extendee
-	0,   // [0:76] is the sub-list for field type_name
+	78,  // 24: platform.admin.v1.AdviseHorizonRequest.window:type_name -> google.protobuf.Duration
+	26,  // 25: platform.admin.v1.AdviseHorizonResponse.advice:type_name -> platform.admin.v1.HorizonAdvice
+	78,  // 26: platform.admin.v1.HorizonAdvice.window:type_name -> google.protobuf.Duration
+	27,  // 27: platform.admin.v1.HorizonAdvice.sources:type_name -> platform.admin.v1.DuplicateAgeSource
+	28,  // 28: platform.admin.v1.HorizonAdvice.archives:type_name -> platform.admin.v1.ArchiveReach
+	78,  // 29: platform.admin.v1.HorizonAdvice.horizon:type_name -> google.protobuf.Duration
+	78,  // 30: platform.admin.v1.HorizonAdvice.advised:type_name -> google.protobuf.Duration
+	78,  // 31: platform.admin.v1.HorizonAdvice.min_horizon:type_name -> google.protobuf.Duration
+	78,  // 32: platform.admin.v1.DuplicateAgeSource.p99:type_name -> google.protobuf.Duration
+	78,  // 33: platform.admin.v1.DuplicateAgeSource.p999:type_name -> google.protobuf.Duration
+	78,  // 34: platform.admin.v1.DuplicateAgeSource.max:type_name -> google.protobuf.Duration
+	78,  // 35: platform.admin.v1.ArchiveReach.archive:type_name -> google.protobuf.Duration
+	8,   // 36: platform.admin.v1.RunPurgeResponse.run:type_name -> platform.admin.v1.PurgeRun
+	8,   // 37: platform.admin.v1.ListPurgeRunsResponse.runs:type_name -> platform.admin.v1.PurgeRun
+	9,   // 38: platform.admin.v1.ListFailedMessagesResponse.messages:type_name -> platform.admin.v1.FailedMessage
+	78,  // 39: platform.admin.v1.DescribeServiceResponse.retry_span:type_name -> google.protobuf.Duration
+	8,   // 40: platform.admin.v1.DescribeServiceResponse.last_run:type_name -> platform.admin.v1.PurgeRun
+	79,  // 41: platform.admin.v1.AuditEntry.at:type_name -> google.protobuf.Timestamp
+	80,  // 42: platform.admin.v1.AuditEntry.detail:type_name -> google.protobuf.Struct
+	39,  // 43: platform.admin.v1.ListAuditResponse.entries:type_name -> platform.admin.v1.AuditEntry
+	1,   // 44: platform.admin.v1.Replay.state:type_name -> platform.admin.v1.ReplayState
+	44,  // 45: platform.admin.v1.Replay.pools:type_name -> platform.admin.v1.ReplayPool
+	79,  // 46: platform.admin.v1.Replay.created_at:type_name -> google.protobuf.Timestamp
+	79,  // 47: platform.admin.v1.Replay.finished_at:type_name -> google.protobuf.Timestamp
+	79,  // 48: platform.admin.v1.Replay.from:type_name -> google.protobuf.Timestamp
+	79,  // 49: platform.admin.v1.Replay.to:type_name -> google.protobuf.Timestamp
+	79,  // 50: platform.admin.v1.ReplayEventsRequest.from:type_name -> google.protobuf.Timestamp
+	79,  // 51: platform.admin.v1.ReplayEventsRequest.to:type_name -> google.protobuf.Timestamp
+	45,  // 52: platform.admin.v1.ReplayEventsResponse.replay:type_name -> platform.admin.v1.Replay
+	45,  // 53: platform.admin.v1.GetReplayResponse.replay:type_name -> platform.admin.v1.Replay
+	45,  // 54: platform.admin.v1.ListReplaysResponse.replays:type_name -> platform.admin.v1.Replay
+	45,  // 55: platform.admin.v1.CancelReplayResponse.replay:type_name -> platform.admin.v1.Replay
+	79,  // 56: platform.admin.v1.FailureFilter.from:type_name -> google.protobuf.Timestamp
+	79,  // 57: platform.admin.v1.FailureFilter.to:type_name -> google.protobuf.Timestamp
+	80,  // 58: platform.admin.v1.FailedEvent.headers:type_name -> google.protobuf.Struct
+	79,  // 59: platform.admin.v1.FailedEvent.first_failed_at:type_name -> google.protobuf.Timestamp
+	79,  // 60: platform.admin.v1.FailedEvent.failed_at:type_name -> google.protobuf.Timestamp
+	79,  // 61: platform.admin.v1.FailedEvent.resolved_at:type_name -> google.protobuf.Timestamp
+	79,  // 62: platform.admin.v1.FailedEvent.edited_at:type_name -> google.protobuf.Timestamp
+	79,  // 63: platform.admin.v1.FailedEvent.updated_at:type_name -> google.protobuf.Timestamp
+	79,  // 64: platform.admin.v1.FailedEventEdit.edited_at:type_name -> google.protobuf.Timestamp
+	77,  // 65: platform.admin.v1.FailureGroup.key:type_name -> platform.admin.v1.FailureGroup.KeyEntry
+	79,  // 66: platform.admin.v1.FailureGroup.first_failed_at:type_name -> google.protobuf.Timestamp
+	79,  // 67: platform.admin.v1.FailureGroup.last_failed_at:type_name -> google.protobuf.Timestamp
+	2,   // 68: platform.admin.v1.FailureRetry.state:type_name -> platform.admin.v1.FailureRetryState
+	79,  // 69: platform.admin.v1.FailureRetry.created_at:type_name -> google.protobuf.Timestamp
+	79,  // 70: platform.admin.v1.FailureRetry.finished_at:type_name -> google.protobuf.Timestamp
+	54,  // 71: platform.admin.v1.FailureRetry.filter:type_name -> platform.admin.v1.FailureFilter
+	79,  // 72: platform.admin.v1.ListFailureGroupsRequest.from:type_name -> google.protobuf.Timestamp
+	79,  // 73: platform.admin.v1.ListFailureGroupsRequest.to:type_name -> google.protobuf.Timestamp
+	57,  // 74: platform.admin.v1.ListFailureGroupsResponse.groups:type_name -> platform.admin.v1.FailureGroup
+	54,  // 75: platform.admin.v1.ListFailedEventsRequest.filter:type_name -> platform.admin.v1.FailureFilter
+	55,  // 76: platform.admin.v1.ListFailedEventsResponse.failures:type_name -> platform.admin.v1.FailedEvent
+	55,  // 77: platform.admin.v1.GetFailedEventResponse.failure:type_name -> platform.admin.v1.FailedEvent
+	56,  // 78: platform.admin.v1.GetFailedEventResponse.edits:type_name -> platform.admin.v1.FailedEventEdit
+	54,  // 79: platform.admin.v1.RetryFailedEventsRequest.filter:type_name -> platform.admin.v1.FailureFilter
+	58,  // 80: platform.admin.v1.RetryFailedEventsResponse.retry:type_name -> platform.admin.v1.FailureRetry
+	58,  // 81: platform.admin.v1.GetFailureRetryResponse.retry:type_name -> platform.admin.v1.FailureRetry
+	58,  // 82: platform.admin.v1.ListFailureRetriesResponse.retries:type_name -> platform.admin.v1.FailureRetry
+	58,  // 83: platform.admin.v1.CancelFailureRetryResponse.retry:type_name -> platform.admin.v1.FailureRetry
+	54,  // 84: platform.admin.v1.DiscardFailedEventsRequest.filter:type_name -> platform.admin.v1.FailureFilter
+	3,   // 85: platform.admin.v1.DiscardFailedEventsRequest.parked:type_name -> platform.admin.v1.DiscardParked
+	55,  // 86: platform.admin.v1.EditFailedEventResponse.failure:type_name -> platform.admin.v1.FailedEvent
+	56,  // 87: platform.admin.v1.EditFailedEventResponse.edits:type_name -> platform.admin.v1.FailedEventEdit
+	10,  // 88: platform.admin.v1.AdminService.ListServices:input_type -> platform.admin.v1.ListServicesRequest
+	12,  // 89: platform.admin.v1.AdminService.ListPools:input_type -> platform.admin.v1.ListPoolsRequest
+	14,  // 90: platform.admin.v1.AdminService.PausePool:input_type -> platform.admin.v1.PausePoolRequest
+	16,  // 91: platform.admin.v1.AdminService.ResumePool:input_type -> platform.admin.v1.ResumePoolRequest
+	18,  // 92: platform.admin.v1.AdminService.LookupEvent:input_type -> platform.admin.v1.LookupEventRequest
+	20,  // 93: platform.admin.v1.AdminService.GetHorizon:input_type -> platform.admin.v1.GetHorizonRequest
+	22,  // 94: platform.admin.v1.AdminService.SetHorizon:input_type -> platform.admin.v1.SetHorizonRequest
+	24,  // 95: platform.admin.v1.AdminService.AdviseHorizon:input_type -> platform.admin.v1.AdviseHorizonRequest
+	29,  // 96: platform.admin.v1.AdminService.RunPurge:input_type -> platform.admin.v1.RunPurgeRequest
+	31,  // 97: platform.admin.v1.AdminService.ListPurgeRuns:input_type -> platform.admin.v1.ListPurgeRunsRequest
+	33,  // 98: platform.admin.v1.AdminService.ListFailedMessages:input_type -> platform.admin.v1.ListFailedMessagesRequest
+	35,  // 99: platform.admin.v1.AdminService.RetryFailedMessages:input_type -> platform.admin.v1.RetryFailedMessagesRequest
+	37,  // 100: platform.admin.v1.AdminService.DescribeService:input_type -> platform.admin.v1.DescribeServiceRequest
+	40,  // 101: platform.admin.v1.AdminService.ListAudit:input_type -> platform.admin.v1.ListAuditRequest
+	42,  // 102: platform.admin.v1.AdminService.ReloadConfig:input_type -> platform.admin.v1.ReloadConfigRequest
+	46,  // 103: platform.admin.v1.AdminService.ReplayEvents:input_type -> platform.admin.v1.ReplayEventsRequest
+	48,  // 104: platform.admin.v1.AdminService.GetReplay:input_type -> platform.admin.v1.GetReplayRequest
+	50,  // 105: platform.admin.v1.AdminService.ListReplays:input_type -> platform.admin.v1.ListReplaysRequest
+	52,  // 106: platform.admin.v1.AdminService.CancelReplay:input_type -> platform.admin.v1.CancelReplayRequest
+	59,  // 107: platform.admin.v1.AdminService.ListFailureGroups:input_type -> platform.admin.v1.ListFailureGroupsRequest
+	61,  // 108: platform.admin.v1.AdminService.ListFailedEvents:input_type -> platform.admin.v1.ListFailedEventsRequest
+	63,  // 109: platform.admin.v1.AdminService.GetFailedEvent:input_type -> platform.admin.v1.GetFailedEventRequest
+	65,  // 110: platform.admin.v1.AdminService.RetryFailedEvents:input_type -> platform.admin.v1.RetryFailedEventsRequest
+	67,  // 111: platform.admin.v1.AdminService.GetFailureRetry:input_type -> platform.admin.v1.GetFailureRetryRequest
+	69,  // 112: platform.admin.v1.AdminService.ListFailureRetries:input_type -> platform.admin.v1.ListFailureRetriesRequest
+	71,  // 113: platform.admin.v1.AdminService.CancelFailureRetry:input_type -> platform.admin.v1.CancelFailureRetryRequest
+	73,  // 114: platform.admin.v1.AdminService.DiscardFailedEvents:input_type -> platform.admin.v1.DiscardFailedEventsRequest
+	75,  // 115: platform.admin.v1.AdminService.EditFailedEvent:input_type -> platform.admin.v1.EditFailedEventRequest
+	11,  // 116: platform.admin.v1.AdminService.ListServices:output_type -> platform.admin.v1.ListServicesResponse
+	13,  // 117: platform.admin.v1.AdminService.ListPools:output_type -> platform.admin.v1.ListPoolsResponse
+	15,  // 118: platform.admin.v1.AdminService.PausePool:output_type -> platform.admin.v1.PausePoolResponse
+	17,  // 119: platform.admin.v1.AdminService.ResumePool:output_type -> platform.admin.v1.ResumePoolResponse
+	19,  // 120: platform.admin.v1.AdminService.LookupEvent:output_type -> platform.admin.v1.LookupEventResponse
+	21,  // 121: platform.admin.v1.AdminService.GetHorizon:output_type -> platform.admin.v1.GetHorizonResponse
+	23,  // 122: platform.admin.v1.AdminService.SetHorizon:output_type -> platform.admin.v1.SetHorizonResponse
+	25,  // 123: platform.admin.v1.AdminService.AdviseHorizon:output_type -> platform.admin.v1.AdviseHorizonResponse
+	30,  // 124: platform.admin.v1.AdminService.RunPurge:output_type -> platform.admin.v1.RunPurgeResponse
+	32,  // 125: platform.admin.v1.AdminService.ListPurgeRuns:output_type -> platform.admin.v1.ListPurgeRunsResponse
+	34,  // 126: platform.admin.v1.AdminService.ListFailedMessages:output_type -> platform.admin.v1.ListFailedMessagesResponse
+	36,  // 127: platform.admin.v1.AdminService.RetryFailedMessages:output_type -> platform.admin.v1.RetryFailedMessagesResponse
+	38,  // 128: platform.admin.v1.AdminService.DescribeService:output_type -> platform.admin.v1.DescribeServiceResponse
+	41,  // 129: platform.admin.v1.AdminService.ListAudit:output_type -> platform.admin.v1.ListAuditResponse
+	43,  // 130: platform.admin.v1.AdminService.ReloadConfig:output_type -> platform.admin.v1.ReloadConfigResponse
+	47,  // 131: platform.admin.v1.AdminService.ReplayEvents:output_type -> platform.admin.v1.ReplayEventsResponse
+	49,  // 132: platform.admin.v1.AdminService.GetReplay:output_type -> platform.admin.v1.GetReplayResponse
+	51,  // 133: platform.admin.v1.AdminService.ListReplays:output_type -> platform.admin.v1.ListReplaysResponse
+	53,  // 134: platform.admin.v1.AdminService.CancelReplay:output_type -> platform.admin.v1.CancelReplayResponse
+	60,  // 135: platform.admin.v1.AdminService.ListFailureGroups:output_type -> platform.admin.v1.ListFailureGroupsResponse
+	62,  // 136: platform.admin.v1.AdminService.ListFailedEvents:output_type -> platform.admin.v1.ListFailedEventsResponse
+	64,  // 137: platform.admin.v1.AdminService.GetFailedEvent:output_type -> platform.admin.v1.GetFailedEventResponse
+	66,  // 138: platform.admin.v1.AdminService.RetryFailedEvents:output_type -> platform.admin.v1.RetryFailedEventsResponse
+	68,  // 139: platform.admin.v1.AdminService.GetFailureRetry:output_type -> platform.admin.v1.GetFailureRetryResponse
+	70,  // 140: platform.admin.v1.AdminService.ListFailureRetries:output_type -> platform.admin.v1.ListFailureRetriesResponse
+	72,  // 141: platform.admin.v1.AdminService.CancelFailureRetry:output_type -> platform.admin.v1.CancelFailureRetryResponse
+	74,  // 142: platform.admin.v1.AdminService.DiscardFailedEvents:output_type -> platform.admin.v1.DiscardFailedEventsResponse
+	76,  // 143: platform.admin.v1.AdminService.EditFailedEvent:output_type -> platform.admin.v1.EditFailedEventResponse
+	116, // [116:144] is the sub-list for method output_type
+	88,  // [88:116] is the sub-list for method input_type
+	88,  // [88:88] is the sub-list for extension type_name
+	88,  // [88:88] is the sub-list for extension extendee
+	0,   // [0:88] is the sub-list for field type_name
 }
 
 func init() { file_platform_admin_v1_admin_proto_init() }
@@ -5727,7 +6213,7 @@ func file_platform_admin_v1_admin_proto_init() {
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_platform_admin_v1_admin_proto_rawDesc), len(file_platform_admin_v1_admin_proto_rawDesc)),
 			NumEnums:      4,
-			NumMessages:   69,
+			NumMessages:   74,
 			NumExtensions: 0,
 			NumServices:   1,
 		},

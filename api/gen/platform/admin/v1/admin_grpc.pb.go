@@ -30,6 +30,7 @@ const (
 	AdminService_LookupEvent_FullMethodName         = "/platform.admin.v1.AdminService/LookupEvent"
 	AdminService_GetHorizon_FullMethodName          = "/platform.admin.v1.AdminService/GetHorizon"
 	AdminService_SetHorizon_FullMethodName          = "/platform.admin.v1.AdminService/SetHorizon"
+	AdminService_AdviseHorizon_FullMethodName       = "/platform.admin.v1.AdminService/AdviseHorizon"
 	AdminService_RunPurge_FullMethodName            = "/platform.admin.v1.AdminService/RunPurge"
 	AdminService_ListPurgeRuns_FullMethodName       = "/platform.admin.v1.AdminService/ListPurgeRuns"
 	AdminService_ListFailedMessages_FullMethodName  = "/platform.admin.v1.AdminService/ListFailedMessages"
@@ -88,10 +89,17 @@ type AdminServiceClient interface {
 	// GetHorizon returns a service's replay horizon in force. Role: read.
 	GetHorizon(ctx context.Context, in *GetHorizonRequest, opts ...grpc.CallOption) (*GetHorizonResponse, error)
 	// SetHorizon changes a service's replay horizon. A horizon under the
-	// service's min_horizon is refused with FAILED_PRECONDITION unless `force`
-	// is set. The change is persisted and audited with the caller's token
-	// name. Role: admin.
+	// service's min_horizon, or under the oldest duplicate age its pools saw
+	// in the last 30 days (the message names that age and its source), is
+	// refused with FAILED_PRECONDITION unless `force` is set. The change is
+	// persisted and audited with the caller's token name. Role: admin.
 	SetHorizon(ctx context.Context, in *SetHorizonRequest, opts ...grpc.CallOption) (*SetHorizonResponse, error)
+	// AdviseHorizon advises a service's horizon from what it has seen: the
+	// ages of the duplicates its pools skipped, by source, in the window;
+	// the beyond_horizon failures in it; the producers' archives that reach
+	// its pools; what processed_event costs; and an advised horizon with its
+	// cost and the reasons, one sentence each. Role: read.
+	AdviseHorizon(ctx context.Context, in *AdviseHorizonRequest, opts ...grpc.CallOption) (*AdviseHorizonResponse, error)
 	// RunPurge purges now a service's processed_event rows older than its
 	// horizon, or with `dry_run` only counts them. Role: admin.
 	RunPurge(ctx context.Context, in *RunPurgeRequest, opts ...grpc.CallOption) (*RunPurgeResponse, error)
@@ -252,6 +260,16 @@ func (c *adminServiceClient) SetHorizon(ctx context.Context, in *SetHorizonReque
 	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
 	out := new(SetHorizonResponse)
 	err := c.cc.Invoke(ctx, AdminService_SetHorizon_FullMethodName, in, out, cOpts...)
+	if err != nil {
+		return nil, err
+	}
+	return out, nil
+}
+
+func (c *adminServiceClient) AdviseHorizon(ctx context.Context, in *AdviseHorizonRequest, opts ...grpc.CallOption) (*AdviseHorizonResponse, error) {
+	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
+	out := new(AdviseHorizonResponse)
+	err := c.cc.Invoke(ctx, AdminService_AdviseHorizon_FullMethodName, in, out, cOpts...)
 	if err != nil {
 		return nil, err
 	}
@@ -494,10 +512,17 @@ type AdminServiceServer interface {
 	// GetHorizon returns a service's replay horizon in force. Role: read.
 	GetHorizon(context.Context, *GetHorizonRequest) (*GetHorizonResponse, error)
 	// SetHorizon changes a service's replay horizon. A horizon under the
-	// service's min_horizon is refused with FAILED_PRECONDITION unless `force`
-	// is set. The change is persisted and audited with the caller's token
-	// name. Role: admin.
+	// service's min_horizon, or under the oldest duplicate age its pools saw
+	// in the last 30 days (the message names that age and its source), is
+	// refused with FAILED_PRECONDITION unless `force` is set. The change is
+	// persisted and audited with the caller's token name. Role: admin.
 	SetHorizon(context.Context, *SetHorizonRequest) (*SetHorizonResponse, error)
+	// AdviseHorizon advises a service's horizon from what it has seen: the
+	// ages of the duplicates its pools skipped, by source, in the window;
+	// the beyond_horizon failures in it; the producers' archives that reach
+	// its pools; what processed_event costs; and an advised horizon with its
+	// cost and the reasons, one sentence each. Role: read.
+	AdviseHorizon(context.Context, *AdviseHorizonRequest) (*AdviseHorizonResponse, error)
 	// RunPurge purges now a service's processed_event rows older than its
 	// horizon, or with `dry_run` only counts them. Role: admin.
 	RunPurge(context.Context, *RunPurgeRequest) (*RunPurgeResponse, error)
@@ -614,6 +639,9 @@ func (UnimplementedAdminServiceServer) GetHorizon(context.Context, *GetHorizonRe
 }
 func (UnimplementedAdminServiceServer) SetHorizon(context.Context, *SetHorizonRequest) (*SetHorizonResponse, error) {
 	return nil, status.Error(codes.Unimplemented, "method SetHorizon not implemented")
+}
+func (UnimplementedAdminServiceServer) AdviseHorizon(context.Context, *AdviseHorizonRequest) (*AdviseHorizonResponse, error) {
+	return nil, status.Error(codes.Unimplemented, "method AdviseHorizon not implemented")
 }
 func (UnimplementedAdminServiceServer) RunPurge(context.Context, *RunPurgeRequest) (*RunPurgeResponse, error) {
 	return nil, status.Error(codes.Unimplemented, "method RunPurge not implemented")
@@ -818,6 +846,24 @@ func _AdminService_SetHorizon_Handler(srv interface{}, ctx context.Context, dec 
 	}
 	handler := func(ctx context.Context, req interface{}) (interface{}, error) {
 		return srv.(AdminServiceServer).SetHorizon(ctx, req.(*SetHorizonRequest))
+	}
+	return interceptor(ctx, in, info, handler)
+}
+
+func _AdminService_AdviseHorizon_Handler(srv interface{}, ctx context.Context, dec func(interface{}) error, interceptor grpc.UnaryServerInterceptor) (interface{}, error) {
+	in := new(AdviseHorizonRequest)
+	if err := dec(in); err != nil {
+		return nil, err
+	}
+	if interceptor == nil {
+		return srv.(AdminServiceServer).AdviseHorizon(ctx, in)
+	}
+	info := &grpc.UnaryServerInfo{
+		Server:     srv,
+		FullMethod: AdminService_AdviseHorizon_FullMethodName,
+	}
+	handler := func(ctx context.Context, req interface{}) (interface{}, error) {
+		return srv.(AdminServiceServer).AdviseHorizon(ctx, req.(*AdviseHorizonRequest))
 	}
 	return interceptor(ctx, in, info, handler)
 }
@@ -1216,6 +1262,10 @@ var AdminService_ServiceDesc = grpc.ServiceDesc{
 		{
 			MethodName: "SetHorizon",
 			Handler:    _AdminService_SetHorizon_Handler,
+		},
+		{
+			MethodName: "AdviseHorizon",
+			Handler:    _AdminService_AdviseHorizon_Handler,
 		},
 		{
 			MethodName: "RunPurge",
