@@ -96,6 +96,8 @@ type Metrics struct {
 	Remote RemoteMetrics
 	// Failures holds the failure store's collectors.
 	Failures FailureMetrics
+	// Limits holds the live limits' collectors.
+	Limits LimitsMetrics
 }
 
 // New creates the collectors on a fresh registry (with Go and process
@@ -132,6 +134,7 @@ func New() *Metrics {
 	m.Outbox = newOutboxMetrics(f)
 	m.Remote = newRemoteMetrics(f)
 	m.Failures = newFailureMetrics(f)
+	m.Limits = newLimitsMetrics(f)
 	return m
 }
 

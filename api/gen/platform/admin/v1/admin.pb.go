@@ -1331,6 +1331,608 @@ func (x *ResumePoolResponse) GetPool() *Pool {
 	return nil
 }
 
+// PoolLimits are a pool's limits in force.
+type PoolLimits struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// pool is the pool's name.
+	Pool string `protobuf:"bytes,1,opt,name=pool,proto3" json:"pool,omitempty"`
+	// rate is the pool's rate in events per second, across every daemon
+	// running it; 0: no limit.
+	Rate float64 `protobuf:"fixed64,2,opt,name=rate,proto3" json:"rate,omitempty"`
+	// burst is how many events may go at once above the rate (the token
+	// bucket's size); the rate when not set.
+	Burst int32 `protobuf:"varint,3,opt,name=burst,proto3" json:"burst,omitempty"`
+	// concurrency is the pool's number of workers in force.
+	Concurrency int32 `protobuf:"varint,4,opt,name=concurrency,proto3" json:"concurrency,omitempty"`
+	// reason is the reason given when the limits were last set; empty for
+	// the config's.
+	Reason string `protobuf:"bytes,5,opt,name=reason,proto3" json:"reason,omitempty"`
+	// updated_at is when they were last set; unset for the config's.
+	UpdatedAt *timestamppb.Timestamp `protobuf:"bytes,6,opt,name=updated_at,json=updatedAt,proto3" json:"updated_at,omitempty"`
+	// updated_by is the name of the token that last set them; empty for the
+	// config's.
+	UpdatedBy     string `protobuf:"bytes,7,opt,name=updated_by,json=updatedBy,proto3" json:"updated_by,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *PoolLimits) Reset() {
+	*x = PoolLimits{}
+	mi := &file_platform_admin_v1_admin_proto_msgTypes[14]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *PoolLimits) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*PoolLimits) ProtoMessage() {}
+
+func (x *PoolLimits) ProtoReflect() protoreflect.Message {
+	mi := &file_platform_admin_v1_admin_proto_msgTypes[14]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use PoolLimits.ProtoReflect.Descriptor instead.
+func (*PoolLimits) Descriptor() ([]byte, []int) {
+	return file_platform_admin_v1_admin_proto_rawDescGZIP(), []int{14}
+}
+
+func (x *PoolLimits) GetPool() string {
+	if x != nil {
+		return x.Pool
+	}
+	return ""
+}
+
+func (x *PoolLimits) GetRate() float64 {
+	if x != nil {
+		return x.Rate
+	}
+	return 0
+}
+
+func (x *PoolLimits) GetBurst() int32 {
+	if x != nil {
+		return x.Burst
+	}
+	return 0
+}
+
+func (x *PoolLimits) GetConcurrency() int32 {
+	if x != nil {
+		return x.Concurrency
+	}
+	return 0
+}
+
+func (x *PoolLimits) GetReason() string {
+	if x != nil {
+		return x.Reason
+	}
+	return ""
+}
+
+func (x *PoolLimits) GetUpdatedAt() *timestamppb.Timestamp {
+	if x != nil {
+		return x.UpdatedAt
+	}
+	return nil
+}
+
+func (x *PoolLimits) GetUpdatedBy() string {
+	if x != nil {
+		return x.UpdatedBy
+	}
+	return ""
+}
+
+// SetPoolLimitsRequest is the request of SetPoolLimits.
+type SetPoolLimitsRequest struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// pool is the name of the pool; required.
+	Pool string `protobuf:"bytes,1,opt,name=pool,proto3" json:"pool,omitempty"`
+	// rate is the pool's rate in events per second across every daemon; 0
+	// lifts the limit. Must be finite and not negative.
+	Rate float64 `protobuf:"fixed64,2,opt,name=rate,proto3" json:"rate,omitempty"`
+	// burst is the token bucket's size; 0: the rate. Must not be negative.
+	Burst int32 `protobuf:"varint,3,opt,name=burst,proto3" json:"burst,omitempty"`
+	// concurrency is the pool's number of workers; 0 leaves it unchanged.
+	// Must not be negative.
+	Concurrency int32 `protobuf:"varint,4,opt,name=concurrency,proto3" json:"concurrency,omitempty"`
+	// reason says why, for other operators; at most 1024 bytes.
+	Reason        string `protobuf:"bytes,5,opt,name=reason,proto3" json:"reason,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *SetPoolLimitsRequest) Reset() {
+	*x = SetPoolLimitsRequest{}
+	mi := &file_platform_admin_v1_admin_proto_msgTypes[15]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *SetPoolLimitsRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*SetPoolLimitsRequest) ProtoMessage() {}
+
+func (x *SetPoolLimitsRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_platform_admin_v1_admin_proto_msgTypes[15]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use SetPoolLimitsRequest.ProtoReflect.Descriptor instead.
+func (*SetPoolLimitsRequest) Descriptor() ([]byte, []int) {
+	return file_platform_admin_v1_admin_proto_rawDescGZIP(), []int{15}
+}
+
+func (x *SetPoolLimitsRequest) GetPool() string {
+	if x != nil {
+		return x.Pool
+	}
+	return ""
+}
+
+func (x *SetPoolLimitsRequest) GetRate() float64 {
+	if x != nil {
+		return x.Rate
+	}
+	return 0
+}
+
+func (x *SetPoolLimitsRequest) GetBurst() int32 {
+	if x != nil {
+		return x.Burst
+	}
+	return 0
+}
+
+func (x *SetPoolLimitsRequest) GetConcurrency() int32 {
+	if x != nil {
+		return x.Concurrency
+	}
+	return 0
+}
+
+func (x *SetPoolLimitsRequest) GetReason() string {
+	if x != nil {
+		return x.Reason
+	}
+	return ""
+}
+
+// SetPoolLimitsResponse is the response of SetPoolLimits.
+type SetPoolLimitsResponse struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// limits are the pool's limits as stored.
+	Limits        *PoolLimits `protobuf:"bytes,1,opt,name=limits,proto3" json:"limits,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *SetPoolLimitsResponse) Reset() {
+	*x = SetPoolLimitsResponse{}
+	mi := &file_platform_admin_v1_admin_proto_msgTypes[16]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *SetPoolLimitsResponse) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*SetPoolLimitsResponse) ProtoMessage() {}
+
+func (x *SetPoolLimitsResponse) ProtoReflect() protoreflect.Message {
+	mi := &file_platform_admin_v1_admin_proto_msgTypes[16]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use SetPoolLimitsResponse.ProtoReflect.Descriptor instead.
+func (*SetPoolLimitsResponse) Descriptor() ([]byte, []int) {
+	return file_platform_admin_v1_admin_proto_rawDescGZIP(), []int{16}
+}
+
+func (x *SetPoolLimitsResponse) GetLimits() *PoolLimits {
+	if x != nil {
+		return x.Limits
+	}
+	return nil
+}
+
+// GetPoolLimitsRequest is the request of GetPoolLimits.
+type GetPoolLimitsRequest struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// pool is the name of the pool; required.
+	Pool          string `protobuf:"bytes,1,opt,name=pool,proto3" json:"pool,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *GetPoolLimitsRequest) Reset() {
+	*x = GetPoolLimitsRequest{}
+	mi := &file_platform_admin_v1_admin_proto_msgTypes[17]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *GetPoolLimitsRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*GetPoolLimitsRequest) ProtoMessage() {}
+
+func (x *GetPoolLimitsRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_platform_admin_v1_admin_proto_msgTypes[17]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use GetPoolLimitsRequest.ProtoReflect.Descriptor instead.
+func (*GetPoolLimitsRequest) Descriptor() ([]byte, []int) {
+	return file_platform_admin_v1_admin_proto_rawDescGZIP(), []int{17}
+}
+
+func (x *GetPoolLimitsRequest) GetPool() string {
+	if x != nil {
+		return x.Pool
+	}
+	return ""
+}
+
+// GetPoolLimitsResponse is the response of GetPoolLimits.
+type GetPoolLimitsResponse struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// limits are the pool's limits in force.
+	Limits        *PoolLimits `protobuf:"bytes,1,opt,name=limits,proto3" json:"limits,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *GetPoolLimitsResponse) Reset() {
+	*x = GetPoolLimitsResponse{}
+	mi := &file_platform_admin_v1_admin_proto_msgTypes[18]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *GetPoolLimitsResponse) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*GetPoolLimitsResponse) ProtoMessage() {}
+
+func (x *GetPoolLimitsResponse) ProtoReflect() protoreflect.Message {
+	mi := &file_platform_admin_v1_admin_proto_msgTypes[18]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use GetPoolLimitsResponse.ProtoReflect.Descriptor instead.
+func (*GetPoolLimitsResponse) Descriptor() ([]byte, []int) {
+	return file_platform_admin_v1_admin_proto_rawDescGZIP(), []int{18}
+}
+
+func (x *GetPoolLimitsResponse) GetLimits() *PoolLimits {
+	if x != nil {
+		return x.Limits
+	}
+	return nil
+}
+
+// ServicePause is a service's kill switch.
+type ServicePause struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// service is the service's name.
+	Service string `protobuf:"bytes,1,opt,name=service,proto3" json:"service,omitempty"`
+	// paused is true while the kill switch holds.
+	Paused bool `protobuf:"varint,2,opt,name=paused,proto3" json:"paused,omitempty"`
+	// reason is the reason given to PauseAll; empty once resumed.
+	Reason string `protobuf:"bytes,3,opt,name=reason,proto3" json:"reason,omitempty"`
+	// updated_at is when the switch was last turned.
+	UpdatedAt *timestamppb.Timestamp `protobuf:"bytes,4,opt,name=updated_at,json=updatedAt,proto3" json:"updated_at,omitempty"`
+	// updated_by is the name of the token that last turned it.
+	UpdatedBy     string `protobuf:"bytes,5,opt,name=updated_by,json=updatedBy,proto3" json:"updated_by,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *ServicePause) Reset() {
+	*x = ServicePause{}
+	mi := &file_platform_admin_v1_admin_proto_msgTypes[19]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *ServicePause) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*ServicePause) ProtoMessage() {}
+
+func (x *ServicePause) ProtoReflect() protoreflect.Message {
+	mi := &file_platform_admin_v1_admin_proto_msgTypes[19]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use ServicePause.ProtoReflect.Descriptor instead.
+func (*ServicePause) Descriptor() ([]byte, []int) {
+	return file_platform_admin_v1_admin_proto_rawDescGZIP(), []int{19}
+}
+
+func (x *ServicePause) GetService() string {
+	if x != nil {
+		return x.Service
+	}
+	return ""
+}
+
+func (x *ServicePause) GetPaused() bool {
+	if x != nil {
+		return x.Paused
+	}
+	return false
+}
+
+func (x *ServicePause) GetReason() string {
+	if x != nil {
+		return x.Reason
+	}
+	return ""
+}
+
+func (x *ServicePause) GetUpdatedAt() *timestamppb.Timestamp {
+	if x != nil {
+		return x.UpdatedAt
+	}
+	return nil
+}
+
+func (x *ServicePause) GetUpdatedBy() string {
+	if x != nil {
+		return x.UpdatedBy
+	}
+	return ""
+}
+
+// PauseAllRequest is the request of PauseAll.
+type PauseAllRequest struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// service is the service whose pools stop; empty: every service.
+	Service string `protobuf:"bytes,1,opt,name=service,proto3" json:"service,omitempty"`
+	// reason says why; required, at most 1024 bytes.
+	Reason        string `protobuf:"bytes,2,opt,name=reason,proto3" json:"reason,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *PauseAllRequest) Reset() {
+	*x = PauseAllRequest{}
+	mi := &file_platform_admin_v1_admin_proto_msgTypes[20]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *PauseAllRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*PauseAllRequest) ProtoMessage() {}
+
+func (x *PauseAllRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_platform_admin_v1_admin_proto_msgTypes[20]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use PauseAllRequest.ProtoReflect.Descriptor instead.
+func (*PauseAllRequest) Descriptor() ([]byte, []int) {
+	return file_platform_admin_v1_admin_proto_rawDescGZIP(), []int{20}
+}
+
+func (x *PauseAllRequest) GetService() string {
+	if x != nil {
+		return x.Service
+	}
+	return ""
+}
+
+func (x *PauseAllRequest) GetReason() string {
+	if x != nil {
+		return x.Reason
+	}
+	return ""
+}
+
+// PauseAllResponse is the response of PauseAll.
+type PauseAllResponse struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// services are the kill switches turned, by service name.
+	Services      []*ServicePause `protobuf:"bytes,1,rep,name=services,proto3" json:"services,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *PauseAllResponse) Reset() {
+	*x = PauseAllResponse{}
+	mi := &file_platform_admin_v1_admin_proto_msgTypes[21]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *PauseAllResponse) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*PauseAllResponse) ProtoMessage() {}
+
+func (x *PauseAllResponse) ProtoReflect() protoreflect.Message {
+	mi := &file_platform_admin_v1_admin_proto_msgTypes[21]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use PauseAllResponse.ProtoReflect.Descriptor instead.
+func (*PauseAllResponse) Descriptor() ([]byte, []int) {
+	return file_platform_admin_v1_admin_proto_rawDescGZIP(), []int{21}
+}
+
+func (x *PauseAllResponse) GetServices() []*ServicePause {
+	if x != nil {
+		return x.Services
+	}
+	return nil
+}
+
+// ResumeAllRequest is the request of ResumeAll.
+type ResumeAllRequest struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// service is the service whose kill switch is lifted; empty: every
+	// service.
+	Service       string `protobuf:"bytes,1,opt,name=service,proto3" json:"service,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *ResumeAllRequest) Reset() {
+	*x = ResumeAllRequest{}
+	mi := &file_platform_admin_v1_admin_proto_msgTypes[22]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *ResumeAllRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*ResumeAllRequest) ProtoMessage() {}
+
+func (x *ResumeAllRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_platform_admin_v1_admin_proto_msgTypes[22]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use ResumeAllRequest.ProtoReflect.Descriptor instead.
+func (*ResumeAllRequest) Descriptor() ([]byte, []int) {
+	return file_platform_admin_v1_admin_proto_rawDescGZIP(), []int{22}
+}
+
+func (x *ResumeAllRequest) GetService() string {
+	if x != nil {
+		return x.Service
+	}
+	return ""
+}
+
+// ResumeAllResponse is the response of ResumeAll.
+type ResumeAllResponse struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// services are the kill switches turned, by service name.
+	Services      []*ServicePause `protobuf:"bytes,1,rep,name=services,proto3" json:"services,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *ResumeAllResponse) Reset() {
+	*x = ResumeAllResponse{}
+	mi := &file_platform_admin_v1_admin_proto_msgTypes[23]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *ResumeAllResponse) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*ResumeAllResponse) ProtoMessage() {}
+
+func (x *ResumeAllResponse) ProtoReflect() protoreflect.Message {
+	mi := &file_platform_admin_v1_admin_proto_msgTypes[23]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use ResumeAllResponse.ProtoReflect.Descriptor instead.
+func (*ResumeAllResponse) Descriptor() ([]byte, []int) {
+	return file_platform_admin_v1_admin_proto_rawDescGZIP(), []int{23}
+}
+
+func (x *ResumeAllResponse) GetServices() []*ServicePause {
+	if x != nil {
+		return x.Services
+	}
+	return nil
+}
+
 // LookupEventRequest is the request of LookupEvent.
 type LookupEventRequest struct {
 	state protoimpl.MessageState `protogen:"open.v1"`
@@ -1346,7 +1948,7 @@ type LookupEventRequest struct {
 
 func (x *LookupEventRequest) Reset() {
 	*x = LookupEventRequest{}
-	mi := &file_platform_admin_v1_admin_proto_msgTypes[14]
+	mi := &file_platform_admin_v1_admin_proto_msgTypes[24]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1358,7 +1960,7 @@ func (x *LookupEventRequest) String() string {
 func (*LookupEventRequest) ProtoMessage() {}
 
 func (x *LookupEventRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_platform_admin_v1_admin_proto_msgTypes[14]
+	mi := &file_platform_admin_v1_admin_proto_msgTypes[24]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1371,7 +1973,7 @@ func (x *LookupEventRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use LookupEventRequest.ProtoReflect.Descriptor instead.
 func (*LookupEventRequest) Descriptor() ([]byte, []int) {
-	return file_platform_admin_v1_admin_proto_rawDescGZIP(), []int{14}
+	return file_platform_admin_v1_admin_proto_rawDescGZIP(), []int{24}
 }
 
 func (x *LookupEventRequest) GetEventId() string {
@@ -1399,7 +2001,7 @@ type LookupEventResponse struct {
 
 func (x *LookupEventResponse) Reset() {
 	*x = LookupEventResponse{}
-	mi := &file_platform_admin_v1_admin_proto_msgTypes[15]
+	mi := &file_platform_admin_v1_admin_proto_msgTypes[25]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1411,7 +2013,7 @@ func (x *LookupEventResponse) String() string {
 func (*LookupEventResponse) ProtoMessage() {}
 
 func (x *LookupEventResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_platform_admin_v1_admin_proto_msgTypes[15]
+	mi := &file_platform_admin_v1_admin_proto_msgTypes[25]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1424,7 +2026,7 @@ func (x *LookupEventResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use LookupEventResponse.ProtoReflect.Descriptor instead.
 func (*LookupEventResponse) Descriptor() ([]byte, []int) {
-	return file_platform_admin_v1_admin_proto_rawDescGZIP(), []int{15}
+	return file_platform_admin_v1_admin_proto_rawDescGZIP(), []int{25}
 }
 
 func (x *LookupEventResponse) GetResults() []*LookupResult {
@@ -1445,7 +2047,7 @@ type GetHorizonRequest struct {
 
 func (x *GetHorizonRequest) Reset() {
 	*x = GetHorizonRequest{}
-	mi := &file_platform_admin_v1_admin_proto_msgTypes[16]
+	mi := &file_platform_admin_v1_admin_proto_msgTypes[26]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1457,7 +2059,7 @@ func (x *GetHorizonRequest) String() string {
 func (*GetHorizonRequest) ProtoMessage() {}
 
 func (x *GetHorizonRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_platform_admin_v1_admin_proto_msgTypes[16]
+	mi := &file_platform_admin_v1_admin_proto_msgTypes[26]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1470,7 +2072,7 @@ func (x *GetHorizonRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use GetHorizonRequest.ProtoReflect.Descriptor instead.
 func (*GetHorizonRequest) Descriptor() ([]byte, []int) {
-	return file_platform_admin_v1_admin_proto_rawDescGZIP(), []int{16}
+	return file_platform_admin_v1_admin_proto_rawDescGZIP(), []int{26}
 }
 
 func (x *GetHorizonRequest) GetService() string {
@@ -1491,7 +2093,7 @@ type GetHorizonResponse struct {
 
 func (x *GetHorizonResponse) Reset() {
 	*x = GetHorizonResponse{}
-	mi := &file_platform_admin_v1_admin_proto_msgTypes[17]
+	mi := &file_platform_admin_v1_admin_proto_msgTypes[27]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1503,7 +2105,7 @@ func (x *GetHorizonResponse) String() string {
 func (*GetHorizonResponse) ProtoMessage() {}
 
 func (x *GetHorizonResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_platform_admin_v1_admin_proto_msgTypes[17]
+	mi := &file_platform_admin_v1_admin_proto_msgTypes[27]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1516,7 +2118,7 @@ func (x *GetHorizonResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use GetHorizonResponse.ProtoReflect.Descriptor instead.
 func (*GetHorizonResponse) Descriptor() ([]byte, []int) {
-	return file_platform_admin_v1_admin_proto_rawDescGZIP(), []int{17}
+	return file_platform_admin_v1_admin_proto_rawDescGZIP(), []int{27}
 }
 
 func (x *GetHorizonResponse) GetHorizon() *Horizon {
@@ -1541,7 +2143,7 @@ type SetHorizonRequest struct {
 
 func (x *SetHorizonRequest) Reset() {
 	*x = SetHorizonRequest{}
-	mi := &file_platform_admin_v1_admin_proto_msgTypes[18]
+	mi := &file_platform_admin_v1_admin_proto_msgTypes[28]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1553,7 +2155,7 @@ func (x *SetHorizonRequest) String() string {
 func (*SetHorizonRequest) ProtoMessage() {}
 
 func (x *SetHorizonRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_platform_admin_v1_admin_proto_msgTypes[18]
+	mi := &file_platform_admin_v1_admin_proto_msgTypes[28]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1566,7 +2168,7 @@ func (x *SetHorizonRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use SetHorizonRequest.ProtoReflect.Descriptor instead.
 func (*SetHorizonRequest) Descriptor() ([]byte, []int) {
-	return file_platform_admin_v1_admin_proto_rawDescGZIP(), []int{18}
+	return file_platform_admin_v1_admin_proto_rawDescGZIP(), []int{28}
 }
 
 func (x *SetHorizonRequest) GetService() string {
@@ -1601,7 +2203,7 @@ type SetHorizonResponse struct {
 
 func (x *SetHorizonResponse) Reset() {
 	*x = SetHorizonResponse{}
-	mi := &file_platform_admin_v1_admin_proto_msgTypes[19]
+	mi := &file_platform_admin_v1_admin_proto_msgTypes[29]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1613,7 +2215,7 @@ func (x *SetHorizonResponse) String() string {
 func (*SetHorizonResponse) ProtoMessage() {}
 
 func (x *SetHorizonResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_platform_admin_v1_admin_proto_msgTypes[19]
+	mi := &file_platform_admin_v1_admin_proto_msgTypes[29]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1626,7 +2228,7 @@ func (x *SetHorizonResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use SetHorizonResponse.ProtoReflect.Descriptor instead.
 func (*SetHorizonResponse) Descriptor() ([]byte, []int) {
-	return file_platform_admin_v1_admin_proto_rawDescGZIP(), []int{19}
+	return file_platform_admin_v1_admin_proto_rawDescGZIP(), []int{29}
 }
 
 func (x *SetHorizonResponse) GetHorizon() *Horizon {
@@ -1649,7 +2251,7 @@ type RunPurgeRequest struct {
 
 func (x *RunPurgeRequest) Reset() {
 	*x = RunPurgeRequest{}
-	mi := &file_platform_admin_v1_admin_proto_msgTypes[20]
+	mi := &file_platform_admin_v1_admin_proto_msgTypes[30]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1661,7 +2263,7 @@ func (x *RunPurgeRequest) String() string {
 func (*RunPurgeRequest) ProtoMessage() {}
 
 func (x *RunPurgeRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_platform_admin_v1_admin_proto_msgTypes[20]
+	mi := &file_platform_admin_v1_admin_proto_msgTypes[30]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1674,7 +2276,7 @@ func (x *RunPurgeRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RunPurgeRequest.ProtoReflect.Descriptor instead.
 func (*RunPurgeRequest) Descriptor() ([]byte, []int) {
-	return file_platform_admin_v1_admin_proto_rawDescGZIP(), []int{20}
+	return file_platform_admin_v1_admin_proto_rawDescGZIP(), []int{30}
 }
 
 func (x *RunPurgeRequest) GetService() string {
@@ -1702,7 +2304,7 @@ type RunPurgeResponse struct {
 
 func (x *RunPurgeResponse) Reset() {
 	*x = RunPurgeResponse{}
-	mi := &file_platform_admin_v1_admin_proto_msgTypes[21]
+	mi := &file_platform_admin_v1_admin_proto_msgTypes[31]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1714,7 +2316,7 @@ func (x *RunPurgeResponse) String() string {
 func (*RunPurgeResponse) ProtoMessage() {}
 
 func (x *RunPurgeResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_platform_admin_v1_admin_proto_msgTypes[21]
+	mi := &file_platform_admin_v1_admin_proto_msgTypes[31]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1727,7 +2329,7 @@ func (x *RunPurgeResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RunPurgeResponse.ProtoReflect.Descriptor instead.
 func (*RunPurgeResponse) Descriptor() ([]byte, []int) {
-	return file_platform_admin_v1_admin_proto_rawDescGZIP(), []int{21}
+	return file_platform_admin_v1_admin_proto_rawDescGZIP(), []int{31}
 }
 
 func (x *RunPurgeResponse) GetRun() *PurgeRun {
@@ -1751,7 +2353,7 @@ type ListPurgeRunsRequest struct {
 
 func (x *ListPurgeRunsRequest) Reset() {
 	*x = ListPurgeRunsRequest{}
-	mi := &file_platform_admin_v1_admin_proto_msgTypes[22]
+	mi := &file_platform_admin_v1_admin_proto_msgTypes[32]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1763,7 +2365,7 @@ func (x *ListPurgeRunsRequest) String() string {
 func (*ListPurgeRunsRequest) ProtoMessage() {}
 
 func (x *ListPurgeRunsRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_platform_admin_v1_admin_proto_msgTypes[22]
+	mi := &file_platform_admin_v1_admin_proto_msgTypes[32]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1776,7 +2378,7 @@ func (x *ListPurgeRunsRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListPurgeRunsRequest.ProtoReflect.Descriptor instead.
 func (*ListPurgeRunsRequest) Descriptor() ([]byte, []int) {
-	return file_platform_admin_v1_admin_proto_rawDescGZIP(), []int{22}
+	return file_platform_admin_v1_admin_proto_rawDescGZIP(), []int{32}
 }
 
 func (x *ListPurgeRunsRequest) GetService() string {
@@ -1804,7 +2406,7 @@ type ListPurgeRunsResponse struct {
 
 func (x *ListPurgeRunsResponse) Reset() {
 	*x = ListPurgeRunsResponse{}
-	mi := &file_platform_admin_v1_admin_proto_msgTypes[23]
+	mi := &file_platform_admin_v1_admin_proto_msgTypes[33]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1816,7 +2418,7 @@ func (x *ListPurgeRunsResponse) String() string {
 func (*ListPurgeRunsResponse) ProtoMessage() {}
 
 func (x *ListPurgeRunsResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_platform_admin_v1_admin_proto_msgTypes[23]
+	mi := &file_platform_admin_v1_admin_proto_msgTypes[33]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1829,7 +2431,7 @@ func (x *ListPurgeRunsResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListPurgeRunsResponse.ProtoReflect.Descriptor instead.
 func (*ListPurgeRunsResponse) Descriptor() ([]byte, []int) {
-	return file_platform_admin_v1_admin_proto_rawDescGZIP(), []int{23}
+	return file_platform_admin_v1_admin_proto_rawDescGZIP(), []int{33}
 }
 
 func (x *ListPurgeRunsResponse) GetRuns() []*PurgeRun {
@@ -1853,7 +2455,7 @@ type ListFailedMessagesRequest struct {
 
 func (x *ListFailedMessagesRequest) Reset() {
 	*x = ListFailedMessagesRequest{}
-	mi := &file_platform_admin_v1_admin_proto_msgTypes[24]
+	mi := &file_platform_admin_v1_admin_proto_msgTypes[34]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1865,7 +2467,7 @@ func (x *ListFailedMessagesRequest) String() string {
 func (*ListFailedMessagesRequest) ProtoMessage() {}
 
 func (x *ListFailedMessagesRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_platform_admin_v1_admin_proto_msgTypes[24]
+	mi := &file_platform_admin_v1_admin_proto_msgTypes[34]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1878,7 +2480,7 @@ func (x *ListFailedMessagesRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListFailedMessagesRequest.ProtoReflect.Descriptor instead.
 func (*ListFailedMessagesRequest) Descriptor() ([]byte, []int) {
-	return file_platform_admin_v1_admin_proto_rawDescGZIP(), []int{24}
+	return file_platform_admin_v1_admin_proto_rawDescGZIP(), []int{34}
 }
 
 func (x *ListFailedMessagesRequest) GetPool() string {
@@ -1906,7 +2508,7 @@ type ListFailedMessagesResponse struct {
 
 func (x *ListFailedMessagesResponse) Reset() {
 	*x = ListFailedMessagesResponse{}
-	mi := &file_platform_admin_v1_admin_proto_msgTypes[25]
+	mi := &file_platform_admin_v1_admin_proto_msgTypes[35]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1918,7 +2520,7 @@ func (x *ListFailedMessagesResponse) String() string {
 func (*ListFailedMessagesResponse) ProtoMessage() {}
 
 func (x *ListFailedMessagesResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_platform_admin_v1_admin_proto_msgTypes[25]
+	mi := &file_platform_admin_v1_admin_proto_msgTypes[35]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1931,7 +2533,7 @@ func (x *ListFailedMessagesResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListFailedMessagesResponse.ProtoReflect.Descriptor instead.
 func (*ListFailedMessagesResponse) Descriptor() ([]byte, []int) {
-	return file_platform_admin_v1_admin_proto_rawDescGZIP(), []int{25}
+	return file_platform_admin_v1_admin_proto_rawDescGZIP(), []int{35}
 }
 
 func (x *ListFailedMessagesResponse) GetMessages() []*FailedMessage {
@@ -1963,7 +2565,7 @@ type RetryFailedMessagesRequest struct {
 
 func (x *RetryFailedMessagesRequest) Reset() {
 	*x = RetryFailedMessagesRequest{}
-	mi := &file_platform_admin_v1_admin_proto_msgTypes[26]
+	mi := &file_platform_admin_v1_admin_proto_msgTypes[36]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1975,7 +2577,7 @@ func (x *RetryFailedMessagesRequest) String() string {
 func (*RetryFailedMessagesRequest) ProtoMessage() {}
 
 func (x *RetryFailedMessagesRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_platform_admin_v1_admin_proto_msgTypes[26]
+	mi := &file_platform_admin_v1_admin_proto_msgTypes[36]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1988,7 +2590,7 @@ func (x *RetryFailedMessagesRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RetryFailedMessagesRequest.ProtoReflect.Descriptor instead.
 func (*RetryFailedMessagesRequest) Descriptor() ([]byte, []int) {
-	return file_platform_admin_v1_admin_proto_rawDescGZIP(), []int{26}
+	return file_platform_admin_v1_admin_proto_rawDescGZIP(), []int{36}
 }
 
 func (x *RetryFailedMessagesRequest) GetPool() string {
@@ -2030,7 +2632,7 @@ type RetryFailedMessagesResponse struct {
 
 func (x *RetryFailedMessagesResponse) Reset() {
 	*x = RetryFailedMessagesResponse{}
-	mi := &file_platform_admin_v1_admin_proto_msgTypes[27]
+	mi := &file_platform_admin_v1_admin_proto_msgTypes[37]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2042,7 +2644,7 @@ func (x *RetryFailedMessagesResponse) String() string {
 func (*RetryFailedMessagesResponse) ProtoMessage() {}
 
 func (x *RetryFailedMessagesResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_platform_admin_v1_admin_proto_msgTypes[27]
+	mi := &file_platform_admin_v1_admin_proto_msgTypes[37]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2055,7 +2657,7 @@ func (x *RetryFailedMessagesResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RetryFailedMessagesResponse.ProtoReflect.Descriptor instead.
 func (*RetryFailedMessagesResponse) Descriptor() ([]byte, []int) {
-	return file_platform_admin_v1_admin_proto_rawDescGZIP(), []int{27}
+	return file_platform_admin_v1_admin_proto_rawDescGZIP(), []int{37}
 }
 
 func (x *RetryFailedMessagesResponse) GetRetried() int32 {
@@ -2076,7 +2678,7 @@ type DescribeServiceRequest struct {
 
 func (x *DescribeServiceRequest) Reset() {
 	*x = DescribeServiceRequest{}
-	mi := &file_platform_admin_v1_admin_proto_msgTypes[28]
+	mi := &file_platform_admin_v1_admin_proto_msgTypes[38]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2088,7 +2690,7 @@ func (x *DescribeServiceRequest) String() string {
 func (*DescribeServiceRequest) ProtoMessage() {}
 
 func (x *DescribeServiceRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_platform_admin_v1_admin_proto_msgTypes[28]
+	mi := &file_platform_admin_v1_admin_proto_msgTypes[38]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2101,7 +2703,7 @@ func (x *DescribeServiceRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use DescribeServiceRequest.ProtoReflect.Descriptor instead.
 func (*DescribeServiceRequest) Descriptor() ([]byte, []int) {
-	return file_platform_admin_v1_admin_proto_rawDescGZIP(), []int{28}
+	return file_platform_admin_v1_admin_proto_rawDescGZIP(), []int{38}
 }
 
 func (x *DescribeServiceRequest) GetService() string {
@@ -2132,7 +2734,7 @@ type DescribeServiceResponse struct {
 
 func (x *DescribeServiceResponse) Reset() {
 	*x = DescribeServiceResponse{}
-	mi := &file_platform_admin_v1_admin_proto_msgTypes[29]
+	mi := &file_platform_admin_v1_admin_proto_msgTypes[39]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2144,7 +2746,7 @@ func (x *DescribeServiceResponse) String() string {
 func (*DescribeServiceResponse) ProtoMessage() {}
 
 func (x *DescribeServiceResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_platform_admin_v1_admin_proto_msgTypes[29]
+	mi := &file_platform_admin_v1_admin_proto_msgTypes[39]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2157,7 +2759,7 @@ func (x *DescribeServiceResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use DescribeServiceResponse.ProtoReflect.Descriptor instead.
 func (*DescribeServiceResponse) Descriptor() ([]byte, []int) {
-	return file_platform_admin_v1_admin_proto_rawDescGZIP(), []int{29}
+	return file_platform_admin_v1_admin_proto_rawDescGZIP(), []int{39}
 }
 
 func (x *DescribeServiceResponse) GetService() string {
@@ -2213,7 +2815,7 @@ type AuditEntry struct {
 
 func (x *AuditEntry) Reset() {
 	*x = AuditEntry{}
-	mi := &file_platform_admin_v1_admin_proto_msgTypes[30]
+	mi := &file_platform_admin_v1_admin_proto_msgTypes[40]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2225,7 +2827,7 @@ func (x *AuditEntry) String() string {
 func (*AuditEntry) ProtoMessage() {}
 
 func (x *AuditEntry) ProtoReflect() protoreflect.Message {
-	mi := &file_platform_admin_v1_admin_proto_msgTypes[30]
+	mi := &file_platform_admin_v1_admin_proto_msgTypes[40]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2238,7 +2840,7 @@ func (x *AuditEntry) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use AuditEntry.ProtoReflect.Descriptor instead.
 func (*AuditEntry) Descriptor() ([]byte, []int) {
-	return file_platform_admin_v1_admin_proto_rawDescGZIP(), []int{30}
+	return file_platform_admin_v1_admin_proto_rawDescGZIP(), []int{40}
 }
 
 func (x *AuditEntry) GetService() string {
@@ -2297,7 +2899,7 @@ type ListAuditRequest struct {
 
 func (x *ListAuditRequest) Reset() {
 	*x = ListAuditRequest{}
-	mi := &file_platform_admin_v1_admin_proto_msgTypes[31]
+	mi := &file_platform_admin_v1_admin_proto_msgTypes[41]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2309,7 +2911,7 @@ func (x *ListAuditRequest) String() string {
 func (*ListAuditRequest) ProtoMessage() {}
 
 func (x *ListAuditRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_platform_admin_v1_admin_proto_msgTypes[31]
+	mi := &file_platform_admin_v1_admin_proto_msgTypes[41]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2322,7 +2924,7 @@ func (x *ListAuditRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListAuditRequest.ProtoReflect.Descriptor instead.
 func (*ListAuditRequest) Descriptor() ([]byte, []int) {
-	return file_platform_admin_v1_admin_proto_rawDescGZIP(), []int{31}
+	return file_platform_admin_v1_admin_proto_rawDescGZIP(), []int{41}
 }
 
 func (x *ListAuditRequest) GetService() string {
@@ -2355,7 +2957,7 @@ type ListAuditResponse struct {
 
 func (x *ListAuditResponse) Reset() {
 	*x = ListAuditResponse{}
-	mi := &file_platform_admin_v1_admin_proto_msgTypes[32]
+	mi := &file_platform_admin_v1_admin_proto_msgTypes[42]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2367,7 +2969,7 @@ func (x *ListAuditResponse) String() string {
 func (*ListAuditResponse) ProtoMessage() {}
 
 func (x *ListAuditResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_platform_admin_v1_admin_proto_msgTypes[32]
+	mi := &file_platform_admin_v1_admin_proto_msgTypes[42]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2380,7 +2982,7 @@ func (x *ListAuditResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListAuditResponse.ProtoReflect.Descriptor instead.
 func (*ListAuditResponse) Descriptor() ([]byte, []int) {
-	return file_platform_admin_v1_admin_proto_rawDescGZIP(), []int{32}
+	return file_platform_admin_v1_admin_proto_rawDescGZIP(), []int{42}
 }
 
 func (x *ListAuditResponse) GetEntries() []*AuditEntry {
@@ -2406,7 +3008,7 @@ type ReloadConfigRequest struct {
 
 func (x *ReloadConfigRequest) Reset() {
 	*x = ReloadConfigRequest{}
-	mi := &file_platform_admin_v1_admin_proto_msgTypes[33]
+	mi := &file_platform_admin_v1_admin_proto_msgTypes[43]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2418,7 +3020,7 @@ func (x *ReloadConfigRequest) String() string {
 func (*ReloadConfigRequest) ProtoMessage() {}
 
 func (x *ReloadConfigRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_platform_admin_v1_admin_proto_msgTypes[33]
+	mi := &file_platform_admin_v1_admin_proto_msgTypes[43]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2431,7 +3033,7 @@ func (x *ReloadConfigRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ReloadConfigRequest.ProtoReflect.Descriptor instead.
 func (*ReloadConfigRequest) Descriptor() ([]byte, []int) {
-	return file_platform_admin_v1_admin_proto_rawDescGZIP(), []int{33}
+	return file_platform_admin_v1_admin_proto_rawDescGZIP(), []int{43}
 }
 
 // ReloadConfigResponse says what a reload changed. Names are sorted.
@@ -2458,7 +3060,7 @@ type ReloadConfigResponse struct {
 
 func (x *ReloadConfigResponse) Reset() {
 	*x = ReloadConfigResponse{}
-	mi := &file_platform_admin_v1_admin_proto_msgTypes[34]
+	mi := &file_platform_admin_v1_admin_proto_msgTypes[44]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2470,7 +3072,7 @@ func (x *ReloadConfigResponse) String() string {
 func (*ReloadConfigResponse) ProtoMessage() {}
 
 func (x *ReloadConfigResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_platform_admin_v1_admin_proto_msgTypes[34]
+	mi := &file_platform_admin_v1_admin_proto_msgTypes[44]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2483,7 +3085,7 @@ func (x *ReloadConfigResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ReloadConfigResponse.ProtoReflect.Descriptor instead.
 func (*ReloadConfigResponse) Descriptor() ([]byte, []int) {
-	return file_platform_admin_v1_admin_proto_rawDescGZIP(), []int{34}
+	return file_platform_admin_v1_admin_proto_rawDescGZIP(), []int{44}
 }
 
 func (x *ReloadConfigResponse) GetServicesAdded() []string {
@@ -2562,7 +3164,7 @@ type ReplayPool struct {
 
 func (x *ReplayPool) Reset() {
 	*x = ReplayPool{}
-	mi := &file_platform_admin_v1_admin_proto_msgTypes[35]
+	mi := &file_platform_admin_v1_admin_proto_msgTypes[45]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2574,7 +3176,7 @@ func (x *ReplayPool) String() string {
 func (*ReplayPool) ProtoMessage() {}
 
 func (x *ReplayPool) ProtoReflect() protoreflect.Message {
-	mi := &file_platform_admin_v1_admin_proto_msgTypes[35]
+	mi := &file_platform_admin_v1_admin_proto_msgTypes[45]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2587,7 +3189,7 @@ func (x *ReplayPool) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ReplayPool.ProtoReflect.Descriptor instead.
 func (*ReplayPool) Descriptor() ([]byte, []int) {
-	return file_platform_admin_v1_admin_proto_rawDescGZIP(), []int{35}
+	return file_platform_admin_v1_admin_proto_rawDescGZIP(), []int{45}
 }
 
 func (x *ReplayPool) GetPool() string {
@@ -2677,7 +3279,7 @@ type Replay struct {
 
 func (x *Replay) Reset() {
 	*x = Replay{}
-	mi := &file_platform_admin_v1_admin_proto_msgTypes[36]
+	mi := &file_platform_admin_v1_admin_proto_msgTypes[46]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2689,7 +3291,7 @@ func (x *Replay) String() string {
 func (*Replay) ProtoMessage() {}
 
 func (x *Replay) ProtoReflect() protoreflect.Message {
-	mi := &file_platform_admin_v1_admin_proto_msgTypes[36]
+	mi := &file_platform_admin_v1_admin_proto_msgTypes[46]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2702,7 +3304,7 @@ func (x *Replay) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Replay.ProtoReflect.Descriptor instead.
 func (*Replay) Descriptor() ([]byte, []int) {
-	return file_platform_admin_v1_admin_proto_rawDescGZIP(), []int{36}
+	return file_platform_admin_v1_admin_proto_rawDescGZIP(), []int{46}
 }
 
 func (x *Replay) GetId() string {
@@ -2855,7 +3457,7 @@ type ReplayEventsRequest struct {
 
 func (x *ReplayEventsRequest) Reset() {
 	*x = ReplayEventsRequest{}
-	mi := &file_platform_admin_v1_admin_proto_msgTypes[37]
+	mi := &file_platform_admin_v1_admin_proto_msgTypes[47]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2867,7 +3469,7 @@ func (x *ReplayEventsRequest) String() string {
 func (*ReplayEventsRequest) ProtoMessage() {}
 
 func (x *ReplayEventsRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_platform_admin_v1_admin_proto_msgTypes[37]
+	mi := &file_platform_admin_v1_admin_proto_msgTypes[47]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2880,7 +3482,7 @@ func (x *ReplayEventsRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ReplayEventsRequest.ProtoReflect.Descriptor instead.
 func (*ReplayEventsRequest) Descriptor() ([]byte, []int) {
-	return file_platform_admin_v1_admin_proto_rawDescGZIP(), []int{37}
+	return file_platform_admin_v1_admin_proto_rawDescGZIP(), []int{47}
 }
 
 func (x *ReplayEventsRequest) GetService() string {
@@ -2957,7 +3559,7 @@ type ReplayEventsResponse struct {
 
 func (x *ReplayEventsResponse) Reset() {
 	*x = ReplayEventsResponse{}
-	mi := &file_platform_admin_v1_admin_proto_msgTypes[38]
+	mi := &file_platform_admin_v1_admin_proto_msgTypes[48]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2969,7 +3571,7 @@ func (x *ReplayEventsResponse) String() string {
 func (*ReplayEventsResponse) ProtoMessage() {}
 
 func (x *ReplayEventsResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_platform_admin_v1_admin_proto_msgTypes[38]
+	mi := &file_platform_admin_v1_admin_proto_msgTypes[48]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2982,7 +3584,7 @@ func (x *ReplayEventsResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ReplayEventsResponse.ProtoReflect.Descriptor instead.
 func (*ReplayEventsResponse) Descriptor() ([]byte, []int) {
-	return file_platform_admin_v1_admin_proto_rawDescGZIP(), []int{38}
+	return file_platform_admin_v1_admin_proto_rawDescGZIP(), []int{48}
 }
 
 func (x *ReplayEventsResponse) GetReplay() *Replay {
@@ -3005,7 +3607,7 @@ type GetReplayRequest struct {
 
 func (x *GetReplayRequest) Reset() {
 	*x = GetReplayRequest{}
-	mi := &file_platform_admin_v1_admin_proto_msgTypes[39]
+	mi := &file_platform_admin_v1_admin_proto_msgTypes[49]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3017,7 +3619,7 @@ func (x *GetReplayRequest) String() string {
 func (*GetReplayRequest) ProtoMessage() {}
 
 func (x *GetReplayRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_platform_admin_v1_admin_proto_msgTypes[39]
+	mi := &file_platform_admin_v1_admin_proto_msgTypes[49]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3030,7 +3632,7 @@ func (x *GetReplayRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use GetReplayRequest.ProtoReflect.Descriptor instead.
 func (*GetReplayRequest) Descriptor() ([]byte, []int) {
-	return file_platform_admin_v1_admin_proto_rawDescGZIP(), []int{39}
+	return file_platform_admin_v1_admin_proto_rawDescGZIP(), []int{49}
 }
 
 func (x *GetReplayRequest) GetService() string {
@@ -3058,7 +3660,7 @@ type GetReplayResponse struct {
 
 func (x *GetReplayResponse) Reset() {
 	*x = GetReplayResponse{}
-	mi := &file_platform_admin_v1_admin_proto_msgTypes[40]
+	mi := &file_platform_admin_v1_admin_proto_msgTypes[50]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3070,7 +3672,7 @@ func (x *GetReplayResponse) String() string {
 func (*GetReplayResponse) ProtoMessage() {}
 
 func (x *GetReplayResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_platform_admin_v1_admin_proto_msgTypes[40]
+	mi := &file_platform_admin_v1_admin_proto_msgTypes[50]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3083,7 +3685,7 @@ func (x *GetReplayResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use GetReplayResponse.ProtoReflect.Descriptor instead.
 func (*GetReplayResponse) Descriptor() ([]byte, []int) {
-	return file_platform_admin_v1_admin_proto_rawDescGZIP(), []int{40}
+	return file_platform_admin_v1_admin_proto_rawDescGZIP(), []int{50}
 }
 
 func (x *GetReplayResponse) GetReplay() *Replay {
@@ -3107,7 +3709,7 @@ type ListReplaysRequest struct {
 
 func (x *ListReplaysRequest) Reset() {
 	*x = ListReplaysRequest{}
-	mi := &file_platform_admin_v1_admin_proto_msgTypes[41]
+	mi := &file_platform_admin_v1_admin_proto_msgTypes[51]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3119,7 +3721,7 @@ func (x *ListReplaysRequest) String() string {
 func (*ListReplaysRequest) ProtoMessage() {}
 
 func (x *ListReplaysRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_platform_admin_v1_admin_proto_msgTypes[41]
+	mi := &file_platform_admin_v1_admin_proto_msgTypes[51]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3132,7 +3734,7 @@ func (x *ListReplaysRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListReplaysRequest.ProtoReflect.Descriptor instead.
 func (*ListReplaysRequest) Descriptor() ([]byte, []int) {
-	return file_platform_admin_v1_admin_proto_rawDescGZIP(), []int{41}
+	return file_platform_admin_v1_admin_proto_rawDescGZIP(), []int{51}
 }
 
 func (x *ListReplaysRequest) GetService() string {
@@ -3160,7 +3762,7 @@ type ListReplaysResponse struct {
 
 func (x *ListReplaysResponse) Reset() {
 	*x = ListReplaysResponse{}
-	mi := &file_platform_admin_v1_admin_proto_msgTypes[42]
+	mi := &file_platform_admin_v1_admin_proto_msgTypes[52]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3172,7 +3774,7 @@ func (x *ListReplaysResponse) String() string {
 func (*ListReplaysResponse) ProtoMessage() {}
 
 func (x *ListReplaysResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_platform_admin_v1_admin_proto_msgTypes[42]
+	mi := &file_platform_admin_v1_admin_proto_msgTypes[52]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3185,7 +3787,7 @@ func (x *ListReplaysResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListReplaysResponse.ProtoReflect.Descriptor instead.
 func (*ListReplaysResponse) Descriptor() ([]byte, []int) {
-	return file_platform_admin_v1_admin_proto_rawDescGZIP(), []int{42}
+	return file_platform_admin_v1_admin_proto_rawDescGZIP(), []int{52}
 }
 
 func (x *ListReplaysResponse) GetReplays() []*Replay {
@@ -3208,7 +3810,7 @@ type CancelReplayRequest struct {
 
 func (x *CancelReplayRequest) Reset() {
 	*x = CancelReplayRequest{}
-	mi := &file_platform_admin_v1_admin_proto_msgTypes[43]
+	mi := &file_platform_admin_v1_admin_proto_msgTypes[53]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3220,7 +3822,7 @@ func (x *CancelReplayRequest) String() string {
 func (*CancelReplayRequest) ProtoMessage() {}
 
 func (x *CancelReplayRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_platform_admin_v1_admin_proto_msgTypes[43]
+	mi := &file_platform_admin_v1_admin_proto_msgTypes[53]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3233,7 +3835,7 @@ func (x *CancelReplayRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use CancelReplayRequest.ProtoReflect.Descriptor instead.
 func (*CancelReplayRequest) Descriptor() ([]byte, []int) {
-	return file_platform_admin_v1_admin_proto_rawDescGZIP(), []int{43}
+	return file_platform_admin_v1_admin_proto_rawDescGZIP(), []int{53}
 }
 
 func (x *CancelReplayRequest) GetService() string {
@@ -3261,7 +3863,7 @@ type CancelReplayResponse struct {
 
 func (x *CancelReplayResponse) Reset() {
 	*x = CancelReplayResponse{}
-	mi := &file_platform_admin_v1_admin_proto_msgTypes[44]
+	mi := &file_platform_admin_v1_admin_proto_msgTypes[54]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3273,7 +3875,7 @@ func (x *CancelReplayResponse) String() string {
 func (*CancelReplayResponse) ProtoMessage() {}
 
 func (x *CancelReplayResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_platform_admin_v1_admin_proto_msgTypes[44]
+	mi := &file_platform_admin_v1_admin_proto_msgTypes[54]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3286,7 +3888,7 @@ func (x *CancelReplayResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use CancelReplayResponse.ProtoReflect.Descriptor instead.
 func (*CancelReplayResponse) Descriptor() ([]byte, []int) {
-	return file_platform_admin_v1_admin_proto_rawDescGZIP(), []int{44}
+	return file_platform_admin_v1_admin_proto_rawDescGZIP(), []int{54}
 }
 
 func (x *CancelReplayResponse) GetReplay() *Replay {
@@ -3332,7 +3934,7 @@ type FailureFilter struct {
 
 func (x *FailureFilter) Reset() {
 	*x = FailureFilter{}
-	mi := &file_platform_admin_v1_admin_proto_msgTypes[45]
+	mi := &file_platform_admin_v1_admin_proto_msgTypes[55]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3344,7 +3946,7 @@ func (x *FailureFilter) String() string {
 func (*FailureFilter) ProtoMessage() {}
 
 func (x *FailureFilter) ProtoReflect() protoreflect.Message {
-	mi := &file_platform_admin_v1_admin_proto_msgTypes[45]
+	mi := &file_platform_admin_v1_admin_proto_msgTypes[55]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3357,7 +3959,7 @@ func (x *FailureFilter) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use FailureFilter.ProtoReflect.Descriptor instead.
 func (*FailureFilter) Descriptor() ([]byte, []int) {
-	return file_platform_admin_v1_admin_proto_rawDescGZIP(), []int{45}
+	return file_platform_admin_v1_admin_proto_rawDescGZIP(), []int{55}
 }
 
 func (x *FailureFilter) GetService() string {
@@ -3501,7 +4103,7 @@ type FailedEvent struct {
 
 func (x *FailedEvent) Reset() {
 	*x = FailedEvent{}
-	mi := &file_platform_admin_v1_admin_proto_msgTypes[46]
+	mi := &file_platform_admin_v1_admin_proto_msgTypes[56]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3513,7 +4115,7 @@ func (x *FailedEvent) String() string {
 func (*FailedEvent) ProtoMessage() {}
 
 func (x *FailedEvent) ProtoReflect() protoreflect.Message {
-	mi := &file_platform_admin_v1_admin_proto_msgTypes[46]
+	mi := &file_platform_admin_v1_admin_proto_msgTypes[56]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3526,7 +4128,7 @@ func (x *FailedEvent) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use FailedEvent.ProtoReflect.Descriptor instead.
 func (*FailedEvent) Descriptor() ([]byte, []int) {
-	return file_platform_admin_v1_admin_proto_rawDescGZIP(), []int{46}
+	return file_platform_admin_v1_admin_proto_rawDescGZIP(), []int{56}
 }
 
 func (x *FailedEvent) GetId() string {
@@ -3722,7 +4324,7 @@ type FailedEventEdit struct {
 
 func (x *FailedEventEdit) Reset() {
 	*x = FailedEventEdit{}
-	mi := &file_platform_admin_v1_admin_proto_msgTypes[47]
+	mi := &file_platform_admin_v1_admin_proto_msgTypes[57]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3734,7 +4336,7 @@ func (x *FailedEventEdit) String() string {
 func (*FailedEventEdit) ProtoMessage() {}
 
 func (x *FailedEventEdit) ProtoReflect() protoreflect.Message {
-	mi := &file_platform_admin_v1_admin_proto_msgTypes[47]
+	mi := &file_platform_admin_v1_admin_proto_msgTypes[57]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3747,7 +4349,7 @@ func (x *FailedEventEdit) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use FailedEventEdit.ProtoReflect.Descriptor instead.
 func (*FailedEventEdit) Descriptor() ([]byte, []int) {
-	return file_platform_admin_v1_admin_proto_rawDescGZIP(), []int{47}
+	return file_platform_admin_v1_admin_proto_rawDescGZIP(), []int{57}
 }
 
 func (x *FailedEventEdit) GetEditedAt() *timestamppb.Timestamp {
@@ -3797,7 +4399,7 @@ type FailureGroup struct {
 
 func (x *FailureGroup) Reset() {
 	*x = FailureGroup{}
-	mi := &file_platform_admin_v1_admin_proto_msgTypes[48]
+	mi := &file_platform_admin_v1_admin_proto_msgTypes[58]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3809,7 +4411,7 @@ func (x *FailureGroup) String() string {
 func (*FailureGroup) ProtoMessage() {}
 
 func (x *FailureGroup) ProtoReflect() protoreflect.Message {
-	mi := &file_platform_admin_v1_admin_proto_msgTypes[48]
+	mi := &file_platform_admin_v1_admin_proto_msgTypes[58]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3822,7 +4424,7 @@ func (x *FailureGroup) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use FailureGroup.ProtoReflect.Descriptor instead.
 func (*FailureGroup) Descriptor() ([]byte, []int) {
-	return file_platform_admin_v1_admin_proto_rawDescGZIP(), []int{48}
+	return file_platform_admin_v1_admin_proto_rawDescGZIP(), []int{58}
 }
 
 func (x *FailureGroup) GetKey() map[string]string {
@@ -3904,7 +4506,7 @@ type FailureRetry struct {
 
 func (x *FailureRetry) Reset() {
 	*x = FailureRetry{}
-	mi := &file_platform_admin_v1_admin_proto_msgTypes[49]
+	mi := &file_platform_admin_v1_admin_proto_msgTypes[59]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3916,7 +4518,7 @@ func (x *FailureRetry) String() string {
 func (*FailureRetry) ProtoMessage() {}
 
 func (x *FailureRetry) ProtoReflect() protoreflect.Message {
-	mi := &file_platform_admin_v1_admin_proto_msgTypes[49]
+	mi := &file_platform_admin_v1_admin_proto_msgTypes[59]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3929,7 +4531,7 @@ func (x *FailureRetry) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use FailureRetry.ProtoReflect.Descriptor instead.
 func (*FailureRetry) Descriptor() ([]byte, []int) {
-	return file_platform_admin_v1_admin_proto_rawDescGZIP(), []int{49}
+	return file_platform_admin_v1_admin_proto_rawDescGZIP(), []int{59}
 }
 
 func (x *FailureRetry) GetId() string {
@@ -4067,7 +4669,7 @@ type ListFailureGroupsRequest struct {
 
 func (x *ListFailureGroupsRequest) Reset() {
 	*x = ListFailureGroupsRequest{}
-	mi := &file_platform_admin_v1_admin_proto_msgTypes[50]
+	mi := &file_platform_admin_v1_admin_proto_msgTypes[60]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4079,7 +4681,7 @@ func (x *ListFailureGroupsRequest) String() string {
 func (*ListFailureGroupsRequest) ProtoMessage() {}
 
 func (x *ListFailureGroupsRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_platform_admin_v1_admin_proto_msgTypes[50]
+	mi := &file_platform_admin_v1_admin_proto_msgTypes[60]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4092,7 +4694,7 @@ func (x *ListFailureGroupsRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListFailureGroupsRequest.ProtoReflect.Descriptor instead.
 func (*ListFailureGroupsRequest) Descriptor() ([]byte, []int) {
-	return file_platform_admin_v1_admin_proto_rawDescGZIP(), []int{50}
+	return file_platform_admin_v1_admin_proto_rawDescGZIP(), []int{60}
 }
 
 func (x *ListFailureGroupsRequest) GetService() string {
@@ -4148,7 +4750,7 @@ type ListFailureGroupsResponse struct {
 
 func (x *ListFailureGroupsResponse) Reset() {
 	*x = ListFailureGroupsResponse{}
-	mi := &file_platform_admin_v1_admin_proto_msgTypes[51]
+	mi := &file_platform_admin_v1_admin_proto_msgTypes[61]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4160,7 +4762,7 @@ func (x *ListFailureGroupsResponse) String() string {
 func (*ListFailureGroupsResponse) ProtoMessage() {}
 
 func (x *ListFailureGroupsResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_platform_admin_v1_admin_proto_msgTypes[51]
+	mi := &file_platform_admin_v1_admin_proto_msgTypes[61]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4173,7 +4775,7 @@ func (x *ListFailureGroupsResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListFailureGroupsResponse.ProtoReflect.Descriptor instead.
 func (*ListFailureGroupsResponse) Descriptor() ([]byte, []int) {
-	return file_platform_admin_v1_admin_proto_rawDescGZIP(), []int{51}
+	return file_platform_admin_v1_admin_proto_rawDescGZIP(), []int{61}
 }
 
 func (x *ListFailureGroupsResponse) GetGroups() []*FailureGroup {
@@ -4200,7 +4802,7 @@ type ListFailedEventsRequest struct {
 
 func (x *ListFailedEventsRequest) Reset() {
 	*x = ListFailedEventsRequest{}
-	mi := &file_platform_admin_v1_admin_proto_msgTypes[52]
+	mi := &file_platform_admin_v1_admin_proto_msgTypes[62]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4212,7 +4814,7 @@ func (x *ListFailedEventsRequest) String() string {
 func (*ListFailedEventsRequest) ProtoMessage() {}
 
 func (x *ListFailedEventsRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_platform_admin_v1_admin_proto_msgTypes[52]
+	mi := &file_platform_admin_v1_admin_proto_msgTypes[62]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4225,7 +4827,7 @@ func (x *ListFailedEventsRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListFailedEventsRequest.ProtoReflect.Descriptor instead.
 func (*ListFailedEventsRequest) Descriptor() ([]byte, []int) {
-	return file_platform_admin_v1_admin_proto_rawDescGZIP(), []int{52}
+	return file_platform_admin_v1_admin_proto_rawDescGZIP(), []int{62}
 }
 
 func (x *ListFailedEventsRequest) GetFilter() *FailureFilter {
@@ -4262,7 +4864,7 @@ type ListFailedEventsResponse struct {
 
 func (x *ListFailedEventsResponse) Reset() {
 	*x = ListFailedEventsResponse{}
-	mi := &file_platform_admin_v1_admin_proto_msgTypes[53]
+	mi := &file_platform_admin_v1_admin_proto_msgTypes[63]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4274,7 +4876,7 @@ func (x *ListFailedEventsResponse) String() string {
 func (*ListFailedEventsResponse) ProtoMessage() {}
 
 func (x *ListFailedEventsResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_platform_admin_v1_admin_proto_msgTypes[53]
+	mi := &file_platform_admin_v1_admin_proto_msgTypes[63]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4287,7 +4889,7 @@ func (x *ListFailedEventsResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListFailedEventsResponse.ProtoReflect.Descriptor instead.
 func (*ListFailedEventsResponse) Descriptor() ([]byte, []int) {
-	return file_platform_admin_v1_admin_proto_rawDescGZIP(), []int{53}
+	return file_platform_admin_v1_admin_proto_rawDescGZIP(), []int{63}
 }
 
 func (x *ListFailedEventsResponse) GetFailures() []*FailedEvent {
@@ -4315,7 +4917,7 @@ type GetFailedEventRequest struct {
 
 func (x *GetFailedEventRequest) Reset() {
 	*x = GetFailedEventRequest{}
-	mi := &file_platform_admin_v1_admin_proto_msgTypes[54]
+	mi := &file_platform_admin_v1_admin_proto_msgTypes[64]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4327,7 +4929,7 @@ func (x *GetFailedEventRequest) String() string {
 func (*GetFailedEventRequest) ProtoMessage() {}
 
 func (x *GetFailedEventRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_platform_admin_v1_admin_proto_msgTypes[54]
+	mi := &file_platform_admin_v1_admin_proto_msgTypes[64]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4340,7 +4942,7 @@ func (x *GetFailedEventRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use GetFailedEventRequest.ProtoReflect.Descriptor instead.
 func (*GetFailedEventRequest) Descriptor() ([]byte, []int) {
-	return file_platform_admin_v1_admin_proto_rawDescGZIP(), []int{54}
+	return file_platform_admin_v1_admin_proto_rawDescGZIP(), []int{64}
 }
 
 func (x *GetFailedEventRequest) GetId() string {
@@ -4363,7 +4965,7 @@ type GetFailedEventResponse struct {
 
 func (x *GetFailedEventResponse) Reset() {
 	*x = GetFailedEventResponse{}
-	mi := &file_platform_admin_v1_admin_proto_msgTypes[55]
+	mi := &file_platform_admin_v1_admin_proto_msgTypes[65]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4375,7 +4977,7 @@ func (x *GetFailedEventResponse) String() string {
 func (*GetFailedEventResponse) ProtoMessage() {}
 
 func (x *GetFailedEventResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_platform_admin_v1_admin_proto_msgTypes[55]
+	mi := &file_platform_admin_v1_admin_proto_msgTypes[65]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4388,7 +4990,7 @@ func (x *GetFailedEventResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use GetFailedEventResponse.ProtoReflect.Descriptor instead.
 func (*GetFailedEventResponse) Descriptor() ([]byte, []int) {
-	return file_platform_admin_v1_admin_proto_rawDescGZIP(), []int{55}
+	return file_platform_admin_v1_admin_proto_rawDescGZIP(), []int{65}
 }
 
 func (x *GetFailedEventResponse) GetFailure() *FailedEvent {
@@ -4427,7 +5029,7 @@ type RetryFailedEventsRequest struct {
 
 func (x *RetryFailedEventsRequest) Reset() {
 	*x = RetryFailedEventsRequest{}
-	mi := &file_platform_admin_v1_admin_proto_msgTypes[56]
+	mi := &file_platform_admin_v1_admin_proto_msgTypes[66]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4439,7 +5041,7 @@ func (x *RetryFailedEventsRequest) String() string {
 func (*RetryFailedEventsRequest) ProtoMessage() {}
 
 func (x *RetryFailedEventsRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_platform_admin_v1_admin_proto_msgTypes[56]
+	mi := &file_platform_admin_v1_admin_proto_msgTypes[66]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4452,7 +5054,7 @@ func (x *RetryFailedEventsRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RetryFailedEventsRequest.ProtoReflect.Descriptor instead.
 func (*RetryFailedEventsRequest) Descriptor() ([]byte, []int) {
-	return file_platform_admin_v1_admin_proto_rawDescGZIP(), []int{56}
+	return file_platform_admin_v1_admin_proto_rawDescGZIP(), []int{66}
 }
 
 func (x *RetryFailedEventsRequest) GetFilter() *FailureFilter {
@@ -4501,7 +5103,7 @@ type RetryFailedEventsResponse struct {
 
 func (x *RetryFailedEventsResponse) Reset() {
 	*x = RetryFailedEventsResponse{}
-	mi := &file_platform_admin_v1_admin_proto_msgTypes[57]
+	mi := &file_platform_admin_v1_admin_proto_msgTypes[67]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4513,7 +5115,7 @@ func (x *RetryFailedEventsResponse) String() string {
 func (*RetryFailedEventsResponse) ProtoMessage() {}
 
 func (x *RetryFailedEventsResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_platform_admin_v1_admin_proto_msgTypes[57]
+	mi := &file_platform_admin_v1_admin_proto_msgTypes[67]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4526,7 +5128,7 @@ func (x *RetryFailedEventsResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RetryFailedEventsResponse.ProtoReflect.Descriptor instead.
 func (*RetryFailedEventsResponse) Descriptor() ([]byte, []int) {
-	return file_platform_admin_v1_admin_proto_rawDescGZIP(), []int{57}
+	return file_platform_admin_v1_admin_proto_rawDescGZIP(), []int{67}
 }
 
 func (x *RetryFailedEventsResponse) GetRetry() *FailureRetry {
@@ -4549,7 +5151,7 @@ type GetFailureRetryRequest struct {
 
 func (x *GetFailureRetryRequest) Reset() {
 	*x = GetFailureRetryRequest{}
-	mi := &file_platform_admin_v1_admin_proto_msgTypes[58]
+	mi := &file_platform_admin_v1_admin_proto_msgTypes[68]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4561,7 +5163,7 @@ func (x *GetFailureRetryRequest) String() string {
 func (*GetFailureRetryRequest) ProtoMessage() {}
 
 func (x *GetFailureRetryRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_platform_admin_v1_admin_proto_msgTypes[58]
+	mi := &file_platform_admin_v1_admin_proto_msgTypes[68]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4574,7 +5176,7 @@ func (x *GetFailureRetryRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use GetFailureRetryRequest.ProtoReflect.Descriptor instead.
 func (*GetFailureRetryRequest) Descriptor() ([]byte, []int) {
-	return file_platform_admin_v1_admin_proto_rawDescGZIP(), []int{58}
+	return file_platform_admin_v1_admin_proto_rawDescGZIP(), []int{68}
 }
 
 func (x *GetFailureRetryRequest) GetService() string {
@@ -4602,7 +5204,7 @@ type GetFailureRetryResponse struct {
 
 func (x *GetFailureRetryResponse) Reset() {
 	*x = GetFailureRetryResponse{}
-	mi := &file_platform_admin_v1_admin_proto_msgTypes[59]
+	mi := &file_platform_admin_v1_admin_proto_msgTypes[69]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4614,7 +5216,7 @@ func (x *GetFailureRetryResponse) String() string {
 func (*GetFailureRetryResponse) ProtoMessage() {}
 
 func (x *GetFailureRetryResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_platform_admin_v1_admin_proto_msgTypes[59]
+	mi := &file_platform_admin_v1_admin_proto_msgTypes[69]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4627,7 +5229,7 @@ func (x *GetFailureRetryResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use GetFailureRetryResponse.ProtoReflect.Descriptor instead.
 func (*GetFailureRetryResponse) Descriptor() ([]byte, []int) {
-	return file_platform_admin_v1_admin_proto_rawDescGZIP(), []int{59}
+	return file_platform_admin_v1_admin_proto_rawDescGZIP(), []int{69}
 }
 
 func (x *GetFailureRetryResponse) GetRetry() *FailureRetry {
@@ -4651,7 +5253,7 @@ type ListFailureRetriesRequest struct {
 
 func (x *ListFailureRetriesRequest) Reset() {
 	*x = ListFailureRetriesRequest{}
-	mi := &file_platform_admin_v1_admin_proto_msgTypes[60]
+	mi := &file_platform_admin_v1_admin_proto_msgTypes[70]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4663,7 +5265,7 @@ func (x *ListFailureRetriesRequest) String() string {
 func (*ListFailureRetriesRequest) ProtoMessage() {}
 
 func (x *ListFailureRetriesRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_platform_admin_v1_admin_proto_msgTypes[60]
+	mi := &file_platform_admin_v1_admin_proto_msgTypes[70]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4676,7 +5278,7 @@ func (x *ListFailureRetriesRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListFailureRetriesRequest.ProtoReflect.Descriptor instead.
 func (*ListFailureRetriesRequest) Descriptor() ([]byte, []int) {
-	return file_platform_admin_v1_admin_proto_rawDescGZIP(), []int{60}
+	return file_platform_admin_v1_admin_proto_rawDescGZIP(), []int{70}
 }
 
 func (x *ListFailureRetriesRequest) GetService() string {
@@ -4704,7 +5306,7 @@ type ListFailureRetriesResponse struct {
 
 func (x *ListFailureRetriesResponse) Reset() {
 	*x = ListFailureRetriesResponse{}
-	mi := &file_platform_admin_v1_admin_proto_msgTypes[61]
+	mi := &file_platform_admin_v1_admin_proto_msgTypes[71]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4716,7 +5318,7 @@ func (x *ListFailureRetriesResponse) String() string {
 func (*ListFailureRetriesResponse) ProtoMessage() {}
 
 func (x *ListFailureRetriesResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_platform_admin_v1_admin_proto_msgTypes[61]
+	mi := &file_platform_admin_v1_admin_proto_msgTypes[71]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4729,7 +5331,7 @@ func (x *ListFailureRetriesResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListFailureRetriesResponse.ProtoReflect.Descriptor instead.
 func (*ListFailureRetriesResponse) Descriptor() ([]byte, []int) {
-	return file_platform_admin_v1_admin_proto_rawDescGZIP(), []int{61}
+	return file_platform_admin_v1_admin_proto_rawDescGZIP(), []int{71}
 }
 
 func (x *ListFailureRetriesResponse) GetRetries() []*FailureRetry {
@@ -4752,7 +5354,7 @@ type CancelFailureRetryRequest struct {
 
 func (x *CancelFailureRetryRequest) Reset() {
 	*x = CancelFailureRetryRequest{}
-	mi := &file_platform_admin_v1_admin_proto_msgTypes[62]
+	mi := &file_platform_admin_v1_admin_proto_msgTypes[72]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4764,7 +5366,7 @@ func (x *CancelFailureRetryRequest) String() string {
 func (*CancelFailureRetryRequest) ProtoMessage() {}
 
 func (x *CancelFailureRetryRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_platform_admin_v1_admin_proto_msgTypes[62]
+	mi := &file_platform_admin_v1_admin_proto_msgTypes[72]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4777,7 +5379,7 @@ func (x *CancelFailureRetryRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use CancelFailureRetryRequest.ProtoReflect.Descriptor instead.
 func (*CancelFailureRetryRequest) Descriptor() ([]byte, []int) {
-	return file_platform_admin_v1_admin_proto_rawDescGZIP(), []int{62}
+	return file_platform_admin_v1_admin_proto_rawDescGZIP(), []int{72}
 }
 
 func (x *CancelFailureRetryRequest) GetService() string {
@@ -4805,7 +5407,7 @@ type CancelFailureRetryResponse struct {
 
 func (x *CancelFailureRetryResponse) Reset() {
 	*x = CancelFailureRetryResponse{}
-	mi := &file_platform_admin_v1_admin_proto_msgTypes[63]
+	mi := &file_platform_admin_v1_admin_proto_msgTypes[73]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4817,7 +5419,7 @@ func (x *CancelFailureRetryResponse) String() string {
 func (*CancelFailureRetryResponse) ProtoMessage() {}
 
 func (x *CancelFailureRetryResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_platform_admin_v1_admin_proto_msgTypes[63]
+	mi := &file_platform_admin_v1_admin_proto_msgTypes[73]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4830,7 +5432,7 @@ func (x *CancelFailureRetryResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use CancelFailureRetryResponse.ProtoReflect.Descriptor instead.
 func (*CancelFailureRetryResponse) Descriptor() ([]byte, []int) {
-	return file_platform_admin_v1_admin_proto_rawDescGZIP(), []int{63}
+	return file_platform_admin_v1_admin_proto_rawDescGZIP(), []int{73}
 }
 
 func (x *CancelFailureRetryResponse) GetRetry() *FailureRetry {
@@ -4855,7 +5457,7 @@ type DiscardFailedEventsRequest struct {
 
 func (x *DiscardFailedEventsRequest) Reset() {
 	*x = DiscardFailedEventsRequest{}
-	mi := &file_platform_admin_v1_admin_proto_msgTypes[64]
+	mi := &file_platform_admin_v1_admin_proto_msgTypes[74]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4867,7 +5469,7 @@ func (x *DiscardFailedEventsRequest) String() string {
 func (*DiscardFailedEventsRequest) ProtoMessage() {}
 
 func (x *DiscardFailedEventsRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_platform_admin_v1_admin_proto_msgTypes[64]
+	mi := &file_platform_admin_v1_admin_proto_msgTypes[74]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4880,7 +5482,7 @@ func (x *DiscardFailedEventsRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use DiscardFailedEventsRequest.ProtoReflect.Descriptor instead.
 func (*DiscardFailedEventsRequest) Descriptor() ([]byte, []int) {
-	return file_platform_admin_v1_admin_proto_rawDescGZIP(), []int{64}
+	return file_platform_admin_v1_admin_proto_rawDescGZIP(), []int{74}
 }
 
 func (x *DiscardFailedEventsRequest) GetFilter() *FailureFilter {
@@ -4915,7 +5517,7 @@ type DiscardFailedEventsResponse struct {
 
 func (x *DiscardFailedEventsResponse) Reset() {
 	*x = DiscardFailedEventsResponse{}
-	mi := &file_platform_admin_v1_admin_proto_msgTypes[65]
+	mi := &file_platform_admin_v1_admin_proto_msgTypes[75]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4927,7 +5529,7 @@ func (x *DiscardFailedEventsResponse) String() string {
 func (*DiscardFailedEventsResponse) ProtoMessage() {}
 
 func (x *DiscardFailedEventsResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_platform_admin_v1_admin_proto_msgTypes[65]
+	mi := &file_platform_admin_v1_admin_proto_msgTypes[75]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4940,7 +5542,7 @@ func (x *DiscardFailedEventsResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use DiscardFailedEventsResponse.ProtoReflect.Descriptor instead.
 func (*DiscardFailedEventsResponse) Descriptor() ([]byte, []int) {
-	return file_platform_admin_v1_admin_proto_rawDescGZIP(), []int{65}
+	return file_platform_admin_v1_admin_proto_rawDescGZIP(), []int{75}
 }
 
 func (x *DiscardFailedEventsResponse) GetDiscarded() int64 {
@@ -4965,7 +5567,7 @@ type EditFailedEventRequest struct {
 
 func (x *EditFailedEventRequest) Reset() {
 	*x = EditFailedEventRequest{}
-	mi := &file_platform_admin_v1_admin_proto_msgTypes[66]
+	mi := &file_platform_admin_v1_admin_proto_msgTypes[76]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4977,7 +5579,7 @@ func (x *EditFailedEventRequest) String() string {
 func (*EditFailedEventRequest) ProtoMessage() {}
 
 func (x *EditFailedEventRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_platform_admin_v1_admin_proto_msgTypes[66]
+	mi := &file_platform_admin_v1_admin_proto_msgTypes[76]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4990,7 +5592,7 @@ func (x *EditFailedEventRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use EditFailedEventRequest.ProtoReflect.Descriptor instead.
 func (*EditFailedEventRequest) Descriptor() ([]byte, []int) {
-	return file_platform_admin_v1_admin_proto_rawDescGZIP(), []int{66}
+	return file_platform_admin_v1_admin_proto_rawDescGZIP(), []int{76}
 }
 
 func (x *EditFailedEventRequest) GetId() string {
@@ -5027,7 +5629,7 @@ type EditFailedEventResponse struct {
 
 func (x *EditFailedEventResponse) Reset() {
 	*x = EditFailedEventResponse{}
-	mi := &file_platform_admin_v1_admin_proto_msgTypes[67]
+	mi := &file_platform_admin_v1_admin_proto_msgTypes[77]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -5039,7 +5641,7 @@ func (x *EditFailedEventResponse) String() string {
 func (*EditFailedEventResponse) ProtoMessage() {}
 
 func (x *EditFailedEventResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_platform_admin_v1_admin_proto_msgTypes[67]
+	mi := &file_platform_admin_v1_admin_proto_msgTypes[77]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -5052,7 +5654,7 @@ func (x *EditFailedEventResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use EditFailedEventResponse.ProtoReflect.Descriptor instead.
 func (*EditFailedEventResponse) Descriptor() ([]byte, []int) {
-	return file_platform_admin_v1_admin_proto_rawDescGZIP(), []int{67}
+	return file_platform_admin_v1_admin_proto_rawDescGZIP(), []int{77}
 }
 
 func (x *EditFailedEventResponse) GetFailure() *FailedEvent {
@@ -5155,7 +5757,47 @@ const file_platform_admin_v1_admin_proto_rawDesc = "" +
 	"\x11ResumePoolRequest\x12\x12\n" +
 	"\x04pool\x18\x01 \x01(\tR\x04pool\"A\n" +
 	"\x12ResumePoolResponse\x12+\n" +
-	"\x04pool\x18\x01 \x01(\v2\x17.platform.admin.v1.PoolR\x04pool\"I\n" +
+	"\x04pool\x18\x01 \x01(\v2\x17.platform.admin.v1.PoolR\x04pool\"\xde\x01\n" +
+	"\n" +
+	"PoolLimits\x12\x12\n" +
+	"\x04pool\x18\x01 \x01(\tR\x04pool\x12\x12\n" +
+	"\x04rate\x18\x02 \x01(\x01R\x04rate\x12\x14\n" +
+	"\x05burst\x18\x03 \x01(\x05R\x05burst\x12 \n" +
+	"\vconcurrency\x18\x04 \x01(\x05R\vconcurrency\x12\x16\n" +
+	"\x06reason\x18\x05 \x01(\tR\x06reason\x129\n" +
+	"\n" +
+	"updated_at\x18\x06 \x01(\v2\x1a.google.protobuf.TimestampR\tupdatedAt\x12\x1d\n" +
+	"\n" +
+	"updated_by\x18\a \x01(\tR\tupdatedBy\"\x8e\x01\n" +
+	"\x14SetPoolLimitsRequest\x12\x12\n" +
+	"\x04pool\x18\x01 \x01(\tR\x04pool\x12\x12\n" +
+	"\x04rate\x18\x02 \x01(\x01R\x04rate\x12\x14\n" +
+	"\x05burst\x18\x03 \x01(\x05R\x05burst\x12 \n" +
+	"\vconcurrency\x18\x04 \x01(\x05R\vconcurrency\x12\x16\n" +
+	"\x06reason\x18\x05 \x01(\tR\x06reason\"N\n" +
+	"\x15SetPoolLimitsResponse\x125\n" +
+	"\x06limits\x18\x01 \x01(\v2\x1d.platform.admin.v1.PoolLimitsR\x06limits\"*\n" +
+	"\x14GetPoolLimitsRequest\x12\x12\n" +
+	"\x04pool\x18\x01 \x01(\tR\x04pool\"N\n" +
+	"\x15GetPoolLimitsResponse\x125\n" +
+	"\x06limits\x18\x01 \x01(\v2\x1d.platform.admin.v1.PoolLimitsR\x06limits\"\xb2\x01\n" +
+	"\fServicePause\x12\x18\n" +
+	"\aservice\x18\x01 \x01(\tR\aservice\x12\x16\n" +
+	"\x06paused\x18\x02 \x01(\bR\x06paused\x12\x16\n" +
+	"\x06reason\x18\x03 \x01(\tR\x06reason\x129\n" +
+	"\n" +
+	"updated_at\x18\x04 \x01(\v2\x1a.google.protobuf.TimestampR\tupdatedAt\x12\x1d\n" +
+	"\n" +
+	"updated_by\x18\x05 \x01(\tR\tupdatedBy\"C\n" +
+	"\x0fPauseAllRequest\x12\x18\n" +
+	"\aservice\x18\x01 \x01(\tR\aservice\x12\x16\n" +
+	"\x06reason\x18\x02 \x01(\tR\x06reason\"O\n" +
+	"\x10PauseAllResponse\x12;\n" +
+	"\bservices\x18\x01 \x03(\v2\x1f.platform.admin.v1.ServicePauseR\bservices\",\n" +
+	"\x10ResumeAllRequest\x12\x18\n" +
+	"\aservice\x18\x01 \x01(\tR\aservice\"P\n" +
+	"\x11ResumeAllResponse\x12;\n" +
+	"\bservices\x18\x01 \x03(\v2\x1f.platform.admin.v1.ServicePauseR\bservices\"I\n" +
 	"\x12LookupEventRequest\x12\x19\n" +
 	"\bevent_id\x18\x01 \x01(\tR\aeventId\x12\x18\n" +
 	"\aservice\x18\x02 \x01(\tR\aservice\"P\n" +
@@ -5451,13 +6093,17 @@ const file_platform_admin_v1_admin_proto_rawDesc = "" +
 	"\rDiscardParked\x12\x1e\n" +
 	"\x1aDISCARD_PARKED_UNSPECIFIED\x10\x00\x12\x1a\n" +
 	"\x16DISCARD_PARKED_RELEASE\x10\x01\x12\x1a\n" +
-	"\x16DISCARD_PARKED_DISCARD\x10\x022\xaf\x15\n" +
+	"\x16DISCARD_PARKED_DISCARD\x10\x022\xa4\x18\n" +
 	"\fAdminService\x12_\n" +
 	"\fListServices\x12&.platform.admin.v1.ListServicesRequest\x1a'.platform.admin.v1.ListServicesResponse\x12V\n" +
 	"\tListPools\x12#.platform.admin.v1.ListPoolsRequest\x1a$.platform.admin.v1.ListPoolsResponse\x12V\n" +
 	"\tPausePool\x12#.platform.admin.v1.PausePoolRequest\x1a$.platform.admin.v1.PausePoolResponse\x12Y\n" +
 	"\n" +
-	"ResumePool\x12$.platform.admin.v1.ResumePoolRequest\x1a%.platform.admin.v1.ResumePoolResponse\x12\\\n" +
+	"ResumePool\x12$.platform.admin.v1.ResumePoolRequest\x1a%.platform.admin.v1.ResumePoolResponse\x12b\n" +
+	"\rSetPoolLimits\x12'.platform.admin.v1.SetPoolLimitsRequest\x1a(.platform.admin.v1.SetPoolLimitsResponse\x12b\n" +
+	"\rGetPoolLimits\x12'.platform.admin.v1.GetPoolLimitsRequest\x1a(.platform.admin.v1.GetPoolLimitsResponse\x12S\n" +
+	"\bPauseAll\x12\".platform.admin.v1.PauseAllRequest\x1a#.platform.admin.v1.PauseAllResponse\x12V\n" +
+	"\tResumeAll\x12#.platform.admin.v1.ResumeAllRequest\x1a$.platform.admin.v1.ResumeAllResponse\x12\\\n" +
 	"\vLookupEvent\x12%.platform.admin.v1.LookupEventRequest\x1a&.platform.admin.v1.LookupEventResponse\x12Y\n" +
 	"\n" +
 	"GetHorizon\x12$.platform.admin.v1.GetHorizonRequest\x1a%.platform.admin.v1.GetHorizonResponse\x12Y\n" +
@@ -5499,7 +6145,7 @@ func file_platform_admin_v1_admin_proto_rawDescGZIP() []byte {
 }
 
 var file_platform_admin_v1_admin_proto_enumTypes = make([]protoimpl.EnumInfo, 4)
-var file_platform_admin_v1_admin_proto_msgTypes = make([]protoimpl.MessageInfo, 69)
+var file_platform_admin_v1_admin_proto_msgTypes = make([]protoimpl.MessageInfo, 79)
 var file_platform_admin_v1_admin_proto_goTypes = []any{
 	(PoolState)(0),                      // 0: platform.admin.v1.PoolState
 	(ReplayState)(0),                    // 1: platform.admin.v1.ReplayState
@@ -5519,201 +6165,225 @@ var file_platform_admin_v1_admin_proto_goTypes = []any{
 	(*PausePoolResponse)(nil),           // 15: platform.admin.v1.PausePoolResponse
 	(*ResumePoolRequest)(nil),           // 16: platform.admin.v1.ResumePoolRequest
 	(*ResumePoolResponse)(nil),          // 17: platform.admin.v1.ResumePoolResponse
-	(*LookupEventRequest)(nil),          // 18: platform.admin.v1.LookupEventRequest
-	(*LookupEventResponse)(nil),         // 19: platform.admin.v1.LookupEventResponse
-	(*GetHorizonRequest)(nil),           // 20: platform.admin.v1.GetHorizonRequest
-	(*GetHorizonResponse)(nil),          // 21: platform.admin.v1.GetHorizonResponse
-	(*SetHorizonRequest)(nil),           // 22: platform.admin.v1.SetHorizonRequest
-	(*SetHorizonResponse)(nil),          // 23: platform.admin.v1.SetHorizonResponse
-	(*RunPurgeRequest)(nil),             // 24: platform.admin.v1.RunPurgeRequest
-	(*RunPurgeResponse)(nil),            // 25: platform.admin.v1.RunPurgeResponse
-	(*ListPurgeRunsRequest)(nil),        // 26: platform.admin.v1.ListPurgeRunsRequest
-	(*ListPurgeRunsResponse)(nil),       // 27: platform.admin.v1.ListPurgeRunsResponse
-	(*ListFailedMessagesRequest)(nil),   // 28: platform.admin.v1.ListFailedMessagesRequest
-	(*ListFailedMessagesResponse)(nil),  // 29: platform.admin.v1.ListFailedMessagesResponse
-	(*RetryFailedMessagesRequest)(nil),  // 30: platform.admin.v1.RetryFailedMessagesRequest
-	(*RetryFailedMessagesResponse)(nil), // 31: platform.admin.v1.RetryFailedMessagesResponse
-	(*DescribeServiceRequest)(nil),      // 32: platform.admin.v1.DescribeServiceRequest
-	(*DescribeServiceResponse)(nil),     // 33: platform.admin.v1.DescribeServiceResponse
-	(*AuditEntry)(nil),                  // 34: platform.admin.v1.AuditEntry
-	(*ListAuditRequest)(nil),            // 35: platform.admin.v1.ListAuditRequest
-	(*ListAuditResponse)(nil),           // 36: platform.admin.v1.ListAuditResponse
-	(*ReloadConfigRequest)(nil),         // 37: platform.admin.v1.ReloadConfigRequest
-	(*ReloadConfigResponse)(nil),        // 38: platform.admin.v1.ReloadConfigResponse
-	(*ReplayPool)(nil),                  // 39: platform.admin.v1.ReplayPool
-	(*Replay)(nil),                      // 40: platform.admin.v1.Replay
-	(*ReplayEventsRequest)(nil),         // 41: platform.admin.v1.ReplayEventsRequest
-	(*ReplayEventsResponse)(nil),        // 42: platform.admin.v1.ReplayEventsResponse
-	(*GetReplayRequest)(nil),            // 43: platform.admin.v1.GetReplayRequest
-	(*GetReplayResponse)(nil),           // 44: platform.admin.v1.GetReplayResponse
-	(*ListReplaysRequest)(nil),          // 45: platform.admin.v1.ListReplaysRequest
-	(*ListReplaysResponse)(nil),         // 46: platform.admin.v1.ListReplaysResponse
-	(*CancelReplayRequest)(nil),         // 47: platform.admin.v1.CancelReplayRequest
-	(*CancelReplayResponse)(nil),        // 48: platform.admin.v1.CancelReplayResponse
-	(*FailureFilter)(nil),               // 49: platform.admin.v1.FailureFilter
-	(*FailedEvent)(nil),                 // 50: platform.admin.v1.FailedEvent
-	(*FailedEventEdit)(nil),             // 51: platform.admin.v1.FailedEventEdit
-	(*FailureGroup)(nil),                // 52: platform.admin.v1.FailureGroup
-	(*FailureRetry)(nil),                // 53: platform.admin.v1.FailureRetry
-	(*ListFailureGroupsRequest)(nil),    // 54: platform.admin.v1.ListFailureGroupsRequest
-	(*ListFailureGroupsResponse)(nil),   // 55: platform.admin.v1.ListFailureGroupsResponse
-	(*ListFailedEventsRequest)(nil),     // 56: platform.admin.v1.ListFailedEventsRequest
-	(*ListFailedEventsResponse)(nil),    // 57: platform.admin.v1.ListFailedEventsResponse
-	(*GetFailedEventRequest)(nil),       // 58: platform.admin.v1.GetFailedEventRequest
-	(*GetFailedEventResponse)(nil),      // 59: platform.admin.v1.GetFailedEventResponse
-	(*RetryFailedEventsRequest)(nil),    // 60: platform.admin.v1.RetryFailedEventsRequest
-	(*RetryFailedEventsResponse)(nil),   // 61: platform.admin.v1.RetryFailedEventsResponse
-	(*GetFailureRetryRequest)(nil),      // 62: platform.admin.v1.GetFailureRetryRequest
-	(*GetFailureRetryResponse)(nil),     // 63: platform.admin.v1.GetFailureRetryResponse
-	(*ListFailureRetriesRequest)(nil),   // 64: platform.admin.v1.ListFailureRetriesRequest
-	(*ListFailureRetriesResponse)(nil),  // 65: platform.admin.v1.ListFailureRetriesResponse
-	(*CancelFailureRetryRequest)(nil),   // 66: platform.admin.v1.CancelFailureRetryRequest
-	(*CancelFailureRetryResponse)(nil),  // 67: platform.admin.v1.CancelFailureRetryResponse
-	(*DiscardFailedEventsRequest)(nil),  // 68: platform.admin.v1.DiscardFailedEventsRequest
-	(*DiscardFailedEventsResponse)(nil), // 69: platform.admin.v1.DiscardFailedEventsResponse
-	(*EditFailedEventRequest)(nil),      // 70: platform.admin.v1.EditFailedEventRequest
-	(*EditFailedEventResponse)(nil),     // 71: platform.admin.v1.EditFailedEventResponse
-	nil,                                 // 72: platform.admin.v1.FailureGroup.KeyEntry
-	(*durationpb.Duration)(nil),         // 73: google.protobuf.Duration
-	(*timestamppb.Timestamp)(nil),       // 74: google.protobuf.Timestamp
-	(*structpb.Struct)(nil),             // 75: google.protobuf.Struct
+	(*PoolLimits)(nil),                  // 18: platform.admin.v1.PoolLimits
+	(*SetPoolLimitsRequest)(nil),        // 19: platform.admin.v1.SetPoolLimitsRequest
+	(*SetPoolLimitsResponse)(nil),       // 20: platform.admin.v1.SetPoolLimitsResponse
+	(*GetPoolLimitsRequest)(nil),        // 21: platform.admin.v1.GetPoolLimitsRequest
+	(*GetPoolLimitsResponse)(nil),       // 22: platform.admin.v1.GetPoolLimitsResponse
+	(*ServicePause)(nil),                // 23: platform.admin.v1.ServicePause
+	(*PauseAllRequest)(nil),             // 24: platform.admin.v1.PauseAllRequest
+	(*PauseAllResponse)(nil),            // 25: platform.admin.v1.PauseAllResponse
+	(*ResumeAllRequest)(nil),            // 26: platform.admin.v1.ResumeAllRequest
+	(*ResumeAllResponse)(nil),           // 27: platform.admin.v1.ResumeAllResponse
+	(*LookupEventRequest)(nil),          // 28: platform.admin.v1.LookupEventRequest
+	(*LookupEventResponse)(nil),         // 29: platform.admin.v1.LookupEventResponse
+	(*GetHorizonRequest)(nil),           // 30: platform.admin.v1.GetHorizonRequest
+	(*GetHorizonResponse)(nil),          // 31: platform.admin.v1.GetHorizonResponse
+	(*SetHorizonRequest)(nil),           // 32: platform.admin.v1.SetHorizonRequest
+	(*SetHorizonResponse)(nil),          // 33: platform.admin.v1.SetHorizonResponse
+	(*RunPurgeRequest)(nil),             // 34: platform.admin.v1.RunPurgeRequest
+	(*RunPurgeResponse)(nil),            // 35: platform.admin.v1.RunPurgeResponse
+	(*ListPurgeRunsRequest)(nil),        // 36: platform.admin.v1.ListPurgeRunsRequest
+	(*ListPurgeRunsResponse)(nil),       // 37: platform.admin.v1.ListPurgeRunsResponse
+	(*ListFailedMessagesRequest)(nil),   // 38: platform.admin.v1.ListFailedMessagesRequest
+	(*ListFailedMessagesResponse)(nil),  // 39: platform.admin.v1.ListFailedMessagesResponse
+	(*RetryFailedMessagesRequest)(nil),  // 40: platform.admin.v1.RetryFailedMessagesRequest
+	(*RetryFailedMessagesResponse)(nil), // 41: platform.admin.v1.RetryFailedMessagesResponse
+	(*DescribeServiceRequest)(nil),      // 42: platform.admin.v1.DescribeServiceRequest
+	(*DescribeServiceResponse)(nil),     // 43: platform.admin.v1.DescribeServiceResponse
+	(*AuditEntry)(nil),                  // 44: platform.admin.v1.AuditEntry
+	(*ListAuditRequest)(nil),            // 45: platform.admin.v1.ListAuditRequest
+	(*ListAuditResponse)(nil),           // 46: platform.admin.v1.ListAuditResponse
+	(*ReloadConfigRequest)(nil),         // 47: platform.admin.v1.ReloadConfigRequest
+	(*ReloadConfigResponse)(nil),        // 48: platform.admin.v1.ReloadConfigResponse
+	(*ReplayPool)(nil),                  // 49: platform.admin.v1.ReplayPool
+	(*Replay)(nil),                      // 50: platform.admin.v1.Replay
+	(*ReplayEventsRequest)(nil),         // 51: platform.admin.v1.ReplayEventsRequest
+	(*ReplayEventsResponse)(nil),        // 52: platform.admin.v1.ReplayEventsResponse
+	(*GetReplayRequest)(nil),            // 53: platform.admin.v1.GetReplayRequest
+	(*GetReplayResponse)(nil),           // 54: platform.admin.v1.GetReplayResponse
+	(*ListReplaysRequest)(nil),          // 55: platform.admin.v1.ListReplaysRequest
+	(*ListReplaysResponse)(nil),         // 56: platform.admin.v1.ListReplaysResponse
+	(*CancelReplayRequest)(nil),         // 57: platform.admin.v1.CancelReplayRequest
+	(*CancelReplayResponse)(nil),        // 58: platform.admin.v1.CancelReplayResponse
+	(*FailureFilter)(nil),               // 59: platform.admin.v1.FailureFilter
+	(*FailedEvent)(nil),                 // 60: platform.admin.v1.FailedEvent
+	(*FailedEventEdit)(nil),             // 61: platform.admin.v1.FailedEventEdit
+	(*FailureGroup)(nil),                // 62: platform.admin.v1.FailureGroup
+	(*FailureRetry)(nil),                // 63: platform.admin.v1.FailureRetry
+	(*ListFailureGroupsRequest)(nil),    // 64: platform.admin.v1.ListFailureGroupsRequest
+	(*ListFailureGroupsResponse)(nil),   // 65: platform.admin.v1.ListFailureGroupsResponse
+	(*ListFailedEventsRequest)(nil),     // 66: platform.admin.v1.ListFailedEventsRequest
+	(*ListFailedEventsResponse)(nil),    // 67: platform.admin.v1.ListFailedEventsResponse
+	(*GetFailedEventRequest)(nil),       // 68: platform.admin.v1.GetFailedEventRequest
+	(*GetFailedEventResponse)(nil),      // 69: platform.admin.v1.GetFailedEventResponse
+	(*RetryFailedEventsRequest)(nil),    // 70: platform.admin.v1.RetryFailedEventsRequest
+	(*RetryFailedEventsResponse)(nil),   // 71: platform.admin.v1.RetryFailedEventsResponse
+	(*GetFailureRetryRequest)(nil),      // 72: platform.admin.v1.GetFailureRetryRequest
+	(*GetFailureRetryResponse)(nil),     // 73: platform.admin.v1.GetFailureRetryResponse
+	(*ListFailureRetriesRequest)(nil),   // 74: platform.admin.v1.ListFailureRetriesRequest
+	(*ListFailureRetriesResponse)(nil),  // 75: platform.admin.v1.ListFailureRetriesResponse
+	(*CancelFailureRetryRequest)(nil),   // 76: platform.admin.v1.CancelFailureRetryRequest
+	(*CancelFailureRetryResponse)(nil),  // 77: platform.admin.v1.CancelFailureRetryResponse
+	(*DiscardFailedEventsRequest)(nil),  // 78: platform.admin.v1.DiscardFailedEventsRequest
+	(*DiscardFailedEventsResponse)(nil), // 79: platform.admin.v1.DiscardFailedEventsResponse
+	(*EditFailedEventRequest)(nil),      // 80: platform.admin.v1.EditFailedEventRequest
+	(*EditFailedEventResponse)(nil),     // 81: platform.admin.v1.EditFailedEventResponse
+	nil,                                 // 82: platform.admin.v1.FailureGroup.KeyEntry
+	(*durationpb.Duration)(nil),         // 83: google.protobuf.Duration
+	(*timestamppb.Timestamp)(nil),       // 84: google.protobuf.Timestamp
+	(*structpb.Struct)(nil),             // 85: google.protobuf.Struct
 }
 var file_platform_admin_v1_admin_proto_depIdxs = []int32{
-	73,  // 0: platform.admin.v1.Service.horizon:type_name -> google.protobuf.Duration
-	73,  // 1: platform.admin.v1.Service.min_horizon:type_name -> google.protobuf.Duration
-	74,  // 2: platform.admin.v1.Service.last_purge:type_name -> google.protobuf.Timestamp
-	73,  // 3: platform.admin.v1.Service.outbox_oldest:type_name -> google.protobuf.Duration
+	83,  // 0: platform.admin.v1.Service.horizon:type_name -> google.protobuf.Duration
+	83,  // 1: platform.admin.v1.Service.min_horizon:type_name -> google.protobuf.Duration
+	84,  // 2: platform.admin.v1.Service.last_purge:type_name -> google.protobuf.Timestamp
+	83,  // 3: platform.admin.v1.Service.outbox_oldest:type_name -> google.protobuf.Duration
 	0,   // 4: platform.admin.v1.Pool.state:type_name -> platform.admin.v1.PoolState
-	74,  // 5: platform.admin.v1.LookupResult.processed_at:type_name -> google.protobuf.Timestamp
-	74,  // 6: platform.admin.v1.LookupResult.purgeable_at:type_name -> google.protobuf.Timestamp
-	73,  // 7: platform.admin.v1.Horizon.horizon:type_name -> google.protobuf.Duration
-	73,  // 8: platform.admin.v1.Horizon.min_horizon:type_name -> google.protobuf.Duration
-	74,  // 9: platform.admin.v1.Horizon.updated_at:type_name -> google.protobuf.Timestamp
-	73,  // 10: platform.admin.v1.Horizon.horizon_in_force:type_name -> google.protobuf.Duration
-	73,  // 11: platform.admin.v1.Horizon.partition_width:type_name -> google.protobuf.Duration
-	74,  // 12: platform.admin.v1.PurgeRun.cutoff:type_name -> google.protobuf.Timestamp
-	74,  // 13: platform.admin.v1.PurgeRun.started_at:type_name -> google.protobuf.Timestamp
-	74,  // 14: platform.admin.v1.PurgeRun.finished_at:type_name -> google.protobuf.Timestamp
-	74,  // 15: platform.admin.v1.FailedMessage.failed_at:type_name -> google.protobuf.Timestamp
+	84,  // 5: platform.admin.v1.LookupResult.processed_at:type_name -> google.protobuf.Timestamp
+	84,  // 6: platform.admin.v1.LookupResult.purgeable_at:type_name -> google.protobuf.Timestamp
+	83,  // 7: platform.admin.v1.Horizon.horizon:type_name -> google.protobuf.Duration
+	83,  // 8: platform.admin.v1.Horizon.min_horizon:type_name -> google.protobuf.Duration
+	84,  // 9: platform.admin.v1.Horizon.updated_at:type_name -> google.protobuf.Timestamp
+	83,  // 10: platform.admin.v1.Horizon.horizon_in_force:type_name -> google.protobuf.Duration
+	83,  // 11: platform.admin.v1.Horizon.partition_width:type_name -> google.protobuf.Duration
+	84,  // 12: platform.admin.v1.PurgeRun.cutoff:type_name -> google.protobuf.Timestamp
+	84,  // 13: platform.admin.v1.PurgeRun.started_at:type_name -> google.protobuf.Timestamp
+	84,  // 14: platform.admin.v1.PurgeRun.finished_at:type_name -> google.protobuf.Timestamp
+	84,  // 15: platform.admin.v1.FailedMessage.failed_at:type_name -> google.protobuf.Timestamp
 	4,   // 16: platform.admin.v1.ListServicesResponse.services:type_name -> platform.admin.v1.Service
 	5,   // 17: platform.admin.v1.ListPoolsResponse.pools:type_name -> platform.admin.v1.Pool
 	5,   // 18: platform.admin.v1.PausePoolResponse.pool:type_name -> platform.admin.v1.Pool
 	5,   // 19: platform.admin.v1.ResumePoolResponse.pool:type_name -> platform.admin.v1.Pool
-	6,   // 20: platform.admin.v1.LookupEventResponse.results:type_name -> platform.admin.v1.LookupResult
-	7,   // 21: platform.admin.v1.GetHorizonResponse.horizon:type_name -> platform.admin.v1.Horizon
-	73,  // 22: platform.admin.v1.SetHorizonRequest.horizon:type_name -> google.protobuf.Duration
-	7,   // 23: platform.admin.v1.SetHorizonResponse.horizon:type_name -> platform.admin.v1.Horizon
-	8,   // 24: platform.admin.v1.RunPurgeResponse.run:type_name -> platform.admin.v1.PurgeRun
-	8,   // 25: platform.admin.v1.ListPurgeRunsResponse.runs:type_name -> platform.admin.v1.PurgeRun
-	9,   // 26: platform.admin.v1.ListFailedMessagesResponse.messages:type_name -> platform.admin.v1.FailedMessage
-	73,  // 27: platform.admin.v1.DescribeServiceResponse.retry_span:type_name -> google.protobuf.Duration
-	8,   // 28: platform.admin.v1.DescribeServiceResponse.last_run:type_name -> platform.admin.v1.PurgeRun
-	74,  // 29: platform.admin.v1.AuditEntry.at:type_name -> google.protobuf.Timestamp
-	75,  // 30: platform.admin.v1.AuditEntry.detail:type_name -> google.protobuf.Struct
-	34,  // 31: platform.admin.v1.ListAuditResponse.entries:type_name -> platform.admin.v1.AuditEntry
-	1,   // 32: platform.admin.v1.Replay.state:type_name -> platform.admin.v1.ReplayState
-	39,  // 33: platform.admin.v1.Replay.pools:type_name -> platform.admin.v1.ReplayPool
-	74,  // 34: platform.admin.v1.Replay.created_at:type_name -> google.protobuf.Timestamp
-	74,  // 35: platform.admin.v1.Replay.finished_at:type_name -> google.protobuf.Timestamp
-	74,  // 36: platform.admin.v1.Replay.from:type_name -> google.protobuf.Timestamp
-	74,  // 37: platform.admin.v1.Replay.to:type_name -> google.protobuf.Timestamp
-	74,  // 38: platform.admin.v1.ReplayEventsRequest.from:type_name -> google.protobuf.Timestamp
-	74,  // 39: platform.admin.v1.ReplayEventsRequest.to:type_name -> google.protobuf.Timestamp
-	40,  // 40: platform.admin.v1.ReplayEventsResponse.replay:type_name -> platform.admin.v1.Replay
-	40,  // 41: platform.admin.v1.GetReplayResponse.replay:type_name -> platform.admin.v1.Replay
-	40,  // 42: platform.admin.v1.ListReplaysResponse.replays:type_name -> platform.admin.v1.Replay
-	40,  // 43: platform.admin.v1.CancelReplayResponse.replay:type_name -> platform.admin.v1.Replay
-	74,  // 44: platform.admin.v1.FailureFilter.from:type_name -> google.protobuf.Timestamp
-	74,  // 45: platform.admin.v1.FailureFilter.to:type_name -> google.protobuf.Timestamp
-	75,  // 46: platform.admin.v1.FailedEvent.headers:type_name -> google.protobuf.Struct
-	74,  // 47: platform.admin.v1.FailedEvent.first_failed_at:type_name -> google.protobuf.Timestamp
-	74,  // 48: platform.admin.v1.FailedEvent.failed_at:type_name -> google.protobuf.Timestamp
-	74,  // 49: platform.admin.v1.FailedEvent.resolved_at:type_name -> google.protobuf.Timestamp
-	74,  // 50: platform.admin.v1.FailedEvent.edited_at:type_name -> google.protobuf.Timestamp
-	74,  // 51: platform.admin.v1.FailedEvent.updated_at:type_name -> google.protobuf.Timestamp
-	74,  // 52: platform.admin.v1.FailedEventEdit.edited_at:type_name -> google.protobuf.Timestamp
-	72,  // 53: platform.admin.v1.FailureGroup.key:type_name -> platform.admin.v1.FailureGroup.KeyEntry
-	74,  // 54: platform.admin.v1.FailureGroup.first_failed_at:type_name -> google.protobuf.Timestamp
-	74,  // 55: platform.admin.v1.FailureGroup.last_failed_at:type_name -> google.protobuf.Timestamp
-	2,   // 56: platform.admin.v1.FailureRetry.state:type_name -> platform.admin.v1.FailureRetryState
-	74,  // 57: platform.admin.v1.FailureRetry.created_at:type_name -> google.protobuf.Timestamp
-	74,  // 58: platform.admin.v1.FailureRetry.finished_at:type_name -> google.protobuf.Timestamp
-	49,  // 59: platform.admin.v1.FailureRetry.filter:type_name -> platform.admin.v1.FailureFilter
-	74,  // 60: platform.admin.v1.ListFailureGroupsRequest.from:type_name -> google.protobuf.Timestamp
-	74,  // 61: platform.admin.v1.ListFailureGroupsRequest.to:type_name -> google.protobuf.Timestamp
-	52,  // 62: platform.admin.v1.ListFailureGroupsResponse.groups:type_name -> platform.admin.v1.FailureGroup
-	49,  // 63: platform.admin.v1.ListFailedEventsRequest.filter:type_name -> platform.admin.v1.FailureFilter
-	50,  // 64: platform.admin.v1.ListFailedEventsResponse.failures:type_name -> platform.admin.v1.FailedEvent
-	50,  // 65: platform.admin.v1.GetFailedEventResponse.failure:type_name -> platform.admin.v1.FailedEvent
-	51,  // 66: platform.admin.v1.GetFailedEventResponse.edits:type_name -> platform.admin.v1.FailedEventEdit
-	49,  // 67: platform.admin.v1.RetryFailedEventsRequest.filter:type_name -> platform.admin.v1.FailureFilter
-	53,  // 68: platform.admin.v1.RetryFailedEventsResponse.retry:type_name -> platform.admin.v1.FailureRetry
-	53,  // 69: platform.admin.v1.GetFailureRetryResponse.retry:type_name -> platform.admin.v1.FailureRetry
-	53,  // 70: platform.admin.v1.ListFailureRetriesResponse.retries:type_name -> platform.admin.v1.FailureRetry
-	53,  // 71: platform.admin.v1.CancelFailureRetryResponse.retry:type_name -> platform.admin.v1.FailureRetry
-	49,  // 72: platform.admin.v1.DiscardFailedEventsRequest.filter:type_name -> platform.admin.v1.FailureFilter
-	3,   // 73: platform.admin.v1.DiscardFailedEventsRequest.parked:type_name -> platform.admin.v1.DiscardParked
-	50,  // 74: platform.admin.v1.EditFailedEventResponse.failure:type_name -> platform.admin.v1.FailedEvent
-	51,  // 75: platform.admin.v1.EditFailedEventResponse.edits:type_name -> platform.admin.v1.FailedEventEdit
-	10,  // 76: platform.admin.v1.AdminService.ListServices:input_type -> platform.admin.v1.ListServicesRequest
-	12,  // 77: platform.admin.v1.AdminService.ListPools:input_type -> platform.admin.v1.ListPoolsRequest
-	14,  // 78: platform.admin.v1.AdminService.PausePool:input_type -> platform.admin.v1.PausePoolRequest
-	16,  // 79: platform.admin.v1.AdminService.ResumePool:input_type -> platform.admin.v1.ResumePoolRequest
-	18,  // 80: platform.admin.v1.AdminService.LookupEvent:input_type -> platform.admin.v1.LookupEventRequest
-	20,  // 81: platform.admin.v1.AdminService.GetHorizon:input_type -> platform.admin.v1.GetHorizonRequest
-	22,  // 82: platform.admin.v1.AdminService.SetHorizon:input_type -> platform.admin.v1.SetHorizonRequest
-	24,  // 83: platform.admin.v1.AdminService.RunPurge:input_type -> platform.admin.v1.RunPurgeRequest
-	26,  // 84: platform.admin.v1.AdminService.ListPurgeRuns:input_type -> platform.admin.v1.ListPurgeRunsRequest
-	28,  // 85: platform.admin.v1.AdminService.ListFailedMessages:input_type -> platform.admin.v1.ListFailedMessagesRequest
-	30,  // 86: platform.admin.v1.AdminService.RetryFailedMessages:input_type -> platform.admin.v1.RetryFailedMessagesRequest
-	32,  // 87: platform.admin.v1.AdminService.DescribeService:input_type -> platform.admin.v1.DescribeServiceRequest
-	35,  // 88: platform.admin.v1.AdminService.ListAudit:input_type -> platform.admin.v1.ListAuditRequest
-	37,  // 89: platform.admin.v1.AdminService.ReloadConfig:input_type -> platform.admin.v1.ReloadConfigRequest
-	41,  // 90: platform.admin.v1.AdminService.ReplayEvents:input_type -> platform.admin.v1.ReplayEventsRequest
-	43,  // 91: platform.admin.v1.AdminService.GetReplay:input_type -> platform.admin.v1.GetReplayRequest
-	45,  // 92: platform.admin.v1.AdminService.ListReplays:input_type -> platform.admin.v1.ListReplaysRequest
-	47,  // 93: platform.admin.v1.AdminService.CancelReplay:input_type -> platform.admin.v1.CancelReplayRequest
-	54,  // 94: platform.admin.v1.AdminService.ListFailureGroups:input_type -> platform.admin.v1.ListFailureGroupsRequest
-	56,  // 95: platform.admin.v1.AdminService.ListFailedEvents:input_type -> platform.admin.v1.ListFailedEventsRequest
-	58,  // 96: platform.admin.v1.AdminService.GetFailedEvent:input_type -> platform.admin.v1.GetFailedEventRequest
-	60,  // 97: platform.admin.v1.AdminService.RetryFailedEvents:input_type -> platform.admin.v1.RetryFailedEventsRequest
-	62,  // 98: platform.admin.v1.AdminService.GetFailureRetry:input_type -> platform.admin.v1.GetFailureRetryRequest
-	64,  // 99: platform.admin.v1.AdminService.ListFailureRetries:input_type -> platform.admin.v1.ListFailureRetriesRequest
-	66,  // 100: platform.admin.v1.AdminService.CancelFailureRetry:input_type -> platform.admin.v1.CancelFailureRetryRequest
-	68,  // 101: platform.admin.v1.AdminService.DiscardFailedEvents:input_type -> platform.admin.v1.DiscardFailedEventsRequest
-	70,  // 102: platform.admin.v1.AdminService.EditFailedEvent:input_type -> platform.admin.v1.EditFailedEventRequest
-	11,  // 103: platform.admin.v1.AdminService.ListServices:output_type -> platform.admin.v1.ListServicesResponse
-	13,  // 104: platform.admin.v1.AdminService.ListPools:output_type -> platform.admin.v1.ListPoolsResponse
-	15,  // 105: platform.admin.v1.AdminService.PausePool:output_type -> platform.admin.v1.PausePoolResponse
-	17,  // 106: platform.admin.v1.AdminService.ResumePool:output_type -> platform.admin.v1.ResumePoolResponse
-	19,  // 107: platform.admin.v1.AdminService.LookupEvent:output_type -> platform.admin.v1.LookupEventResponse
-	21,  // 108: platform.admin.v1.AdminService.GetHorizon:output_type -> platform.admin.v1.GetHorizonResponse
-	23,  // 109: platform.admin.v1.AdminService.SetHorizon:output_type -> platform.admin.v1.SetHorizonResponse
-	25,  // 110: platform.admin.v1.AdminService.RunPurge:output_type -> platform.admin.v1.RunPurgeResponse
-	27,  // 111: platform.admin.v1.AdminService.ListPurgeRuns:output_type -> platform.admin.v1.ListPurgeRunsResponse
-	29,  // 112: platform.admin.v1.AdminService.ListFailedMessages:output_type -> platform.admin.v1.ListFailedMessagesResponse
-	31,  // 113: platform.admin.v1.AdminService.RetryFailedMessages:output_type -> platform.admin.v1.RetryFailedMessagesResponse
-	33,  // 114: platform.admin.v1.AdminService.DescribeService:output_type -> platform.admin.v1.DescribeServiceResponse
-	36,  // 115: platform.admin.v1.AdminService.ListAudit:output_type -> platform.admin.v1.ListAuditResponse
-	38,  // 116: platform.admin.v1.AdminService.ReloadConfig:output_type -> platform.admin.v1.ReloadConfigResponse
-	42,  // 117: platform.admin.v1.AdminService.ReplayEvents:output_type -> platform.admin.v1.ReplayEventsResponse
-	44,  // 118: platform.admin.v1.AdminService.GetReplay:output_type -> platform.admin.v1.GetReplayResponse
-	46,  // 119: platform.admin.v1.AdminService.ListReplays:output_type -> platform.admin.v1.ListReplaysResponse
-	48,  // 120: platform.admin.v1.AdminService.CancelReplay:output_type -> platform.admin.v1.CancelReplayResponse
-	55,  // 121: platform.admin.v1.AdminService.ListFailureGroups:output_type -> platform.admin.v1.ListFailureGroupsResponse
-	57,  // 122: platform.admin.v1.AdminService.ListFailedEvents:output_type -> platform.admin.v1.ListFailedEventsResponse
-	59,  // 123: platform.admin.v1.AdminService.GetFailedEvent:output_type -> platform.admin.v1.GetFailedEventResponse
-	61,  // 124: platform.admin.v1.AdminService.RetryFailedEvents:output_type -> platform.admin.v1.RetryFailedEventsResponse
-	63,  // 125: platform.admin.v1.AdminService.GetFailureRetry:output_type -> platform.admin.v1.GetFailureRetryResponse
-	65,  // 126: platform.admin.v1.AdminService.ListFailureRetries:output_type -> platform.admin.v1.ListFailureRetriesResponse
-	67,  // 127: platform.admin.v1.AdminService.CancelFailureRetry:output_type -> platform.admin.v1.CancelFailureRetryResponse
-	69,  // 128: platform.admin.v1.AdminService.DiscardFailedEvents:output_type -> platform.admin.v1.DiscardFailedEventsResponse
-	71,  // 129: platform.admin.v1.AdminService.EditFailedEvent:output_type -> platform.admin.v1.EditFailedEventResponse
-	103, // [103:130] is the sub-list for method output_type
-	76,  // [76:103] is the sub-list for method input_type
-	76,  // [76:76] is the sub-list for extension type_name
-	76,  // [76:76] is the sub-list for extension extendee
-	0,   // [0:76] is the sub-list for field type_name
+	84,  // 20: platform.admin.v1.PoolLimits.updated_at:type_name -> google.protobuf.Timestamp
+	18,  // 21: platform.admin.v1.SetPoolLimitsResponse.limits:type_name -> platform.admin.v1.PoolLimits
+	18,  // 22: platform.admin.v1.GetPoolLimitsResponse.limits:type_name -> platform.admin.v1.PoolLimits
+	84,  // 23: platform.admin.v1.ServicePause.updated_at:type_name -> google.protobuf.Timestamp
+	23,  // 24: platform.admin.v1.PauseAllResponse.services:type_name -> platform.admin.v1.ServicePause
+	23,  // 25: platform.admin.v1.ResumeAllResponse.services:type_name -> platform.admin.v1.ServicePause
+	6,   // 26: platform.admin.v1.LookupEventResponse.results:type_name -> platform.admin.v1.LookupResult
+	7,   // 27: platform.admin.v1.GetHorizonResponse.horizon:type_name -> platform.admin.v1.Horizon
+	83,  // 28: platform.admin.v1.SetHorizonRequest.horizon:type_name -> google.protobuf.Duration
+	7,   // 29: platform.admin.v1.SetHorizonResponse.horizon:type_name -> platform.admin.v1.Horizon
+	8,   // 30: platform.admin.v1.RunPurgeResponse.run:type_name -> platform.admin.v1.PurgeRun
+	8,   // 31: platform.admin.v1.ListPurgeRunsResponse.runs:type_name -> platform.admin.v1.PurgeRun
+	9,   // 32: platform.admin.v1.ListFailedMessagesResponse.messages:type_name -> platform.admin.v1.FailedMessage
+	83,  // 33: platform.admin.v1.DescribeServiceResponse.retry_span:type_name -> google.protobuf.Duration
+	8,   // 34: platform.admin.v1.DescribeServiceResponse.last_run:type_name -> platform.admin.v1.PurgeRun
+	84,  // 35: platform.admin.v1.AuditEntry.at:type_name -> google.protobuf.Timestamp
+	85,  // 36: platform.admin.v1.AuditEntry.detail:type_name -> google.protobuf.Struct
+	44,  // 37: platform.admin.v1.ListAuditResponse.entries:type_name -> platform.admin.v1.AuditEntry
+	1,   // 38: platform.admin.v1.Replay.state:type_name -> platform.admin.v1.ReplayState
+	49,  // 39: platform.admin.v1.Replay.pools:type_name -> platform.admin.v1.ReplayPool
+	84,  // 40: platform.admin.v1.Replay.created_at:type_name -> google.protobuf.Timestamp
+	84,  // 41: platform.admin.v1.Replay.finished_at:type_name -> google.protobuf.Timestamp
+	84,  // 42: platform.admin.v1.Replay.from:type_name -> google.protobuf.Timestamp
+	84,  // 43: platform.admin.v1.Replay.to:type_name -> google.protobuf.Timestamp
+	84,  // 44: platform.admin.v1.ReplayEventsRequest.from:type_name -> google.protobuf.Timestamp
+	84,  // 45: platform.admin.v1.ReplayEventsRequest.to:type_name -> google.protobuf.Timestamp
+	50,  // 46: platform.admin.v1.ReplayEventsResponse.replay:type_name -> platform.admin.v1.Replay
+	50,  // 47: platform.admin.v1.GetReplayResponse.replay:type_name -> platform.admin.v1.Replay
+	50,  // 48: platform.admin.v1.ListReplaysResponse.replays:type_name -> platform.admin.v1.Replay
+	50,  // 49: platform.admin.v1.CancelReplayResponse.replay:type_name -> platform.admin.v1.Replay
+	84,  // 50: platform.admin.v1.FailureFilter.from:type_name -> google.protobuf.Timestamp
+	84,  // 51: platform.admin.v1.FailureFilter.to:type_name -> google.protobuf.Timestamp
+	85,  // 52: platform.admin.v1.FailedEvent.headers:type_name -> google.protobuf.Struct
+	84,  // 53: platform.admin.v1.FailedEvent.first_failed_at:type_name -> google.protobuf.Timestamp
+	84,  // 54: platform.admin.v1.FailedEvent.failed_at:type_name -> google.protobuf.Timestamp
+	84,  // 55: platform.admin.v1.FailedEvent.resolved_at:type_name -> google.protobuf.Timestamp
+	84,  // 56: platform.admin.v1.FailedEvent.edited_at:type_name -> google.protobuf.Timestamp
+	84,  // 57: platform.admin.v1.FailedEvent.updated_at:type_name -> google.protobuf.Timestamp
+	84,  // 58: platform.admin.v1.FailedEventEdit.edited_at:type_name -> google.protobuf.Timestamp
+	82,  // 59: platform.admin.v1.FailureGroup.key:type_name -> platform.admin.v1.FailureGroup.KeyEntry
+	84,  // 60: platform.admin.v1.FailureGroup.first_failed_at:type_name -> google.protobuf.Timestamp
+	84,  // 61: platform.admin.v1.FailureGroup.last_failed_at:type_name -> google.protobuf.Timestamp
+	2,   // 62: platform.admin.v1.FailureRetry.state:type_name -> platform.admin.v1.FailureRetryState
+	84,  // 63: platform.admin.v1.FailureRetry.created_at:type_name -> google.protobuf.Timestamp
+	84,  // 64: platform.admin.v1.FailureRetry.finished_at:type_name -> google.protobuf.Timestamp
+	59,  // 65: platform.admin.v1.FailureRetry.filter:type_name -> platform.admin.v1.FailureFilter
+	84,  // 66: platform.admin.v1.ListFailureGroupsRequest.from:type_name -> google.protobuf.Timestamp
+	84,  // 67: platform.admin.v1.ListFailureGroupsRequest.to:type_name -> google.protobuf.Timestamp
+	62,  // 68: platform.admin.v1.ListFailureGroupsResponse.groups:type_name -> platform.admin.v1.FailureGroup
+	59,  // 69: platform.admin.v1.ListFailedEventsRequest.filter:type_name -> platform.admin.v1.FailureFilter
+	60,  // 70: platform.admin.v1.ListFailedEventsResponse.failures:type_name -> platform.admin.v1.FailedEvent
+	60,  // 71: platform.admin.v1.GetFailedEventResponse.failure:type_name -> platform.admin.v1.FailedEvent
+	61,  // 72: platform.admin.v1.GetFailedEventResponse.edits:type_name -> platform.admin.v1.FailedEventEdit
+	59,  // 73: platform.admin.v1.RetryFailedEventsRequest.filter:type_name -> platform.admin.v1.FailureFilter
+	63,  // 74: platform.admin.v1.RetryFailedEventsResponse.retry:type_name -> platform.admin.v1.FailureRetry
+	63,  // 75: platform.admin.v1.GetFailureRetryResponse.retry:type_name -> platform.admin.v1.FailureRetry
+	63,  // 76: platform.admin.v1.ListFailureRetriesResponse.retries:type_name -> platform.admin.v1.FailureRetry
+	63,  // 77: platform.admin.v1.CancelFailureRetryResponse.retry:type_name -> platform.admin.v1.FailureRetry
+	59,  // 78: platform.admin.v1.DiscardFailedEventsRequest.filter:type_name -> platform.admin.v1.FailureFilter
+	3,   // 79: platform.admin.v1.DiscardFailedEventsRequest.parked:type_name -> platform.admin.v1.DiscardParked
+	60,  // 80: platform.admin.v1.EditFailedEventResponse.failure:type_name -> platform.admin.v1.FailedEvent
+	61,  // 81: platform.admin.v1.EditFailedEventResponse.edits:type_name -> platform.admin.v1.FailedEventEdit
+	10,  // 82: platform.admin.v1.AdminService.ListServices:input_type -> platform.admin.v1.ListServicesRequest
+	12,  // 83: platform.admin.v1.AdminService.ListPools:input_type -> platform.admin.v1.ListPoolsRequest
+	14,  // 84: platform.admin.v1.AdminService.PausePool:input_type -> platform.admin.v1.PausePoolRequest
+	16,  // 85: platform.admin.v1.AdminService.ResumePool:input_type -> platform.admin.v1.ResumePoolRequest
+	19,  // 86: platform.admin.v1.AdminService.SetPoolLimits:input_type -> platform.admin.v1.SetPoolLimitsRequest
+	21,  // 87: platform.admin.v1.AdminService.GetPoolLimits:input_type -> platform.admin.v1.GetPoolLimitsRequest
+	24,  // 88: platform.admin.v1.AdminService.PauseAll:input_type -> platform.admin.v1.PauseAllRequest
+	26,  // 89: platform.admin.v1.AdminService.ResumeAll:input_type -> platform.admin.v1.ResumeAllRequest
+	28,  // 90: platform.admin.v1.AdminService.LookupEvent:input_type -> platform.admin.v1.LookupEventRequest
+	30,  // 91: platform.admin.v1.AdminService.GetHorizon:input_type -> platform.admin.v1.GetHorizonRequest
+	32,  // 92: platform.admin.v1.AdminService.SetHorizon:input_type -> platform.admin.v1.SetHorizonRequest
+	34,  // 93: platform.admin.v1.AdminService.RunPurge:input_type -> platform.admin.v1.RunPurgeRequest
+	36,  // 94: platform.admin.v1.AdminService.ListPurgeRuns:input_type -> platform.admin.v1.ListPurgeRunsRequest
+	38,  // 95: platform.admin.v1.AdminService.ListFailedMessages:input_type -> platform.admin.v1.ListFailedMessagesRequest
+	40,  // 96: platform.admin.v1.AdminService.RetryFailedMessages:input_type -> platform.admin.v1.RetryFailedMessagesRequest
+	42,  // 97: platform.admin.v1.AdminService.DescribeService:input_type -> platform.admin.v1.DescribeServiceRequest
+	45,  // 98: platform.admin.v1.AdminService.ListAudit:input_type -> platform.admin.v1.ListAuditRequest
+	47,  // 99: platform.admin.v1.AdminService.ReloadConfig:input_type -> platform.admin.v1.ReloadConfigRequest
+	51,  // 100: platform.admin.v1.AdminService.ReplayEvents:input_type -> platform.admin.v1.ReplayEventsRequest
+	53,  // 101: platform.admin.v1.AdminService.GetReplay:input_type -> platform.admin.v1.GetReplayRequest
+	55,  // 102: platform.admin.v1.AdminService.ListReplays:input_type -> platform.admin.v1.ListReplaysRequest
+	57,  // 103: platform.admin.v1.AdminService.CancelReplay:input_type -> platform.admin.v1.CancelReplayRequest
+	64,  // 104: platform.admin.v1.AdminService.ListFailureGroups:input_type -> platform.admin.v1.ListFailureGroupsRequest
+	66,  // 105: platform.admin.v1.AdminService.ListFailedEvents:input_type -> platform.admin.v1.ListFailedEventsRequest
+	68,  // 106: platform.admin.v1.AdminService.GetFailedEvent:input_type -> platform.admin.v1.GetFailedEventRequest
+	70,  // 107: platform.admin.v1.AdminService.RetryFailedEvents:input_type -> platform.admin.v1.RetryFailedEventsRequest
+	72,  // 108: platform.admin.v1.AdminService.GetFailureRetry:input_type -> platform.admin.v1.GetFailureRetryRequest
+	74,  // 109: platform.admin.v1.AdminService.ListFailureRetries:input_type -> platform.admin.v1.ListFailureRetriesRequest
+	76,  // 110: platform.admin.v1.AdminService.CancelFailureRetry:input_type -> platform.admin.v1.CancelFailureRetryRequest
+	78,  // 111: platform.admin.v1.AdminService.DiscardFailedEvents:input_type -> platform.admin.v1.DiscardFailedEventsRequest
+	80,  // 112: platform.admin.v1.AdminService.EditFailedEvent:input_type -> platform.admin.v1.EditFailedEventRequest
+	11,  // 113: platform.admin.v1.AdminService.ListServices:output_type -> platform.admin.v1.ListServicesResponse
+	13,  // 114: platform.admin.v1.AdminService.ListPools:output_type -> platform.admin.v1.ListPoolsResponse
+	15,  // 115: platform.admin.v1.AdminService.PausePool:output_type -> platform.admin.v1.PausePoolResponse
+	17,  // 116: platform.admin.v1.AdminService.ResumePool:output_type -> platform.admin.v1.ResumePoolResponse
+	20,  // 117: platform.admin.v1.AdminService.SetPoolLimits:output_type -> platform.admin.v1.SetPoolLimitsResponse
+	22,  // 118: platform.admin.v1.AdminService.GetPoolLimits:output_type -> platform.admin.v1.GetPoolLimitsResponse
+	25,  // 119: platform.admin.v1.AdminService.PauseAll:output_type -> platform.admin.v1.PauseAllResponse
+	27,  // 120: platform.admin.v1.AdminService.ResumeAll:output_type -> platform.admin.v1.ResumeAllResponse
+	29,  // 121: platform.admin.v1.AdminService.LookupEvent:output_type -> platform.admin.v1.LookupEventResponse
+	31,  // 122: platform.admin.v1.AdminService.GetHorizon:output_type -> platform.admin.v1.GetHorizonResponse
+	33,  // 123: platform.admin.v1.AdminService.SetHorizon:output_type -> platform.admin.v1.SetHorizonResponse
+	35,  // 124: platform.admin.v1.AdminService.RunPurge:output_type -> platform.admin.v1.RunPurgeResponse
+	37,  // 125: platform.admin.v1.AdminService.ListPurgeRuns:output_type -> platform.admin.v1.ListPurgeRunsResponse
+	39,  // 126: platform.admin.v1.AdminService.ListFailedMessages:output_type -> platform.admin.v1.ListFailedMessagesResponse
+	41,  // 127: platform.admin.v1.AdminService.RetryFailedMessages:output_type -> platform.admin.v1.RetryFailedMessagesResponse
+	43,  // 128: platform.admin.v1.AdminService.DescribeService:output_type -> platform.admin.v1.DescribeServiceResponse
+	46,  // 129: platform.admin.v1.AdminService.ListAudit:output_type -> platform.admin.v1.ListAuditResponse
+	48,  // 130: platform.admin.v1.AdminService.ReloadConfig:output_type -> platform.admin.v1.ReloadConfigResponse
+	52,  // 131: platform.admin.v1.AdminService.ReplayEvents:output_type -> platform.admin.v1.ReplayEventsResponse
+	54,  // 132: platform.admin.v1.AdminService.GetReplay:output_type -> platform.admin.v1.GetReplayResponse
+	56,  // 133: platform.admin.v1.AdminService.ListReplays:output_type -> platform.admin.v1.ListReplaysResponse
+	58,  // 134: platform.admin.v1.AdminService.CancelReplay:output_type -> platform.admin.v1.CancelReplayResponse
+	65,  // 135: platform.admin.v1.AdminService.ListFailureGroups:output_type -> platform.admin.v1.ListFailureGroupsResponse
+	67,  // 136: platform.admin.v1.AdminService.ListFailedEvents:output_type -> platform.admin.v1.ListFailedEventsResponse
+	69,  // 137: platform.admin.v1.AdminService.GetFailedEvent:output_type -> platform.admin.v1.GetFailedEventResponse
+	71,  // 138: platform.admin.v1.AdminService.RetryFailedEvents:output_type -> platform.admin.v1.RetryFailedEventsResponse
+	73,  // 139: platform.admin.v1.AdminService.GetFailureRetry:output_type -> platform.admin.v1.GetFailureRetryResponse
+	75,  // 140: platform.admin.v1.AdminService.ListFailureRetries:output_type -> platform.admin.v1.ListFailureRetriesResponse
+	77,  // 141: platform.admin.v1.AdminService.CancelFailureRetry:output_type -> platform.admin.v1.CancelFailureRetryResponse
+	79,  // 142: platform.admin.v1.AdminService.DiscardFailedEvents:output_type -> platform.admin.v1.DiscardFailedEventsResponse
+	81,  // 143: platform.admin.v1.AdminService.EditFailedEvent:output_type -> platform.admin.v1.EditFailedEventResponse
+	113, // [113:144] is the sub-list for method output_type
+	82,  // [82:113] is the sub-list for method input_type
+	82,  // [82:82] is the sub-list for extension type_name
+	82,  // [82:82] is the sub-list for extension extendee
+	0,   // [0:82] is the sub-list for field type_name
 }
 
 func init() { file_platform_admin_v1_admin_proto_init() }
@@ -5727,7 +6397,7 @@ func file_platform_admin_v1_admin_proto_init() {
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_platform_admin_v1_admin_proto_rawDesc), len(file_platform_admin_v1_admin_proto_rawDesc)),
 			NumEnums:      4,
-			NumMessages:   69,
+			NumMessages:   79,
 			NumExtensions: 0,
 			NumServices:   1,
 		},
