@@ -1,0 +1,145 @@
+package daemon
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"os"
+	"testing"
+	"time"
+
+	"github.com/google/uuid"
+	"github.com/jackc/pgx/v5/pgxpool"
+	amqp "github.com/rabbitmq/amqp091-go"
+	"github.com/stretchr/testify/require"
+
+	"github.com/platformd/platformd/examples/shop"
+	"github.com/platformd/platformd/internal/admin"
+	"github.com/platformd/platformd/internal/envelope"
+	"github.com/platformd/platformd/internal/testdb"
+)
+
+// limitsEnv is a reloadEnv with a publisher on its exchange and the
+// service database open.
+type limitsEnv struct {
+	*reloadEnv
+	db *pgxpool.Pool
+	ch *amqp.Channel
+}
+
+func newLimitsEnv(t *testing.T, name, extra string) *limitsEnv {
+	t.Helper()
+	ctx := context.Background()
+	dsn := testdb.New(t, name)
+	e := newReloadEnv(t, dsn)
+	e.write(t, "", "")
+	if extra != "" {
+		e.writeStockPool(t, extra)
+	}
+	db, err := pgxpool.New(ctx, dsn)
+	require.NoError(t, err)
+	t.Cleanup(db.Close)
+	conn, err := amqp.Dial(e.broker)
+	require.NoError(t, err)
+	t.Cleanup(func() { _ = conn.Close() })
+	ch, err := conn.Channel()
+	require.NoError(t, err)
+	require.NoError(t, ch.Confirm(false))
+	return &limitsEnv{reloadEnv: e, db: db, ch: ch}
+}
+
+// writeStockPool rewrites the config with extra keys on stock-events.
+func (e *reloadEnv) writeStockPool(t testing.TB, extra string) {
+	t.Helper()
+	cfg := fmt.Sprintf(`admin:
+  listen: %s
+  tokens: [{name: ops, role: admin, token: "admin-token-0123456789"}]
+metrics: {listen: "-"}
+broker: {url: %q, exchange: reload.%s}
+services:
+%s`, e.admin, e.broker, e.suffix,
+		serviceYAML("stock", e.dsn, e.poolYAML("stock-events", "stock", shop.EventOrderPlaced, shop.HandlerStockReserve, extra)))
+	require.NoError(t, os.WriteFile(e.path, []byte(cfg), 0o600))
+}
+
+// publish publishes n new order.placed events, confirmed, and returns
+// their ids.
+func (e *limitsEnv) publish(t *testing.T, n int) []uuid.UUID {
+	t.Helper()
+	ctx := context.Background()
+	ids := make([]uuid.UUID, n)
+	confirms := make([]*amqp.DeferredConfirmation, 0, n)
+	for i := range ids {
+		ids[i] = uuid.Must(uuid.NewV7())
+		payload := fmt.Sprintf(`{"order_id": %q, "customer_id": %q, "lines": [{"product_id": %q, "quantity": "1"}]}`, uuid.New(), uuid.New(), uuid.New())
+		body, err := envelope.Encode(envelope.Envelope{EventID: ids[i], EventName: shop.EventOrderPlaced,
+			OccurredAt: time.Now().UTC(), Payload: json.RawMessage(payload)})
+		require.NoError(t, err)
+		c, err := e.ch.PublishWithDeferredConfirmWithContext(ctx, "reload."+e.suffix, shop.EventOrderPlaced, false, false,
+			amqp.Publishing{ContentType: "application/json", DeliveryMode: amqp.Persistent, Body: body})
+		require.NoError(t, err)
+		confirms = append(confirms, c)
+	}
+	for _, c := range confirms {
+		ok, err := c.WaitContext(ctx)
+		require.NoError(t, err)
+		require.True(t, ok)
+	}
+	return ids
+}
+
+func (e *limitsEnv) processed(t *testing.T) int {
+	t.Helper()
+	return count(t, e.db, `SELECT count(*) FROM processed_event`)
+}
+
+// The kill switch: PauseAll stops every pool; a daemon that starts while
+// it holds consumes nothing (its pools read it before their workers
+// start); ResumeAll lets the backlog drain, once.
+func TestPauseAllHoldsAcrossARestart(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	e := newLimitsEnv(t, "limits_pause_all", "")
+	d := e.start(t)
+	b := &backend{d: d}
+	e.publish(t, 5)
+	require.Eventually(t, func() bool { return e.processed(t) == 5 }, 30*time.Second, 20*time.Millisecond)
+
+	sw, err := b.PauseAll(ctx, "", "incident 42", "ops")
+	require.NoError(t, err)
+	require.Len(t, sw, 1)
+	require.True(t, sw[0].Paused)
+	pools, err := b.ListPools(ctx, "")
+	require.NoError(t, err)
+	require.Equal(t, admin.PoolStatePaused, pools[0].State)
+	require.Contains(t, pools[0].PausedReason, "incident 42")
+	ks, err := b.KillSwitches(ctx)
+	require.NoError(t, err)
+	require.Len(t, ks, 1)
+
+	// The daemon goes; another starts while the switch holds.
+	d.Stop()
+	e.publish(t, 20)
+	d2 := e.start(t)
+	t.Cleanup(d2.Stop)
+	b2 := &backend{d: d2}
+	require.Eventually(t, func() bool {
+		p, err := b2.ListPools(ctx, "")
+		return err == nil && len(p) == 1 && p[0].State == admin.PoolStatePaused
+	}, 30*time.Second, 20*time.Millisecond)
+	// Its queue holds the 20: nothing consumed.
+	q, err := e.ch.QueueDeclarePassive("reload.stock."+e.suffix, false, false, false, false, nil)
+	require.NoError(t, err)
+	require.Equal(t, 20, q.Messages, "a daemon started under the kill switch consumes nothing")
+	require.Equal(t, 5, e.processed(t))
+
+	// A pool resumed on its own stays held by the kill switch.
+	info, err := b2.ResumePool(ctx, "stock-events", "ops")
+	require.NoError(t, err)
+	require.Contains(t, info.PausedReason, "incident 42")
+
+	_, err = b2.ResumeAll(ctx, "", "ops")
+	require.NoError(t, err)
+	require.Eventually(t, func() bool { return e.processed(t) == 25 }, 30*time.Second, 20*time.Millisecond)
+	require.Equal(t, 2, count(t, e.db, `SELECT count(*) FROM platform.audit_log WHERE action IN ('service.pause', 'service.resume')`))
+}
