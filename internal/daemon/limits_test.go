@@ -4,6 +4,8 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
+	"io"
+	"log/slog"
 	"os"
 	"testing"
 	"time"
@@ -17,6 +19,7 @@ import (
 	"github.com/platformd/platformd/internal/admin"
 	"github.com/platformd/platformd/internal/envelope"
 	"github.com/platformd/platformd/internal/testdb"
+	"github.com/platformd/platformd/internal/workers"
 )
 
 // limitsEnv is a reloadEnv with a publisher on its exchange and the
@@ -142,4 +145,91 @@ func TestPauseAllHoldsAcrossARestart(t *testing.T) {
 	require.NoError(t, err)
 	require.Eventually(t, func() bool { return e.processed(t) == 25 }, 30*time.Second, 20*time.Millisecond)
 	require.Equal(t, 2, count(t, e.db, `SELECT count(*) FROM platform.audit_log WHERE action IN ('service.pause', 'service.resume')`))
+}
+
+// startLimitDaemons starts n daemons of stock on one config whose
+// stock-events pool has extra keys, each with its admin on a port of its
+// own.
+func (e *limitsEnv) startDaemons(t *testing.T, n int, extra string) []*Daemon {
+	t.Helper()
+	ctx := context.Background()
+	cfgText := fmt.Sprintf(`admin: {listen: "127.0.0.1:0"}
+metrics: {listen: "-"}
+broker: {url: %q, exchange: reload.%s}
+services:
+%s`, e.broker, e.suffix,
+		serviceYAML("stock", e.dsn, e.poolYAML("stock-events", "stock", shop.EventOrderPlaced, shop.HandlerStockReserve, extra)))
+	require.NoError(t, os.WriteFile(e.path, []byte(cfgText), 0o600))
+	cfg, full, _ := loadShop(t, e.path)
+	logger := slog.New(slog.NewTextHandler(io.Discard, nil))
+	require.NoError(t, Migrate(ctx, cfg, full, false, logger))
+	ds := make([]*Daemon, n)
+	for i := range ds {
+		d, err := start(ctx, cfg, full, Options{}, map[string]bool{"stock": true}, logger)
+		require.NoError(t, err)
+		t.Cleanup(d.Stop)
+		ds[i] = d
+	}
+	return ds
+}
+
+// poolOf returns d's stock-events pool, once the service is up.
+func poolOf(t *testing.T, d *Daemon) *workers.Pool {
+	t.Helper()
+	var p *workers.Pool
+	require.Eventually(t, func() bool {
+		for _, s := range d.serviceList() {
+			if s.up.Load() {
+				p, _ = s.pool("stock-events")
+			}
+		}
+		return p != nil
+	}, 30*time.Second, 10*time.Millisecond)
+	return p
+}
+
+// drainRate is the rate at which the events with ids were processed,
+// from their processed_at: (count - 1) / (last - first).
+func (e *limitsEnv) drainRate(t *testing.T, ids []uuid.UUID) float64 {
+	t.Helper()
+	var n int
+	var span float64
+	require.NoError(t, e.db.QueryRow(context.Background(), `SELECT count(*), extract(epoch FROM max(processed_at) - min(processed_at))::float8
+		FROM processed_event WHERE event_id = ANY($1)`, ids).Scan(&n, &span))
+	require.Equal(t, len(ids), n)
+	return float64(n-1) / span
+}
+
+// limitEvents is how many events the rate tests drain: 2,000 (10 s at
+// 200/s), 20,000 with PLATFORMD_LIMITS_FULL=1 (the issue's proof).
+func limitEvents() int {
+	if os.Getenv("PLATFORMD_LIMITS_FULL") == "1" {
+		return 20000
+	}
+	return 2000
+}
+
+// A pool limited to 200/s across two daemons drains its backlog at
+// 190-210/s (measured from processed_at), each daemon taking 100/s; a
+// third joins and the total holds.
+func TestPoolRateSharedAcrossDaemons(t *testing.T) {
+	t.Parallel()
+	e := newLimitsEnv(t, "limits_rate", "")
+	ds := e.startDaemons(t, 2, "        limits: {rate: 200, burst: 40}\n")
+	pools := []*workers.Pool{poolOf(t, ds[0]), poolOf(t, ds[1])}
+	require.Eventually(t, func() bool {
+		for _, p := range pools {
+			if share, n := p.RateShare(); n != 2 || share != 100 {
+				return false
+			}
+		}
+		return true
+	}, 10*time.Second, 20*time.Millisecond, "each daemon takes half")
+
+	ids := e.publish(t, limitEvents())
+	require.Eventually(t, func() bool { return e.processed(t) == len(ids) }, 5*time.Minute, 100*time.Millisecond)
+	r := e.drainRate(t, ids)
+	t.Logf("two daemons: %d events at %.1f/s", len(ids), r)
+	require.InDelta(t, 200, r, 10, "the pool's rate across two daemons")
+	require.Equal(t, len(ids), count(t, e.db, `SELECT count(*) FROM processed_event WHERE event_id = ANY($1)`, ids))
 }

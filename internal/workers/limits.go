@@ -101,13 +101,23 @@ func (p *Pool) applyShareLocked() {
 	p.lim.Store(rate.NewLimiter(rate.Limit(share), b))
 }
 
-// throttle waits for the pool's rate limiter to allow one event, then
-// takes up to size-1 more tokens if they are there at once, and returns
-// how many events the batch may hold (at least 1: the delivery in hand).
-// A wait cut short by ctx lets the one delivery go.
-func (w *worker) throttle(ctx context.Context, lim *rate.Limiter, size int) int {
+// batchesPerSecondMax is how many batches a throttled worker's share of
+// the rate is cut into at most: a wait gathers rate/batchesPerSecondMax
+// tokens (at least one), so that a limited pool does not spend a
+// transaction per event; at most 1/batchesPerSecondMax s of latency.
+const batchesPerSecondMax = 50
+
+// throttle waits for the pool's rate limiter to allow the first events of
+// a batch (one, or a fiftieth of a second's worth of the share), and
+// returns how many tokens it took and how many events the batch may hold:
+// those plus the tokens there are now, at most size. The batch's events
+// beyond the taken ones are taken by settleTokens once it is cut, so that
+// tokens not used stay in the bucket. A wait cut short by ctx lets the
+// batch go.
+func (w *worker) throttle(ctx context.Context, lim *rate.Limiter, size int) (taken, allowed int) {
 	now := time.Now()
-	r := lim.ReserveN(now, 1)
+	taken = min(max(int(float64(lim.Limit())/batchesPerSecondMax), 1), size, max(lim.Burst(), 1))
+	r := lim.ReserveN(now, taken)
 	if d := r.DelayFrom(now); d > 0 {
 		w.timer.Reset(d)
 		select {
@@ -118,11 +128,16 @@ func (w *worker) throttle(ctx context.Context, lim *rate.Limiter, size int) int 
 		w.pool.limits.throttled.Add(time.Since(now).Seconds())
 		now = time.Now()
 	}
-	extra := min(int(lim.TokensAt(now)), size-1)
-	if extra > 0 && !lim.AllowN(now, extra) {
-		extra = 0
+	return taken, taken + max(min(int(lim.TokensAt(now)), size-taken), 0)
+}
+
+// settleTokens takes from lim the tokens of a batch's n events beyond the
+// taken ones (throttle's): a worker that raced another to them leaves a
+// debt that the next wait pays, so the rate holds exactly.
+func settleTokens(lim *rate.Limiter, n, taken int) {
+	if n > taken {
+		lim.ReserveN(time.Now(), n-taken)
 	}
-	return 1 + extra
 }
 
 // SetConcurrency changes the number of the pool's workers while it runs,

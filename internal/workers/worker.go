@@ -244,12 +244,16 @@ func (w *worker) serve(workCtx, fetchCtx context.Context, st *settler, in <-chan
 // It returns false when the channel is gone.
 func (w *worker) handle(workCtx, fetchCtx context.Context, st *settler, first amqp.Delivery) bool {
 	size := min(w.pool.cfg.BatchSize, w.prefetch)
-	if lim := w.pool.lim.Load(); lim != nil && fetchCtx != nil {
+	lim, taken := w.pool.lim.Load(), 0
+	if lim != nil && fetchCtx != nil {
 		// A rate limit: the batch is cut to the tokens there are; what
 		// waits stays with the broker (limits.go).
-		size = w.throttle(fetchCtx, lim, size)
+		taken, size = w.throttle(fetchCtx, lim, size)
 	}
 	batch := w.collectUpTo(first, w.deliveries, size)
+	if taken > 0 {
+		settleTokens(lim, len(batch), taken)
+	}
 	w.pool.inFlight.Add(int64(len(batch)))
 	w.pool.count.m.inFlight.Add(float64(len(batch)))
 	ok := w.processBatch(workCtx, st, batch)
