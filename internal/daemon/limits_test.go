@@ -11,6 +11,7 @@ import (
 	"time"
 
 	"github.com/google/uuid"
+	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgxpool"
 	amqp "github.com/rabbitmq/amqp091-go"
 	"github.com/stretchr/testify/require"
@@ -91,6 +92,27 @@ func (e *limitsEnv) publish(t *testing.T, n int) []uuid.UUID {
 	return ids
 }
 
+// windowRate is the rate of the events processed after the first skip
+// (by processed_at).
+func (e *limitsEnv) windowRate(t *testing.T, skip int) float64 {
+	t.Helper()
+	var n int
+	var span float64
+	require.NoError(t, e.db.QueryRow(context.Background(), `SELECT count(*), coalesce(extract(epoch FROM max(processed_at) - min(processed_at))::float8, 0)
+		FROM (SELECT processed_at FROM processed_event ORDER BY processed_at OFFSET $1) w`, skip).Scan(&n, &span))
+	return float64(n-1) / span
+}
+
+// processedIDs returns the ids processed so far.
+func (e *limitsEnv) processedIDs(t *testing.T) []uuid.UUID {
+	t.Helper()
+	rows, err := e.db.Query(context.Background(), `SELECT event_id FROM processed_event`)
+	require.NoError(t, err)
+	ids, err := pgx.CollectRows(rows, pgx.RowTo[uuid.UUID])
+	require.NoError(t, err)
+	return ids
+}
+
 func (e *limitsEnv) processed(t *testing.T) int {
 	t.Helper()
 	return count(t, e.db, `SELECT count(*) FROM processed_event`)
@@ -150,7 +172,7 @@ func TestPauseAllHoldsAcrossARestart(t *testing.T) {
 // startLimitDaemons starts n daemons of stock on one config whose
 // stock-events pool has extra keys, each with its admin on a port of its
 // own.
-func (e *limitsEnv) startDaemons(t *testing.T, n int, extra string) []*Daemon {
+func (e *limitsEnv) startDaemons(t *testing.T, n int, extra string, sigs ...*TestSignals) []*Daemon {
 	t.Helper()
 	ctx := context.Background()
 	cfgText := fmt.Sprintf(`admin: {listen: "127.0.0.1:0"}
@@ -165,7 +187,11 @@ services:
 	require.NoError(t, Migrate(ctx, cfg, full, false, logger))
 	ds := make([]*Daemon, n)
 	for i := range ds {
-		d, err := start(ctx, cfg, full, Options{}, map[string]bool{"stock": true}, logger)
+		var opts Options
+		if i < len(sigs) {
+			opts.testSignals = sigs[i]
+		}
+		d, err := start(ctx, cfg, full, opts, map[string]bool{"stock": true}, logger)
 		require.NoError(t, err)
 		t.Cleanup(d.Stop)
 		ds[i] = d
@@ -200,22 +226,22 @@ func (e *limitsEnv) drainRate(t *testing.T, ids []uuid.UUID) float64 {
 	return float64(n-1) / span
 }
 
-// limitEvents is how many events the rate tests drain: 2,000 (10 s at
+// limitEvents is how many events the rate tests drain: 3,000 (15 s at
 // 200/s), 20,000 with PLATFORMD_LIMITS_FULL=1 (the issue's proof).
 func limitEvents() int {
 	if os.Getenv("PLATFORMD_LIMITS_FULL") == "1" {
 		return 20000
 	}
-	return 2000
+	return 3000
 }
 
 // A pool limited to 200/s across two daemons drains its backlog at
 // 190-210/s (measured from processed_at), each daemon taking 100/s; a
-// third joins and the total holds.
+// third joins and the total holds; one leaves and it still does.
 func TestPoolRateSharedAcrossDaemons(t *testing.T) {
 	t.Parallel()
 	e := newLimitsEnv(t, "limits_rate", "")
-	ds := e.startDaemons(t, 2, "        limits: {rate: 200, burst: 40}\n")
+	ds := e.startDaemons(t, 2, "        prefetch: 40\n        batch: {size: 10}\n        limits: {rate: 200, burst: 40}\n")
 	pools := []*workers.Pool{poolOf(t, ds[0]), poolOf(t, ds[1])}
 	require.Eventually(t, func() bool {
 		for _, p := range pools {
@@ -227,9 +253,34 @@ func TestPoolRateSharedAcrossDaemons(t *testing.T) {
 	}, 10*time.Second, 20*time.Millisecond, "each daemon takes half")
 
 	ids := e.publish(t, limitEvents())
-	require.Eventually(t, func() bool { return e.processed(t) == len(ids) }, 5*time.Minute, 100*time.Millisecond)
+	third := len(ids) / 3
+	require.Eventually(t, func() bool { return e.processed(t) >= third }, 5*time.Minute, 50*time.Millisecond)
+	r2 := e.drainRate(t, e.processedIDs(t))
+	t.Logf("two daemons: %.1f/s", r2)
+	require.InDelta(t, 200, r2, 10, "the pool's rate across two daemons")
+
+	// A third daemon joins: every one takes a third.
+	joined := e.startDaemons(t, 1, "        prefetch: 40\n        batch: {size: 10}\n        limits: {rate: 200, burst: 40}\n")
+	pools = append(pools, poolOf(t, joined[0]))
+	require.Eventually(t, func() bool {
+		for _, p := range pools {
+			if _, n := p.RateShare(); n != 3 {
+				return false
+			}
+		}
+		return true
+	}, 10*time.Second, 20*time.Millisecond, "each daemon takes a third")
+	before := e.processed(t)
+	require.Eventually(t, func() bool { return e.processed(t) >= before+third }, 5*time.Minute, 50*time.Millisecond)
+	r3 := e.windowRate(t, before)
+	t.Logf("three daemons: %.1f/s", r3)
+	// One leaves: the two left take half each again.
+	ds[0].Stop()
+	before = e.processed(t)
+	require.Eventually(t, func() bool { return e.processed(t) == len(ids) }, 5*time.Minute, 50*time.Millisecond)
+	t.Logf("two daemons again: %.1f/s", e.windowRate(t, before))
 	r := e.drainRate(t, ids)
-	t.Logf("two daemons: %d events at %.1f/s", len(ids), r)
-	require.InDelta(t, 200, r, 10, "the pool's rate across two daemons")
+	t.Logf("2, then 3, then 2 daemons: %d events at %.1f/s", len(ids), r)
+	require.InDelta(t, 200, r, 10, "the pool's rate as daemons join and leave")
 	require.Equal(t, len(ids), count(t, e.db, `SELECT count(*) FROM processed_event WHERE event_id = ANY($1)`, ids))
 }

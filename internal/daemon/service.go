@@ -292,9 +292,11 @@ func (s *service) Start(ctx context.Context) error {
 			relay, sched, replayer, retrier := s.relay, s.sched, s.replayer, s.retrier
 			s.mu.RUnlock()
 			startstop.Stages(
-				[]startstop.Stopper{sched},
+				// lims first: a daemon leaving gives its share of the
+				// pools' rates to the others at once.
+				[]startstop.Stopper{sched, lims},
 				pools,
-				[]startstop.Stopper{relay, replayer, retrier, lims},
+				[]startstop.Stopper{relay, replayer, retrier},
 				[]startstop.Stopper{s.ctl, health},
 			)
 			s.mu.RLock()
