@@ -7,6 +7,7 @@ import (
 	"io"
 	"log/slog"
 	"os"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -27,8 +28,9 @@ import (
 // service database open.
 type limitsEnv struct {
 	*reloadEnv
-	db *pgxpool.Pool
-	ch *amqp.Channel
+	db   *pgxpool.Pool
+	conn *amqp.Connection
+	ch   *amqp.Channel
 }
 
 func newLimitsEnv(t *testing.T, name, extra string) *limitsEnv {
@@ -49,7 +51,7 @@ func newLimitsEnv(t *testing.T, name, extra string) *limitsEnv {
 	ch, err := conn.Channel()
 	require.NoError(t, err)
 	require.NoError(t, ch.Confirm(false))
-	return &limitsEnv{reloadEnv: e, db: db, ch: ch}
+	return &limitsEnv{reloadEnv: e, db: db, conn: conn, ch: ch}
 }
 
 // writeStockPool rewrites the config with extra keys on stock-events.
@@ -284,3 +286,80 @@ func TestPoolRateSharedAcrossDaemons(t *testing.T) {
 	require.InDelta(t, 200, r, 10, "the pool's rate as daemons join and leave")
 	require.Equal(t, len(ids), count(t, e.db, `SELECT count(*) FROM processed_event WHERE event_id = ANY($1)`, ids))
 }
+
+// SetPoolLimits under load, from 200/s to 1,000/s and concurrency 4 -> 1:
+// the new rate holds within a second, no event is redelivered or applied
+// twice, and the pool never stops (the worker kept keeps its consumer, the
+// queue never goes without one).
+func TestSetPoolLimitsUnderLoad(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	e := newLimitsEnv(t, "limits_set", "")
+	var pool atomicPool
+	sigs := &TestSignals{PoolBuiltFunc: func(p *workers.Pool) {
+		p.TestSignals().ConsumerStarted.Init(t)
+		pool.Store(p)
+	}}
+	ds := e.startDaemons(t, 1, "        concurrency: 4\n        prefetch: 400\n        batch: {size: 100}\n        limits: {rate: 200, burst: 40}\n", sigs)
+	p := poolOf(t, ds[0])
+	for range 4 {
+		p.TestSignals().ConsumerStarted.WaitOrTimeout()
+	}
+	b := &backend{d: ds[0]}
+
+	ids := e.publish(t, 3000)
+	require.Eventually(t, func() bool { return e.processed(t) >= 400 }, time.Minute, 20*time.Millisecond)
+	consumers := func() int {
+		ch, err := e.conn.Channel()
+		if err != nil {
+			return -1
+		}
+		defer func() { _ = ch.Close() }()
+		q, err := ch.QueueDeclarePassive("reload.stock."+e.suffix, false, false, false, false, nil)
+		if err != nil {
+			return -1
+		}
+		return q.Consumers
+	}
+	l, err := b.SetPoolLimits(ctx, admin.PoolLimitsRequest{Pool: "stock-events", Rate: 1000, Concurrency: 1, Reason: "catch up"}, "ops")
+	require.NoError(t, err)
+	var changedAt time.Time
+	require.NoError(t, e.db.QueryRow(ctx, `SELECT now()`).Scan(&changedAt))
+	require.InDelta(t, 1000, l.Rate, 0)
+	require.Equal(t, 1, l.Concurrency)
+	require.Eventually(t, func() bool { return consumers() == 1 }, 10*time.Second, 10*time.Millisecond, "three workers stopped")
+	least := 1
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		for e.processed(t) < len(ids) {
+			if n := consumers(); n >= 0 {
+				least = min(least, n)
+			}
+		}
+	}()
+	require.Eventually(t, func() bool { return e.processed(t) == len(ids) }, 2*time.Minute, 20*time.Millisecond)
+	<-done
+	require.Equal(t, 1, least, "the pool never stopped consuming")
+	p.TestSignals().ConsumerStarted.RequireEmpty() // the kept worker kept its consumer tag
+
+	var n int
+	var span float64
+	require.NoError(t, e.db.QueryRow(ctx, `SELECT count(*), extract(epoch FROM max(processed_at) - min(processed_at))::float8
+		FROM processed_event WHERE processed_at >= $1::timestamptz + interval '1 second'`, changedAt).Scan(&n, &span))
+	r := float64(n-1) / span
+	t.Logf("from a second after SetPoolLimits: %d events at %.1f/s", n, r)
+	require.Greater(t, n, 100)
+	require.InDelta(t, 1000, r, 100, "the new rate within a second")
+	info := p.Info()
+	require.Zero(t, info.Duplicates, "no redelivery, no duplicate")
+	require.Equal(t, len(ids), count(t, e.db, `SELECT count(*) FROM processed_event WHERE event_id = ANY($1)`, ids))
+	require.Equal(t, 1, info.Concurrency)
+	got, err := b.GetPoolLimits(ctx, "stock-events")
+	require.NoError(t, err)
+	require.Equal(t, "ops", got.UpdatedBy)
+	require.Equal(t, 1, count(t, e.db, `SELECT count(*) FROM platform.audit_log WHERE action = 'pool.limits'`))
+}
+
+// atomicPool holds the last pool built.
+type atomicPool = atomic.Pointer[workers.Pool]
