@@ -44,3 +44,17 @@ func (v *validator) poolLimits(pp string, p *PoolConfig) {
 		v.ps.add(pp+".limits.concurrency", "must be between 1 and %d (got %d)", concurrencyMax, l.Concurrency)
 	}
 }
+
+// RemoteConcurrencyAdaptive is a remote handler's `concurrency: adaptive`.
+const RemoteConcurrencyAdaptive = "adaptive"
+
+// remoteLimits checks a remote handler's max_in_flight and concurrency at
+// path.
+func (v *validator) remoteLimits(path string, h *RemoteHandlerConfig) {
+	if h.MaxInFlight < 0 || h.MaxInFlight > concurrencyMax*4 {
+		v.ps.add(path+".max_in_flight", "must be between 0 (no limit) and %d (got %d)", concurrencyMax*4, h.MaxInFlight)
+	}
+	if h.Concurrency != "" && h.Concurrency != RemoteConcurrencyAdaptive {
+		v.ps.add(path+".concurrency", "must be %q or absent (got %q)", RemoteConcurrencyAdaptive, h.Concurrency)
+	}
+}
