@@ -105,7 +105,7 @@ func (h *Handler) overviewFragment(w http.ResponseWriter, r *http.Request, s ses
 
 // poolBody is the pool page's data.
 type poolBody struct {
-	Pool        poolCard
+	Pool poolCard
 	// Limits are the pool's limits in force; LimitsError why not read.
 	Limits      admin.PoolLimitsInfo
 	LimitsError string
