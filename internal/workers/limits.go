@@ -25,6 +25,10 @@ type limits struct {
 	rateGauge prometheus.Gauge
 	throttled prometheus.Counter
 
+	// warnedConc is the concurrency a partitioned pool last warned it
+	// cannot take at runtime (once per value).
+	warnedConc int
+
 	// run is set while the pool runs unpartitioned: what adding or
 	// stopping a worker needs.
 	run *workerSet
@@ -144,9 +148,22 @@ func settleTokens(lim *rate.Limiter, n, taken int) {
 // without restarting it: new workers start consuming, or the newest
 // workers cancel their consumers, settle what they hold (no redelivery)
 // and end; the others keep their consumers. A partitioned pool, or one not
-// running, takes it at its next start. Safe for concurrent use.
+// running, takes it at its next start (a partitioned one from its
+// config). Safe for concurrent use.
 func (p *Pool) SetConcurrency(n int) {
 	if n < 1 {
+		return
+	}
+	if p.cfg.PartitionKey != "" {
+		// The reader hands keys to a fixed set of workers.
+		l := &p.limits
+		l.mu.Lock()
+		warn := n != int(p.conc.Load()) && n != l.warnedConc
+		l.warnedConc = n
+		l.mu.Unlock()
+		if warn {
+			p.log.Warn("workers: a partitioned pool's concurrency changes at its next start (a reload or a restart)", slog.Int("concurrency", n))
+		}
 		return
 	}
 	l := &p.limits
