@@ -78,7 +78,7 @@ func (s *service) refreshLimitsOn(ctx context.Context, q session.Querier, pool s
 			}
 			continue
 		}
-		applyLimits(p, l)
+		applyLimits(p, l) //nolint:contextcheck // new workers run under the pool's own context, not this call's
 	}
 }
 
@@ -146,7 +146,7 @@ func (b *backend) SetPoolLimits(ctx context.Context, req admin.PoolLimitsRequest
 	if err != nil {
 		return l, unavailable(err)
 	}
-	applyLimits(p, l) // here at once; the others on the NOTIFY
+	applyLimits(p, l) //nolint:contextcheck // here at once, the others on the NOTIFY; new workers run under the pool's context
 	return l, nil
 }
 

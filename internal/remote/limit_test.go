@@ -2,7 +2,6 @@ package remote_test
 
 import (
 	"context"
-	"errors"
 	"net/http"
 	"sync"
 	"sync/atomic"
@@ -65,7 +64,7 @@ func TestAdaptiveLimitSettlesUnderTheHandlersCapacity(t *testing.T) {
 						break
 					}
 					var u *remote.UnavailableError
-					require.True(t, errors.As(err, &u), "only unavailable: %v", err)
+					require.ErrorAs(t, err, &u, "only unavailable")
 				}
 				if done.Add(1) >= workers*batches/2 {
 					settled.Store(true) // the second half: learnt by now

@@ -179,7 +179,7 @@ func (p *Pool) SetConcurrency(n int) {
 		return
 	}
 	for len(run.order) < n {
-		p.startWorkerLocked(run)
+		p.startWorkerLocked(run) //nolint:contextcheck // a worker runs under the pool's fetch context, not the caller's
 	}
 	for len(run.order) > n {
 		id := run.order[len(run.order)-1]
@@ -224,7 +224,7 @@ func (p *Pool) startWorkers(fetchCtx, workCtx context.Context, wg *sync.WaitGrou
 	clear(p.idle)
 	p.mu.Unlock()
 	for range int(p.conc.Load()) {
-		p.startWorkerLocked(run)
+		p.startWorkerLocked(run) //nolint:contextcheck // run holds fetchCtx and workCtx
 	}
 	l.run = run
 }
