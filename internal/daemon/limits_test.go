@@ -19,6 +19,7 @@ import (
 
 	"github.com/platformd/platformd/examples/shop"
 	"github.com/platformd/platformd/internal/admin"
+	"github.com/platformd/platformd/internal/config"
 	"github.com/platformd/platformd/internal/envelope"
 	"github.com/platformd/platformd/internal/testdb"
 	"github.com/platformd/platformd/internal/workers"
@@ -367,3 +368,23 @@ func TestSetPoolLimitsUnderLoad(t *testing.T) {
 
 // atomicPool holds the last pool built.
 type atomicPool = atomic.Pointer[workers.Pool]
+
+// A remote handler's max_in_flight and concurrency: adaptive reach its
+// limiter: a fixed bound, an adaptive one starting under it, none without.
+func TestRemoteHandlerLimitsFromConfig(t *testing.T) {
+	t.Parallel()
+	sc := config.ServiceConfig{Name: "billing", Pools: []config.PoolConfig{{Name: "p", Handlers: []string{"billing.h"}, Concurrency: 8}}}
+	hc := config.RemoteHandlerConfig{Name: "billing.h", URL: "http://127.0.0.1:1/handle",
+		Statements: map[string]config.SQLStatement{"s": "SELECT @x::int"}}
+	for _, tc := range []struct {
+		maxInFlight int
+		concurrency string
+		want        int
+	}{{0, "", 0}, {3, "", 3}, {16, config.RemoteConcurrencyAdaptive, 4}, {2, config.RemoteConcurrencyAdaptive, 2}} {
+		hc.MaxInFlight, hc.Concurrency = tc.maxInFlight, tc.concurrency
+		h, err := newRemoteHandler(sc, hc)
+		require.NoError(t, err)
+		require.Equal(t, tc.want, h.CallLimit(), "max_in_flight %d, concurrency %q", tc.maxInFlight, tc.concurrency)
+		h.Close()
+	}
+}
