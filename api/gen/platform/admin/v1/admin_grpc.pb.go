@@ -63,8 +63,9 @@ const (
 // AdminService is platformd's admin API.
 //
 // Every RPC needs metadata `authorization: Bearer <token>`. A token of role
-// `read` may call ListServices, ListPools, LookupEvent, GetHorizon,
-// ListPurgeRuns, ListFailedMessages, DescribeService and ListAudit; every
+// `read` may call ListServices, ListPools, GetPoolLimits, LookupEvent,
+// GetHorizon, ListPurgeRuns, ListFailedMessages, DescribeService and
+// ListAudit; every
 // other RPC needs role `admin`.
 // Errors use gRPC codes: NOT_FOUND for an unknown service or pool,
 // INVALID_ARGUMENT for a malformed request (bad UUID, duration or limit),
@@ -525,8 +526,9 @@ func (c *adminServiceClient) EditFailedEvent(ctx context.Context, in *EditFailed
 // AdminService is platformd's admin API.
 //
 // Every RPC needs metadata `authorization: Bearer <token>`. A token of role
-// `read` may call ListServices, ListPools, LookupEvent, GetHorizon,
-// ListPurgeRuns, ListFailedMessages, DescribeService and ListAudit; every
+// `read` may call ListServices, ListPools, GetPoolLimits, LookupEvent,
+// GetHorizon, ListPurgeRuns, ListFailedMessages, DescribeService and
+// ListAudit; every
 // other RPC needs role `admin`.
 // Errors use gRPC codes: NOT_FOUND for an unknown service or pool,
 // INVALID_ARGUMENT for a malformed request (bad UUID, duration or limit),
