@@ -388,3 +388,32 @@ func TestRemoteHandlerLimitsFromConfig(t *testing.T) {
 		h.Close()
 	}
 }
+
+// SetPoolLimits through one daemon reaches the other within a second (the
+// NOTIFY), concurrency included, and GetPoolLimits there says who set it.
+func TestSetPoolLimitsReachesEveryDaemon(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	e := newLimitsEnv(t, "limits_notify", "")
+	ds := e.startDaemons(t, 2, "        concurrency: 3\n")
+	a, b := poolOf(t, ds[0]), poolOf(t, ds[1])
+	require.Eventually(t, func() bool {
+		_, na := a.RateShare()
+		_, nb := b.RateShare()
+		return na == 2 && nb == 2
+	}, 10*time.Second, 20*time.Millisecond)
+	start := time.Now()
+	_, err := (&backend{d: ds[0]}).SetPoolLimits(ctx, admin.PoolLimitsRequest{Pool: "stock-events", Rate: 50, Concurrency: 2, Reason: "r"}, "ops")
+	require.NoError(t, err)
+	share, _ := a.RateShare()
+	require.InDelta(t, 25, share, 1e-9, "here at once")
+	require.Eventually(t, func() bool {
+		share, _ := b.RateShare()
+		return share == 25 && b.Info().Concurrency == 2
+	}, time.Second, 5*time.Millisecond, "the other daemon within a second")
+	t.Logf("applied by the other daemon after %s", time.Since(start).Round(time.Millisecond))
+	got, err := (&backend{d: ds[1]}).GetPoolLimits(ctx, "stock-events")
+	require.NoError(t, err)
+	require.Equal(t, "ops", got.UpdatedBy)
+	require.InDelta(t, 50, got.Rate, 0)
+}
