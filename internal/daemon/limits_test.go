@@ -34,15 +34,12 @@ type limitsEnv struct {
 	ch   *amqp.Channel
 }
 
-func newLimitsEnv(t *testing.T, name, extra string) *limitsEnv {
+func newLimitsEnv(t *testing.T, name string) *limitsEnv {
 	t.Helper()
 	ctx := context.Background()
 	dsn := testdb.New(t, name)
 	e := newReloadEnv(t, dsn)
 	e.write(t, "", "")
-	if extra != "" {
-		e.writeStockPool(t, extra)
-	}
 	db, err := pgxpool.New(ctx, dsn)
 	require.NoError(t, err)
 	t.Cleanup(db.Close)
@@ -53,20 +50,6 @@ func newLimitsEnv(t *testing.T, name, extra string) *limitsEnv {
 	require.NoError(t, err)
 	require.NoError(t, ch.Confirm(false))
 	return &limitsEnv{reloadEnv: e, db: db, conn: conn, ch: ch}
-}
-
-// writeStockPool rewrites the config with extra keys on stock-events.
-func (e *reloadEnv) writeStockPool(t testing.TB, extra string) {
-	t.Helper()
-	cfg := fmt.Sprintf(`admin:
-  listen: %s
-  tokens: [{name: ops, role: admin, token: "admin-token-0123456789"}]
-metrics: {listen: "-"}
-broker: {url: %q, exchange: reload.%s}
-services:
-%s`, e.admin, e.broker, e.suffix,
-		serviceYAML("stock", e.dsn, e.poolYAML("stock-events", "stock", shop.EventOrderPlaced, shop.HandlerStockReserve, extra)))
-	require.NoError(t, os.WriteFile(e.path, []byte(cfg), 0o600))
 }
 
 // publish publishes n new order.placed events, confirmed, and returns
@@ -127,7 +110,7 @@ func (e *limitsEnv) processed(t *testing.T) int {
 func TestPauseAllHoldsAcrossARestart(t *testing.T) {
 	t.Parallel()
 	ctx := context.Background()
-	e := newLimitsEnv(t, "limits_pause_all", "")
+	e := newLimitsEnv(t, "limits_pause_all")
 	d := e.start(t)
 	b := &backend{d: d}
 	e.publish(t, 5)
@@ -172,7 +155,7 @@ func TestPauseAllHoldsAcrossARestart(t *testing.T) {
 	require.Equal(t, 2, count(t, e.db, `SELECT count(*) FROM platform.audit_log WHERE action IN ('service.pause', 'service.resume')`))
 }
 
-// startLimitDaemons starts n daemons of stock on one config whose
+// startDaemons starts n daemons of stock on one config whose
 // stock-events pool has extra keys, each with its admin on a port of its
 // own.
 func (e *limitsEnv) startDaemons(t *testing.T, n int, extra string, sigs ...*TestSignals) []*Daemon {
@@ -243,7 +226,7 @@ func limitEvents() int {
 // third joins and the total holds; one leaves and it still does.
 func TestPoolRateSharedAcrossDaemons(t *testing.T) {
 	t.Parallel()
-	e := newLimitsEnv(t, "limits_rate", "")
+	e := newLimitsEnv(t, "limits_rate")
 	ds := e.startDaemons(t, 2, "        prefetch: 40\n        batch: {size: 10}\n        limits: {rate: 200, burst: 40}\n")
 	pools := []*workers.Pool{poolOf(t, ds[0]), poolOf(t, ds[1])}
 	require.Eventually(t, func() bool {
@@ -295,7 +278,7 @@ func TestPoolRateSharedAcrossDaemons(t *testing.T) {
 func TestSetPoolLimitsUnderLoad(t *testing.T) {
 	t.Parallel()
 	ctx := context.Background()
-	e := newLimitsEnv(t, "limits_set", "")
+	e := newLimitsEnv(t, "limits_set")
 	var pool atomicPool
 	sigs := &TestSignals{PoolBuiltFunc: func(p *workers.Pool) {
 		p.TestSignals().ConsumerStarted.Init(t)
@@ -394,7 +377,7 @@ func TestRemoteHandlerLimitsFromConfig(t *testing.T) {
 func TestSetPoolLimitsReachesEveryDaemon(t *testing.T) {
 	t.Parallel()
 	ctx := context.Background()
-	e := newLimitsEnv(t, "limits_notify", "")
+	e := newLimitsEnv(t, "limits_notify")
 	ds := e.startDaemons(t, 2, "        concurrency: 3\n")
 	a, b := poolOf(t, ds[0]), poolOf(t, ds[1])
 	require.Eventually(t, func() bool {
