@@ -84,7 +84,7 @@ database. Pausing a paused pool changes nothing.`,
 			},
 			func(w io.Writer, resp *adminv1.ResumePoolResponse) { poolsTable(w, []*adminv1.Pool{resp.GetPool()}) }),
 	}
-	return group(cmd, pause, resume)
+	return group(cmd, append([]*cobra.Command{pause, resume}, newPoolLimitsCmds(a)...)...) // limits.go
 }
 
 // newLookupCmd returns "platformctl lookup".

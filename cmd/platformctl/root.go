@@ -184,6 +184,8 @@ func newRootCmd(a *app) *cobra.Command {
 		newReloadCmd(a),
 		newReplayCmd(a),
 		newFailuresCmd(a),
+		newPauseAllCmd(a),
+		newResumeAllCmd(a),
 	)
 }
 

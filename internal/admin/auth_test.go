@@ -178,9 +178,27 @@ func TestAuthRoles(t *testing.T) {
 			})
 			return err
 		},
+		// Live limits (limits.go).
+		"SetPoolLimits": func(ctx context.Context) error {
+			_, err := b.client.SetPoolLimits(ctx, &adminv1.SetPoolLimitsRequest{Pool: "stock-events", Rate: 200, Reason: "payment API"})
+			return err
+		},
+		"GetPoolLimits": func(ctx context.Context) error {
+			_, err := b.client.GetPoolLimits(ctx, &adminv1.GetPoolLimitsRequest{Pool: "stock-events"})
+			return err
+		},
+		"PauseAll": func(ctx context.Context) error {
+			_, err := b.client.PauseAll(ctx, &adminv1.PauseAllRequest{Reason: "incident"})
+			return err
+		},
+		"ResumeAll": func(ctx context.Context) error {
+			_, err := b.client.ResumeAll(ctx, &adminv1.ResumeAllRequest{})
+			return err
+		},
 	}
 	readAllowed := map[string]bool{
-		"ListServices": true, "ListPools": true, "LookupEvent": true,
+		"GetPoolLimits": true,
+		"ListServices":  true, "ListPools": true, "LookupEvent": true,
 		"GetHorizon": true, "AdviseHorizon": true, "ListPurgeRuns": true, "ListFailedMessages": true,
 		"DescribeService": true, "ListAudit": true, "GetReplay": true, "ListReplays": true,
 		"ListFailureGroups": true, "ListFailedEvents": true, "GetFailedEvent": true,

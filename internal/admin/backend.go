@@ -24,6 +24,8 @@ import (
 //
 // Implementations must be safe for concurrent use.
 type Backend interface {
+	// LimitsBackend: a pool's live limits and the kill switch (limits.go).
+	LimitsBackend
 	// ListServices returns every hosted service, ordered by name.
 	ListServices(ctx context.Context) ([]ServiceInfo, error)
 	// ListPools returns the pools of service, or of every service when

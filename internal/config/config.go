@@ -240,6 +240,9 @@ type PoolConfig struct {
 	// Failures configures how the pool's failures are kept (ordered per
 	// key or not).
 	Failures PoolFailuresConfig `yaml:"failures"`
+	// Limits are the pool's default live limits (limits.go); the admin
+	// API's SetPoolLimits overrides them at runtime.
+	Limits PoolLimitsConfig `yaml:"limits"`
 }
 
 // BatchConfig bounds a worker's batch.

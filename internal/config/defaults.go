@@ -118,6 +118,9 @@ func applyDefaults(c *Config, isSet func(path string) bool) {
 			pp := poolPath(i, j)
 			setString(pp+".queue_type", &p.QueueType, QueueTypeDefault)
 			setInt(pp+".concurrency", &p.Concurrency, ConcurrencyDefault)
+			if p.Limits.Concurrency > 0 { // limits.concurrency overrides it (limits.go)
+				p.Concurrency = p.Limits.Concurrency
+			}
 			setInt(pp+".batch.size", &p.Batch.Size, BatchSizeDefault)
 			setDuration(pp+".batch.wait", &p.Batch.Wait, BatchWaitDefault)
 			setInt(pp+".max_unacked_bytes", &p.MaxUnackedBytes, MaxUnackedBytesDefault)

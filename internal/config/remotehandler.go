@@ -44,6 +44,13 @@ type RemoteHandlerConfig struct {
 	// Statements are the only SQL the handler may ask for, by name (at
 	// least one); taken as written, like SQL handlers' statements.
 	Statements map[string]SQLStatement `yaml:"statements"`
+	// MaxInFlight, when positive, bounds the calls at once to the handler
+	// in one daemon, across every pool running it (default 0: none).
+	MaxInFlight int `yaml:"max_in_flight"`
+	// Concurrency is "" (calls as the pools run them, up to MaxInFlight)
+	// or RemoteConcurrencyAdaptive: the bound follows the handler's
+	// answers, shrinking on 429, 503 and rising latency.
+	Concurrency string `yaml:"concurrency"`
 
 	// keyPath is "services[i].remote_handlers[j]", set by validation.
 	keyPath string
@@ -99,6 +106,7 @@ func (v *validator) remoteHandler(i int, h *RemoteHandlerConfig, refs map[string
 	hp := h.keyPath
 	nameOK := v.handlerName(hp, h.Name, refs)
 	events := v.handlerEvents(hp, h.Events)
+	v.remoteLimits(hp, h) // limits.go
 
 	switch u, err := url.Parse(h.URL); {
 	case h.URL == "":

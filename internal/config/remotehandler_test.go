@@ -71,6 +71,8 @@ func TestRemoteHandlerMistakes(t *testing.T) {
 		{"TLSCertWithoutKey", []string{url, "url: https://127.0.0.1/handle\n        tls: {cert_file: billing/migrations/001_invoice.sql}\n"}, h0 + ".tls", "cert_file and key_file go together"},
 		{"TLSCANotPEM", []string{url, "url: https://127.0.0.1/handle\n        tls: {ca_file: billing/migrations/001_invoice.sql}\n"}, h0 + ".tls.ca_file", "no PEM certificate"},
 		{"ZeroTimeout", []string{url, url + "        timeout: 0s\n"}, h0 + ".timeout", "must be positive"},
+		{"NegativeMaxInFlight", []string{url, url + "        max_in_flight: -1\n"}, h0 + ".max_in_flight", "must be between 0"},
+		{"UnknownConcurrency", []string{url, url + "        concurrency: fast\n"}, h0 + ".concurrency", `must be "adaptive" or absent`},
 		{"BadTimeout", []string{url, url + "        timeout: soon\n"}, h0 + ".timeout", ""},
 		{"NoStatements", []string{`        statements:
           open_invoice: |

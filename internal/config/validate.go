@@ -413,6 +413,7 @@ func (v *validator) pool(i, j int, p *PoolConfig, names map[string]string, queue
 	if p.Concurrency < 1 || p.Concurrency > concurrencyMax {
 		v.ps.add(pp+".concurrency", "must be between 1 and %d (got %d)", concurrencyMax, p.Concurrency)
 	}
+	v.poolLimits(pp, p)
 	if p.Batch.Size < 1 || p.Batch.Size > BatchSizeMax {
 		v.ps.add(pp+".batch.size", "must be between 1 and %d (got %d)", BatchSizeMax, p.Batch.Size)
 	}

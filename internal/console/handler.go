@@ -130,6 +130,7 @@ func (h *Handler) routes() {
 	m.HandleFunc("POST /pools/{pool}/pause", h.action(h.pause, true))
 	m.HandleFunc("POST /pools/{pool}/resume", h.action(h.resume, true))
 	m.HandleFunc("POST /pools/{pool}/retry", h.action(h.retry, true))
+	m.HandleFunc("POST /pools/{pool}/limits", h.action(h.setLimits, true)) // limits.go
 	m.HandleFunc("GET /services/{service}", h.authed(h.servicePage))
 	m.HandleFunc("GET /fragments/services/{service}", h.authed(h.serviceFragment))
 	m.HandleFunc("POST /services/{service}/horizon", h.action(h.setHorizon, true))

@@ -107,7 +107,10 @@ func (h *Handler) overviewFragment(w http.ResponseWriter, r *http.Request, s ses
 
 // poolBody is the pool page's data.
 type poolBody struct {
-	Pool        poolCard
+	Pool poolCard
+	// Limits are the pool's limits in force; LimitsError why not read.
+	Limits      admin.PoolLimitsInfo
+	LimitsError string
 	Failed      []admin.FailedMessage
 	FailedError string
 	FailedLimit int
@@ -145,6 +148,7 @@ func (h *Handler) renderPool(w http.ResponseWriter, r *http.Request, s session, 
 	}
 	b := poolBody{Pool: h.poolCard(p), FailedLimit: failedListLimit}
 	b.Failed, b.FailedError = h.failed(ctx, name)
+	b.Limits, b.LimitsError = h.limits(ctx, name)
 	renderBody(h, w, r, s, status, "pool", "Pool "+name, msg, b, nil)
 }
 

@@ -41,6 +41,9 @@ type pageData struct {
 	Body any
 	// Now is when the page was rendered.
 	Now time.Time
+	// KillSwitches are the services whose kill switch holds (PauseAll),
+	// shown on every signed-in page (limits.go).
+	KillSwitches []admin.ServicePause
 }
 
 // sessionView is what templates know of the session.
@@ -80,6 +83,9 @@ func (h *Handler) renderFragment(w http.ResponseWriter, r *http.Request, page, n
 func (h *Handler) execute(w http.ResponseWriter, r *http.Request, status int, page, name string, data pageData) {
 	if data.Now.IsZero() {
 		data.Now = h.now()
+	}
+	if name == "layout" && data.Session != nil {
+		data.KillSwitches = h.killSwitches(r.Context())
 	}
 	var buf bytes.Buffer
 	if err := h.pages[page].t.ExecuteTemplate(&buf, name, data); err != nil {

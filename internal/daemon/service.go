@@ -211,6 +211,8 @@ func (s *service) newPool(pc config.PoolConfig) (*servicePool, error) {
 		consume.Close()
 		return nil, err
 	}
+	// The config's rate until the stored limits are read (limits.go).
+	pool.SetLimits(pc.Limits.Rate, pc.Limits.Burst)
 	if f := d.testSignals.PoolBuiltFunc; f != nil {
 		f(pool)
 	}
@@ -224,6 +226,7 @@ func (s *service) Start(ctx context.Context) error {
 		// Its idle connections may go to another service's waiting dial.
 		unregister := s.d.budget.Register(s.db)
 		health := startstop.NewLoop(s.watchHealth)
+		lims := startstop.NewLoop(s.watchLimits) // limits.go
 		s.subscribe()
 		done := make(chan struct{})
 		go func() {
@@ -249,6 +252,7 @@ func (s *service) Start(ctx context.Context) error {
 			}
 			_ = s.ctl.Do(runCtx, func(ctx context.Context, q session.Querier) error {
 				s.horizon.refreshOn(ctx, q)
+				s.refreshLimitsOn(ctx, q, "") // before the pools consume
 				return nil
 			})
 			// Under the lock, so that a reload adding pools meanwhile
@@ -277,6 +281,7 @@ func (s *service) Start(ctx context.Context) error {
 			s.d.log.InfoContext(runCtx, "daemon: service running", slog.String("service", s.name), slog.Int("pools", len(s.pools)))
 		}()
 		_ = health.Start(runCtx)
+		_ = lims.Start(runCtx)
 		return func() {
 			cancel()
 			<-done
@@ -288,7 +293,9 @@ func (s *service) Start(ctx context.Context) error {
 			relay, sched, replayer, retrier := s.relay, s.sched, s.replayer, s.retrier
 			s.mu.RUnlock()
 			startstop.Stages(
-				[]startstop.Stopper{sched},
+				// lims first: a daemon leaving gives its share of the
+				// pools' rates to the others at once.
+				[]startstop.Stopper{sched, lims},
 				pools,
 				[]startstop.Stopper{relay, replayer, retrier},
 				[]startstop.Stopper{s.ctl, health},
@@ -486,6 +493,7 @@ func (s *service) subscribe() {
 			}
 		}
 	})
+	s.subscribeLimits()
 	s.ctl.Subscribe(outbox.Channel, func(context.Context, session.Querier, string) {
 		if r := s.outboxRelay(); r != nil {
 			r.Wake()
@@ -493,12 +501,13 @@ func (s *service) subscribe() {
 	})
 }
 
-// readPoolState reads a pool's stored pause state on the control session.
+// readPoolState reads a pool's pause state in force (its own, or its
+// service's kill switch) on the control session.
 func (s *service) readPoolState(ctx context.Context, pool string) (state.PoolState, error) {
 	var st state.PoolState
 	err := s.ctl.Do(ctx, func(ctx context.Context, q session.Querier) error {
 		var err error
-		st, err = state.GetPoolState(ctx, q, pool)
+		st, err = state.GetEffectivePoolState(ctx, q, s.name, pool)
 		return err
 	})
 	return st, err

@@ -180,7 +180,8 @@ func newRemoteHandler(s config.ServiceConfig, hc config.RemoteHandlerConfig) (*r
 	h, err := remote.New(remote.Config{
 		Service: s.Name, Name: hc.Name, URL: hc.URL, Timeout: hc.Timeout, Headers: hc.Headers,
 		CAFile: hc.TLS.CAFile, CertFile: hc.TLS.CertFile, KeyFile: hc.TLS.KeyFile,
-		Statements: stmts, MaxConns: conns,
+		Statements: stmts, MaxConns: max(conns, hc.MaxInFlight),
+		MaxInFlight: hc.MaxInFlight, Adaptive: hc.Concurrency == config.RemoteConcurrencyAdaptive,
 	})
 	if err != nil {
 		return nil, remoteKeyPathError(hc, err)

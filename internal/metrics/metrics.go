@@ -98,6 +98,8 @@ type Metrics struct {
 	Failures FailureMetrics
 	// Horizon holds the horizon advice's collectors.
 	Horizon HorizonMetrics
+	// Limits holds the live limits' collectors.
+	Limits LimitsMetrics
 }
 
 // New creates the collectors on a fresh registry (with Go and process
@@ -135,6 +137,7 @@ func New() *Metrics {
 	m.Remote = newRemoteMetrics(f)
 	m.Failures = newFailureMetrics(f)
 	m.Horizon = newHorizonMetrics(f)
+	m.Limits = newLimitsMetrics(f)
 	return m
 }
 

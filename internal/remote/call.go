@@ -78,8 +78,20 @@ func (h *Handler) call(ctx context.Context, evs []consumer.Event) (answers []*an
 			trace.WithAttributes(attribute.String("http.request.method", http.MethodPost), attribute.String("url.full", h.url),
 				attribute.String("platformd.handler", h.name), attribute.Int("platformd.handler.events", len(evs))))
 	}
+	if l := h.lim; l != nil {
+		if err := l.acquire(ctx); err != nil {
+			return nil, fmt.Errorf("remote handler %s: waiting for a call slot: %w", h.name, err)
+		}
+	}
 	start := time.Now()
 	result := metrics.RemoteOK
+	if l := h.lim; l != nil {
+		// Latency per event: a call's time grows with its batch.
+		defer func() {
+			l.release(result == metrics.RemoteUnavailable || result == metrics.RemoteTimeout, start,
+				time.Since(start)/time.Duration(max(len(evs), 1)), result != "")
+		}()
+	}
 	defer func() {
 		in.observe(result, time.Since(start))
 		if span != nil {

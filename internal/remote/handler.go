@@ -51,6 +51,12 @@ type Config struct {
 	// concurrency of the pools running the handler): the connections
 	// kept alive (default 4).
 	MaxConns int
+	// MaxInFlight, when positive, bounds the calls at once in this daemon
+	// across every pool running the handler (max_in_flight; limit.go).
+	MaxInFlight int
+	// Adaptive makes that bound follow the handler's answers (AIMD; at
+	// most MaxInFlight when set): concurrency: adaptive.
+	Adaptive bool
 }
 
 // Handler is a remote handler (DESIGN.md, "Remote handlers"): a
@@ -71,6 +77,9 @@ type Handler struct {
 	// names lists the statements' names, sorted (Prepare's order).
 	names []string
 	inst  atomic.Pointer[instruments]
+	// lim bounds the calls at once; nil (no max_in_flight, not adaptive)
+	// costs nothing.
+	lim *callLimiter
 }
 
 var _ consumer.BatchHandler = (*Handler)(nil)
@@ -94,6 +103,7 @@ func New(cfg Config) (*Handler, error) {
 	if h.timeout <= 0 {
 		h.timeout = TimeoutDefault
 	}
+	h.lim = newCallLimiter(cfg.MaxInFlight, cfg.Adaptive)
 	for k, v := range cfg.Headers {
 		h.headers.Set(k, v)
 	}
@@ -181,8 +191,20 @@ func (h *Handler) Instrument(m *metrics.Metrics, tracer trace.Tracer) {
 		for _, r := range []string{metrics.RemoteOK, metrics.RemoteUnavailable, metrics.RemoteTimeout, metrics.RemoteBadAnswer} {
 			in.calls[r] = m.Remote.Calls.WithLabelValues(h.service, h.name, r)
 		}
+		if h.lim != nil {
+			h.lim.setGauge(m.Limits.RemoteLimit.WithLabelValues(h.service, h.name))
+		}
 	}
 	h.inst.Store(in)
+}
+
+// CallLimit returns the calls allowed at once now (max_in_flight, or the
+// adaptive limit), 0 when there is no limit.
+func (h *Handler) CallLimit() int {
+	if h.lim == nil {
+		return 0
+	}
+	return h.lim.Limit()
 }
 
 // Close closes the handler's idle connections.

@@ -13,6 +13,7 @@ import (
 	"github.com/go-json-experiment/json/jsontext"
 	"github.com/jackc/pgx/v5/pgxpool"
 	"go.opentelemetry.io/otel/trace"
+	"golang.org/x/time/rate"
 
 	"github.com/platformd/platformd/internal/broker"
 	"github.com/platformd/platformd/internal/config"
@@ -156,6 +157,13 @@ type Pool struct {
 	dbErr     atomic.Pointer[error] // the service database's last error; nil once it answers
 	connected atomic.Int64          // workers with a live consumer or paused on a live channel
 
+	// lim is this daemon's share of the pool's rate limit, nil when none
+	// (the hot path's only cost); conc is the concurrency in force; both
+	// set through limits (limits.go).
+	lim    atomic.Pointer[rate.Limiter]
+	conc   atomic.Int64
+	limits limits
+
 	startstop.Base
 
 	mu      sync.Mutex
@@ -214,6 +222,11 @@ func NewPool(cfg PoolConfig, deps Deps) (*Pool, error) {
 		p.idle[i] = true
 	}
 	p.count.m = newPoolMetrics(deps.Metrics, cfg.Service, cfg.Name)
+	p.conc.Store(int64(cfg.Concurrency))
+	p.limits.members = 1
+	p.limits.rateGauge = deps.Metrics.Limits.PoolRateLimit.WithLabelValues(cfg.Service, cfg.Name)
+	p.limits.throttled = deps.Metrics.Limits.PoolThrottled.WithLabelValues(cfg.Service, cfg.Name)
+	p.limits.rateGauge.Set(0)
 	p.count.settled = &p.testSignals.BatchSettled
 	p.count.ages = state.NewDuplicateAges(cfg.Name)
 	p.count.agesNoted = make(chan struct{}, 1)
@@ -262,21 +275,20 @@ func (p *Pool) Start(ctx context.Context) error {
 			if !p.readState(fetchCtx) {
 				return
 			}
-			workers := make([]*worker, p.cfg.Concurrency)
-			for i := range workers {
-				workers[i] = newWorker(p, i)
-			}
 			wg.Go(func() { p.drainFailedQueue(fetchCtx) })
 			if p.cfg.OrderedFailures {
 				wg.Go(func() { p.releaseParked(fetchCtx) })
 			}
 			if p.cfg.PartitionKey != "" {
+				workers := make([]*worker, p.cfg.Concurrency)
+				for i := range workers {
+					workers[i] = newWorker(p, i)
+				}
 				r := newReader(p, workers)
 				wg.Go(func() { r.run(fetchCtx, workCtx) })
 			} else {
-				for _, w := range workers {
-					wg.Go(func() { w.run(fetchCtx, workCtx) })
-				}
+				// Workers that SetConcurrency may add to or stop.
+				p.startWorkers(fetchCtx, workCtx, &wg)
 			}
 			p.pollState(fetchCtx)
 		})
@@ -290,7 +302,7 @@ func (p *Pool) readStoredState(ctx context.Context) (state.PoolState, error) {
 	if f := p.deps.ReadStateFunc; f != nil {
 		return f(ctx, p.cfg.Name)
 	}
-	return state.GetPoolState(ctx, p.deps.DB, p.cfg.Name)
+	return state.GetEffectivePoolState(ctx, p.deps.DB, p.cfg.Service, p.cfg.Name)
 }
 
 // readState reads the stored pause state, again and again with backoff
@@ -374,12 +386,15 @@ func (p *Pool) Pause(ctx context.Context, reason, actor string) (Info, error) {
 	return p.waitQuiesced(ctx)
 }
 
-// Resume stores and applies the resume; workers consume again.
+// Resume stores the resume and applies the state in force: workers consume
+// again unless the service's kill switch holds.
 func (p *Pool) Resume(ctx context.Context, actor string) (Info, error) {
 	if _, err := state.SetPoolPaused(ctx, p.deps.DB, p.cfg.Name, false, "", actor); err != nil {
 		return p.Info(), err
 	}
-	p.apply(false, "")
+	if err := p.Refresh(ctx); err != nil {
+		p.apply(false, "")
+	}
 	p.log.InfoContext(ctx, "workers: pool resumed", slog.String("actor", actor))
 	return p.Info(), nil
 }
@@ -515,7 +530,7 @@ func (p *Pool) Info() Info {
 		// cancelled (its batches commit, and in_flight drops to 0 between
 		// them), and the pool reports running, with its paused reason.
 		st = StatePaused
-	case p.connected.Load() < int64(p.cfg.Concurrency) || p.dbErr.Load() != nil:
+	case p.connected.Load() < p.workerCount() || p.dbErr.Load() != nil:
 		st = StateConnecting
 	}
 	reason := ""
@@ -529,7 +544,7 @@ func (p *Pool) Info() Info {
 	}
 	return Info{
 		Name: p.cfg.Name, Service: p.cfg.Service, Queue: p.cfg.Queue,
-		State: st, PausedReason: reason, Concurrency: p.cfg.Concurrency,
+		State: st, PausedReason: reason, Concurrency: int(p.workerCount()),
 		InFlight:  int(p.inFlight.Load()),
 		Processed: p.count.processed.Load(), Duplicates: p.count.duplicates.Load(),
 		DuplicatesBySource: DuplicateCounts{

@@ -243,7 +243,17 @@ func (w *worker) serve(workCtx, fetchCtx context.Context, st *settler, in <-chan
 // handle gathers a batch starting with first and processes and settles it.
 // It returns false when the channel is gone.
 func (w *worker) handle(workCtx, fetchCtx context.Context, st *settler, first amqp.Delivery) bool {
-	batch := w.collect(first, w.deliveries)
+	size := min(w.pool.cfg.BatchSize, w.prefetch)
+	lim, taken := w.pool.lim.Load(), 0
+	if lim != nil && fetchCtx != nil {
+		// A rate limit: the batch is cut to the tokens there are; what
+		// waits stays with the broker (limits.go).
+		taken, size = w.throttle(fetchCtx, lim, size)
+	}
+	batch := w.collectUpTo(first, w.deliveries, size)
+	if taken > 0 {
+		settleTokens(lim, len(batch), taken)
+	}
 	w.pool.inFlight.Add(int64(len(batch)))
 	w.pool.count.m.inFlight.Add(float64(len(batch)))
 	ok := w.processBatch(workCtx, st, batch)
@@ -268,18 +278,24 @@ const batchBackoffMin = 500 * time.Millisecond
 // parked on it), short enough not to count as latency.
 const idleLinger = 250 * time.Microsecond
 
-// collect takes first plus what arrives within BatchWait, up to BatchSize,
+// collect takes first plus what arrives within BatchWait, up to size,
 // but lingers the full BatchWait only while the worker is busy (its
 // previous batch was at least half full). Otherwise it stops as soon as
 // idleLinger passes without a delivery: at low load a lone delivery is
 // committed at once instead of waiting for company that is not coming, and
 // under load a backlog, handed over a delivery at a time, fills the batch,
 // which makes the worker busy again.
-func (w *worker) collect(first amqp.Delivery, deliveries <-chan amqp.Delivery) (batch []message) {
+func (w *worker) collect(first amqp.Delivery, deliveries <-chan amqp.Delivery) []message {
+	return w.collectUpTo(first, deliveries, min(w.pool.cfg.BatchSize, w.prefetch))
+}
+
+// collectUpTo is collect with a batch of at most size deliveries.
+func (w *worker) collectUpTo(first amqp.Delivery, deliveries <-chan amqp.Delivery, size int) (batch []message) {
 	batch = append(w.batch[:0], message{d: first})
-	// A batch cannot outgrow the worker's prefetch window: busy is judged
-	// against what the window lets it reach.
-	size, wait := min(w.pool.cfg.BatchSize, w.prefetch), w.pool.cfg.BatchWait
+	// A batch cannot outgrow the worker's prefetch window (size is at most
+	// that, and less under a rate limit): busy is judged against what the
+	// window lets it reach.
+	wait := w.pool.cfg.BatchWait
 	busy := 2*w.lastBatch >= size
 	var started time.Time
 	defer func() {

@@ -73,6 +73,7 @@ type Backend struct {
 	failures  []admin.FailedEvent                // the failure stores, oldest first
 	retries   []admin.FailureRetry               // oldest first
 	hooks     map[string]HookFunc
+	lim       limitsState // limits.go
 	calls     []Call
 }
 

@@ -1331,6 +1331,608 @@ func (x *ResumePoolResponse) GetPool() *Pool {
 	return nil
 }
 
+// PoolLimits are a pool's limits in force.
+type PoolLimits struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// pool is the pool's name.
+	Pool string `protobuf:"bytes,1,opt,name=pool,proto3" json:"pool,omitempty"`
+	// rate is the pool's rate in events per second, across every daemon
+	// running it; 0: no limit.
+	Rate float64 `protobuf:"fixed64,2,opt,name=rate,proto3" json:"rate,omitempty"`
+	// burst is how many events may go at once above the rate (the token
+	// bucket's size); the rate when not set.
+	Burst int32 `protobuf:"varint,3,opt,name=burst,proto3" json:"burst,omitempty"`
+	// concurrency is the pool's number of workers in force.
+	Concurrency int32 `protobuf:"varint,4,opt,name=concurrency,proto3" json:"concurrency,omitempty"`
+	// reason is the reason given when the limits were last set; empty for
+	// the config's.
+	Reason string `protobuf:"bytes,5,opt,name=reason,proto3" json:"reason,omitempty"`
+	// updated_at is when they were last set; unset for the config's.
+	UpdatedAt *timestamppb.Timestamp `protobuf:"bytes,6,opt,name=updated_at,json=updatedAt,proto3" json:"updated_at,omitempty"`
+	// updated_by is the name of the token that last set them; empty for the
+	// config's.
+	UpdatedBy     string `protobuf:"bytes,7,opt,name=updated_by,json=updatedBy,proto3" json:"updated_by,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *PoolLimits) Reset() {
+	*x = PoolLimits{}
+	mi := &file_platform_admin_v1_admin_proto_msgTypes[14]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *PoolLimits) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*PoolLimits) ProtoMessage() {}
+
+func (x *PoolLimits) ProtoReflect() protoreflect.Message {
+	mi := &file_platform_admin_v1_admin_proto_msgTypes[14]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use PoolLimits.ProtoReflect.Descriptor instead.
+func (*PoolLimits) Descriptor() ([]byte, []int) {
+	return file_platform_admin_v1_admin_proto_rawDescGZIP(), []int{14}
+}
+
+func (x *PoolLimits) GetPool() string {
+	if x != nil {
+		return x.Pool
+	}
+	return ""
+}
+
+func (x *PoolLimits) GetRate() float64 {
+	if x != nil {
+		return x.Rate
+	}
+	return 0
+}
+
+func (x *PoolLimits) GetBurst() int32 {
+	if x != nil {
+		return x.Burst
+	}
+	return 0
+}
+
+func (x *PoolLimits) GetConcurrency() int32 {
+	if x != nil {
+		return x.Concurrency
+	}
+	return 0
+}
+
+func (x *PoolLimits) GetReason() string {
+	if x != nil {
+		return x.Reason
+	}
+	return ""
+}
+
+func (x *PoolLimits) GetUpdatedAt() *timestamppb.Timestamp {
+	if x != nil {
+		return x.UpdatedAt
+	}
+	return nil
+}
+
+func (x *PoolLimits) GetUpdatedBy() string {
+	if x != nil {
+		return x.UpdatedBy
+	}
+	return ""
+}
+
+// SetPoolLimitsRequest is the request of SetPoolLimits.
+type SetPoolLimitsRequest struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// pool is the name of the pool; required.
+	Pool string `protobuf:"bytes,1,opt,name=pool,proto3" json:"pool,omitempty"`
+	// rate is the pool's rate in events per second across every daemon; 0
+	// lifts the limit. Must be finite and not negative.
+	Rate float64 `protobuf:"fixed64,2,opt,name=rate,proto3" json:"rate,omitempty"`
+	// burst is the token bucket's size; 0: the rate. Must not be negative.
+	Burst int32 `protobuf:"varint,3,opt,name=burst,proto3" json:"burst,omitempty"`
+	// concurrency is the pool's number of workers; 0 leaves it unchanged.
+	// Must not be negative.
+	Concurrency int32 `protobuf:"varint,4,opt,name=concurrency,proto3" json:"concurrency,omitempty"`
+	// reason says why, for other operators; at most 1024 bytes.
+	Reason        string `protobuf:"bytes,5,opt,name=reason,proto3" json:"reason,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *SetPoolLimitsRequest) Reset() {
+	*x = SetPoolLimitsRequest{}
+	mi := &file_platform_admin_v1_admin_proto_msgTypes[15]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *SetPoolLimitsRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*SetPoolLimitsRequest) ProtoMessage() {}
+
+func (x *SetPoolLimitsRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_platform_admin_v1_admin_proto_msgTypes[15]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use SetPoolLimitsRequest.ProtoReflect.Descriptor instead.
+func (*SetPoolLimitsRequest) Descriptor() ([]byte, []int) {
+	return file_platform_admin_v1_admin_proto_rawDescGZIP(), []int{15}
+}
+
+func (x *SetPoolLimitsRequest) GetPool() string {
+	if x != nil {
+		return x.Pool
+	}
+	return ""
+}
+
+func (x *SetPoolLimitsRequest) GetRate() float64 {
+	if x != nil {
+		return x.Rate
+	}
+	return 0
+}
+
+func (x *SetPoolLimitsRequest) GetBurst() int32 {
+	if x != nil {
+		return x.Burst
+	}
+	return 0
+}
+
+func (x *SetPoolLimitsRequest) GetConcurrency() int32 {
+	if x != nil {
+		return x.Concurrency
+	}
+	return 0
+}
+
+func (x *SetPoolLimitsRequest) GetReason() string {
+	if x != nil {
+		return x.Reason
+	}
+	return ""
+}
+
+// SetPoolLimitsResponse is the response of SetPoolLimits.
+type SetPoolLimitsResponse struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// limits are the pool's limits as stored.
+	Limits        *PoolLimits `protobuf:"bytes,1,opt,name=limits,proto3" json:"limits,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *SetPoolLimitsResponse) Reset() {
+	*x = SetPoolLimitsResponse{}
+	mi := &file_platform_admin_v1_admin_proto_msgTypes[16]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *SetPoolLimitsResponse) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*SetPoolLimitsResponse) ProtoMessage() {}
+
+func (x *SetPoolLimitsResponse) ProtoReflect() protoreflect.Message {
+	mi := &file_platform_admin_v1_admin_proto_msgTypes[16]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use SetPoolLimitsResponse.ProtoReflect.Descriptor instead.
+func (*SetPoolLimitsResponse) Descriptor() ([]byte, []int) {
+	return file_platform_admin_v1_admin_proto_rawDescGZIP(), []int{16}
+}
+
+func (x *SetPoolLimitsResponse) GetLimits() *PoolLimits {
+	if x != nil {
+		return x.Limits
+	}
+	return nil
+}
+
+// GetPoolLimitsRequest is the request of GetPoolLimits.
+type GetPoolLimitsRequest struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// pool is the name of the pool; required.
+	Pool          string `protobuf:"bytes,1,opt,name=pool,proto3" json:"pool,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *GetPoolLimitsRequest) Reset() {
+	*x = GetPoolLimitsRequest{}
+	mi := &file_platform_admin_v1_admin_proto_msgTypes[17]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *GetPoolLimitsRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*GetPoolLimitsRequest) ProtoMessage() {}
+
+func (x *GetPoolLimitsRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_platform_admin_v1_admin_proto_msgTypes[17]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use GetPoolLimitsRequest.ProtoReflect.Descriptor instead.
+func (*GetPoolLimitsRequest) Descriptor() ([]byte, []int) {
+	return file_platform_admin_v1_admin_proto_rawDescGZIP(), []int{17}
+}
+
+func (x *GetPoolLimitsRequest) GetPool() string {
+	if x != nil {
+		return x.Pool
+	}
+	return ""
+}
+
+// GetPoolLimitsResponse is the response of GetPoolLimits.
+type GetPoolLimitsResponse struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// limits are the pool's limits in force.
+	Limits        *PoolLimits `protobuf:"bytes,1,opt,name=limits,proto3" json:"limits,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *GetPoolLimitsResponse) Reset() {
+	*x = GetPoolLimitsResponse{}
+	mi := &file_platform_admin_v1_admin_proto_msgTypes[18]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *GetPoolLimitsResponse) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*GetPoolLimitsResponse) ProtoMessage() {}
+
+func (x *GetPoolLimitsResponse) ProtoReflect() protoreflect.Message {
+	mi := &file_platform_admin_v1_admin_proto_msgTypes[18]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use GetPoolLimitsResponse.ProtoReflect.Descriptor instead.
+func (*GetPoolLimitsResponse) Descriptor() ([]byte, []int) {
+	return file_platform_admin_v1_admin_proto_rawDescGZIP(), []int{18}
+}
+
+func (x *GetPoolLimitsResponse) GetLimits() *PoolLimits {
+	if x != nil {
+		return x.Limits
+	}
+	return nil
+}
+
+// ServicePause is a service's kill switch.
+type ServicePause struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// service is the service's name.
+	Service string `protobuf:"bytes,1,opt,name=service,proto3" json:"service,omitempty"`
+	// paused is true while the kill switch holds.
+	Paused bool `protobuf:"varint,2,opt,name=paused,proto3" json:"paused,omitempty"`
+	// reason is the reason given to PauseAll; empty once resumed.
+	Reason string `protobuf:"bytes,3,opt,name=reason,proto3" json:"reason,omitempty"`
+	// updated_at is when the switch was last turned.
+	UpdatedAt *timestamppb.Timestamp `protobuf:"bytes,4,opt,name=updated_at,json=updatedAt,proto3" json:"updated_at,omitempty"`
+	// updated_by is the name of the token that last turned it.
+	UpdatedBy     string `protobuf:"bytes,5,opt,name=updated_by,json=updatedBy,proto3" json:"updated_by,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *ServicePause) Reset() {
+	*x = ServicePause{}
+	mi := &file_platform_admin_v1_admin_proto_msgTypes[19]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *ServicePause) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*ServicePause) ProtoMessage() {}
+
+func (x *ServicePause) ProtoReflect() protoreflect.Message {
+	mi := &file_platform_admin_v1_admin_proto_msgTypes[19]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use ServicePause.ProtoReflect.Descriptor instead.
+func (*ServicePause) Descriptor() ([]byte, []int) {
+	return file_platform_admin_v1_admin_proto_rawDescGZIP(), []int{19}
+}
+
+func (x *ServicePause) GetService() string {
+	if x != nil {
+		return x.Service
+	}
+	return ""
+}
+
+func (x *ServicePause) GetPaused() bool {
+	if x != nil {
+		return x.Paused
+	}
+	return false
+}
+
+func (x *ServicePause) GetReason() string {
+	if x != nil {
+		return x.Reason
+	}
+	return ""
+}
+
+func (x *ServicePause) GetUpdatedAt() *timestamppb.Timestamp {
+	if x != nil {
+		return x.UpdatedAt
+	}
+	return nil
+}
+
+func (x *ServicePause) GetUpdatedBy() string {
+	if x != nil {
+		return x.UpdatedBy
+	}
+	return ""
+}
+
+// PauseAllRequest is the request of PauseAll.
+type PauseAllRequest struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// service is the service whose pools stop; empty: every service.
+	Service string `protobuf:"bytes,1,opt,name=service,proto3" json:"service,omitempty"`
+	// reason says why; required, at most 1024 bytes.
+	Reason        string `protobuf:"bytes,2,opt,name=reason,proto3" json:"reason,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *PauseAllRequest) Reset() {
+	*x = PauseAllRequest{}
+	mi := &file_platform_admin_v1_admin_proto_msgTypes[20]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *PauseAllRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*PauseAllRequest) ProtoMessage() {}
+
+func (x *PauseAllRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_platform_admin_v1_admin_proto_msgTypes[20]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use PauseAllRequest.ProtoReflect.Descriptor instead.
+func (*PauseAllRequest) Descriptor() ([]byte, []int) {
+	return file_platform_admin_v1_admin_proto_rawDescGZIP(), []int{20}
+}
+
+func (x *PauseAllRequest) GetService() string {
+	if x != nil {
+		return x.Service
+	}
+	return ""
+}
+
+func (x *PauseAllRequest) GetReason() string {
+	if x != nil {
+		return x.Reason
+	}
+	return ""
+}
+
+// PauseAllResponse is the response of PauseAll.
+type PauseAllResponse struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// services are the kill switches turned, by service name.
+	Services      []*ServicePause `protobuf:"bytes,1,rep,name=services,proto3" json:"services,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *PauseAllResponse) Reset() {
+	*x = PauseAllResponse{}
+	mi := &file_platform_admin_v1_admin_proto_msgTypes[21]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *PauseAllResponse) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*PauseAllResponse) ProtoMessage() {}
+
+func (x *PauseAllResponse) ProtoReflect() protoreflect.Message {
+	mi := &file_platform_admin_v1_admin_proto_msgTypes[21]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use PauseAllResponse.ProtoReflect.Descriptor instead.
+func (*PauseAllResponse) Descriptor() ([]byte, []int) {
+	return file_platform_admin_v1_admin_proto_rawDescGZIP(), []int{21}
+}
+
+func (x *PauseAllResponse) GetServices() []*ServicePause {
+	if x != nil {
+		return x.Services
+	}
+	return nil
+}
+
+// ResumeAllRequest is the request of ResumeAll.
+type ResumeAllRequest struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// service is the service whose kill switch is lifted; empty: every
+	// service.
+	Service       string `protobuf:"bytes,1,opt,name=service,proto3" json:"service,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *ResumeAllRequest) Reset() {
+	*x = ResumeAllRequest{}
+	mi := &file_platform_admin_v1_admin_proto_msgTypes[22]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *ResumeAllRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*ResumeAllRequest) ProtoMessage() {}
+
+func (x *ResumeAllRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_platform_admin_v1_admin_proto_msgTypes[22]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use ResumeAllRequest.ProtoReflect.Descriptor instead.
+func (*ResumeAllRequest) Descriptor() ([]byte, []int) {
+	return file_platform_admin_v1_admin_proto_rawDescGZIP(), []int{22}
+}
+
+func (x *ResumeAllRequest) GetService() string {
+	if x != nil {
+		return x.Service
+	}
+	return ""
+}
+
+// ResumeAllResponse is the response of ResumeAll.
+type ResumeAllResponse struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// services are the kill switches turned, by service name.
+	Services      []*ServicePause `protobuf:"bytes,1,rep,name=services,proto3" json:"services,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *ResumeAllResponse) Reset() {
+	*x = ResumeAllResponse{}
+	mi := &file_platform_admin_v1_admin_proto_msgTypes[23]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *ResumeAllResponse) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*ResumeAllResponse) ProtoMessage() {}
+
+func (x *ResumeAllResponse) ProtoReflect() protoreflect.Message {
+	mi := &file_platform_admin_v1_admin_proto_msgTypes[23]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use ResumeAllResponse.ProtoReflect.Descriptor instead.
+func (*ResumeAllResponse) Descriptor() ([]byte, []int) {
+	return file_platform_admin_v1_admin_proto_rawDescGZIP(), []int{23}
+}
+
+func (x *ResumeAllResponse) GetServices() []*ServicePause {
+	if x != nil {
+		return x.Services
+	}
+	return nil
+}
+
 // LookupEventRequest is the request of LookupEvent.
 type LookupEventRequest struct {
 	state protoimpl.MessageState `protogen:"open.v1"`
@@ -1346,7 +1948,7 @@ type LookupEventRequest struct {
 
 func (x *LookupEventRequest) Reset() {
 	*x = LookupEventRequest{}
-	mi := &file_platform_admin_v1_admin_proto_msgTypes[14]
+	mi := &file_platform_admin_v1_admin_proto_msgTypes[24]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1358,7 +1960,7 @@ func (x *LookupEventRequest) String() string {
 func (*LookupEventRequest) ProtoMessage() {}
 
 func (x *LookupEventRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_platform_admin_v1_admin_proto_msgTypes[14]
+	mi := &file_platform_admin_v1_admin_proto_msgTypes[24]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1371,7 +1973,7 @@ func (x *LookupEventRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use LookupEventRequest.ProtoReflect.Descriptor instead.
 func (*LookupEventRequest) Descriptor() ([]byte, []int) {
-	return file_platform_admin_v1_admin_proto_rawDescGZIP(), []int{14}
+	return file_platform_admin_v1_admin_proto_rawDescGZIP(), []int{24}
 }
 
 func (x *LookupEventRequest) GetEventId() string {
@@ -1399,7 +2001,7 @@ type LookupEventResponse struct {
 
 func (x *LookupEventResponse) Reset() {
 	*x = LookupEventResponse{}
-	mi := &file_platform_admin_v1_admin_proto_msgTypes[15]
+	mi := &file_platform_admin_v1_admin_proto_msgTypes[25]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1411,7 +2013,7 @@ func (x *LookupEventResponse) String() string {
 func (*LookupEventResponse) ProtoMessage() {}
 
 func (x *LookupEventResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_platform_admin_v1_admin_proto_msgTypes[15]
+	mi := &file_platform_admin_v1_admin_proto_msgTypes[25]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1424,7 +2026,7 @@ func (x *LookupEventResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use LookupEventResponse.ProtoReflect.Descriptor instead.
 func (*LookupEventResponse) Descriptor() ([]byte, []int) {
-	return file_platform_admin_v1_admin_proto_rawDescGZIP(), []int{15}
+	return file_platform_admin_v1_admin_proto_rawDescGZIP(), []int{25}
 }
 
 func (x *LookupEventResponse) GetResults() []*LookupResult {
@@ -1445,7 +2047,7 @@ type GetHorizonRequest struct {
 
 func (x *GetHorizonRequest) Reset() {
 	*x = GetHorizonRequest{}
-	mi := &file_platform_admin_v1_admin_proto_msgTypes[16]
+	mi := &file_platform_admin_v1_admin_proto_msgTypes[26]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1457,7 +2059,7 @@ func (x *GetHorizonRequest) String() string {
 func (*GetHorizonRequest) ProtoMessage() {}
 
 func (x *GetHorizonRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_platform_admin_v1_admin_proto_msgTypes[16]
+	mi := &file_platform_admin_v1_admin_proto_msgTypes[26]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1470,7 +2072,7 @@ func (x *GetHorizonRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use GetHorizonRequest.ProtoReflect.Descriptor instead.
 func (*GetHorizonRequest) Descriptor() ([]byte, []int) {
-	return file_platform_admin_v1_admin_proto_rawDescGZIP(), []int{16}
+	return file_platform_admin_v1_admin_proto_rawDescGZIP(), []int{26}
 }
 
 func (x *GetHorizonRequest) GetService() string {
@@ -1491,7 +2093,7 @@ type GetHorizonResponse struct {
 
 func (x *GetHorizonResponse) Reset() {
 	*x = GetHorizonResponse{}
-	mi := &file_platform_admin_v1_admin_proto_msgTypes[17]
+	mi := &file_platform_admin_v1_admin_proto_msgTypes[27]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1503,7 +2105,7 @@ func (x *GetHorizonResponse) String() string {
 func (*GetHorizonResponse) ProtoMessage() {}
 
 func (x *GetHorizonResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_platform_admin_v1_admin_proto_msgTypes[17]
+	mi := &file_platform_admin_v1_admin_proto_msgTypes[27]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1516,7 +2118,7 @@ func (x *GetHorizonResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use GetHorizonResponse.ProtoReflect.Descriptor instead.
 func (*GetHorizonResponse) Descriptor() ([]byte, []int) {
-	return file_platform_admin_v1_admin_proto_rawDescGZIP(), []int{17}
+	return file_platform_admin_v1_admin_proto_rawDescGZIP(), []int{27}
 }
 
 func (x *GetHorizonResponse) GetHorizon() *Horizon {
@@ -1541,7 +2143,7 @@ type SetHorizonRequest struct {
 
 func (x *SetHorizonRequest) Reset() {
 	*x = SetHorizonRequest{}
-	mi := &file_platform_admin_v1_admin_proto_msgTypes[18]
+	mi := &file_platform_admin_v1_admin_proto_msgTypes[28]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1553,7 +2155,7 @@ func (x *SetHorizonRequest) String() string {
 func (*SetHorizonRequest) ProtoMessage() {}
 
 func (x *SetHorizonRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_platform_admin_v1_admin_proto_msgTypes[18]
+	mi := &file_platform_admin_v1_admin_proto_msgTypes[28]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1566,7 +2168,7 @@ func (x *SetHorizonRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use SetHorizonRequest.ProtoReflect.Descriptor instead.
 func (*SetHorizonRequest) Descriptor() ([]byte, []int) {
-	return file_platform_admin_v1_admin_proto_rawDescGZIP(), []int{18}
+	return file_platform_admin_v1_admin_proto_rawDescGZIP(), []int{28}
 }
 
 func (x *SetHorizonRequest) GetService() string {
@@ -1601,7 +2203,7 @@ type SetHorizonResponse struct {
 
 func (x *SetHorizonResponse) Reset() {
 	*x = SetHorizonResponse{}
-	mi := &file_platform_admin_v1_admin_proto_msgTypes[19]
+	mi := &file_platform_admin_v1_admin_proto_msgTypes[29]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1613,7 +2215,7 @@ func (x *SetHorizonResponse) String() string {
 func (*SetHorizonResponse) ProtoMessage() {}
 
 func (x *SetHorizonResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_platform_admin_v1_admin_proto_msgTypes[19]
+	mi := &file_platform_admin_v1_admin_proto_msgTypes[29]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1626,7 +2228,7 @@ func (x *SetHorizonResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use SetHorizonResponse.ProtoReflect.Descriptor instead.
 func (*SetHorizonResponse) Descriptor() ([]byte, []int) {
-	return file_platform_admin_v1_admin_proto_rawDescGZIP(), []int{19}
+	return file_platform_admin_v1_admin_proto_rawDescGZIP(), []int{29}
 }
 
 func (x *SetHorizonResponse) GetHorizon() *Horizon {
@@ -1653,7 +2255,7 @@ type AdviseHorizonRequest struct {
 
 func (x *AdviseHorizonRequest) Reset() {
 	*x = AdviseHorizonRequest{}
-	mi := &file_platform_admin_v1_admin_proto_msgTypes[20]
+	mi := &file_platform_admin_v1_admin_proto_msgTypes[30]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1665,7 +2267,7 @@ func (x *AdviseHorizonRequest) String() string {
 func (*AdviseHorizonRequest) ProtoMessage() {}
 
 func (x *AdviseHorizonRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_platform_admin_v1_admin_proto_msgTypes[20]
+	mi := &file_platform_admin_v1_admin_proto_msgTypes[30]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1678,7 +2280,7 @@ func (x *AdviseHorizonRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use AdviseHorizonRequest.ProtoReflect.Descriptor instead.
 func (*AdviseHorizonRequest) Descriptor() ([]byte, []int) {
-	return file_platform_admin_v1_admin_proto_rawDescGZIP(), []int{20}
+	return file_platform_admin_v1_admin_proto_rawDescGZIP(), []int{30}
 }
 
 func (x *AdviseHorizonRequest) GetService() string {
@@ -1713,7 +2315,7 @@ type AdviseHorizonResponse struct {
 
 func (x *AdviseHorizonResponse) Reset() {
 	*x = AdviseHorizonResponse{}
-	mi := &file_platform_admin_v1_admin_proto_msgTypes[21]
+	mi := &file_platform_admin_v1_admin_proto_msgTypes[31]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1725,7 +2327,7 @@ func (x *AdviseHorizonResponse) String() string {
 func (*AdviseHorizonResponse) ProtoMessage() {}
 
 func (x *AdviseHorizonResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_platform_admin_v1_admin_proto_msgTypes[21]
+	mi := &file_platform_admin_v1_admin_proto_msgTypes[31]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1738,7 +2340,7 @@ func (x *AdviseHorizonResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use AdviseHorizonResponse.ProtoReflect.Descriptor instead.
 func (*AdviseHorizonResponse) Descriptor() ([]byte, []int) {
-	return file_platform_admin_v1_admin_proto_rawDescGZIP(), []int{21}
+	return file_platform_admin_v1_admin_proto_rawDescGZIP(), []int{31}
 }
 
 func (x *AdviseHorizonResponse) GetAdvice() *HorizonAdvice {
@@ -1794,7 +2396,7 @@ type HorizonAdvice struct {
 
 func (x *HorizonAdvice) Reset() {
 	*x = HorizonAdvice{}
-	mi := &file_platform_admin_v1_admin_proto_msgTypes[22]
+	mi := &file_platform_admin_v1_admin_proto_msgTypes[32]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1806,7 +2408,7 @@ func (x *HorizonAdvice) String() string {
 func (*HorizonAdvice) ProtoMessage() {}
 
 func (x *HorizonAdvice) ProtoReflect() protoreflect.Message {
-	mi := &file_platform_admin_v1_admin_proto_msgTypes[22]
+	mi := &file_platform_admin_v1_admin_proto_msgTypes[32]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1819,7 +2421,7 @@ func (x *HorizonAdvice) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use HorizonAdvice.ProtoReflect.Descriptor instead.
 func (*HorizonAdvice) Descriptor() ([]byte, []int) {
-	return file_platform_admin_v1_admin_proto_rawDescGZIP(), []int{22}
+	return file_platform_admin_v1_admin_proto_rawDescGZIP(), []int{32}
 }
 
 func (x *HorizonAdvice) GetService() string {
@@ -1939,7 +2541,7 @@ type DuplicateAgeSource struct {
 
 func (x *DuplicateAgeSource) Reset() {
 	*x = DuplicateAgeSource{}
-	mi := &file_platform_admin_v1_admin_proto_msgTypes[23]
+	mi := &file_platform_admin_v1_admin_proto_msgTypes[33]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1951,7 +2553,7 @@ func (x *DuplicateAgeSource) String() string {
 func (*DuplicateAgeSource) ProtoMessage() {}
 
 func (x *DuplicateAgeSource) ProtoReflect() protoreflect.Message {
-	mi := &file_platform_admin_v1_admin_proto_msgTypes[23]
+	mi := &file_platform_admin_v1_admin_proto_msgTypes[33]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1964,7 +2566,7 @@ func (x *DuplicateAgeSource) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use DuplicateAgeSource.ProtoReflect.Descriptor instead.
 func (*DuplicateAgeSource) Descriptor() ([]byte, []int) {
-	return file_platform_admin_v1_admin_proto_rawDescGZIP(), []int{23}
+	return file_platform_admin_v1_admin_proto_rawDescGZIP(), []int{33}
 }
 
 func (x *DuplicateAgeSource) GetSource() string {
@@ -2019,7 +2621,7 @@ type ArchiveReach struct {
 
 func (x *ArchiveReach) Reset() {
 	*x = ArchiveReach{}
-	mi := &file_platform_admin_v1_admin_proto_msgTypes[24]
+	mi := &file_platform_admin_v1_admin_proto_msgTypes[34]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2031,7 +2633,7 @@ func (x *ArchiveReach) String() string {
 func (*ArchiveReach) ProtoMessage() {}
 
 func (x *ArchiveReach) ProtoReflect() protoreflect.Message {
-	mi := &file_platform_admin_v1_admin_proto_msgTypes[24]
+	mi := &file_platform_admin_v1_admin_proto_msgTypes[34]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2044,7 +2646,7 @@ func (x *ArchiveReach) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ArchiveReach.ProtoReflect.Descriptor instead.
 func (*ArchiveReach) Descriptor() ([]byte, []int) {
-	return file_platform_admin_v1_admin_proto_rawDescGZIP(), []int{24}
+	return file_platform_admin_v1_admin_proto_rawDescGZIP(), []int{34}
 }
 
 func (x *ArchiveReach) GetProducer() string {
@@ -2081,7 +2683,7 @@ type RunPurgeRequest struct {
 
 func (x *RunPurgeRequest) Reset() {
 	*x = RunPurgeRequest{}
-	mi := &file_platform_admin_v1_admin_proto_msgTypes[25]
+	mi := &file_platform_admin_v1_admin_proto_msgTypes[35]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2093,7 +2695,7 @@ func (x *RunPurgeRequest) String() string {
 func (*RunPurgeRequest) ProtoMessage() {}
 
 func (x *RunPurgeRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_platform_admin_v1_admin_proto_msgTypes[25]
+	mi := &file_platform_admin_v1_admin_proto_msgTypes[35]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2106,7 +2708,7 @@ func (x *RunPurgeRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RunPurgeRequest.ProtoReflect.Descriptor instead.
 func (*RunPurgeRequest) Descriptor() ([]byte, []int) {
-	return file_platform_admin_v1_admin_proto_rawDescGZIP(), []int{25}
+	return file_platform_admin_v1_admin_proto_rawDescGZIP(), []int{35}
 }
 
 func (x *RunPurgeRequest) GetService() string {
@@ -2134,7 +2736,7 @@ type RunPurgeResponse struct {
 
 func (x *RunPurgeResponse) Reset() {
 	*x = RunPurgeResponse{}
-	mi := &file_platform_admin_v1_admin_proto_msgTypes[26]
+	mi := &file_platform_admin_v1_admin_proto_msgTypes[36]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2146,7 +2748,7 @@ func (x *RunPurgeResponse) String() string {
 func (*RunPurgeResponse) ProtoMessage() {}
 
 func (x *RunPurgeResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_platform_admin_v1_admin_proto_msgTypes[26]
+	mi := &file_platform_admin_v1_admin_proto_msgTypes[36]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2159,7 +2761,7 @@ func (x *RunPurgeResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RunPurgeResponse.ProtoReflect.Descriptor instead.
 func (*RunPurgeResponse) Descriptor() ([]byte, []int) {
-	return file_platform_admin_v1_admin_proto_rawDescGZIP(), []int{26}
+	return file_platform_admin_v1_admin_proto_rawDescGZIP(), []int{36}
 }
 
 func (x *RunPurgeResponse) GetRun() *PurgeRun {
@@ -2183,7 +2785,7 @@ type ListPurgeRunsRequest struct {
 
 func (x *ListPurgeRunsRequest) Reset() {
 	*x = ListPurgeRunsRequest{}
-	mi := &file_platform_admin_v1_admin_proto_msgTypes[27]
+	mi := &file_platform_admin_v1_admin_proto_msgTypes[37]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2195,7 +2797,7 @@ func (x *ListPurgeRunsRequest) String() string {
 func (*ListPurgeRunsRequest) ProtoMessage() {}
 
 func (x *ListPurgeRunsRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_platform_admin_v1_admin_proto_msgTypes[27]
+	mi := &file_platform_admin_v1_admin_proto_msgTypes[37]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2208,7 +2810,7 @@ func (x *ListPurgeRunsRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListPurgeRunsRequest.ProtoReflect.Descriptor instead.
 func (*ListPurgeRunsRequest) Descriptor() ([]byte, []int) {
-	return file_platform_admin_v1_admin_proto_rawDescGZIP(), []int{27}
+	return file_platform_admin_v1_admin_proto_rawDescGZIP(), []int{37}
 }
 
 func (x *ListPurgeRunsRequest) GetService() string {
@@ -2236,7 +2838,7 @@ type ListPurgeRunsResponse struct {
 
 func (x *ListPurgeRunsResponse) Reset() {
 	*x = ListPurgeRunsResponse{}
-	mi := &file_platform_admin_v1_admin_proto_msgTypes[28]
+	mi := &file_platform_admin_v1_admin_proto_msgTypes[38]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2248,7 +2850,7 @@ func (x *ListPurgeRunsResponse) String() string {
 func (*ListPurgeRunsResponse) ProtoMessage() {}
 
 func (x *ListPurgeRunsResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_platform_admin_v1_admin_proto_msgTypes[28]
+	mi := &file_platform_admin_v1_admin_proto_msgTypes[38]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2261,7 +2863,7 @@ func (x *ListPurgeRunsResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListPurgeRunsResponse.ProtoReflect.Descriptor instead.
 func (*ListPurgeRunsResponse) Descriptor() ([]byte, []int) {
-	return file_platform_admin_v1_admin_proto_rawDescGZIP(), []int{28}
+	return file_platform_admin_v1_admin_proto_rawDescGZIP(), []int{38}
 }
 
 func (x *ListPurgeRunsResponse) GetRuns() []*PurgeRun {
@@ -2285,7 +2887,7 @@ type ListFailedMessagesRequest struct {
 
 func (x *ListFailedMessagesRequest) Reset() {
 	*x = ListFailedMessagesRequest{}
-	mi := &file_platform_admin_v1_admin_proto_msgTypes[29]
+	mi := &file_platform_admin_v1_admin_proto_msgTypes[39]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2297,7 +2899,7 @@ func (x *ListFailedMessagesRequest) String() string {
 func (*ListFailedMessagesRequest) ProtoMessage() {}
 
 func (x *ListFailedMessagesRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_platform_admin_v1_admin_proto_msgTypes[29]
+	mi := &file_platform_admin_v1_admin_proto_msgTypes[39]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2310,7 +2912,7 @@ func (x *ListFailedMessagesRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListFailedMessagesRequest.ProtoReflect.Descriptor instead.
 func (*ListFailedMessagesRequest) Descriptor() ([]byte, []int) {
-	return file_platform_admin_v1_admin_proto_rawDescGZIP(), []int{29}
+	return file_platform_admin_v1_admin_proto_rawDescGZIP(), []int{39}
 }
 
 func (x *ListFailedMessagesRequest) GetPool() string {
@@ -2338,7 +2940,7 @@ type ListFailedMessagesResponse struct {
 
 func (x *ListFailedMessagesResponse) Reset() {
 	*x = ListFailedMessagesResponse{}
-	mi := &file_platform_admin_v1_admin_proto_msgTypes[30]
+	mi := &file_platform_admin_v1_admin_proto_msgTypes[40]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2350,7 +2952,7 @@ func (x *ListFailedMessagesResponse) String() string {
 func (*ListFailedMessagesResponse) ProtoMessage() {}
 
 func (x *ListFailedMessagesResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_platform_admin_v1_admin_proto_msgTypes[30]
+	mi := &file_platform_admin_v1_admin_proto_msgTypes[40]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2363,7 +2965,7 @@ func (x *ListFailedMessagesResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListFailedMessagesResponse.ProtoReflect.Descriptor instead.
 func (*ListFailedMessagesResponse) Descriptor() ([]byte, []int) {
-	return file_platform_admin_v1_admin_proto_rawDescGZIP(), []int{30}
+	return file_platform_admin_v1_admin_proto_rawDescGZIP(), []int{40}
 }
 
 func (x *ListFailedMessagesResponse) GetMessages() []*FailedMessage {
@@ -2395,7 +2997,7 @@ type RetryFailedMessagesRequest struct {
 
 func (x *RetryFailedMessagesRequest) Reset() {
 	*x = RetryFailedMessagesRequest{}
-	mi := &file_platform_admin_v1_admin_proto_msgTypes[31]
+	mi := &file_platform_admin_v1_admin_proto_msgTypes[41]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2407,7 +3009,7 @@ func (x *RetryFailedMessagesRequest) String() string {
 func (*RetryFailedMessagesRequest) ProtoMessage() {}
 
 func (x *RetryFailedMessagesRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_platform_admin_v1_admin_proto_msgTypes[31]
+	mi := &file_platform_admin_v1_admin_proto_msgTypes[41]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2420,7 +3022,7 @@ func (x *RetryFailedMessagesRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RetryFailedMessagesRequest.ProtoReflect.Descriptor instead.
 func (*RetryFailedMessagesRequest) Descriptor() ([]byte, []int) {
-	return file_platform_admin_v1_admin_proto_rawDescGZIP(), []int{31}
+	return file_platform_admin_v1_admin_proto_rawDescGZIP(), []int{41}
 }
 
 func (x *RetryFailedMessagesRequest) GetPool() string {
@@ -2462,7 +3064,7 @@ type RetryFailedMessagesResponse struct {
 
 func (x *RetryFailedMessagesResponse) Reset() {
 	*x = RetryFailedMessagesResponse{}
-	mi := &file_platform_admin_v1_admin_proto_msgTypes[32]
+	mi := &file_platform_admin_v1_admin_proto_msgTypes[42]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2474,7 +3076,7 @@ func (x *RetryFailedMessagesResponse) String() string {
 func (*RetryFailedMessagesResponse) ProtoMessage() {}
 
 func (x *RetryFailedMessagesResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_platform_admin_v1_admin_proto_msgTypes[32]
+	mi := &file_platform_admin_v1_admin_proto_msgTypes[42]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2487,7 +3089,7 @@ func (x *RetryFailedMessagesResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RetryFailedMessagesResponse.ProtoReflect.Descriptor instead.
 func (*RetryFailedMessagesResponse) Descriptor() ([]byte, []int) {
-	return file_platform_admin_v1_admin_proto_rawDescGZIP(), []int{32}
+	return file_platform_admin_v1_admin_proto_rawDescGZIP(), []int{42}
 }
 
 func (x *RetryFailedMessagesResponse) GetRetried() int32 {
@@ -2508,7 +3110,7 @@ type DescribeServiceRequest struct {
 
 func (x *DescribeServiceRequest) Reset() {
 	*x = DescribeServiceRequest{}
-	mi := &file_platform_admin_v1_admin_proto_msgTypes[33]
+	mi := &file_platform_admin_v1_admin_proto_msgTypes[43]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2520,7 +3122,7 @@ func (x *DescribeServiceRequest) String() string {
 func (*DescribeServiceRequest) ProtoMessage() {}
 
 func (x *DescribeServiceRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_platform_admin_v1_admin_proto_msgTypes[33]
+	mi := &file_platform_admin_v1_admin_proto_msgTypes[43]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2533,7 +3135,7 @@ func (x *DescribeServiceRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use DescribeServiceRequest.ProtoReflect.Descriptor instead.
 func (*DescribeServiceRequest) Descriptor() ([]byte, []int) {
-	return file_platform_admin_v1_admin_proto_rawDescGZIP(), []int{33}
+	return file_platform_admin_v1_admin_proto_rawDescGZIP(), []int{43}
 }
 
 func (x *DescribeServiceRequest) GetService() string {
@@ -2564,7 +3166,7 @@ type DescribeServiceResponse struct {
 
 func (x *DescribeServiceResponse) Reset() {
 	*x = DescribeServiceResponse{}
-	mi := &file_platform_admin_v1_admin_proto_msgTypes[34]
+	mi := &file_platform_admin_v1_admin_proto_msgTypes[44]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2576,7 +3178,7 @@ func (x *DescribeServiceResponse) String() string {
 func (*DescribeServiceResponse) ProtoMessage() {}
 
 func (x *DescribeServiceResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_platform_admin_v1_admin_proto_msgTypes[34]
+	mi := &file_platform_admin_v1_admin_proto_msgTypes[44]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2589,7 +3191,7 @@ func (x *DescribeServiceResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use DescribeServiceResponse.ProtoReflect.Descriptor instead.
 func (*DescribeServiceResponse) Descriptor() ([]byte, []int) {
-	return file_platform_admin_v1_admin_proto_rawDescGZIP(), []int{34}
+	return file_platform_admin_v1_admin_proto_rawDescGZIP(), []int{44}
 }
 
 func (x *DescribeServiceResponse) GetService() string {
@@ -2645,7 +3247,7 @@ type AuditEntry struct {
 
 func (x *AuditEntry) Reset() {
 	*x = AuditEntry{}
-	mi := &file_platform_admin_v1_admin_proto_msgTypes[35]
+	mi := &file_platform_admin_v1_admin_proto_msgTypes[45]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2657,7 +3259,7 @@ func (x *AuditEntry) String() string {
 func (*AuditEntry) ProtoMessage() {}
 
 func (x *AuditEntry) ProtoReflect() protoreflect.Message {
-	mi := &file_platform_admin_v1_admin_proto_msgTypes[35]
+	mi := &file_platform_admin_v1_admin_proto_msgTypes[45]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2670,7 +3272,7 @@ func (x *AuditEntry) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use AuditEntry.ProtoReflect.Descriptor instead.
 func (*AuditEntry) Descriptor() ([]byte, []int) {
-	return file_platform_admin_v1_admin_proto_rawDescGZIP(), []int{35}
+	return file_platform_admin_v1_admin_proto_rawDescGZIP(), []int{45}
 }
 
 func (x *AuditEntry) GetService() string {
@@ -2729,7 +3331,7 @@ type ListAuditRequest struct {
 
 func (x *ListAuditRequest) Reset() {
 	*x = ListAuditRequest{}
-	mi := &file_platform_admin_v1_admin_proto_msgTypes[36]
+	mi := &file_platform_admin_v1_admin_proto_msgTypes[46]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2741,7 +3343,7 @@ func (x *ListAuditRequest) String() string {
 func (*ListAuditRequest) ProtoMessage() {}
 
 func (x *ListAuditRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_platform_admin_v1_admin_proto_msgTypes[36]
+	mi := &file_platform_admin_v1_admin_proto_msgTypes[46]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2754,7 +3356,7 @@ func (x *ListAuditRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListAuditRequest.ProtoReflect.Descriptor instead.
 func (*ListAuditRequest) Descriptor() ([]byte, []int) {
-	return file_platform_admin_v1_admin_proto_rawDescGZIP(), []int{36}
+	return file_platform_admin_v1_admin_proto_rawDescGZIP(), []int{46}
 }
 
 func (x *ListAuditRequest) GetService() string {
@@ -2787,7 +3389,7 @@ type ListAuditResponse struct {
 
 func (x *ListAuditResponse) Reset() {
 	*x = ListAuditResponse{}
-	mi := &file_platform_admin_v1_admin_proto_msgTypes[37]
+	mi := &file_platform_admin_v1_admin_proto_msgTypes[47]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2799,7 +3401,7 @@ func (x *ListAuditResponse) String() string {
 func (*ListAuditResponse) ProtoMessage() {}
 
 func (x *ListAuditResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_platform_admin_v1_admin_proto_msgTypes[37]
+	mi := &file_platform_admin_v1_admin_proto_msgTypes[47]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2812,7 +3414,7 @@ func (x *ListAuditResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListAuditResponse.ProtoReflect.Descriptor instead.
 func (*ListAuditResponse) Descriptor() ([]byte, []int) {
-	return file_platform_admin_v1_admin_proto_rawDescGZIP(), []int{37}
+	return file_platform_admin_v1_admin_proto_rawDescGZIP(), []int{47}
 }
 
 func (x *ListAuditResponse) GetEntries() []*AuditEntry {
@@ -2838,7 +3440,7 @@ type ReloadConfigRequest struct {
 
 func (x *ReloadConfigRequest) Reset() {
 	*x = ReloadConfigRequest{}
-	mi := &file_platform_admin_v1_admin_proto_msgTypes[38]
+	mi := &file_platform_admin_v1_admin_proto_msgTypes[48]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2850,7 +3452,7 @@ func (x *ReloadConfigRequest) String() string {
 func (*ReloadConfigRequest) ProtoMessage() {}
 
 func (x *ReloadConfigRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_platform_admin_v1_admin_proto_msgTypes[38]
+	mi := &file_platform_admin_v1_admin_proto_msgTypes[48]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2863,7 +3465,7 @@ func (x *ReloadConfigRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ReloadConfigRequest.ProtoReflect.Descriptor instead.
 func (*ReloadConfigRequest) Descriptor() ([]byte, []int) {
-	return file_platform_admin_v1_admin_proto_rawDescGZIP(), []int{38}
+	return file_platform_admin_v1_admin_proto_rawDescGZIP(), []int{48}
 }
 
 // ReloadConfigResponse says what a reload changed. Names are sorted.
@@ -2890,7 +3492,7 @@ type ReloadConfigResponse struct {
 
 func (x *ReloadConfigResponse) Reset() {
 	*x = ReloadConfigResponse{}
-	mi := &file_platform_admin_v1_admin_proto_msgTypes[39]
+	mi := &file_platform_admin_v1_admin_proto_msgTypes[49]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2902,7 +3504,7 @@ func (x *ReloadConfigResponse) String() string {
 func (*ReloadConfigResponse) ProtoMessage() {}
 
 func (x *ReloadConfigResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_platform_admin_v1_admin_proto_msgTypes[39]
+	mi := &file_platform_admin_v1_admin_proto_msgTypes[49]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2915,7 +3517,7 @@ func (x *ReloadConfigResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ReloadConfigResponse.ProtoReflect.Descriptor instead.
 func (*ReloadConfigResponse) Descriptor() ([]byte, []int) {
-	return file_platform_admin_v1_admin_proto_rawDescGZIP(), []int{39}
+	return file_platform_admin_v1_admin_proto_rawDescGZIP(), []int{49}
 }
 
 func (x *ReloadConfigResponse) GetServicesAdded() []string {
@@ -2994,7 +3596,7 @@ type ReplayPool struct {
 
 func (x *ReplayPool) Reset() {
 	*x = ReplayPool{}
-	mi := &file_platform_admin_v1_admin_proto_msgTypes[40]
+	mi := &file_platform_admin_v1_admin_proto_msgTypes[50]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3006,7 +3608,7 @@ func (x *ReplayPool) String() string {
 func (*ReplayPool) ProtoMessage() {}
 
 func (x *ReplayPool) ProtoReflect() protoreflect.Message {
-	mi := &file_platform_admin_v1_admin_proto_msgTypes[40]
+	mi := &file_platform_admin_v1_admin_proto_msgTypes[50]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3019,7 +3621,7 @@ func (x *ReplayPool) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ReplayPool.ProtoReflect.Descriptor instead.
 func (*ReplayPool) Descriptor() ([]byte, []int) {
-	return file_platform_admin_v1_admin_proto_rawDescGZIP(), []int{40}
+	return file_platform_admin_v1_admin_proto_rawDescGZIP(), []int{50}
 }
 
 func (x *ReplayPool) GetPool() string {
@@ -3109,7 +3711,7 @@ type Replay struct {
 
 func (x *Replay) Reset() {
 	*x = Replay{}
-	mi := &file_platform_admin_v1_admin_proto_msgTypes[41]
+	mi := &file_platform_admin_v1_admin_proto_msgTypes[51]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3121,7 +3723,7 @@ func (x *Replay) String() string {
 func (*Replay) ProtoMessage() {}
 
 func (x *Replay) ProtoReflect() protoreflect.Message {
-	mi := &file_platform_admin_v1_admin_proto_msgTypes[41]
+	mi := &file_platform_admin_v1_admin_proto_msgTypes[51]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3134,7 +3736,7 @@ func (x *Replay) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Replay.ProtoReflect.Descriptor instead.
 func (*Replay) Descriptor() ([]byte, []int) {
-	return file_platform_admin_v1_admin_proto_rawDescGZIP(), []int{41}
+	return file_platform_admin_v1_admin_proto_rawDescGZIP(), []int{51}
 }
 
 func (x *Replay) GetId() string {
@@ -3287,7 +3889,7 @@ type ReplayEventsRequest struct {
 
 func (x *ReplayEventsRequest) Reset() {
 	*x = ReplayEventsRequest{}
-	mi := &file_platform_admin_v1_admin_proto_msgTypes[42]
+	mi := &file_platform_admin_v1_admin_proto_msgTypes[52]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3299,7 +3901,7 @@ func (x *ReplayEventsRequest) String() string {
 func (*ReplayEventsRequest) ProtoMessage() {}
 
 func (x *ReplayEventsRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_platform_admin_v1_admin_proto_msgTypes[42]
+	mi := &file_platform_admin_v1_admin_proto_msgTypes[52]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3312,7 +3914,7 @@ func (x *ReplayEventsRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ReplayEventsRequest.ProtoReflect.Descriptor instead.
 func (*ReplayEventsRequest) Descriptor() ([]byte, []int) {
-	return file_platform_admin_v1_admin_proto_rawDescGZIP(), []int{42}
+	return file_platform_admin_v1_admin_proto_rawDescGZIP(), []int{52}
 }
 
 func (x *ReplayEventsRequest) GetService() string {
@@ -3389,7 +3991,7 @@ type ReplayEventsResponse struct {
 
 func (x *ReplayEventsResponse) Reset() {
 	*x = ReplayEventsResponse{}
-	mi := &file_platform_admin_v1_admin_proto_msgTypes[43]
+	mi := &file_platform_admin_v1_admin_proto_msgTypes[53]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3401,7 +4003,7 @@ func (x *ReplayEventsResponse) String() string {
 func (*ReplayEventsResponse) ProtoMessage() {}
 
 func (x *ReplayEventsResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_platform_admin_v1_admin_proto_msgTypes[43]
+	mi := &file_platform_admin_v1_admin_proto_msgTypes[53]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3414,7 +4016,7 @@ func (x *ReplayEventsResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ReplayEventsResponse.ProtoReflect.Descriptor instead.
 func (*ReplayEventsResponse) Descriptor() ([]byte, []int) {
-	return file_platform_admin_v1_admin_proto_rawDescGZIP(), []int{43}
+	return file_platform_admin_v1_admin_proto_rawDescGZIP(), []int{53}
 }
 
 func (x *ReplayEventsResponse) GetReplay() *Replay {
@@ -3437,7 +4039,7 @@ type GetReplayRequest struct {
 
 func (x *GetReplayRequest) Reset() {
 	*x = GetReplayRequest{}
-	mi := &file_platform_admin_v1_admin_proto_msgTypes[44]
+	mi := &file_platform_admin_v1_admin_proto_msgTypes[54]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3449,7 +4051,7 @@ func (x *GetReplayRequest) String() string {
 func (*GetReplayRequest) ProtoMessage() {}
 
 func (x *GetReplayRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_platform_admin_v1_admin_proto_msgTypes[44]
+	mi := &file_platform_admin_v1_admin_proto_msgTypes[54]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3462,7 +4064,7 @@ func (x *GetReplayRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use GetReplayRequest.ProtoReflect.Descriptor instead.
 func (*GetReplayRequest) Descriptor() ([]byte, []int) {
-	return file_platform_admin_v1_admin_proto_rawDescGZIP(), []int{44}
+	return file_platform_admin_v1_admin_proto_rawDescGZIP(), []int{54}
 }
 
 func (x *GetReplayRequest) GetService() string {
@@ -3490,7 +4092,7 @@ type GetReplayResponse struct {
 
 func (x *GetReplayResponse) Reset() {
 	*x = GetReplayResponse{}
-	mi := &file_platform_admin_v1_admin_proto_msgTypes[45]
+	mi := &file_platform_admin_v1_admin_proto_msgTypes[55]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3502,7 +4104,7 @@ func (x *GetReplayResponse) String() string {
 func (*GetReplayResponse) ProtoMessage() {}
 
 func (x *GetReplayResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_platform_admin_v1_admin_proto_msgTypes[45]
+	mi := &file_platform_admin_v1_admin_proto_msgTypes[55]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3515,7 +4117,7 @@ func (x *GetReplayResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use GetReplayResponse.ProtoReflect.Descriptor instead.
 func (*GetReplayResponse) Descriptor() ([]byte, []int) {
-	return file_platform_admin_v1_admin_proto_rawDescGZIP(), []int{45}
+	return file_platform_admin_v1_admin_proto_rawDescGZIP(), []int{55}
 }
 
 func (x *GetReplayResponse) GetReplay() *Replay {
@@ -3539,7 +4141,7 @@ type ListReplaysRequest struct {
 
 func (x *ListReplaysRequest) Reset() {
 	*x = ListReplaysRequest{}
-	mi := &file_platform_admin_v1_admin_proto_msgTypes[46]
+	mi := &file_platform_admin_v1_admin_proto_msgTypes[56]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3551,7 +4153,7 @@ func (x *ListReplaysRequest) String() string {
 func (*ListReplaysRequest) ProtoMessage() {}
 
 func (x *ListReplaysRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_platform_admin_v1_admin_proto_msgTypes[46]
+	mi := &file_platform_admin_v1_admin_proto_msgTypes[56]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3564,7 +4166,7 @@ func (x *ListReplaysRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListReplaysRequest.ProtoReflect.Descriptor instead.
 func (*ListReplaysRequest) Descriptor() ([]byte, []int) {
-	return file_platform_admin_v1_admin_proto_rawDescGZIP(), []int{46}
+	return file_platform_admin_v1_admin_proto_rawDescGZIP(), []int{56}
 }
 
 func (x *ListReplaysRequest) GetService() string {
@@ -3592,7 +4194,7 @@ type ListReplaysResponse struct {
 
 func (x *ListReplaysResponse) Reset() {
 	*x = ListReplaysResponse{}
-	mi := &file_platform_admin_v1_admin_proto_msgTypes[47]
+	mi := &file_platform_admin_v1_admin_proto_msgTypes[57]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3604,7 +4206,7 @@ func (x *ListReplaysResponse) String() string {
 func (*ListReplaysResponse) ProtoMessage() {}
 
 func (x *ListReplaysResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_platform_admin_v1_admin_proto_msgTypes[47]
+	mi := &file_platform_admin_v1_admin_proto_msgTypes[57]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3617,7 +4219,7 @@ func (x *ListReplaysResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListReplaysResponse.ProtoReflect.Descriptor instead.
 func (*ListReplaysResponse) Descriptor() ([]byte, []int) {
-	return file_platform_admin_v1_admin_proto_rawDescGZIP(), []int{47}
+	return file_platform_admin_v1_admin_proto_rawDescGZIP(), []int{57}
 }
 
 func (x *ListReplaysResponse) GetReplays() []*Replay {
@@ -3640,7 +4242,7 @@ type CancelReplayRequest struct {
 
 func (x *CancelReplayRequest) Reset() {
 	*x = CancelReplayRequest{}
-	mi := &file_platform_admin_v1_admin_proto_msgTypes[48]
+	mi := &file_platform_admin_v1_admin_proto_msgTypes[58]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3652,7 +4254,7 @@ func (x *CancelReplayRequest) String() string {
 func (*CancelReplayRequest) ProtoMessage() {}
 
 func (x *CancelReplayRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_platform_admin_v1_admin_proto_msgTypes[48]
+	mi := &file_platform_admin_v1_admin_proto_msgTypes[58]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3665,7 +4267,7 @@ func (x *CancelReplayRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use CancelReplayRequest.ProtoReflect.Descriptor instead.
 func (*CancelReplayRequest) Descriptor() ([]byte, []int) {
-	return file_platform_admin_v1_admin_proto_rawDescGZIP(), []int{48}
+	return file_platform_admin_v1_admin_proto_rawDescGZIP(), []int{58}
 }
 
 func (x *CancelReplayRequest) GetService() string {
@@ -3693,7 +4295,7 @@ type CancelReplayResponse struct {
 
 func (x *CancelReplayResponse) Reset() {
 	*x = CancelReplayResponse{}
-	mi := &file_platform_admin_v1_admin_proto_msgTypes[49]
+	mi := &file_platform_admin_v1_admin_proto_msgTypes[59]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3705,7 +4307,7 @@ func (x *CancelReplayResponse) String() string {
 func (*CancelReplayResponse) ProtoMessage() {}
 
 func (x *CancelReplayResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_platform_admin_v1_admin_proto_msgTypes[49]
+	mi := &file_platform_admin_v1_admin_proto_msgTypes[59]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3718,7 +4320,7 @@ func (x *CancelReplayResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use CancelReplayResponse.ProtoReflect.Descriptor instead.
 func (*CancelReplayResponse) Descriptor() ([]byte, []int) {
-	return file_platform_admin_v1_admin_proto_rawDescGZIP(), []int{49}
+	return file_platform_admin_v1_admin_proto_rawDescGZIP(), []int{59}
 }
 
 func (x *CancelReplayResponse) GetReplay() *Replay {
@@ -3764,7 +4366,7 @@ type FailureFilter struct {
 
 func (x *FailureFilter) Reset() {
 	*x = FailureFilter{}
-	mi := &file_platform_admin_v1_admin_proto_msgTypes[50]
+	mi := &file_platform_admin_v1_admin_proto_msgTypes[60]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3776,7 +4378,7 @@ func (x *FailureFilter) String() string {
 func (*FailureFilter) ProtoMessage() {}
 
 func (x *FailureFilter) ProtoReflect() protoreflect.Message {
-	mi := &file_platform_admin_v1_admin_proto_msgTypes[50]
+	mi := &file_platform_admin_v1_admin_proto_msgTypes[60]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3789,7 +4391,7 @@ func (x *FailureFilter) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use FailureFilter.ProtoReflect.Descriptor instead.
 func (*FailureFilter) Descriptor() ([]byte, []int) {
-	return file_platform_admin_v1_admin_proto_rawDescGZIP(), []int{50}
+	return file_platform_admin_v1_admin_proto_rawDescGZIP(), []int{60}
 }
 
 func (x *FailureFilter) GetService() string {
@@ -3933,7 +4535,7 @@ type FailedEvent struct {
 
 func (x *FailedEvent) Reset() {
 	*x = FailedEvent{}
-	mi := &file_platform_admin_v1_admin_proto_msgTypes[51]
+	mi := &file_platform_admin_v1_admin_proto_msgTypes[61]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3945,7 +4547,7 @@ func (x *FailedEvent) String() string {
 func (*FailedEvent) ProtoMessage() {}
 
 func (x *FailedEvent) ProtoReflect() protoreflect.Message {
-	mi := &file_platform_admin_v1_admin_proto_msgTypes[51]
+	mi := &file_platform_admin_v1_admin_proto_msgTypes[61]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3958,7 +4560,7 @@ func (x *FailedEvent) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use FailedEvent.ProtoReflect.Descriptor instead.
 func (*FailedEvent) Descriptor() ([]byte, []int) {
-	return file_platform_admin_v1_admin_proto_rawDescGZIP(), []int{51}
+	return file_platform_admin_v1_admin_proto_rawDescGZIP(), []int{61}
 }
 
 func (x *FailedEvent) GetId() string {
@@ -4154,7 +4756,7 @@ type FailedEventEdit struct {
 
 func (x *FailedEventEdit) Reset() {
 	*x = FailedEventEdit{}
-	mi := &file_platform_admin_v1_admin_proto_msgTypes[52]
+	mi := &file_platform_admin_v1_admin_proto_msgTypes[62]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4166,7 +4768,7 @@ func (x *FailedEventEdit) String() string {
 func (*FailedEventEdit) ProtoMessage() {}
 
 func (x *FailedEventEdit) ProtoReflect() protoreflect.Message {
-	mi := &file_platform_admin_v1_admin_proto_msgTypes[52]
+	mi := &file_platform_admin_v1_admin_proto_msgTypes[62]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4179,7 +4781,7 @@ func (x *FailedEventEdit) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use FailedEventEdit.ProtoReflect.Descriptor instead.
 func (*FailedEventEdit) Descriptor() ([]byte, []int) {
-	return file_platform_admin_v1_admin_proto_rawDescGZIP(), []int{52}
+	return file_platform_admin_v1_admin_proto_rawDescGZIP(), []int{62}
 }
 
 func (x *FailedEventEdit) GetEditedAt() *timestamppb.Timestamp {
@@ -4229,7 +4831,7 @@ type FailureGroup struct {
 
 func (x *FailureGroup) Reset() {
 	*x = FailureGroup{}
-	mi := &file_platform_admin_v1_admin_proto_msgTypes[53]
+	mi := &file_platform_admin_v1_admin_proto_msgTypes[63]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4241,7 +4843,7 @@ func (x *FailureGroup) String() string {
 func (*FailureGroup) ProtoMessage() {}
 
 func (x *FailureGroup) ProtoReflect() protoreflect.Message {
-	mi := &file_platform_admin_v1_admin_proto_msgTypes[53]
+	mi := &file_platform_admin_v1_admin_proto_msgTypes[63]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4254,7 +4856,7 @@ func (x *FailureGroup) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use FailureGroup.ProtoReflect.Descriptor instead.
 func (*FailureGroup) Descriptor() ([]byte, []int) {
-	return file_platform_admin_v1_admin_proto_rawDescGZIP(), []int{53}
+	return file_platform_admin_v1_admin_proto_rawDescGZIP(), []int{63}
 }
 
 func (x *FailureGroup) GetKey() map[string]string {
@@ -4336,7 +4938,7 @@ type FailureRetry struct {
 
 func (x *FailureRetry) Reset() {
 	*x = FailureRetry{}
-	mi := &file_platform_admin_v1_admin_proto_msgTypes[54]
+	mi := &file_platform_admin_v1_admin_proto_msgTypes[64]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4348,7 +4950,7 @@ func (x *FailureRetry) String() string {
 func (*FailureRetry) ProtoMessage() {}
 
 func (x *FailureRetry) ProtoReflect() protoreflect.Message {
-	mi := &file_platform_admin_v1_admin_proto_msgTypes[54]
+	mi := &file_platform_admin_v1_admin_proto_msgTypes[64]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4361,7 +4963,7 @@ func (x *FailureRetry) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use FailureRetry.ProtoReflect.Descriptor instead.
 func (*FailureRetry) Descriptor() ([]byte, []int) {
-	return file_platform_admin_v1_admin_proto_rawDescGZIP(), []int{54}
+	return file_platform_admin_v1_admin_proto_rawDescGZIP(), []int{64}
 }
 
 func (x *FailureRetry) GetId() string {
@@ -4499,7 +5101,7 @@ type ListFailureGroupsRequest struct {
 
 func (x *ListFailureGroupsRequest) Reset() {
 	*x = ListFailureGroupsRequest{}
-	mi := &file_platform_admin_v1_admin_proto_msgTypes[55]
+	mi := &file_platform_admin_v1_admin_proto_msgTypes[65]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4511,7 +5113,7 @@ func (x *ListFailureGroupsRequest) String() string {
 func (*ListFailureGroupsRequest) ProtoMessage() {}
 
 func (x *ListFailureGroupsRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_platform_admin_v1_admin_proto_msgTypes[55]
+	mi := &file_platform_admin_v1_admin_proto_msgTypes[65]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4524,7 +5126,7 @@ func (x *ListFailureGroupsRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListFailureGroupsRequest.ProtoReflect.Descriptor instead.
 func (*ListFailureGroupsRequest) Descriptor() ([]byte, []int) {
-	return file_platform_admin_v1_admin_proto_rawDescGZIP(), []int{55}
+	return file_platform_admin_v1_admin_proto_rawDescGZIP(), []int{65}
 }
 
 func (x *ListFailureGroupsRequest) GetService() string {
@@ -4580,7 +5182,7 @@ type ListFailureGroupsResponse struct {
 
 func (x *ListFailureGroupsResponse) Reset() {
 	*x = ListFailureGroupsResponse{}
-	mi := &file_platform_admin_v1_admin_proto_msgTypes[56]
+	mi := &file_platform_admin_v1_admin_proto_msgTypes[66]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4592,7 +5194,7 @@ func (x *ListFailureGroupsResponse) String() string {
 func (*ListFailureGroupsResponse) ProtoMessage() {}
 
 func (x *ListFailureGroupsResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_platform_admin_v1_admin_proto_msgTypes[56]
+	mi := &file_platform_admin_v1_admin_proto_msgTypes[66]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4605,7 +5207,7 @@ func (x *ListFailureGroupsResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListFailureGroupsResponse.ProtoReflect.Descriptor instead.
 func (*ListFailureGroupsResponse) Descriptor() ([]byte, []int) {
-	return file_platform_admin_v1_admin_proto_rawDescGZIP(), []int{56}
+	return file_platform_admin_v1_admin_proto_rawDescGZIP(), []int{66}
 }
 
 func (x *ListFailureGroupsResponse) GetGroups() []*FailureGroup {
@@ -4632,7 +5234,7 @@ type ListFailedEventsRequest struct {
 
 func (x *ListFailedEventsRequest) Reset() {
 	*x = ListFailedEventsRequest{}
-	mi := &file_platform_admin_v1_admin_proto_msgTypes[57]
+	mi := &file_platform_admin_v1_admin_proto_msgTypes[67]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4644,7 +5246,7 @@ func (x *ListFailedEventsRequest) String() string {
 func (*ListFailedEventsRequest) ProtoMessage() {}
 
 func (x *ListFailedEventsRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_platform_admin_v1_admin_proto_msgTypes[57]
+	mi := &file_platform_admin_v1_admin_proto_msgTypes[67]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4657,7 +5259,7 @@ func (x *ListFailedEventsRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListFailedEventsRequest.ProtoReflect.Descriptor instead.
 func (*ListFailedEventsRequest) Descriptor() ([]byte, []int) {
-	return file_platform_admin_v1_admin_proto_rawDescGZIP(), []int{57}
+	return file_platform_admin_v1_admin_proto_rawDescGZIP(), []int{67}
 }
 
 func (x *ListFailedEventsRequest) GetFilter() *FailureFilter {
@@ -4694,7 +5296,7 @@ type ListFailedEventsResponse struct {
 
 func (x *ListFailedEventsResponse) Reset() {
 	*x = ListFailedEventsResponse{}
-	mi := &file_platform_admin_v1_admin_proto_msgTypes[58]
+	mi := &file_platform_admin_v1_admin_proto_msgTypes[68]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4706,7 +5308,7 @@ func (x *ListFailedEventsResponse) String() string {
 func (*ListFailedEventsResponse) ProtoMessage() {}
 
 func (x *ListFailedEventsResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_platform_admin_v1_admin_proto_msgTypes[58]
+	mi := &file_platform_admin_v1_admin_proto_msgTypes[68]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4719,7 +5321,7 @@ func (x *ListFailedEventsResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListFailedEventsResponse.ProtoReflect.Descriptor instead.
 func (*ListFailedEventsResponse) Descriptor() ([]byte, []int) {
-	return file_platform_admin_v1_admin_proto_rawDescGZIP(), []int{58}
+	return file_platform_admin_v1_admin_proto_rawDescGZIP(), []int{68}
 }
 
 func (x *ListFailedEventsResponse) GetFailures() []*FailedEvent {
@@ -4747,7 +5349,7 @@ type GetFailedEventRequest struct {
 
 func (x *GetFailedEventRequest) Reset() {
 	*x = GetFailedEventRequest{}
-	mi := &file_platform_admin_v1_admin_proto_msgTypes[59]
+	mi := &file_platform_admin_v1_admin_proto_msgTypes[69]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4759,7 +5361,7 @@ func (x *GetFailedEventRequest) String() string {
 func (*GetFailedEventRequest) ProtoMessage() {}
 
 func (x *GetFailedEventRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_platform_admin_v1_admin_proto_msgTypes[59]
+	mi := &file_platform_admin_v1_admin_proto_msgTypes[69]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4772,7 +5374,7 @@ func (x *GetFailedEventRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use GetFailedEventRequest.ProtoReflect.Descriptor instead.
 func (*GetFailedEventRequest) Descriptor() ([]byte, []int) {
-	return file_platform_admin_v1_admin_proto_rawDescGZIP(), []int{59}
+	return file_platform_admin_v1_admin_proto_rawDescGZIP(), []int{69}
 }
 
 func (x *GetFailedEventRequest) GetId() string {
@@ -4795,7 +5397,7 @@ type GetFailedEventResponse struct {
 
 func (x *GetFailedEventResponse) Reset() {
 	*x = GetFailedEventResponse{}
-	mi := &file_platform_admin_v1_admin_proto_msgTypes[60]
+	mi := &file_platform_admin_v1_admin_proto_msgTypes[70]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4807,7 +5409,7 @@ func (x *GetFailedEventResponse) String() string {
 func (*GetFailedEventResponse) ProtoMessage() {}
 
 func (x *GetFailedEventResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_platform_admin_v1_admin_proto_msgTypes[60]
+	mi := &file_platform_admin_v1_admin_proto_msgTypes[70]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4820,7 +5422,7 @@ func (x *GetFailedEventResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use GetFailedEventResponse.ProtoReflect.Descriptor instead.
 func (*GetFailedEventResponse) Descriptor() ([]byte, []int) {
-	return file_platform_admin_v1_admin_proto_rawDescGZIP(), []int{60}
+	return file_platform_admin_v1_admin_proto_rawDescGZIP(), []int{70}
 }
 
 func (x *GetFailedEventResponse) GetFailure() *FailedEvent {
@@ -4859,7 +5461,7 @@ type RetryFailedEventsRequest struct {
 
 func (x *RetryFailedEventsRequest) Reset() {
 	*x = RetryFailedEventsRequest{}
-	mi := &file_platform_admin_v1_admin_proto_msgTypes[61]
+	mi := &file_platform_admin_v1_admin_proto_msgTypes[71]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4871,7 +5473,7 @@ func (x *RetryFailedEventsRequest) String() string {
 func (*RetryFailedEventsRequest) ProtoMessage() {}
 
 func (x *RetryFailedEventsRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_platform_admin_v1_admin_proto_msgTypes[61]
+	mi := &file_platform_admin_v1_admin_proto_msgTypes[71]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4884,7 +5486,7 @@ func (x *RetryFailedEventsRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RetryFailedEventsRequest.ProtoReflect.Descriptor instead.
 func (*RetryFailedEventsRequest) Descriptor() ([]byte, []int) {
-	return file_platform_admin_v1_admin_proto_rawDescGZIP(), []int{61}
+	return file_platform_admin_v1_admin_proto_rawDescGZIP(), []int{71}
 }
 
 func (x *RetryFailedEventsRequest) GetFilter() *FailureFilter {
@@ -4933,7 +5535,7 @@ type RetryFailedEventsResponse struct {
 
 func (x *RetryFailedEventsResponse) Reset() {
 	*x = RetryFailedEventsResponse{}
-	mi := &file_platform_admin_v1_admin_proto_msgTypes[62]
+	mi := &file_platform_admin_v1_admin_proto_msgTypes[72]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4945,7 +5547,7 @@ func (x *RetryFailedEventsResponse) String() string {
 func (*RetryFailedEventsResponse) ProtoMessage() {}
 
 func (x *RetryFailedEventsResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_platform_admin_v1_admin_proto_msgTypes[62]
+	mi := &file_platform_admin_v1_admin_proto_msgTypes[72]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4958,7 +5560,7 @@ func (x *RetryFailedEventsResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RetryFailedEventsResponse.ProtoReflect.Descriptor instead.
 func (*RetryFailedEventsResponse) Descriptor() ([]byte, []int) {
-	return file_platform_admin_v1_admin_proto_rawDescGZIP(), []int{62}
+	return file_platform_admin_v1_admin_proto_rawDescGZIP(), []int{72}
 }
 
 func (x *RetryFailedEventsResponse) GetRetry() *FailureRetry {
@@ -4981,7 +5583,7 @@ type GetFailureRetryRequest struct {
 
 func (x *GetFailureRetryRequest) Reset() {
 	*x = GetFailureRetryRequest{}
-	mi := &file_platform_admin_v1_admin_proto_msgTypes[63]
+	mi := &file_platform_admin_v1_admin_proto_msgTypes[73]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4993,7 +5595,7 @@ func (x *GetFailureRetryRequest) String() string {
 func (*GetFailureRetryRequest) ProtoMessage() {}
 
 func (x *GetFailureRetryRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_platform_admin_v1_admin_proto_msgTypes[63]
+	mi := &file_platform_admin_v1_admin_proto_msgTypes[73]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -5006,7 +5608,7 @@ func (x *GetFailureRetryRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use GetFailureRetryRequest.ProtoReflect.Descriptor instead.
 func (*GetFailureRetryRequest) Descriptor() ([]byte, []int) {
-	return file_platform_admin_v1_admin_proto_rawDescGZIP(), []int{63}
+	return file_platform_admin_v1_admin_proto_rawDescGZIP(), []int{73}
 }
 
 func (x *GetFailureRetryRequest) GetService() string {
@@ -5034,7 +5636,7 @@ type GetFailureRetryResponse struct {
 
 func (x *GetFailureRetryResponse) Reset() {
 	*x = GetFailureRetryResponse{}
-	mi := &file_platform_admin_v1_admin_proto_msgTypes[64]
+	mi := &file_platform_admin_v1_admin_proto_msgTypes[74]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -5046,7 +5648,7 @@ func (x *GetFailureRetryResponse) String() string {
 func (*GetFailureRetryResponse) ProtoMessage() {}
 
 func (x *GetFailureRetryResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_platform_admin_v1_admin_proto_msgTypes[64]
+	mi := &file_platform_admin_v1_admin_proto_msgTypes[74]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -5059,7 +5661,7 @@ func (x *GetFailureRetryResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use GetFailureRetryResponse.ProtoReflect.Descriptor instead.
 func (*GetFailureRetryResponse) Descriptor() ([]byte, []int) {
-	return file_platform_admin_v1_admin_proto_rawDescGZIP(), []int{64}
+	return file_platform_admin_v1_admin_proto_rawDescGZIP(), []int{74}
 }
 
 func (x *GetFailureRetryResponse) GetRetry() *FailureRetry {
@@ -5083,7 +5685,7 @@ type ListFailureRetriesRequest struct {
 
 func (x *ListFailureRetriesRequest) Reset() {
 	*x = ListFailureRetriesRequest{}
-	mi := &file_platform_admin_v1_admin_proto_msgTypes[65]
+	mi := &file_platform_admin_v1_admin_proto_msgTypes[75]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -5095,7 +5697,7 @@ func (x *ListFailureRetriesRequest) String() string {
 func (*ListFailureRetriesRequest) ProtoMessage() {}
 
 func (x *ListFailureRetriesRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_platform_admin_v1_admin_proto_msgTypes[65]
+	mi := &file_platform_admin_v1_admin_proto_msgTypes[75]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -5108,7 +5710,7 @@ func (x *ListFailureRetriesRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListFailureRetriesRequest.ProtoReflect.Descriptor instead.
 func (*ListFailureRetriesRequest) Descriptor() ([]byte, []int) {
-	return file_platform_admin_v1_admin_proto_rawDescGZIP(), []int{65}
+	return file_platform_admin_v1_admin_proto_rawDescGZIP(), []int{75}
 }
 
 func (x *ListFailureRetriesRequest) GetService() string {
@@ -5136,7 +5738,7 @@ type ListFailureRetriesResponse struct {
 
 func (x *ListFailureRetriesResponse) Reset() {
 	*x = ListFailureRetriesResponse{}
-	mi := &file_platform_admin_v1_admin_proto_msgTypes[66]
+	mi := &file_platform_admin_v1_admin_proto_msgTypes[76]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -5148,7 +5750,7 @@ func (x *ListFailureRetriesResponse) String() string {
 func (*ListFailureRetriesResponse) ProtoMessage() {}
 
 func (x *ListFailureRetriesResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_platform_admin_v1_admin_proto_msgTypes[66]
+	mi := &file_platform_admin_v1_admin_proto_msgTypes[76]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -5161,7 +5763,7 @@ func (x *ListFailureRetriesResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListFailureRetriesResponse.ProtoReflect.Descriptor instead.
 func (*ListFailureRetriesResponse) Descriptor() ([]byte, []int) {
-	return file_platform_admin_v1_admin_proto_rawDescGZIP(), []int{66}
+	return file_platform_admin_v1_admin_proto_rawDescGZIP(), []int{76}
 }
 
 func (x *ListFailureRetriesResponse) GetRetries() []*FailureRetry {
@@ -5184,7 +5786,7 @@ type CancelFailureRetryRequest struct {
 
 func (x *CancelFailureRetryRequest) Reset() {
 	*x = CancelFailureRetryRequest{}
-	mi := &file_platform_admin_v1_admin_proto_msgTypes[67]
+	mi := &file_platform_admin_v1_admin_proto_msgTypes[77]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -5196,7 +5798,7 @@ func (x *CancelFailureRetryRequest) String() string {
 func (*CancelFailureRetryRequest) ProtoMessage() {}
 
 func (x *CancelFailureRetryRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_platform_admin_v1_admin_proto_msgTypes[67]
+	mi := &file_platform_admin_v1_admin_proto_msgTypes[77]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -5209,7 +5811,7 @@ func (x *CancelFailureRetryRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use CancelFailureRetryRequest.ProtoReflect.Descriptor instead.
 func (*CancelFailureRetryRequest) Descriptor() ([]byte, []int) {
-	return file_platform_admin_v1_admin_proto_rawDescGZIP(), []int{67}
+	return file_platform_admin_v1_admin_proto_rawDescGZIP(), []int{77}
 }
 
 func (x *CancelFailureRetryRequest) GetService() string {
@@ -5237,7 +5839,7 @@ type CancelFailureRetryResponse struct {
 
 func (x *CancelFailureRetryResponse) Reset() {
 	*x = CancelFailureRetryResponse{}
-	mi := &file_platform_admin_v1_admin_proto_msgTypes[68]
+	mi := &file_platform_admin_v1_admin_proto_msgTypes[78]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -5249,7 +5851,7 @@ func (x *CancelFailureRetryResponse) String() string {
 func (*CancelFailureRetryResponse) ProtoMessage() {}
 
 func (x *CancelFailureRetryResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_platform_admin_v1_admin_proto_msgTypes[68]
+	mi := &file_platform_admin_v1_admin_proto_msgTypes[78]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -5262,7 +5864,7 @@ func (x *CancelFailureRetryResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use CancelFailureRetryResponse.ProtoReflect.Descriptor instead.
 func (*CancelFailureRetryResponse) Descriptor() ([]byte, []int) {
-	return file_platform_admin_v1_admin_proto_rawDescGZIP(), []int{68}
+	return file_platform_admin_v1_admin_proto_rawDescGZIP(), []int{78}
 }
 
 func (x *CancelFailureRetryResponse) GetRetry() *FailureRetry {
@@ -5287,7 +5889,7 @@ type DiscardFailedEventsRequest struct {
 
 func (x *DiscardFailedEventsRequest) Reset() {
 	*x = DiscardFailedEventsRequest{}
-	mi := &file_platform_admin_v1_admin_proto_msgTypes[69]
+	mi := &file_platform_admin_v1_admin_proto_msgTypes[79]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -5299,7 +5901,7 @@ func (x *DiscardFailedEventsRequest) String() string {
 func (*DiscardFailedEventsRequest) ProtoMessage() {}
 
 func (x *DiscardFailedEventsRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_platform_admin_v1_admin_proto_msgTypes[69]
+	mi := &file_platform_admin_v1_admin_proto_msgTypes[79]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -5312,7 +5914,7 @@ func (x *DiscardFailedEventsRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use DiscardFailedEventsRequest.ProtoReflect.Descriptor instead.
 func (*DiscardFailedEventsRequest) Descriptor() ([]byte, []int) {
-	return file_platform_admin_v1_admin_proto_rawDescGZIP(), []int{69}
+	return file_platform_admin_v1_admin_proto_rawDescGZIP(), []int{79}
 }
 
 func (x *DiscardFailedEventsRequest) GetFilter() *FailureFilter {
@@ -5347,7 +5949,7 @@ type DiscardFailedEventsResponse struct {
 
 func (x *DiscardFailedEventsResponse) Reset() {
 	*x = DiscardFailedEventsResponse{}
-	mi := &file_platform_admin_v1_admin_proto_msgTypes[70]
+	mi := &file_platform_admin_v1_admin_proto_msgTypes[80]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -5359,7 +5961,7 @@ func (x *DiscardFailedEventsResponse) String() string {
 func (*DiscardFailedEventsResponse) ProtoMessage() {}
 
 func (x *DiscardFailedEventsResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_platform_admin_v1_admin_proto_msgTypes[70]
+	mi := &file_platform_admin_v1_admin_proto_msgTypes[80]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -5372,7 +5974,7 @@ func (x *DiscardFailedEventsResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use DiscardFailedEventsResponse.ProtoReflect.Descriptor instead.
 func (*DiscardFailedEventsResponse) Descriptor() ([]byte, []int) {
-	return file_platform_admin_v1_admin_proto_rawDescGZIP(), []int{70}
+	return file_platform_admin_v1_admin_proto_rawDescGZIP(), []int{80}
 }
 
 func (x *DiscardFailedEventsResponse) GetDiscarded() int64 {
@@ -5397,7 +5999,7 @@ type EditFailedEventRequest struct {
 
 func (x *EditFailedEventRequest) Reset() {
 	*x = EditFailedEventRequest{}
-	mi := &file_platform_admin_v1_admin_proto_msgTypes[71]
+	mi := &file_platform_admin_v1_admin_proto_msgTypes[81]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -5409,7 +6011,7 @@ func (x *EditFailedEventRequest) String() string {
 func (*EditFailedEventRequest) ProtoMessage() {}
 
 func (x *EditFailedEventRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_platform_admin_v1_admin_proto_msgTypes[71]
+	mi := &file_platform_admin_v1_admin_proto_msgTypes[81]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -5422,7 +6024,7 @@ func (x *EditFailedEventRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use EditFailedEventRequest.ProtoReflect.Descriptor instead.
 func (*EditFailedEventRequest) Descriptor() ([]byte, []int) {
-	return file_platform_admin_v1_admin_proto_rawDescGZIP(), []int{71}
+	return file_platform_admin_v1_admin_proto_rawDescGZIP(), []int{81}
 }
 
 func (x *EditFailedEventRequest) GetId() string {
@@ -5459,7 +6061,7 @@ type EditFailedEventResponse struct {
 
 func (x *EditFailedEventResponse) Reset() {
 	*x = EditFailedEventResponse{}
-	mi := &file_platform_admin_v1_admin_proto_msgTypes[72]
+	mi := &file_platform_admin_v1_admin_proto_msgTypes[82]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -5471,7 +6073,7 @@ func (x *EditFailedEventResponse) String() string {
 func (*EditFailedEventResponse) ProtoMessage() {}
 
 func (x *EditFailedEventResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_platform_admin_v1_admin_proto_msgTypes[72]
+	mi := &file_platform_admin_v1_admin_proto_msgTypes[82]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -5484,7 +6086,7 @@ func (x *EditFailedEventResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use EditFailedEventResponse.ProtoReflect.Descriptor instead.
 func (*EditFailedEventResponse) Descriptor() ([]byte, []int) {
-	return file_platform_admin_v1_admin_proto_rawDescGZIP(), []int{72}
+	return file_platform_admin_v1_admin_proto_rawDescGZIP(), []int{82}
 }
 
 func (x *EditFailedEventResponse) GetFailure() *FailedEvent {
@@ -5587,7 +6189,47 @@ const file_platform_admin_v1_admin_proto_rawDesc = "" +
 	"\x11ResumePoolRequest\x12\x12\n" +
 	"\x04pool\x18\x01 \x01(\tR\x04pool\"A\n" +
 	"\x12ResumePoolResponse\x12+\n" +
-	"\x04pool\x18\x01 \x01(\v2\x17.platform.admin.v1.PoolR\x04pool\"I\n" +
+	"\x04pool\x18\x01 \x01(\v2\x17.platform.admin.v1.PoolR\x04pool\"\xde\x01\n" +
+	"\n" +
+	"PoolLimits\x12\x12\n" +
+	"\x04pool\x18\x01 \x01(\tR\x04pool\x12\x12\n" +
+	"\x04rate\x18\x02 \x01(\x01R\x04rate\x12\x14\n" +
+	"\x05burst\x18\x03 \x01(\x05R\x05burst\x12 \n" +
+	"\vconcurrency\x18\x04 \x01(\x05R\vconcurrency\x12\x16\n" +
+	"\x06reason\x18\x05 \x01(\tR\x06reason\x129\n" +
+	"\n" +
+	"updated_at\x18\x06 \x01(\v2\x1a.google.protobuf.TimestampR\tupdatedAt\x12\x1d\n" +
+	"\n" +
+	"updated_by\x18\a \x01(\tR\tupdatedBy\"\x8e\x01\n" +
+	"\x14SetPoolLimitsRequest\x12\x12\n" +
+	"\x04pool\x18\x01 \x01(\tR\x04pool\x12\x12\n" +
+	"\x04rate\x18\x02 \x01(\x01R\x04rate\x12\x14\n" +
+	"\x05burst\x18\x03 \x01(\x05R\x05burst\x12 \n" +
+	"\vconcurrency\x18\x04 \x01(\x05R\vconcurrency\x12\x16\n" +
+	"\x06reason\x18\x05 \x01(\tR\x06reason\"N\n" +
+	"\x15SetPoolLimitsResponse\x125\n" +
+	"\x06limits\x18\x01 \x01(\v2\x1d.platform.admin.v1.PoolLimitsR\x06limits\"*\n" +
+	"\x14GetPoolLimitsRequest\x12\x12\n" +
+	"\x04pool\x18\x01 \x01(\tR\x04pool\"N\n" +
+	"\x15GetPoolLimitsResponse\x125\n" +
+	"\x06limits\x18\x01 \x01(\v2\x1d.platform.admin.v1.PoolLimitsR\x06limits\"\xb2\x01\n" +
+	"\fServicePause\x12\x18\n" +
+	"\aservice\x18\x01 \x01(\tR\aservice\x12\x16\n" +
+	"\x06paused\x18\x02 \x01(\bR\x06paused\x12\x16\n" +
+	"\x06reason\x18\x03 \x01(\tR\x06reason\x129\n" +
+	"\n" +
+	"updated_at\x18\x04 \x01(\v2\x1a.google.protobuf.TimestampR\tupdatedAt\x12\x1d\n" +
+	"\n" +
+	"updated_by\x18\x05 \x01(\tR\tupdatedBy\"C\n" +
+	"\x0fPauseAllRequest\x12\x18\n" +
+	"\aservice\x18\x01 \x01(\tR\aservice\x12\x16\n" +
+	"\x06reason\x18\x02 \x01(\tR\x06reason\"O\n" +
+	"\x10PauseAllResponse\x12;\n" +
+	"\bservices\x18\x01 \x03(\v2\x1f.platform.admin.v1.ServicePauseR\bservices\",\n" +
+	"\x10ResumeAllRequest\x12\x18\n" +
+	"\aservice\x18\x01 \x01(\tR\aservice\"P\n" +
+	"\x11ResumeAllResponse\x12;\n" +
+	"\bservices\x18\x01 \x03(\v2\x1f.platform.admin.v1.ServicePauseR\bservices\"I\n" +
 	"\x12LookupEventRequest\x12\x19\n" +
 	"\bevent_id\x18\x01 \x01(\tR\aeventId\x12\x18\n" +
 	"\aservice\x18\x02 \x01(\tR\aservice\"P\n" +
@@ -5917,13 +6559,17 @@ const file_platform_admin_v1_admin_proto_rawDesc = "" +
 	"\rDiscardParked\x12\x1e\n" +
 	"\x1aDISCARD_PARKED_UNSPECIFIED\x10\x00\x12\x1a\n" +
 	"\x16DISCARD_PARKED_RELEASE\x10\x01\x12\x1a\n" +
-	"\x16DISCARD_PARKED_DISCARD\x10\x022\x93\x16\n" +
+	"\x16DISCARD_PARKED_DISCARD\x10\x022\x88\x19\n" +
 	"\fAdminService\x12_\n" +
 	"\fListServices\x12&.platform.admin.v1.ListServicesRequest\x1a'.platform.admin.v1.ListServicesResponse\x12V\n" +
 	"\tListPools\x12#.platform.admin.v1.ListPoolsRequest\x1a$.platform.admin.v1.ListPoolsResponse\x12V\n" +
 	"\tPausePool\x12#.platform.admin.v1.PausePoolRequest\x1a$.platform.admin.v1.PausePoolResponse\x12Y\n" +
 	"\n" +
-	"ResumePool\x12$.platform.admin.v1.ResumePoolRequest\x1a%.platform.admin.v1.ResumePoolResponse\x12\\\n" +
+	"ResumePool\x12$.platform.admin.v1.ResumePoolRequest\x1a%.platform.admin.v1.ResumePoolResponse\x12b\n" +
+	"\rSetPoolLimits\x12'.platform.admin.v1.SetPoolLimitsRequest\x1a(.platform.admin.v1.SetPoolLimitsResponse\x12b\n" +
+	"\rGetPoolLimits\x12'.platform.admin.v1.GetPoolLimitsRequest\x1a(.platform.admin.v1.GetPoolLimitsResponse\x12S\n" +
+	"\bPauseAll\x12\".platform.admin.v1.PauseAllRequest\x1a#.platform.admin.v1.PauseAllResponse\x12V\n" +
+	"\tResumeAll\x12#.platform.admin.v1.ResumeAllRequest\x1a$.platform.admin.v1.ResumeAllResponse\x12\\\n" +
 	"\vLookupEvent\x12%.platform.admin.v1.LookupEventRequest\x1a&.platform.admin.v1.LookupEventResponse\x12Y\n" +
 	"\n" +
 	"GetHorizon\x12$.platform.admin.v1.GetHorizonRequest\x1a%.platform.admin.v1.GetHorizonResponse\x12Y\n" +
@@ -5966,7 +6612,7 @@ func file_platform_admin_v1_admin_proto_rawDescGZIP() []byte {
 }
 
 var file_platform_admin_v1_admin_proto_enumTypes = make([]protoimpl.EnumInfo, 4)
-var file_platform_admin_v1_admin_proto_msgTypes = make([]protoimpl.MessageInfo, 74)
+var file_platform_admin_v1_admin_proto_msgTypes = make([]protoimpl.MessageInfo, 84)
 var file_platform_admin_v1_admin_proto_goTypes = []any{
 	(PoolState)(0),                      // 0: platform.admin.v1.PoolState
 	(ReplayState)(0),                    // 1: platform.admin.v1.ReplayState
@@ -5986,220 +6632,244 @@ var file_platform_admin_v1_admin_proto_goTypes = []any{
 	(*PausePoolResponse)(nil),           // 15: platform.admin.v1.PausePoolResponse
 	(*ResumePoolRequest)(nil),           // 16: platform.admin.v1.ResumePoolRequest
 	(*ResumePoolResponse)(nil),          // 17: platform.admin.v1.ResumePoolResponse
-	(*LookupEventRequest)(nil),          // 18: platform.admin.v1.LookupEventRequest
-	(*LookupEventResponse)(nil),         // 19: platform.admin.v1.LookupEventResponse
-	(*GetHorizonRequest)(nil),           // 20: platform.admin.v1.GetHorizonRequest
-	(*GetHorizonResponse)(nil),          // 21: platform.admin.v1.GetHorizonResponse
-	(*SetHorizonRequest)(nil),           // 22: platform.admin.v1.SetHorizonRequest
-	(*SetHorizonResponse)(nil),          // 23: platform.admin.v1.SetHorizonResponse
-	(*AdviseHorizonRequest)(nil),        // 24: platform.admin.v1.AdviseHorizonRequest
-	(*AdviseHorizonResponse)(nil),       // 25: platform.admin.v1.AdviseHorizonResponse
-	(*HorizonAdvice)(nil),               // 26: platform.admin.v1.HorizonAdvice
-	(*DuplicateAgeSource)(nil),          // 27: platform.admin.v1.DuplicateAgeSource
-	(*ArchiveReach)(nil),                // 28: platform.admin.v1.ArchiveReach
-	(*RunPurgeRequest)(nil),             // 29: platform.admin.v1.RunPurgeRequest
-	(*RunPurgeResponse)(nil),            // 30: platform.admin.v1.RunPurgeResponse
-	(*ListPurgeRunsRequest)(nil),        // 31: platform.admin.v1.ListPurgeRunsRequest
-	(*ListPurgeRunsResponse)(nil),       // 32: platform.admin.v1.ListPurgeRunsResponse
-	(*ListFailedMessagesRequest)(nil),   // 33: platform.admin.v1.ListFailedMessagesRequest
-	(*ListFailedMessagesResponse)(nil),  // 34: platform.admin.v1.ListFailedMessagesResponse
-	(*RetryFailedMessagesRequest)(nil),  // 35: platform.admin.v1.RetryFailedMessagesRequest
-	(*RetryFailedMessagesResponse)(nil), // 36: platform.admin.v1.RetryFailedMessagesResponse
-	(*DescribeServiceRequest)(nil),      // 37: platform.admin.v1.DescribeServiceRequest
-	(*DescribeServiceResponse)(nil),     // 38: platform.admin.v1.DescribeServiceResponse
-	(*AuditEntry)(nil),                  // 39: platform.admin.v1.AuditEntry
-	(*ListAuditRequest)(nil),            // 40: platform.admin.v1.ListAuditRequest
-	(*ListAuditResponse)(nil),           // 41: platform.admin.v1.ListAuditResponse
-	(*ReloadConfigRequest)(nil),         // 42: platform.admin.v1.ReloadConfigRequest
-	(*ReloadConfigResponse)(nil),        // 43: platform.admin.v1.ReloadConfigResponse
-	(*ReplayPool)(nil),                  // 44: platform.admin.v1.ReplayPool
-	(*Replay)(nil),                      // 45: platform.admin.v1.Replay
-	(*ReplayEventsRequest)(nil),         // 46: platform.admin.v1.ReplayEventsRequest
-	(*ReplayEventsResponse)(nil),        // 47: platform.admin.v1.ReplayEventsResponse
-	(*GetReplayRequest)(nil),            // 48: platform.admin.v1.GetReplayRequest
-	(*GetReplayResponse)(nil),           // 49: platform.admin.v1.GetReplayResponse
-	(*ListReplaysRequest)(nil),          // 50: platform.admin.v1.ListReplaysRequest
-	(*ListReplaysResponse)(nil),         // 51: platform.admin.v1.ListReplaysResponse
-	(*CancelReplayRequest)(nil),         // 52: platform.admin.v1.CancelReplayRequest
-	(*CancelReplayResponse)(nil),        // 53: platform.admin.v1.CancelReplayResponse
-	(*FailureFilter)(nil),               // 54: platform.admin.v1.FailureFilter
-	(*FailedEvent)(nil),                 // 55: platform.admin.v1.FailedEvent
-	(*FailedEventEdit)(nil),             // 56: platform.admin.v1.FailedEventEdit
-	(*FailureGroup)(nil),                // 57: platform.admin.v1.FailureGroup
-	(*FailureRetry)(nil),                // 58: platform.admin.v1.FailureRetry
-	(*ListFailureGroupsRequest)(nil),    // 59: platform.admin.v1.ListFailureGroupsRequest
-	(*ListFailureGroupsResponse)(nil),   // 60: platform.admin.v1.ListFailureGroupsResponse
-	(*ListFailedEventsRequest)(nil),     // 61: platform.admin.v1.ListFailedEventsRequest
-	(*ListFailedEventsResponse)(nil),    // 62: platform.admin.v1.ListFailedEventsResponse
-	(*GetFailedEventRequest)(nil),       // 63: platform.admin.v1.GetFailedEventRequest
-	(*GetFailedEventResponse)(nil),      // 64: platform.admin.v1.GetFailedEventResponse
-	(*RetryFailedEventsRequest)(nil),    // 65: platform.admin.v1.RetryFailedEventsRequest
-	(*RetryFailedEventsResponse)(nil),   // 66: platform.admin.v1.RetryFailedEventsResponse
-	(*GetFailureRetryRequest)(nil),      // 67: platform.admin.v1.GetFailureRetryRequest
-	(*GetFailureRetryResponse)(nil),     // 68: platform.admin.v1.GetFailureRetryResponse
-	(*ListFailureRetriesRequest)(nil),   // 69: platform.admin.v1.ListFailureRetriesRequest
-	(*ListFailureRetriesResponse)(nil),  // 70: platform.admin.v1.ListFailureRetriesResponse
-	(*CancelFailureRetryRequest)(nil),   // 71: platform.admin.v1.CancelFailureRetryRequest
-	(*CancelFailureRetryResponse)(nil),  // 72: platform.admin.v1.CancelFailureRetryResponse
-	(*DiscardFailedEventsRequest)(nil),  // 73: platform.admin.v1.DiscardFailedEventsRequest
-	(*DiscardFailedEventsResponse)(nil), // 74: platform.admin.v1.DiscardFailedEventsResponse
-	(*EditFailedEventRequest)(nil),      // 75: platform.admin.v1.EditFailedEventRequest
-	(*EditFailedEventResponse)(nil),     // 76: platform.admin.v1.EditFailedEventResponse
-	nil,                                 // 77: platform.admin.v1.FailureGroup.KeyEntry
-	(*durationpb.Duration)(nil),         // 78: google.protobuf.Duration
-	(*timestamppb.Timestamp)(nil),       // 79: google.protobuf.Timestamp
-	(*structpb.Struct)(nil),             // 80: google.protobuf.Struct
+	(*PoolLimits)(nil),                  // 18: platform.admin.v1.PoolLimits
+	(*SetPoolLimitsRequest)(nil),        // 19: platform.admin.v1.SetPoolLimitsRequest
+	(*SetPoolLimitsResponse)(nil),       // 20: platform.admin.v1.SetPoolLimitsResponse
+	(*GetPoolLimitsRequest)(nil),        // 21: platform.admin.v1.GetPoolLimitsRequest
+	(*GetPoolLimitsResponse)(nil),       // 22: platform.admin.v1.GetPoolLimitsResponse
+	(*ServicePause)(nil),                // 23: platform.admin.v1.ServicePause
+	(*PauseAllRequest)(nil),             // 24: platform.admin.v1.PauseAllRequest
+	(*PauseAllResponse)(nil),            // 25: platform.admin.v1.PauseAllResponse
+	(*ResumeAllRequest)(nil),            // 26: platform.admin.v1.ResumeAllRequest
+	(*ResumeAllResponse)(nil),           // 27: platform.admin.v1.ResumeAllResponse
+	(*LookupEventRequest)(nil),          // 28: platform.admin.v1.LookupEventRequest
+	(*LookupEventResponse)(nil),         // 29: platform.admin.v1.LookupEventResponse
+	(*GetHorizonRequest)(nil),           // 30: platform.admin.v1.GetHorizonRequest
+	(*GetHorizonResponse)(nil),          // 31: platform.admin.v1.GetHorizonResponse
+	(*SetHorizonRequest)(nil),           // 32: platform.admin.v1.SetHorizonRequest
+	(*SetHorizonResponse)(nil),          // 33: platform.admin.v1.SetHorizonResponse
+	(*AdviseHorizonRequest)(nil),        // 34: platform.admin.v1.AdviseHorizonRequest
+	(*AdviseHorizonResponse)(nil),       // 35: platform.admin.v1.AdviseHorizonResponse
+	(*HorizonAdvice)(nil),               // 36: platform.admin.v1.HorizonAdvice
+	(*DuplicateAgeSource)(nil),          // 37: platform.admin.v1.DuplicateAgeSource
+	(*ArchiveReach)(nil),                // 38: platform.admin.v1.ArchiveReach
+	(*RunPurgeRequest)(nil),             // 39: platform.admin.v1.RunPurgeRequest
+	(*RunPurgeResponse)(nil),            // 40: platform.admin.v1.RunPurgeResponse
+	(*ListPurgeRunsRequest)(nil),        // 41: platform.admin.v1.ListPurgeRunsRequest
+	(*ListPurgeRunsResponse)(nil),       // 42: platform.admin.v1.ListPurgeRunsResponse
+	(*ListFailedMessagesRequest)(nil),   // 43: platform.admin.v1.ListFailedMessagesRequest
+	(*ListFailedMessagesResponse)(nil),  // 44: platform.admin.v1.ListFailedMessagesResponse
+	(*RetryFailedMessagesRequest)(nil),  // 45: platform.admin.v1.RetryFailedMessagesRequest
+	(*RetryFailedMessagesResponse)(nil), // 46: platform.admin.v1.RetryFailedMessagesResponse
+	(*DescribeServiceRequest)(nil),      // 47: platform.admin.v1.DescribeServiceRequest
+	(*DescribeServiceResponse)(nil),     // 48: platform.admin.v1.DescribeServiceResponse
+	(*AuditEntry)(nil),                  // 49: platform.admin.v1.AuditEntry
+	(*ListAuditRequest)(nil),            // 50: platform.admin.v1.ListAuditRequest
+	(*ListAuditResponse)(nil),           // 51: platform.admin.v1.ListAuditResponse
+	(*ReloadConfigRequest)(nil),         // 52: platform.admin.v1.ReloadConfigRequest
+	(*ReloadConfigResponse)(nil),        // 53: platform.admin.v1.ReloadConfigResponse
+	(*ReplayPool)(nil),                  // 54: platform.admin.v1.ReplayPool
+	(*Replay)(nil),                      // 55: platform.admin.v1.Replay
+	(*ReplayEventsRequest)(nil),         // 56: platform.admin.v1.ReplayEventsRequest
+	(*ReplayEventsResponse)(nil),        // 57: platform.admin.v1.ReplayEventsResponse
+	(*GetReplayRequest)(nil),            // 58: platform.admin.v1.GetReplayRequest
+	(*GetReplayResponse)(nil),           // 59: platform.admin.v1.GetReplayResponse
+	(*ListReplaysRequest)(nil),          // 60: platform.admin.v1.ListReplaysRequest
+	(*ListReplaysResponse)(nil),         // 61: platform.admin.v1.ListReplaysResponse
+	(*CancelReplayRequest)(nil),         // 62: platform.admin.v1.CancelReplayRequest
+	(*CancelReplayResponse)(nil),        // 63: platform.admin.v1.CancelReplayResponse
+	(*FailureFilter)(nil),               // 64: platform.admin.v1.FailureFilter
+	(*FailedEvent)(nil),                 // 65: platform.admin.v1.FailedEvent
+	(*FailedEventEdit)(nil),             // 66: platform.admin.v1.FailedEventEdit
+	(*FailureGroup)(nil),                // 67: platform.admin.v1.FailureGroup
+	(*FailureRetry)(nil),                // 68: platform.admin.v1.FailureRetry
+	(*ListFailureGroupsRequest)(nil),    // 69: platform.admin.v1.ListFailureGroupsRequest
+	(*ListFailureGroupsResponse)(nil),   // 70: platform.admin.v1.ListFailureGroupsResponse
+	(*ListFailedEventsRequest)(nil),     // 71: platform.admin.v1.ListFailedEventsRequest
+	(*ListFailedEventsResponse)(nil),    // 72: platform.admin.v1.ListFailedEventsResponse
+	(*GetFailedEventRequest)(nil),       // 73: platform.admin.v1.GetFailedEventRequest
+	(*GetFailedEventResponse)(nil),      // 74: platform.admin.v1.GetFailedEventResponse
+	(*RetryFailedEventsRequest)(nil),    // 75: platform.admin.v1.RetryFailedEventsRequest
+	(*RetryFailedEventsResponse)(nil),   // 76: platform.admin.v1.RetryFailedEventsResponse
+	(*GetFailureRetryRequest)(nil),      // 77: platform.admin.v1.GetFailureRetryRequest
+	(*GetFailureRetryResponse)(nil),     // 78: platform.admin.v1.GetFailureRetryResponse
+	(*ListFailureRetriesRequest)(nil),   // 79: platform.admin.v1.ListFailureRetriesRequest
+	(*ListFailureRetriesResponse)(nil),  // 80: platform.admin.v1.ListFailureRetriesResponse
+	(*CancelFailureRetryRequest)(nil),   // 81: platform.admin.v1.CancelFailureRetryRequest
+	(*CancelFailureRetryResponse)(nil),  // 82: platform.admin.v1.CancelFailureRetryResponse
+	(*DiscardFailedEventsRequest)(nil),  // 83: platform.admin.v1.DiscardFailedEventsRequest
+	(*DiscardFailedEventsResponse)(nil), // 84: platform.admin.v1.DiscardFailedEventsResponse
+	(*EditFailedEventRequest)(nil),      // 85: platform.admin.v1.EditFailedEventRequest
+	(*EditFailedEventResponse)(nil),     // 86: platform.admin.v1.EditFailedEventResponse
+	nil,                                 // 87: platform.admin.v1.FailureGroup.KeyEntry
+	(*durationpb.Duration)(nil),         // 88: google.protobuf.Duration
+	(*timestamppb.Timestamp)(nil),       // 89: google.protobuf.Timestamp
+	(*structpb.Struct)(nil),             // 90: google.protobuf.Struct
 }
 var file_platform_admin_v1_admin_proto_depIdxs = []int32{
-	78,  // 0: platform.admin.v1.Service.horizon:type_name -> google.protobuf.Duration
-	78,  // 1: platform.admin.v1.Service.min_horizon:type_name -> google.protobuf.Duration
-	79,  // 2: platform.admin.v1.Service.last_purge:type_name -> google.protobuf.Timestamp
-	78,  // 3: platform.admin.v1.Service.outbox_oldest:type_name -> google.protobuf.Duration
+	88,  // 0: platform.admin.v1.Service.horizon:type_name -> google.protobuf.Duration
+	88,  // 1: platform.admin.v1.Service.min_horizon:type_name -> google.protobuf.Duration
+	89,  // 2: platform.admin.v1.Service.last_purge:type_name -> google.protobuf.Timestamp
+	88,  // 3: platform.admin.v1.Service.outbox_oldest:type_name -> google.protobuf.Duration
 	0,   // 4: platform.admin.v1.Pool.state:type_name -> platform.admin.v1.PoolState
-	79,  // 5: platform.admin.v1.LookupResult.processed_at:type_name -> google.protobuf.Timestamp
-	79,  // 6: platform.admin.v1.LookupResult.purgeable_at:type_name -> google.protobuf.Timestamp
-	78,  // 7: platform.admin.v1.Horizon.horizon:type_name -> google.protobuf.Duration
-	78,  // 8: platform.admin.v1.Horizon.min_horizon:type_name -> google.protobuf.Duration
-	79,  // 9: platform.admin.v1.Horizon.updated_at:type_name -> google.protobuf.Timestamp
-	78,  // 10: platform.admin.v1.Horizon.horizon_in_force:type_name -> google.protobuf.Duration
-	78,  // 11: platform.admin.v1.Horizon.partition_width:type_name -> google.protobuf.Duration
-	79,  // 12: platform.admin.v1.PurgeRun.cutoff:type_name -> google.protobuf.Timestamp
-	79,  // 13: platform.admin.v1.PurgeRun.started_at:type_name -> google.protobuf.Timestamp
-	79,  // 14: platform.admin.v1.PurgeRun.finished_at:type_name -> google.protobuf.Timestamp
-	79,  // 15: platform.admin.v1.FailedMessage.failed_at:type_name -> google.protobuf.Timestamp
+	89,  // 5: platform.admin.v1.LookupResult.processed_at:type_name -> google.protobuf.Timestamp
+	89,  // 6: platform.admin.v1.LookupResult.purgeable_at:type_name -> google.protobuf.Timestamp
+	88,  // 7: platform.admin.v1.Horizon.horizon:type_name -> google.protobuf.Duration
+	88,  // 8: platform.admin.v1.Horizon.min_horizon:type_name -> google.protobuf.Duration
+	89,  // 9: platform.admin.v1.Horizon.updated_at:type_name -> google.protobuf.Timestamp
+	88,  // 10: platform.admin.v1.Horizon.horizon_in_force:type_name -> google.protobuf.Duration
+	88,  // 11: platform.admin.v1.Horizon.partition_width:type_name -> google.protobuf.Duration
+	89,  // 12: platform.admin.v1.PurgeRun.cutoff:type_name -> google.protobuf.Timestamp
+	89,  // 13: platform.admin.v1.PurgeRun.started_at:type_name -> google.protobuf.Timestamp
+	89,  // 14: platform.admin.v1.PurgeRun.finished_at:type_name -> google.protobuf.Timestamp
+	89,  // 15: platform.admin.v1.FailedMessage.failed_at:type_name -> google.protobuf.Timestamp
 	4,   // 16: platform.admin.v1.ListServicesResponse.services:type_name -> platform.admin.v1.Service
 	5,   // 17: platform.admin.v1.ListPoolsResponse.pools:type_name -> platform.admin.v1.Pool
 	5,   // 18: platform.admin.v1.PausePoolResponse.pool:type_name -> platform.admin.v1.Pool
 	5,   // 19: platform.admin.v1.ResumePoolResponse.pool:type_name -> platform.admin.v1.Pool
-	6,   // 20: platform.admin.v1.LookupEventResponse.results:type_name -> platform.admin.v1.LookupResult
-	7,   // 21: platform.admin.v1.GetHorizonResponse.horizon:type_name -> platform.admin.v1.Horizon
-	78,  // 22: platform.admin.v1.SetHorizonRequest.horizon:type_name -> google.protobuf.Duration
-	7,   // 23: platform.admin.v1.SetHorizonResponse.horizon:type_name -> platform.admin.v1.Horizon
-	78,  // 24: platform.admin.v1.AdviseHorizonRequest.window:type_name -> google.protobuf.Duration
-	26,  // 25: platform.admin.v1.AdviseHorizonResponse.advice:type_name -> platform.admin.v1.HorizonAdvice
-	78,  // 26: platform.admin.v1.HorizonAdvice.window:type_name -> google.protobuf.Duration
-	27,  // 27: platform.admin.v1.HorizonAdvice.sources:type_name -> platform.admin.v1.DuplicateAgeSource
-	28,  // 28: platform.admin.v1.HorizonAdvice.archives:type_name -> platform.admin.v1.ArchiveReach
-	78,  // 29: platform.admin.v1.HorizonAdvice.horizon:type_name -> google.protobuf.Duration
-	78,  // 30: platform.admin.v1.HorizonAdvice.advised:type_name -> google.protobuf.Duration
-	78,  // 31: platform.admin.v1.HorizonAdvice.min_horizon:type_name -> google.protobuf.Duration
-	78,  // 32: platform.admin.v1.DuplicateAgeSource.p99:type_name -> google.protobuf.Duration
-	78,  // 33: platform.admin.v1.DuplicateAgeSource.p999:type_name -> google.protobuf.Duration
-	78,  // 34: platform.admin.v1.DuplicateAgeSource.max:type_name -> google.protobuf.Duration
-	78,  // 35: platform.admin.v1.ArchiveReach.archive:type_name -> google.protobuf.Duration
-	8,   // 36: platform.admin.v1.RunPurgeResponse.run:type_name -> platform.admin.v1.PurgeRun
-	8,   // 37: platform.admin.v1.ListPurgeRunsResponse.runs:type_name -> platform.admin.v1.PurgeRun
-	9,   // 38: platform.admin.v1.ListFailedMessagesResponse.messages:type_name -> platform.admin.v1.FailedMessage
-	78,  // 39: platform.admin.v1.DescribeServiceResponse.retry_span:type_name -> google.protobuf.Duration
-	8,   // 40: platform.admin.v1.DescribeServiceResponse.last_run:type_name -> platform.admin.v1.PurgeRun
-	79,  // 41: platform.admin.v1.AuditEntry.at:type_name -> google.protobuf.Timestamp
-	80,  // 42: platform.admin.v1.AuditEntry.detail:type_name -> google.protobuf.Struct
-	39,  // 43: platform.admin.v1.ListAuditResponse.entries:type_name -> platform.admin.v1.AuditEntry
-	1,   // 44: platform.admin.v1.Replay.state:type_name -> platform.admin.v1.ReplayState
-	44,  // 45: platform.admin.v1.Replay.pools:type_name -> platform.admin.v1.ReplayPool
-	79,  // 46: platform.admin.v1.Replay.created_at:type_name -> google.protobuf.Timestamp
-	79,  // 47: platform.admin.v1.Replay.finished_at:type_name -> google.protobuf.Timestamp
-	79,  // 48: platform.admin.v1.Replay.from:type_name -> google.protobuf.Timestamp
-	79,  // 49: platform.admin.v1.Replay.to:type_name -> google.protobuf.Timestamp
-	79,  // 50: platform.admin.v1.ReplayEventsRequest.from:type_name -> google.protobuf.Timestamp
-	79,  // 51: platform.admin.v1.ReplayEventsRequest.to:type_name -> google.protobuf.Timestamp
-	45,  // 52: platform.admin.v1.ReplayEventsResponse.replay:type_name -> platform.admin.v1.Replay
-	45,  // 53: platform.admin.v1.GetReplayResponse.replay:type_name -> platform.admin.v1.Replay
-	45,  // 54: platform.admin.v1.ListReplaysResponse.replays:type_name -> platform.admin.v1.Replay
-	45,  // 55: platform.admin.v1.CancelReplayResponse.replay:type_name -> platform.admin.v1.Replay
-	79,  // 56: platform.admin.v1.FailureFilter.from:type_name -> google.protobuf.Timestamp
-	79,  // 57: platform.admin.v1.FailureFilter.to:type_name -> google.protobuf.Timestamp
-	80,  // 58: platform.admin.v1.FailedEvent.headers:type_name -> google.protobuf.Struct
-	79,  // 59: platform.admin.v1.FailedEvent.first_failed_at:type_name -> google.protobuf.Timestamp
-	79,  // 60: platform.admin.v1.FailedEvent.failed_at:type_name -> google.protobuf.Timestamp
-	79,  // 61: platform.admin.v1.FailedEvent.resolved_at:type_name -> google.protobuf.Timestamp
-	79,  // 62: platform.admin.v1.FailedEvent.edited_at:type_name -> google.protobuf.Timestamp
-	79,  // 63: platform.admin.v1.FailedEvent.updated_at:type_name -> google.protobuf.Timestamp
-	79,  // 64: platform.admin.v1.FailedEventEdit.edited_at:type_name -> google.protobuf.Timestamp
-	77,  // 65: platform.admin.v1.FailureGroup.key:type_name -> platform.admin.v1.FailureGroup.KeyEntry
-	79,  // 66: platform.admin.v1.FailureGroup.first_failed_at:type_name -> google.protobuf.Timestamp
-	79,  // 67: platform.admin.v1.FailureGroup.last_failed_at:type_name -> google.protobuf.Timestamp
-	2,   // 68: platform.admin.v1.FailureRetry.state:type_name -> platform.admin.v1.FailureRetryState
-	79,  // 69: platform.admin.v1.FailureRetry.created_at:type_name -> google.protobuf.Timestamp
-	79,  // 70: platform.admin.v1.FailureRetry.finished_at:type_name -> google.protobuf.Timestamp
-	54,  // 71: platform.admin.v1.FailureRetry.filter:type_name -> platform.admin.v1.FailureFilter
-	79,  // 72: platform.admin.v1.ListFailureGroupsRequest.from:type_name -> google.protobuf.Timestamp
-	79,  // 73: platform.admin.v1.ListFailureGroupsRequest.to:type_name -> google.protobuf.Timestamp
-	57,  // 74: platform.admin.v1.ListFailureGroupsResponse.groups:type_name -> platform.admin.v1.FailureGroup
-	54,  // 75: platform.admin.v1.ListFailedEventsRequest.filter:type_name -> platform.admin.v1.FailureFilter
-	55,  // 76: platform.admin.v1.ListFailedEventsResponse.failures:type_name -> platform.admin.v1.FailedEvent
-	55,  // 77: platform.admin.v1.GetFailedEventResponse.failure:type_name -> platform.admin.v1.FailedEvent
-	56,  // 78: platform.admin.v1.GetFailedEventResponse.edits:type_name -> platform.admin.v1.FailedEventEdit
-	54,  // 79: platform.admin.v1.RetryFailedEventsRequest.filter:type_name -> platform.admin.v1.FailureFilter
-	58,  // 80: platform.admin.v1.RetryFailedEventsResponse.retry:type_name -> platform.admin.v1.FailureRetry
-	58,  // 81: platform.admin.v1.GetFailureRetryResponse.retry:type_name -> platform.admin.v1.FailureRetry
-	58,  // 82: platform.admin.v1.ListFailureRetriesResponse.retries:type_name -> platform.admin.v1.FailureRetry
-	58,  // 83: platform.admin.v1.CancelFailureRetryResponse.retry:type_name -> platform.admin.v1.FailureRetry
-	54,  // 84: platform.admin.v1.DiscardFailedEventsRequest.filter:type_name -> platform.admin.v1.FailureFilter
-	3,   // 85: platform.admin.v1.DiscardFailedEventsRequest.parked:type_name -> platform.admin.v1.DiscardParked
-	55,  // 86: platform.admin.v1.EditFailedEventResponse.failure:type_name -> platform.admin.v1.FailedEvent
-	56,  // 87: platform.admin.v1.EditFailedEventResponse.edits:type_name -> platform.admin.v1.FailedEventEdit
-	10,  // 88: platform.admin.v1.AdminService.ListServices:input_type -> platform.admin.v1.ListServicesRequest
-	12,  // 89: platform.admin.v1.AdminService.ListPools:input_type -> platform.admin.v1.ListPoolsRequest
-	14,  // 90: platform.admin.v1.AdminService.PausePool:input_type -> platform.admin.v1.PausePoolRequest
-	16,  // 91: platform.admin.v1.AdminService.ResumePool:input_type -> platform.admin.v1.ResumePoolRequest
-	18,  // 92: platform.admin.v1.AdminService.LookupEvent:input_type -> platform.admin.v1.LookupEventRequest
-	20,  // 93: platform.admin.v1.AdminService.GetHorizon:input_type -> platform.admin.v1.GetHorizonRequest
-	22,  // 94: platform.admin.v1.AdminService.SetHorizon:input_type -> platform.admin.v1.SetHorizonRequest
-	24,  // 95: platform.admin.v1.AdminService.AdviseHorizon:input_type -> platform.admin.v1.AdviseHorizonRequest
-	29,  // 96: platform.admin.v1.AdminService.RunPurge:input_type -> platform.admin.v1.RunPurgeRequest
-	31,  // 97: platform.admin.v1.AdminService.ListPurgeRuns:input_type -> platform.admin.v1.ListPurgeRunsRequest
-	33,  // 98: platform.admin.v1.AdminService.ListFailedMessages:input_type -> platform.admin.v1.ListFailedMessagesRequest
-	35,  // 99: platform.admin.v1.AdminService.RetryFailedMessages:input_type -> platform.admin.v1.RetryFailedMessagesRequest
-	37,  // 100: platform.admin.v1.AdminService.DescribeService:input_type -> platform.admin.v1.DescribeServiceRequest
-	40,  // 101: platform.admin.v1.AdminService.ListAudit:input_type -> platform.admin.v1.ListAuditRequest
-	42,  // 102: platform.admin.v1.AdminService.ReloadConfig:input_type -> platform.admin.v1.ReloadConfigRequest
-	46,  // 103: platform.admin.v1.AdminService.ReplayEvents:input_type -> platform.admin.v1.ReplayEventsRequest
-	48,  // 104: platform.admin.v1.AdminService.GetReplay:input_type -> platform.admin.v1.GetReplayRequest
-	50,  // 105: platform.admin.v1.AdminService.ListReplays:input_type -> platform.admin.v1.ListReplaysRequest
-	52,  // 106: platform.admin.v1.AdminService.CancelReplay:input_type -> platform.admin.v1.CancelReplayRequest
-	59,  // 107: platform.admin.v1.AdminService.ListFailureGroups:input_type -> platform.admin.v1.ListFailureGroupsRequest
-	61,  // 108: platform.admin.v1.AdminService.ListFailedEvents:input_type -> platform.admin.v1.ListFailedEventsRequest
-	63,  // 109: platform.admin.v1.AdminService.GetFailedEvent:input_type -> platform.admin.v1.GetFailedEventRequest
-	65,  // 110: platform.admin.v1.AdminService.RetryFailedEvents:input_type -> platform.admin.v1.RetryFailedEventsRequest
-	67,  // 111: platform.admin.v1.AdminService.GetFailureRetry:input_type -> platform.admin.v1.GetFailureRetryRequest
-	69,  // 112: platform.admin.v1.AdminService.ListFailureRetries:input_type -> platform.admin.v1.ListFailureRetriesRequest
-	71,  // 113: platform.admin.v1.AdminService.CancelFailureRetry:input_type -> platform.admin.v1.CancelFailureRetryRequest
-	73,  // 114: platform.admin.v1.AdminService.DiscardFailedEvents:input_type -> platform.admin.v1.DiscardFailedEventsRequest
-	75,  // 115: platform.admin.v1.AdminService.EditFailedEvent:input_type -> platform.admin.v1.EditFailedEventRequest
-	11,  // 116: platform.admin.v1.AdminService.ListServices:output_type -> platform.admin.v1.ListServicesResponse
-	13,  // 117: platform.admin.v1.AdminService.ListPools:output_type -> platform.admin.v1.ListPoolsResponse
-	15,  // 118: platform.admin.v1.AdminService.PausePool:output_type -> platform.admin.v1.PausePoolResponse
-	17,  // 119: platform.admin.v1.AdminService.ResumePool:output_type -> platform.admin.v1.ResumePoolResponse
-	19,  // 120: platform.admin.v1.AdminService.LookupEvent:output_type -> platform.admin.v1.LookupEventResponse
-	21,  // 121: platform.admin.v1.AdminService.GetHorizon:output_type -> platform.admin.v1.GetHorizonResponse
-	23,  // 122: platform.admin.v1.AdminService.SetHorizon:output_type -> platform.admin.v1.SetHorizonResponse
-	25,  // 123: platform.admin.v1.AdminService.AdviseHorizon:output_type -> platform.admin.v1.AdviseHorizonResponse
-	30,  // 124: platform.admin.v1.AdminService.RunPurge:output_type -> platform.admin.v1.RunPurgeResponse
-	32,  // 125: platform.admin.v1.AdminService.ListPurgeRuns:output_type -> platform.admin.v1.ListPurgeRunsResponse
-	34,  // 126: platform.admin.v1.AdminService.ListFailedMessages:output_type -> platform.admin.v1.ListFailedMessagesResponse
-	36,  // 127: platform.admin.v1.AdminService.RetryFailedMessages:output_type -> platform.admin.v1.RetryFailedMessagesResponse
-	38,  // 128: platform.admin.v1.AdminService.DescribeService:output_type -> platform.admin.v1.DescribeServiceResponse
-	41,  // 129: platform.admin.v1.AdminService.ListAudit:output_type -> platform.admin.v1.ListAuditResponse
-	43,  // 130: platform.admin.v1.AdminService.ReloadConfig:output_type -> platform.admin.v1.ReloadConfigResponse
-	47,  // 131: platform.admin.v1.AdminService.ReplayEvents:output_type -> platform.admin.v1.ReplayEventsResponse
-	49,  // 132: platform.admin.v1.AdminService.GetReplay:output_type -> platform.admin.v1.GetReplayResponse
-	51,  // 133: platform.admin.v1.AdminService.ListReplays:output_type -> platform.admin.v1.ListReplaysResponse
-	53,  // 134: platform.admin.v1.AdminService.CancelReplay:output_type -> platform.admin.v1.CancelReplayResponse
-	60,  // 135: platform.admin.v1.AdminService.ListFailureGroups:output_type -> platform.admin.v1.ListFailureGroupsResponse
-	62,  // 136: platform.admin.v1.AdminService.ListFailedEvents:output_type -> platform.admin.v1.ListFailedEventsResponse
-	64,  // 137: platform.admin.v1.AdminService.GetFailedEvent:output_type -> platform.admin.v1.GetFailedEventResponse
-	66,  // 138: platform.admin.v1.AdminService.RetryFailedEvents:output_type -> platform.admin.v1.RetryFailedEventsResponse
-	68,  // 139: platform.admin.v1.AdminService.GetFailureRetry:output_type -> platform.admin.v1.GetFailureRetryResponse
-	70,  // 140: platform.admin.v1.AdminService.ListFailureRetries:output_type -> platform.admin.v1.ListFailureRetriesResponse
-	72,  // 141: platform.admin.v1.AdminService.CancelFailureRetry:output_type -> platform.admin.v1.CancelFailureRetryResponse
-	74,  // 142: platform.admin.v1.AdminService.DiscardFailedEvents:output_type -> platform.admin.v1.DiscardFailedEventsResponse
-	76,  // 143: platform.admin.v1.AdminService.EditFailedEvent:output_type -> platform.admin.v1.EditFailedEventResponse
-	116, // [116:144] is the sub-list for method output_type
-	88,  // [88:116] is the sub-list for method input_type
-	88,  // [88:88] is the sub-list for extension type_name
-	88,  // [88:88] is the sub-list for extension extendee
-	0,   // [0:88] is the sub-list for field type_name
+	89,  // 20: platform.admin.v1.PoolLimits.updated_at:type_name -> google.protobuf.Timestamp
+	18,  // 21: platform.admin.v1.SetPoolLimitsResponse.limits:type_name -> platform.admin.v1.PoolLimits
+	18,  // 22: platform.admin.v1.GetPoolLimitsResponse.limits:type_name -> platform.admin.v1.PoolLimits
+	89,  // 23: platform.admin.v1.ServicePause.updated_at:type_name -> google.protobuf.Timestamp
+	23,  // 24: platform.admin.v1.PauseAllResponse.services:type_name -> platform.admin.v1.ServicePause
+	23,  // 25: platform.admin.v1.ResumeAllResponse.services:type_name -> platform.admin.v1.ServicePause
+	6,   // 26: platform.admin.v1.LookupEventResponse.results:type_name -> platform.admin.v1.LookupResult
+	7,   // 27: platform.admin.v1.GetHorizonResponse.horizon:type_name -> platform.admin.v1.Horizon
+	88,  // 28: platform.admin.v1.SetHorizonRequest.horizon:type_name -> google.protobuf.Duration
+	7,   // 29: platform.admin.v1.SetHorizonResponse.horizon:type_name -> platform.admin.v1.Horizon
+	88,  // 30: platform.admin.v1.AdviseHorizonRequest.window:type_name -> google.protobuf.Duration
+	36,  // 31: platform.admin.v1.AdviseHorizonResponse.advice:type_name -> platform.admin.v1.HorizonAdvice
+	88,  // 32: platform.admin.v1.HorizonAdvice.window:type_name -> google.protobuf.Duration
+	37,  // 33: platform.admin.v1.HorizonAdvice.sources:type_name -> platform.admin.v1.DuplicateAgeSource
+	38,  // 34: platform.admin.v1.HorizonAdvice.archives:type_name -> platform.admin.v1.ArchiveReach
+	88,  // 35: platform.admin.v1.HorizonAdvice.horizon:type_name -> google.protobuf.Duration
+	88,  // 36: platform.admin.v1.HorizonAdvice.advised:type_name -> google.protobuf.Duration
+	88,  // 37: platform.admin.v1.HorizonAdvice.min_horizon:type_name -> google.protobuf.Duration
+	88,  // 38: platform.admin.v1.DuplicateAgeSource.p99:type_name -> google.protobuf.Duration
+	88,  // 39: platform.admin.v1.DuplicateAgeSource.p999:type_name -> google.protobuf.Duration
+	88,  // 40: platform.admin.v1.DuplicateAgeSource.max:type_name -> google.protobuf.Duration
+	88,  // 41: platform.admin.v1.ArchiveReach.archive:type_name -> google.protobuf.Duration
+	8,   // 42: platform.admin.v1.RunPurgeResponse.run:type_name -> platform.admin.v1.PurgeRun
+	8,   // 43: platform.admin.v1.ListPurgeRunsResponse.runs:type_name -> platform.admin.v1.PurgeRun
+	9,   // 44: platform.admin.v1.ListFailedMessagesResponse.messages:type_name -> platform.admin.v1.FailedMessage
+	88,  // 45: platform.admin.v1.DescribeServiceResponse.retry_span:type_name -> google.protobuf.Duration
+	8,   // 46: platform.admin.v1.DescribeServiceResponse.last_run:type_name -> platform.admin.v1.PurgeRun
+	89,  // 47: platform.admin.v1.AuditEntry.at:type_name -> google.protobuf.Timestamp
+	90,  // 48: platform.admin.v1.AuditEntry.detail:type_name -> google.protobuf.Struct
+	49,  // 49: platform.admin.v1.ListAuditResponse.entries:type_name -> platform.admin.v1.AuditEntry
+	1,   // 50: platform.admin.v1.Replay.state:type_name -> platform.admin.v1.ReplayState
+	54,  // 51: platform.admin.v1.Replay.pools:type_name -> platform.admin.v1.ReplayPool
+	89,  // 52: platform.admin.v1.Replay.created_at:type_name -> google.protobuf.Timestamp
+	89,  // 53: platform.admin.v1.Replay.finished_at:type_name -> google.protobuf.Timestamp
+	89,  // 54: platform.admin.v1.Replay.from:type_name -> google.protobuf.Timestamp
+	89,  // 55: platform.admin.v1.Replay.to:type_name -> google.protobuf.Timestamp
+	89,  // 56: platform.admin.v1.ReplayEventsRequest.from:type_name -> google.protobuf.Timestamp
+	89,  // 57: platform.admin.v1.ReplayEventsRequest.to:type_name -> google.protobuf.Timestamp
+	55,  // 58: platform.admin.v1.ReplayEventsResponse.replay:type_name -> platform.admin.v1.Replay
+	55,  // 59: platform.admin.v1.GetReplayResponse.replay:type_name -> platform.admin.v1.Replay
+	55,  // 60: platform.admin.v1.ListReplaysResponse.replays:type_name -> platform.admin.v1.Replay
+	55,  // 61: platform.admin.v1.CancelReplayResponse.replay:type_name -> platform.admin.v1.Replay
+	89,  // 62: platform.admin.v1.FailureFilter.from:type_name -> google.protobuf.Timestamp
+	89,  // 63: platform.admin.v1.FailureFilter.to:type_name -> google.protobuf.Timestamp
+	90,  // 64: platform.admin.v1.FailedEvent.headers:type_name -> google.protobuf.Struct
+	89,  // 65: platform.admin.v1.FailedEvent.first_failed_at:type_name -> google.protobuf.Timestamp
+	89,  // 66: platform.admin.v1.FailedEvent.failed_at:type_name -> google.protobuf.Timestamp
+	89,  // 67: platform.admin.v1.FailedEvent.resolved_at:type_name -> google.protobuf.Timestamp
+	89,  // 68: platform.admin.v1.FailedEvent.edited_at:type_name -> google.protobuf.Timestamp
+	89,  // 69: platform.admin.v1.FailedEvent.updated_at:type_name -> google.protobuf.Timestamp
+	89,  // 70: platform.admin.v1.FailedEventEdit.edited_at:type_name -> google.protobuf.Timestamp
+	87,  // 71: platform.admin.v1.FailureGroup.key:type_name -> platform.admin.v1.FailureGroup.KeyEntry
+	89,  // 72: platform.admin.v1.FailureGroup.first_failed_at:type_name -> google.protobuf.Timestamp
+	89,  // 73: platform.admin.v1.FailureGroup.last_failed_at:type_name -> google.protobuf.Timestamp
+	2,   // 74: platform.admin.v1.FailureRetry.state:type_name -> platform.admin.v1.FailureRetryState
+	89,  // 75: platform.admin.v1.FailureRetry.created_at:type_name -> google.protobuf.Timestamp
+	89,  // 76: platform.admin.v1.FailureRetry.finished_at:type_name -> google.protobuf.Timestamp
+	64,  // 77: platform.admin.v1.FailureRetry.filter:type_name -> platform.admin.v1.FailureFilter
+	89,  // 78: platform.admin.v1.ListFailureGroupsRequest.from:type_name -> google.protobuf.Timestamp
+	89,  // 79: platform.admin.v1.ListFailureGroupsRequest.to:type_name -> google.protobuf.Timestamp
+	67,  // 80: platform.admin.v1.ListFailureGroupsResponse.groups:type_name -> platform.admin.v1.FailureGroup
+	64,  // 81: platform.admin.v1.ListFailedEventsRequest.filter:type_name -> platform.admin.v1.FailureFilter
+	65,  // 82: platform.admin.v1.ListFailedEventsResponse.failures:type_name -> platform.admin.v1.FailedEvent
+	65,  // 83: platform.admin.v1.GetFailedEventResponse.failure:type_name -> platform.admin.v1.FailedEvent
+	66,  // 84: platform.admin.v1.GetFailedEventResponse.edits:type_name -> platform.admin.v1.FailedEventEdit
+	64,  // 85: platform.admin.v1.RetryFailedEventsRequest.filter:type_name -> platform.admin.v1.FailureFilter
+	68,  // 86: platform.admin.v1.RetryFailedEventsResponse.retry:type_name -> platform.admin.v1.FailureRetry
+	68,  // 87: platform.admin.v1.GetFailureRetryResponse.retry:type_name -> platform.admin.v1.FailureRetry
+	68,  // 88: platform.admin.v1.ListFailureRetriesResponse.retries:type_name -> platform.admin.v1.FailureRetry
+	68,  // 89: platform.admin.v1.CancelFailureRetryResponse.retry:type_name -> platform.admin.v1.FailureRetry
+	64,  // 90: platform.admin.v1.DiscardFailedEventsRequest.filter:type_name -> platform.admin.v1.FailureFilter
+	3,   // 91: platform.admin.v1.DiscardFailedEventsRequest.parked:type_name -> platform.admin.v1.DiscardParked
+	65,  // 92: platform.admin.v1.EditFailedEventResponse.failure:type_name -> platform.admin.v1.FailedEvent
+	66,  // 93: platform.admin.v1.EditFailedEventResponse.edits:type_name -> platform.admin.v1.FailedEventEdit
+	10,  // 94: platform.admin.v1.AdminService.ListServices:input_type -> platform.admin.v1.ListServicesRequest
+	12,  // 95: platform.admin.v1.AdminService.ListPools:input_type -> platform.admin.v1.ListPoolsRequest
+	14,  // 96: platform.admin.v1.AdminService.PausePool:input_type -> platform.admin.v1.PausePoolRequest
+	16,  // 97: platform.admin.v1.AdminService.ResumePool:input_type -> platform.admin.v1.ResumePoolRequest
+	19,  // 98: platform.admin.v1.AdminService.SetPoolLimits:input_type -> platform.admin.v1.SetPoolLimitsRequest
+	21,  // 99: platform.admin.v1.AdminService.GetPoolLimits:input_type -> platform.admin.v1.GetPoolLimitsRequest
+	24,  // 100: platform.admin.v1.AdminService.PauseAll:input_type -> platform.admin.v1.PauseAllRequest
+	26,  // 101: platform.admin.v1.AdminService.ResumeAll:input_type -> platform.admin.v1.ResumeAllRequest
+	28,  // 102: platform.admin.v1.AdminService.LookupEvent:input_type -> platform.admin.v1.LookupEventRequest
+	30,  // 103: platform.admin.v1.AdminService.GetHorizon:input_type -> platform.admin.v1.GetHorizonRequest
+	32,  // 104: platform.admin.v1.AdminService.SetHorizon:input_type -> platform.admin.v1.SetHorizonRequest
+	34,  // 105: platform.admin.v1.AdminService.AdviseHorizon:input_type -> platform.admin.v1.AdviseHorizonRequest
+	39,  // 106: platform.admin.v1.AdminService.RunPurge:input_type -> platform.admin.v1.RunPurgeRequest
+	41,  // 107: platform.admin.v1.AdminService.ListPurgeRuns:input_type -> platform.admin.v1.ListPurgeRunsRequest
+	43,  // 108: platform.admin.v1.AdminService.ListFailedMessages:input_type -> platform.admin.v1.ListFailedMessagesRequest
+	45,  // 109: platform.admin.v1.AdminService.RetryFailedMessages:input_type -> platform.admin.v1.RetryFailedMessagesRequest
+	47,  // 110: platform.admin.v1.AdminService.DescribeService:input_type -> platform.admin.v1.DescribeServiceRequest
+	50,  // 111: platform.admin.v1.AdminService.ListAudit:input_type -> platform.admin.v1.ListAuditRequest
+	52,  // 112: platform.admin.v1.AdminService.ReloadConfig:input_type -> platform.admin.v1.ReloadConfigRequest
+	56,  // 113: platform.admin.v1.AdminService.ReplayEvents:input_type -> platform.admin.v1.ReplayEventsRequest
+	58,  // 114: platform.admin.v1.AdminService.GetReplay:input_type -> platform.admin.v1.GetReplayRequest
+	60,  // 115: platform.admin.v1.AdminService.ListReplays:input_type -> platform.admin.v1.ListReplaysRequest
+	62,  // 116: platform.admin.v1.AdminService.CancelReplay:input_type -> platform.admin.v1.CancelReplayRequest
+	69,  // 117: platform.admin.v1.AdminService.ListFailureGroups:input_type -> platform.admin.v1.ListFailureGroupsRequest
+	71,  // 118: platform.admin.v1.AdminService.ListFailedEvents:input_type -> platform.admin.v1.ListFailedEventsRequest
+	73,  // 119: platform.admin.v1.AdminService.GetFailedEvent:input_type -> platform.admin.v1.GetFailedEventRequest
+	75,  // 120: platform.admin.v1.AdminService.RetryFailedEvents:input_type -> platform.admin.v1.RetryFailedEventsRequest
+	77,  // 121: platform.admin.v1.AdminService.GetFailureRetry:input_type -> platform.admin.v1.GetFailureRetryRequest
+	79,  // 122: platform.admin.v1.AdminService.ListFailureRetries:input_type -> platform.admin.v1.ListFailureRetriesRequest
+	81,  // 123: platform.admin.v1.AdminService.CancelFailureRetry:input_type -> platform.admin.v1.CancelFailureRetryRequest
+	83,  // 124: platform.admin.v1.AdminService.DiscardFailedEvents:input_type -> platform.admin.v1.DiscardFailedEventsRequest
+	85,  // 125: platform.admin.v1.AdminService.EditFailedEvent:input_type -> platform.admin.v1.EditFailedEventRequest
+	11,  // 126: platform.admin.v1.AdminService.ListServices:output_type -> platform.admin.v1.ListServicesResponse
+	13,  // 127: platform.admin.v1.AdminService.ListPools:output_type -> platform.admin.v1.ListPoolsResponse
+	15,  // 128: platform.admin.v1.AdminService.PausePool:output_type -> platform.admin.v1.PausePoolResponse
+	17,  // 129: platform.admin.v1.AdminService.ResumePool:output_type -> platform.admin.v1.ResumePoolResponse
+	20,  // 130: platform.admin.v1.AdminService.SetPoolLimits:output_type -> platform.admin.v1.SetPoolLimitsResponse
+	22,  // 131: platform.admin.v1.AdminService.GetPoolLimits:output_type -> platform.admin.v1.GetPoolLimitsResponse
+	25,  // 132: platform.admin.v1.AdminService.PauseAll:output_type -> platform.admin.v1.PauseAllResponse
+	27,  // 133: platform.admin.v1.AdminService.ResumeAll:output_type -> platform.admin.v1.ResumeAllResponse
+	29,  // 134: platform.admin.v1.AdminService.LookupEvent:output_type -> platform.admin.v1.LookupEventResponse
+	31,  // 135: platform.admin.v1.AdminService.GetHorizon:output_type -> platform.admin.v1.GetHorizonResponse
+	33,  // 136: platform.admin.v1.AdminService.SetHorizon:output_type -> platform.admin.v1.SetHorizonResponse
+	35,  // 137: platform.admin.v1.AdminService.AdviseHorizon:output_type -> platform.admin.v1.AdviseHorizonResponse
+	40,  // 138: platform.admin.v1.AdminService.RunPurge:output_type -> platform.admin.v1.RunPurgeResponse
+	42,  // 139: platform.admin.v1.AdminService.ListPurgeRuns:output_type -> platform.admin.v1.ListPurgeRunsResponse
+	44,  // 140: platform.admin.v1.AdminService.ListFailedMessages:output_type -> platform.admin.v1.ListFailedMessagesResponse
+	46,  // 141: platform.admin.v1.AdminService.RetryFailedMessages:output_type -> platform.admin.v1.RetryFailedMessagesResponse
+	48,  // 142: platform.admin.v1.AdminService.DescribeService:output_type -> platform.admin.v1.DescribeServiceResponse
+	51,  // 143: platform.admin.v1.AdminService.ListAudit:output_type -> platform.admin.v1.ListAuditResponse
+	53,  // 144: platform.admin.v1.AdminService.ReloadConfig:output_type -> platform.admin.v1.ReloadConfigResponse
+	57,  // 145: platform.admin.v1.AdminService.ReplayEvents:output_type -> platform.admin.v1.ReplayEventsResponse
+	59,  // 146: platform.admin.v1.AdminService.GetReplay:output_type -> platform.admin.v1.GetReplayResponse
+	61,  // 147: platform.admin.v1.AdminService.ListReplays:output_type -> platform.admin.v1.ListReplaysResponse
+	63,  // 148: platform.admin.v1.AdminService.CancelReplay:output_type -> platform.admin.v1.CancelReplayResponse
+	70,  // 149: platform.admin.v1.AdminService.ListFailureGroups:output_type -> platform.admin.v1.ListFailureGroupsResponse
+	72,  // 150: platform.admin.v1.AdminService.ListFailedEvents:output_type -> platform.admin.v1.ListFailedEventsResponse
+	74,  // 151: platform.admin.v1.AdminService.GetFailedEvent:output_type -> platform.admin.v1.GetFailedEventResponse
+	76,  // 152: platform.admin.v1.AdminService.RetryFailedEvents:output_type -> platform.admin.v1.RetryFailedEventsResponse
+	78,  // 153: platform.admin.v1.AdminService.GetFailureRetry:output_type -> platform.admin.v1.GetFailureRetryResponse
+	80,  // 154: platform.admin.v1.AdminService.ListFailureRetries:output_type -> platform.admin.v1.ListFailureRetriesResponse
+	82,  // 155: platform.admin.v1.AdminService.CancelFailureRetry:output_type -> platform.admin.v1.CancelFailureRetryResponse
+	84,  // 156: platform.admin.v1.AdminService.DiscardFailedEvents:output_type -> platform.admin.v1.DiscardFailedEventsResponse
+	86,  // 157: platform.admin.v1.AdminService.EditFailedEvent:output_type -> platform.admin.v1.EditFailedEventResponse
+	126, // [126:158] is the sub-list for method output_type
+	94,  // [94:126] is the sub-list for method input_type
+	94,  // [94:94] is the sub-list for extension type_name
+	94,  // [94:94] is the sub-list for extension extendee
+	0,   // [0:94] is the sub-list for field type_name
 }
 
 func init() { file_platform_admin_v1_admin_proto_init() }
@@ -6213,7 +6883,7 @@ func file_platform_admin_v1_admin_proto_init() {
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_platform_admin_v1_admin_proto_rawDesc), len(file_platform_admin_v1_admin_proto_rawDesc)),
 			NumEnums:      4,
-			NumMessages:   74,
+			NumMessages:   84,
 			NumExtensions: 0,
 			NumServices:   1,
 		},

@@ -27,6 +27,10 @@ const (
 	AdminService_ListPools_FullMethodName           = "/platform.admin.v1.AdminService/ListPools"
 	AdminService_PausePool_FullMethodName           = "/platform.admin.v1.AdminService/PausePool"
 	AdminService_ResumePool_FullMethodName          = "/platform.admin.v1.AdminService/ResumePool"
+	AdminService_SetPoolLimits_FullMethodName       = "/platform.admin.v1.AdminService/SetPoolLimits"
+	AdminService_GetPoolLimits_FullMethodName       = "/platform.admin.v1.AdminService/GetPoolLimits"
+	AdminService_PauseAll_FullMethodName            = "/platform.admin.v1.AdminService/PauseAll"
+	AdminService_ResumeAll_FullMethodName           = "/platform.admin.v1.AdminService/ResumeAll"
 	AdminService_LookupEvent_FullMethodName         = "/platform.admin.v1.AdminService/LookupEvent"
 	AdminService_GetHorizon_FullMethodName          = "/platform.admin.v1.AdminService/GetHorizon"
 	AdminService_SetHorizon_FullMethodName          = "/platform.admin.v1.AdminService/SetHorizon"
@@ -60,8 +64,9 @@ const (
 // AdminService is platformd's admin API.
 //
 // Every RPC needs metadata `authorization: Bearer <token>`. A token of role
-// `read` may call ListServices, ListPools, LookupEvent, GetHorizon,
-// ListPurgeRuns, ListFailedMessages, DescribeService and ListAudit; every
+// `read` may call ListServices, ListPools, GetPoolLimits, LookupEvent,
+// GetHorizon, ListPurgeRuns, ListFailedMessages, DescribeService and
+// ListAudit; every
 // other RPC needs role `admin`.
 // Errors use gRPC codes: NOT_FOUND for an unknown service or pool,
 // INVALID_ARGUMENT for a malformed request (bad UUID, duration or limit),
@@ -82,6 +87,22 @@ type AdminServiceClient interface {
 	// ResumePool resumes a paused pool. Resuming a running pool is a no-op that
 	// returns it. Role: admin.
 	ResumePool(ctx context.Context, in *ResumePoolRequest, opts ...grpc.CallOption) (*ResumePoolResponse, error)
+	// SetPoolLimits sets a pool's limits at runtime: its rate across every
+	// daemon running it, its burst and its concurrency. Persisted in the
+	// service database like a pause and applied by every daemon within a
+	// second without restarting the pool; audited. Role: admin.
+	SetPoolLimits(ctx context.Context, in *SetPoolLimitsRequest, opts ...grpc.CallOption) (*SetPoolLimitsResponse, error)
+	// GetPoolLimits returns a pool's limits in force (set at runtime, else its
+	// config's). Role: read.
+	GetPoolLimits(ctx context.Context, in *GetPoolLimitsRequest, opts ...grpc.CallOption) (*GetPoolLimitsResponse, error)
+	// PauseAll is the kill switch: every pool of a service, or of every
+	// service, stops consuming once its in-flight work is done. Persisted: a
+	// daemon that starts while it holds consumes nothing. Audited. Role:
+	// admin.
+	PauseAll(ctx context.Context, in *PauseAllRequest, opts ...grpc.CallOption) (*PauseAllResponse, error)
+	// ResumeAll lifts the kill switch of a service, or of every service;
+	// pools paused on their own stay paused. Audited. Role: admin.
+	ResumeAll(ctx context.Context, in *ResumeAllRequest, opts ...grpc.CallOption) (*ResumeAllResponse, error)
 	// LookupEvent tells whether an event id was processed, by one service or
 	// by every service, when, and when its dedup row may be purged.
 	// Role: read.
@@ -230,6 +251,46 @@ func (c *adminServiceClient) ResumePool(ctx context.Context, in *ResumePoolReque
 	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
 	out := new(ResumePoolResponse)
 	err := c.cc.Invoke(ctx, AdminService_ResumePool_FullMethodName, in, out, cOpts...)
+	if err != nil {
+		return nil, err
+	}
+	return out, nil
+}
+
+func (c *adminServiceClient) SetPoolLimits(ctx context.Context, in *SetPoolLimitsRequest, opts ...grpc.CallOption) (*SetPoolLimitsResponse, error) {
+	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
+	out := new(SetPoolLimitsResponse)
+	err := c.cc.Invoke(ctx, AdminService_SetPoolLimits_FullMethodName, in, out, cOpts...)
+	if err != nil {
+		return nil, err
+	}
+	return out, nil
+}
+
+func (c *adminServiceClient) GetPoolLimits(ctx context.Context, in *GetPoolLimitsRequest, opts ...grpc.CallOption) (*GetPoolLimitsResponse, error) {
+	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
+	out := new(GetPoolLimitsResponse)
+	err := c.cc.Invoke(ctx, AdminService_GetPoolLimits_FullMethodName, in, out, cOpts...)
+	if err != nil {
+		return nil, err
+	}
+	return out, nil
+}
+
+func (c *adminServiceClient) PauseAll(ctx context.Context, in *PauseAllRequest, opts ...grpc.CallOption) (*PauseAllResponse, error) {
+	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
+	out := new(PauseAllResponse)
+	err := c.cc.Invoke(ctx, AdminService_PauseAll_FullMethodName, in, out, cOpts...)
+	if err != nil {
+		return nil, err
+	}
+	return out, nil
+}
+
+func (c *adminServiceClient) ResumeAll(ctx context.Context, in *ResumeAllRequest, opts ...grpc.CallOption) (*ResumeAllResponse, error) {
+	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
+	out := new(ResumeAllResponse)
+	err := c.cc.Invoke(ctx, AdminService_ResumeAll_FullMethodName, in, out, cOpts...)
 	if err != nil {
 		return nil, err
 	}
@@ -483,8 +544,9 @@ func (c *adminServiceClient) EditFailedEvent(ctx context.Context, in *EditFailed
 // AdminService is platformd's admin API.
 //
 // Every RPC needs metadata `authorization: Bearer <token>`. A token of role
-// `read` may call ListServices, ListPools, LookupEvent, GetHorizon,
-// ListPurgeRuns, ListFailedMessages, DescribeService and ListAudit; every
+// `read` may call ListServices, ListPools, GetPoolLimits, LookupEvent,
+// GetHorizon, ListPurgeRuns, ListFailedMessages, DescribeService and
+// ListAudit; every
 // other RPC needs role `admin`.
 // Errors use gRPC codes: NOT_FOUND for an unknown service or pool,
 // INVALID_ARGUMENT for a malformed request (bad UUID, duration or limit),
@@ -505,6 +567,22 @@ type AdminServiceServer interface {
 	// ResumePool resumes a paused pool. Resuming a running pool is a no-op that
 	// returns it. Role: admin.
 	ResumePool(context.Context, *ResumePoolRequest) (*ResumePoolResponse, error)
+	// SetPoolLimits sets a pool's limits at runtime: its rate across every
+	// daemon running it, its burst and its concurrency. Persisted in the
+	// service database like a pause and applied by every daemon within a
+	// second without restarting the pool; audited. Role: admin.
+	SetPoolLimits(context.Context, *SetPoolLimitsRequest) (*SetPoolLimitsResponse, error)
+	// GetPoolLimits returns a pool's limits in force (set at runtime, else its
+	// config's). Role: read.
+	GetPoolLimits(context.Context, *GetPoolLimitsRequest) (*GetPoolLimitsResponse, error)
+	// PauseAll is the kill switch: every pool of a service, or of every
+	// service, stops consuming once its in-flight work is done. Persisted: a
+	// daemon that starts while it holds consumes nothing. Audited. Role:
+	// admin.
+	PauseAll(context.Context, *PauseAllRequest) (*PauseAllResponse, error)
+	// ResumeAll lifts the kill switch of a service, or of every service;
+	// pools paused on their own stay paused. Audited. Role: admin.
+	ResumeAll(context.Context, *ResumeAllRequest) (*ResumeAllResponse, error)
 	// LookupEvent tells whether an event id was processed, by one service or
 	// by every service, when, and when its dedup row may be purged.
 	// Role: read.
@@ -630,6 +708,18 @@ func (UnimplementedAdminServiceServer) PausePool(context.Context, *PausePoolRequ
 }
 func (UnimplementedAdminServiceServer) ResumePool(context.Context, *ResumePoolRequest) (*ResumePoolResponse, error) {
 	return nil, status.Error(codes.Unimplemented, "method ResumePool not implemented")
+}
+func (UnimplementedAdminServiceServer) SetPoolLimits(context.Context, *SetPoolLimitsRequest) (*SetPoolLimitsResponse, error) {
+	return nil, status.Error(codes.Unimplemented, "method SetPoolLimits not implemented")
+}
+func (UnimplementedAdminServiceServer) GetPoolLimits(context.Context, *GetPoolLimitsRequest) (*GetPoolLimitsResponse, error) {
+	return nil, status.Error(codes.Unimplemented, "method GetPoolLimits not implemented")
+}
+func (UnimplementedAdminServiceServer) PauseAll(context.Context, *PauseAllRequest) (*PauseAllResponse, error) {
+	return nil, status.Error(codes.Unimplemented, "method PauseAll not implemented")
+}
+func (UnimplementedAdminServiceServer) ResumeAll(context.Context, *ResumeAllRequest) (*ResumeAllResponse, error) {
+	return nil, status.Error(codes.Unimplemented, "method ResumeAll not implemented")
 }
 func (UnimplementedAdminServiceServer) LookupEvent(context.Context, *LookupEventRequest) (*LookupEventResponse, error) {
 	return nil, status.Error(codes.Unimplemented, "method LookupEvent not implemented")
@@ -792,6 +882,78 @@ func _AdminService_ResumePool_Handler(srv interface{}, ctx context.Context, dec 
 	}
 	handler := func(ctx context.Context, req interface{}) (interface{}, error) {
 		return srv.(AdminServiceServer).ResumePool(ctx, req.(*ResumePoolRequest))
+	}
+	return interceptor(ctx, in, info, handler)
+}
+
+func _AdminService_SetPoolLimits_Handler(srv interface{}, ctx context.Context, dec func(interface{}) error, interceptor grpc.UnaryServerInterceptor) (interface{}, error) {
+	in := new(SetPoolLimitsRequest)
+	if err := dec(in); err != nil {
+		return nil, err
+	}
+	if interceptor == nil {
+		return srv.(AdminServiceServer).SetPoolLimits(ctx, in)
+	}
+	info := &grpc.UnaryServerInfo{
+		Server:     srv,
+		FullMethod: AdminService_SetPoolLimits_FullMethodName,
+	}
+	handler := func(ctx context.Context, req interface{}) (interface{}, error) {
+		return srv.(AdminServiceServer).SetPoolLimits(ctx, req.(*SetPoolLimitsRequest))
+	}
+	return interceptor(ctx, in, info, handler)
+}
+
+func _AdminService_GetPoolLimits_Handler(srv interface{}, ctx context.Context, dec func(interface{}) error, interceptor grpc.UnaryServerInterceptor) (interface{}, error) {
+	in := new(GetPoolLimitsRequest)
+	if err := dec(in); err != nil {
+		return nil, err
+	}
+	if interceptor == nil {
+		return srv.(AdminServiceServer).GetPoolLimits(ctx, in)
+	}
+	info := &grpc.UnaryServerInfo{
+		Server:     srv,
+		FullMethod: AdminService_GetPoolLimits_FullMethodName,
+	}
+	handler := func(ctx context.Context, req interface{}) (interface{}, error) {
+		return srv.(AdminServiceServer).GetPoolLimits(ctx, req.(*GetPoolLimitsRequest))
+	}
+	return interceptor(ctx, in, info, handler)
+}
+
+func _AdminService_PauseAll_Handler(srv interface{}, ctx context.Context, dec func(interface{}) error, interceptor grpc.UnaryServerInterceptor) (interface{}, error) {
+	in := new(PauseAllRequest)
+	if err := dec(in); err != nil {
+		return nil, err
+	}
+	if interceptor == nil {
+		return srv.(AdminServiceServer).PauseAll(ctx, in)
+	}
+	info := &grpc.UnaryServerInfo{
+		Server:     srv,
+		FullMethod: AdminService_PauseAll_FullMethodName,
+	}
+	handler := func(ctx context.Context, req interface{}) (interface{}, error) {
+		return srv.(AdminServiceServer).PauseAll(ctx, req.(*PauseAllRequest))
+	}
+	return interceptor(ctx, in, info, handler)
+}
+
+func _AdminService_ResumeAll_Handler(srv interface{}, ctx context.Context, dec func(interface{}) error, interceptor grpc.UnaryServerInterceptor) (interface{}, error) {
+	in := new(ResumeAllRequest)
+	if err := dec(in); err != nil {
+		return nil, err
+	}
+	if interceptor == nil {
+		return srv.(AdminServiceServer).ResumeAll(ctx, in)
+	}
+	info := &grpc.UnaryServerInfo{
+		Server:     srv,
+		FullMethod: AdminService_ResumeAll_FullMethodName,
+	}
+	handler := func(ctx context.Context, req interface{}) (interface{}, error) {
+		return srv.(AdminServiceServer).ResumeAll(ctx, req.(*ResumeAllRequest))
 	}
 	return interceptor(ctx, in, info, handler)
 }
@@ -1250,6 +1412,22 @@ var AdminService_ServiceDesc = grpc.ServiceDesc{
 		{
 			MethodName: "ResumePool",
 			Handler:    _AdminService_ResumePool_Handler,
+		},
+		{
+			MethodName: "SetPoolLimits",
+			Handler:    _AdminService_SetPoolLimits_Handler,
+		},
+		{
+			MethodName: "GetPoolLimits",
+			Handler:    _AdminService_GetPoolLimits_Handler,
+		},
+		{
+			MethodName: "PauseAll",
+			Handler:    _AdminService_PauseAll_Handler,
+		},
+		{
+			MethodName: "ResumeAll",
+			Handler:    _AdminService_ResumeAll_Handler,
 		},
 		{
 			MethodName: "LookupEvent",

@@ -1,0 +1,230 @@
+package state
+
+import (
+	"context"
+	"fmt"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgxpool"
+
+	"github.com/platformd/platformd/internal/dbutil"
+	"github.com/platformd/platformd/internal/query"
+)
+
+// ChannelLimits is the notification channel on which a pool's stored limits
+// are announced as changed; the payload is the pool's name.
+const ChannelLimits = "platformd_limits"
+
+// Audited actions of live limits (platform.audit_log.action, migration 015).
+const (
+	// AuditServicePause is a service's kill switch set (PauseAll); Target
+	// is the service, Detail "reason".
+	AuditServicePause = "service.pause"
+	// AuditServiceResume is a service's kill switch lifted (ResumeAll);
+	// Target is the service.
+	AuditServiceResume = "service.resume"
+	// AuditPoolLimits is a pool's limits set; Target is the pool, Detail
+	// "rate", "burst", "concurrency" (as stored) and "reason".
+	AuditPoolLimits = "pool.limits"
+)
+
+// MemberTTL is how recent a daemon's heartbeat on a pool must be for it to
+// count as running the pool when the pool's rate is shared out.
+const MemberTTL = 3 * time.Second
+
+// ServicePause is a service's stored kill switch.
+type ServicePause struct {
+	Service   string
+	Paused    bool
+	Reason    string
+	UpdatedAt time.Time
+	UpdatedBy string
+}
+
+func (r *ServicePause) dest() []any {
+	return []any{&r.Paused, &r.Reason, &r.UpdatedAt, &r.UpdatedBy}
+}
+
+var getServicePause = query.NewRow("state.get_service_pause",
+	`SELECT paused, reason, updated_at, updated_by FROM platform.service_pause WHERE service = $1`,
+	serviceArgs, (*ServicePause).dest)
+
+type setServicePauseParams struct {
+	Service       string
+	Paused        bool
+	Reason, Actor string
+}
+
+var upsertServicePause = query.NewRow("state.upsert_service_pause", `INSERT INTO platform.service_pause (service, paused, reason, updated_at, updated_by)
+	VALUES ($1, $2, $3, now(), $4)
+	ON CONFLICT (service) DO UPDATE SET paused = EXCLUDED.paused, reason = EXCLUDED.reason,
+		updated_at = EXCLUDED.updated_at, updated_by = EXCLUDED.updated_by
+	RETURNING paused, reason, updated_at, updated_by`,
+	func(p setServicePauseParams) []any { return []any{p.Service, p.Paused, p.Reason, p.Actor} }, (*ServicePause).dest)
+
+// GetServicePause returns service's stored kill switch; one never set is
+// not paused (zero UpdatedAt).
+func GetServicePause(ctx context.Context, db Querier, service string) (ServicePause, error) {
+	r, _, err := getServicePause.Find(ctx, db, serviceParams{Service: service})
+	r.Service = service
+	if err != nil {
+		return r, fmt.Errorf("state: get kill switch of %s: %w", service, err)
+	}
+	return r, nil
+}
+
+// SetServicePaused stores service's kill switch, records it in the audit
+// log (AuditServicePause or AuditServiceResume) and announces it on
+// ChannelPool with an empty payload (every pool re-reads its state), in one
+// transaction.
+func SetServicePaused(ctx context.Context, db *pgxpool.Pool, service string, paused bool, reason, actor string) (ServicePause, error) {
+	st, err := dbutil.WithTxV(ctx, db, dbutil.ReadCommitted, func(ctx context.Context, tx pgx.Tx) (ServicePause, error) {
+		r, err := upsertServicePause.One(ctx, tx, setServicePauseParams{Service: service, Paused: paused, Reason: reason, Actor: actor})
+		if err != nil {
+			return r, err
+		}
+		action, detail := AuditServiceResume, map[string]any{}
+		if paused {
+			action, detail = AuditServicePause, map[string]any{"reason": reason}
+		}
+		if err := AppendAudit(ctx, tx, actor, action, service, detail); err != nil {
+			return r, err
+		}
+		_, err = notify.Run(ctx, tx, notifyParams{Channel: ChannelPool, Payload: ""})
+		return r, err
+	})
+	st.Service = service
+	if err != nil {
+		return st, fmt.Errorf("state: set kill switch of %s paused=%v: %w", service, paused, err)
+	}
+	return st, nil
+}
+
+// KillSwitchReasonPrefix starts the paused reason a pool reports while its
+// service's kill switch holds.
+const KillSwitchReasonPrefix = "pause-all: "
+
+// GetEffectivePoolState returns pool's pause state in force: paused when
+// the pool is, or when its service's kill switch holds (the reason is then
+// the kill switch's, after KillSwitchReasonPrefix).
+func GetEffectivePoolState(ctx context.Context, db Querier, service, pool string) (PoolState, error) {
+	st, err := GetPoolState(ctx, db, pool)
+	if err != nil {
+		return st, err
+	}
+	sp, err := GetServicePause(ctx, db, service)
+	if err != nil {
+		return st, err
+	}
+	if sp.Paused {
+		st.Paused, st.Reason, st.UpdatedAt, st.UpdatedBy = true, KillSwitchReasonPrefix+sp.Reason, sp.UpdatedAt, sp.UpdatedBy
+	}
+	return st, nil
+}
+
+// PoolLimits are a pool's limits as stored by SetPoolLimits.
+type PoolLimits struct {
+	Pool string
+	// Rate is in events per second for the pool across every daemon; 0:
+	// no limit.
+	Rate float64
+	// Burst is the bucket's size; 0: the rate.
+	Burst int
+	// Concurrency is the pool's workers; 0: the config's.
+	Concurrency int
+	Reason      string
+	UpdatedAt   time.Time
+	UpdatedBy   string
+}
+
+func (r *PoolLimits) dest() []any {
+	return []any{&r.Rate, &r.Burst, &r.Concurrency, &r.Reason, &r.UpdatedAt, &r.UpdatedBy}
+}
+
+var getPoolLimits = query.NewRow("state.get_pool_limits",
+	`SELECT rate, burst, concurrency, reason, updated_at, updated_by FROM platform.pool_limits WHERE pool = $1`,
+	func(p poolParams) []any { return []any{p.Pool} }, (*PoolLimits).dest)
+
+// upsertPoolLimits keeps the stored concurrency when asked for 0.
+var upsertPoolLimits = query.NewRow("state.upsert_pool_limits", `INSERT INTO platform.pool_limits AS l (pool, rate, burst, concurrency, reason, updated_at, updated_by)
+	VALUES ($1, $2, $3, $4, $5, now(), $6)
+	ON CONFLICT (pool) DO UPDATE SET rate = EXCLUDED.rate, burst = EXCLUDED.burst,
+		concurrency = CASE WHEN EXCLUDED.concurrency = 0 THEN l.concurrency ELSE EXCLUDED.concurrency END,
+		reason = EXCLUDED.reason, updated_at = EXCLUDED.updated_at, updated_by = EXCLUDED.updated_by
+	RETURNING rate, burst, concurrency, reason, updated_at, updated_by`,
+	func(p PoolLimits) []any { return []any{p.Pool, p.Rate, p.Burst, p.Concurrency, p.Reason, p.UpdatedBy} },
+	(*PoolLimits).dest)
+
+// GetPoolLimits returns pool's stored limits, and false when none were
+// ever stored (the config's apply).
+func GetPoolLimits(ctx context.Context, db Querier, pool string) (PoolLimits, bool, error) {
+	r, ok, err := getPoolLimits.Find(ctx, db, poolParams{Pool: pool})
+	r.Pool = pool
+	if err != nil {
+		return r, false, fmt.Errorf("state: get limits of pool %s: %w", pool, err)
+	}
+	return r, ok, nil
+}
+
+// SetPoolLimits stores l (l.UpdatedBy is the actor; a Concurrency of 0
+// keeps the stored one), records it in the audit log (AuditPoolLimits) and
+// announces it on ChannelLimits, in one transaction, and returns what is
+// stored.
+func SetPoolLimits(ctx context.Context, db *pgxpool.Pool, l PoolLimits) (PoolLimits, error) {
+	st, err := dbutil.WithTxV(ctx, db, dbutil.ReadCommitted, func(ctx context.Context, tx pgx.Tx) (PoolLimits, error) {
+		r, err := upsertPoolLimits.One(ctx, tx, l)
+		if err != nil {
+			return r, err
+		}
+		detail := map[string]any{"rate": r.Rate, "burst": r.Burst, "concurrency": r.Concurrency, "reason": r.Reason}
+		if err := AppendAudit(ctx, tx, l.UpdatedBy, AuditPoolLimits, l.Pool, detail); err != nil {
+			return r, err
+		}
+		_, err = notify.Run(ctx, tx, notifyParams{Channel: ChannelLimits, Payload: l.Pool})
+		return r, err
+	})
+	st.Pool = l.Pool
+	if err != nil {
+		return st, fmt.Errorf("state: set limits of pool %s: %w", l.Pool, err)
+	}
+	return st, nil
+}
+
+type memberParams struct {
+	Pool, Member string
+}
+
+// heartbeatMember refreshes member's row of pool and counts the members
+// whose heartbeat is within MemberTTL, itself included (its own new row is
+// not visible to the statement's SELECT, hence the 1 +).
+var heartbeatMember = query.NewRow("state.heartbeat_pool_member", `WITH up AS (
+		INSERT INTO platform.pool_member (pool, member, heartbeat_at) VALUES ($1, $2, now())
+		ON CONFLICT (pool, member) DO UPDATE SET heartbeat_at = now()
+	)
+	SELECT 1 + count(*)::int FROM platform.pool_member
+	WHERE pool = $1 AND member <> $2 AND heartbeat_at > now() - $3::interval`,
+	func(p memberParams) []any { return []any{p.Pool, p.Member, MemberTTL} }, query.Column[int])
+
+var deleteMember = query.NewExec("state.delete_pool_member",
+	`DELETE FROM platform.pool_member WHERE pool = $1 AND (member = $2 OR heartbeat_at < now() - interval '1 hour')`,
+	func(p memberParams) []any { return []any{p.Pool, p.Member} })
+
+// HeartbeatPoolMember records that member (a daemon) runs pool now and
+// returns how many daemons run it (at least 1).
+func HeartbeatPoolMember(ctx context.Context, db Querier, pool, member string) (int, error) {
+	n, err := heartbeatMember.One(ctx, db, memberParams{Pool: pool, Member: member})
+	if err != nil {
+		return 1, fmt.Errorf("state: heartbeat of pool %s: %w", pool, err)
+	}
+	return max(n, 1), nil
+}
+
+// LeavePool deletes member's row of pool (and rows stale for an hour), so
+// that the others take its share at once.
+func LeavePool(ctx context.Context, db Querier, pool, member string) error {
+	if _, err := deleteMember.Run(ctx, db, memberParams{Pool: pool, Member: member}); err != nil {
+		return fmt.Errorf("state: leave pool %s: %w", pool, err)
+	}
+	return nil
+}
