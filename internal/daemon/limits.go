@@ -122,7 +122,7 @@ func (s *service) applyStoredLimits(ctx context.Context, sp *servicePool) {
 	rctx, cancel := context.WithTimeout(ctx, limitsReadTimeout)
 	defer cancel()
 	if l, err := limitsIn(rctx, s.db, sp.cfg); err == nil {
-		applyLimits(sp.pool, l)
+		applyLimits(sp.pool, l) //nolint:contextcheck // new workers run under the pool's own context
 	}
 }
 
