@@ -90,12 +90,15 @@ func applyLimits(p *workers.Pool, l admin.PoolLimitsInfo) {
 
 // limitsOf returns p's limits in force: stored, else its config's.
 func (s *service) limitsOf(ctx context.Context, q state.Querier, p *workers.Pool) (admin.PoolLimitsInfo, error) {
-	pc, ok := s.poolConfig(p.Name())
-	out := admin.PoolLimitsInfo{Pool: p.Name()}
-	if ok {
-		out.Rate, out.Burst, out.Concurrency = pc.Limits.Rate, pc.Limits.Burst, pc.Concurrency
-	}
-	st, found, err := state.GetPoolLimits(ctx, q, p.Name())
+	pc, _ := s.poolConfig(p.Name())
+	pc.Name = p.Name()
+	return limitsIn(ctx, q, pc)
+}
+
+// limitsIn returns the limits in force of the pool configured as pc.
+func limitsIn(ctx context.Context, q state.Querier, pc config.PoolConfig) (admin.PoolLimitsInfo, error) {
+	out := admin.PoolLimitsInfo{Pool: pc.Name, Rate: pc.Limits.Rate, Burst: pc.Limits.Burst, Concurrency: pc.Concurrency}
+	st, found, err := state.GetPoolLimits(ctx, q, pc.Name)
 	if err != nil {
 		return out, err
 	}
@@ -106,6 +109,21 @@ func (s *service) limitsOf(ctx context.Context, q state.Querier, p *workers.Pool
 		}
 	}
 	return out, nil
+}
+
+// limitsReadTimeout bounds reading a pool's stored limits as a reload
+// starts it (the service's lock is held meanwhile).
+const limitsReadTimeout = 2 * time.Second
+
+// applyStoredLimits applies the stored limits of sp before it starts (a
+// reload), so that it starts with them rather than its config's until the
+// next read; a database that does not answer leaves the config's.
+func (s *service) applyStoredLimits(ctx context.Context, sp *servicePool) {
+	rctx, cancel := context.WithTimeout(ctx, limitsReadTimeout)
+	defer cancel()
+	if l, err := limitsIn(rctx, s.db, sp.cfg); err == nil {
+		applyLimits(sp.pool, l) //nolint:contextcheck // new workers run under the pool's own context
+	}
 }
 
 // poolConfig returns the config of the service's pool called name.

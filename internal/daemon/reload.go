@@ -477,6 +477,7 @@ func (s *service) attach(ctx context.Context, sc config.ServiceConfig, reg *cons
 		if err != nil {
 			s.d.log.WarnContext(ctx, "daemon: declare topology failed; workers will retry", slog.String("pool", sp.cfg.Name), slog.Any("error", err))
 		}
+		s.applyStoredLimits(ctx, sp) // limits.go
 		_ = sp.pool.Start(ctx)
 		s.d.testSignals.PoolStarted.Signal(sp.cfg.Name)
 	}
