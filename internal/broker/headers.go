@@ -1,6 +1,9 @@
 package broker
 
 import (
+	"bytes"
+	"encoding/json"
+	"fmt"
 	"strconv"
 
 	amqp "github.com/rabbitmq/amqp091-go"
@@ -118,4 +121,52 @@ func errorCopy(d *amqp.Delivery, attempt int, errText string) amqp.Publishing {
 	p.Headers[HeaderAttempt] = int32(attempt)
 	p.Headers[HeaderOriginalRoutingKey] = OriginalRoutingKey(d)
 	return p
+}
+
+// TableFromJSON converts a JSON object (headers kept as jsonb: an outbox
+// row's, a stored failure's) to an AMQP table: strings, booleans and null
+// as themselves, integers that fit as int64, other numbers as float64,
+// objects as tables and arrays as arrays. Empty text and {} give a nil
+// table. It does not check the table against AMQP's field types
+// (amqp.Table.Validate).
+func TableFromJSON(text []byte) (amqp.Table, error) {
+	if len(text) == 0 || string(text) == "{}" {
+		return nil, nil
+	}
+	dec := json.NewDecoder(bytes.NewReader(text))
+	dec.UseNumber()
+	var m map[string]any
+	if err := dec.Decode(&m); err != nil {
+		return nil, fmt.Errorf("not a JSON object: %w", err)
+	}
+	t := make(amqp.Table, len(m))
+	for k, v := range m {
+		t[k] = amqpValue(v)
+	}
+	return t, nil
+}
+
+func amqpValue(v any) any {
+	switch x := v.(type) {
+	case json.Number:
+		if i, err := strconv.ParseInt(x.String(), 10, 64); err == nil {
+			return i
+		}
+		f, _ := x.Float64()
+		return f
+	case map[string]any:
+		t := make(amqp.Table, len(x))
+		for k, e := range x {
+			t[k] = amqpValue(e)
+		}
+		return t
+	case []any:
+		out := make([]any, len(x))
+		for i, e := range x {
+			out[i] = amqpValue(e)
+		}
+		return out
+	default:
+		return x // string, bool, nil
+	}
 }

@@ -1,7 +1,6 @@
 package failure
 
 import (
-	"bytes"
 	"cmp"
 	"context"
 	"encoding/json"
@@ -564,22 +563,22 @@ func (s *sender) copyOf(it *item) (amqp.Publishing, error) {
 }
 
 // retryHeaders turns a row's stored headers (JSON) back into AMQP
-// headers, less the dropped ones: integers stay integers.
+// headers (broker.TableFromJSON: integers stay integers), less the
+// dropped ones; never nil.
 func retryHeaders(raw []byte) (amqp.Table, error) {
-	dec := json.NewDecoder(bytes.NewReader(raw))
-	dec.UseNumber()
-	var m map[string]any
-	if err := dec.Decode(&m); err != nil {
+	t, err := broker.TableFromJSON(raw)
+	if err != nil {
 		return nil, err
 	}
-	out := make(amqp.Table, len(m)+4)
-	for k, v := range m {
-		if slices.Contains(droppedHeaders, k) || hasAnyPrefix(k, droppedHeaderPrefixes) {
-			continue
-		}
-		out[k] = amqpValue(v)
+	if t == nil {
+		t = amqp.Table{}
 	}
-	return out, nil
+	for k := range t {
+		if slices.Contains(droppedHeaders, k) || hasAnyPrefix(k, droppedHeaderPrefixes) {
+			delete(t, k)
+		}
+	}
+	return t, nil
 }
 
 func hasAnyPrefix(s string, prefixes []string) bool {
@@ -589,30 +588,6 @@ func hasAnyPrefix(s string, prefixes []string) bool {
 		}
 	}
 	return false
-}
-
-func amqpValue(v any) any {
-	switch x := v.(type) {
-	case json.Number:
-		if n, err := x.Int64(); err == nil {
-			return n
-		}
-		f, _ := x.Float64()
-		return f
-	case map[string]any:
-		t := make(amqp.Table, len(x))
-		for k, v := range x {
-			t[k] = amqpValue(v)
-		}
-		return t
-	case []any:
-		out := make([]any, len(x))
-		for i := range x {
-			out[i] = amqpValue(x[i])
-		}
-		return out
-	}
-	return v
 }
 
 func later(a, b time.Time) time.Time {

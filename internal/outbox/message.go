@@ -1,17 +1,16 @@
 package outbox
 
 import (
-	"bytes"
 	"encoding/json"
 	"errors"
 	"fmt"
-	"strconv"
 	"time"
 
 	"github.com/google/uuid"
 	amqp "github.com/rabbitmq/amqp091-go"
 
 	"github.com/platformd/platformd/consumer"
+	"github.com/platformd/platformd/internal/broker"
 	"github.com/platformd/platformd/internal/envelope"
 )
 
@@ -76,50 +75,15 @@ func (r row) message(maxBody int) (amqp.Publishing, error) {
 	}, nil
 }
 
-// amqpHeaders converts a jsonb object to an AMQP table: strings, booleans
-// and null as themselves, integers that fit as int64, other numbers as
-// float64, objects as tables and arrays as arrays.
+// amqpHeaders converts a row's jsonb headers to an AMQP table
+// (broker.TableFromJSON) and checks it against AMQP's field types.
 func amqpHeaders(text string) (amqp.Table, error) {
-	if text == "" || text == "{}" {
-		return nil, nil
-	}
-	dec := json.NewDecoder(bytes.NewReader([]byte(text)))
-	dec.UseNumber()
-	var m map[string]any
-	if err := dec.Decode(&m); err != nil {
-		return nil, fmt.Errorf("not a JSON object: %w", err)
-	}
-	t := make(amqp.Table, len(m))
-	for k, v := range m {
-		t[k] = amqpValue(v)
+	t, err := broker.TableFromJSON([]byte(text))
+	if err != nil || t == nil {
+		return nil, err
 	}
 	if err := t.Validate(); err != nil {
 		return nil, err
 	}
 	return t, nil
-}
-
-func amqpValue(v any) any {
-	switch x := v.(type) {
-	case json.Number:
-		if i, err := strconv.ParseInt(x.String(), 10, 64); err == nil {
-			return i
-		}
-		f, _ := x.Float64()
-		return f
-	case map[string]any:
-		t := make(amqp.Table, len(x))
-		for k, e := range x {
-			t[k] = amqpValue(e)
-		}
-		return t
-	case []any:
-		out := make([]any, len(x))
-		for i, e := range x {
-			out[i] = amqpValue(e)
-		}
-		return out
-	default:
-		return x // string, bool, nil
-	}
 }
