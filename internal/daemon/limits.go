@@ -34,22 +34,16 @@ const limitsReadEvery = 5
 // watchLimits runs the service's pool membership heartbeat, and re-reads
 // the stored limits now and then, until ctx ends; then leaves every pool.
 func (s *service) watchLimits(ctx context.Context) {
-	// This service's membership, unique to this start (the random part).
-	member := lease.DefaultHolder()
+	member := s.memberName()
 	n := 0
 	startstop.Tick(ctx, LimitsHeartbeatDefault, func(ctx context.Context) {
 		if !s.up.Load() {
 			return
 		}
 		n++
-		pools := s.workerPools()
 		_ = s.ctl.Do(ctx, func(ctx context.Context, q session.Querier) error {
-			for _, p := range pools {
-				members, err := state.HeartbeatPoolMember(ctx, q, p.Name(), member)
-				if err != nil {
-					return err
-				}
-				p.SetMembers(members)
+			if err := s.heartbeatPools(ctx, q); err != nil {
+				return err
 			}
 			if n%limitsReadEvery == 0 {
 				s.refreshLimitsOn(ctx, q, "")
@@ -62,6 +56,27 @@ func (s *service) watchLimits(ctx context.Context) {
 	for _, p := range s.workerPools() {
 		_ = state.LeavePool(lctx, s.db, p.Name(), member)
 	}
+}
+
+// memberName is this start's membership of the service's pools, unique to
+// it (the random part of lease.DefaultHolder).
+func (s *service) memberName() string {
+	s.memberOnce.Do(func() { s.member = lease.DefaultHolder() })
+	return s.member
+}
+
+// heartbeatPools records that this daemon runs each of the service's
+// pools and gives each its count of members (its share of the rate).
+func (s *service) heartbeatPools(ctx context.Context, q session.Querier) error {
+	member := s.memberName()
+	for _, p := range s.workerPools() {
+		members, err := state.HeartbeatPoolMember(ctx, q, p.Name(), member)
+		if err != nil {
+			return err
+		}
+		p.SetMembers(members)
+	}
+	return nil
 }
 
 // refreshLimitsOn reads the stored limits of pool (every pool when "")

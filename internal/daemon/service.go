@@ -86,6 +86,10 @@ type service struct {
 	replayer *replay.Runner
 	// retrier sends the retries of the service's failure store.
 	retrier *failure.Runner
+	// member is this start's name among the daemons running the service's
+	// pools (their rate is shared out by member); set once, by memberName.
+	member     string
+	memberOnce sync.Once
 
 	up      atomic.Bool           // brought up: its pools, relay and scheduler run
 	downErr atomic.Pointer[error] // why it is not up, or its database's last error
@@ -253,6 +257,10 @@ func (s *service) Start(ctx context.Context) error {
 			_ = s.ctl.Do(runCtx, func(ctx context.Context, q session.Querier) error {
 				s.horizon.refreshOn(ctx, q)
 				s.refreshLimitsOn(ctx, q, "") // before the pools consume
+				// Counted among the pools' members before consuming: a
+				// daemon that joined would take the whole rate until its
+				// first heartbeat.
+				s.heartbeatPools(ctx, q)
 				return nil
 			})
 			// Under the lock, so that a reload adding pools meanwhile

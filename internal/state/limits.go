@@ -9,7 +9,6 @@ import (
 	"github.com/jackc/pgx/v5/pgxpool"
 
 	"github.com/platformd/platformd/internal/dbutil"
-	"github.com/platformd/platformd/internal/query"
 )
 
 // ChannelLimits is the notification channel on which a pool's stored limits
@@ -46,22 +45,11 @@ func (r *ServicePause) dest() []any {
 	return []any{&r.Paused, &r.Reason, &r.UpdatedAt, &r.UpdatedBy}
 }
 
-var getServicePause = query.NewRow("state.get_service_pause",
-	`SELECT paused, reason, updated_at, updated_by FROM platform.service_pause WHERE service = $1`,
-	serviceArgs, (*ServicePause).dest)
-
 type setServicePauseParams struct {
 	Service       string
 	Paused        bool
 	Reason, Actor string
 }
-
-var upsertServicePause = query.NewRow("state.upsert_service_pause", `INSERT INTO platform.service_pause (service, paused, reason, updated_at, updated_by)
-	VALUES ($1, $2, $3, now(), $4)
-	ON CONFLICT (service) DO UPDATE SET paused = EXCLUDED.paused, reason = EXCLUDED.reason,
-		updated_at = EXCLUDED.updated_at, updated_by = EXCLUDED.updated_by
-	RETURNING paused, reason, updated_at, updated_by`,
-	func(p setServicePauseParams) []any { return []any{p.Service, p.Paused, p.Reason, p.Actor} }, (*ServicePause).dest)
 
 // GetServicePause returns service's stored kill switch; one never set is
 // not paused (zero UpdatedAt).
@@ -142,20 +130,6 @@ func (r *PoolLimits) dest() []any {
 	return []any{&r.Rate, &r.Burst, &r.Concurrency, &r.Reason, &r.UpdatedAt, &r.UpdatedBy}
 }
 
-var getPoolLimits = query.NewRow("state.get_pool_limits",
-	`SELECT rate, burst, concurrency, reason, updated_at, updated_by FROM platform.pool_limits WHERE pool = $1`,
-	func(p poolParams) []any { return []any{p.Pool} }, (*PoolLimits).dest)
-
-// upsertPoolLimits keeps the stored concurrency when asked for 0.
-var upsertPoolLimits = query.NewRow("state.upsert_pool_limits", `INSERT INTO platform.pool_limits AS l (pool, rate, burst, concurrency, reason, updated_at, updated_by)
-	VALUES ($1, $2, $3, $4, $5, now(), $6)
-	ON CONFLICT (pool) DO UPDATE SET rate = EXCLUDED.rate, burst = EXCLUDED.burst,
-		concurrency = CASE WHEN EXCLUDED.concurrency = 0 THEN l.concurrency ELSE EXCLUDED.concurrency END,
-		reason = EXCLUDED.reason, updated_at = EXCLUDED.updated_at, updated_by = EXCLUDED.updated_by
-	RETURNING rate, burst, concurrency, reason, updated_at, updated_by`,
-	func(p PoolLimits) []any { return []any{p.Pool, p.Rate, p.Burst, p.Concurrency, p.Reason, p.UpdatedBy} },
-	(*PoolLimits).dest)
-
 // GetPoolLimits returns pool's stored limits, and false when none were
 // ever stored (the config's apply).
 func GetPoolLimits(ctx context.Context, db Querier, pool string) (PoolLimits, bool, error) {
@@ -194,21 +168,6 @@ func SetPoolLimits(ctx context.Context, db *pgxpool.Pool, l PoolLimits) (PoolLim
 type memberParams struct {
 	Pool, Member string
 }
-
-// heartbeatMember refreshes member's row of pool and counts the members
-// whose heartbeat is within MemberTTL, itself included (its own new row is
-// not visible to the statement's SELECT, hence the 1 +).
-var heartbeatMember = query.NewRow("state.heartbeat_pool_member", `WITH up AS (
-		INSERT INTO platform.pool_member (pool, member, heartbeat_at) VALUES ($1, $2, now())
-		ON CONFLICT (pool, member) DO UPDATE SET heartbeat_at = now()
-	)
-	SELECT 1 + count(*)::int FROM platform.pool_member
-	WHERE pool = $1 AND member <> $2 AND heartbeat_at > now() - $3::interval`,
-	func(p memberParams) []any { return []any{p.Pool, p.Member, MemberTTL} }, query.Column[int])
-
-var deleteMember = query.NewExec("state.delete_pool_member",
-	`DELETE FROM platform.pool_member WHERE pool = $1 AND (member = $2 OR heartbeat_at < now() - interval '1 hour')`,
-	func(p memberParams) []any { return []any{p.Pool, p.Member} })
 
 // HeartbeatPoolMember records that member (a daemon) runs pool now and
 // returns how many daemons run it (at least 1).

@@ -261,3 +261,45 @@ var prunePurgeRuns = query.NewExec("state.prune_purge_runs", `DELETE FROM platfo
 			WHERE service = $1 AND finished_at IS NOT NULL
 			ORDER BY id DESC LIMIT $2) AS newest)`,
 	func(p pruneParams) []any { return []any{p.Service, p.Keep} })
+
+// The kill switch (service_pause), pool limits and pool members.
+
+var getServicePause = query.NewRow("state.get_service_pause",
+	`SELECT paused, reason, updated_at, updated_by FROM platform.service_pause WHERE service = $1`,
+	serviceArgs, (*ServicePause).dest)
+
+var upsertServicePause = query.NewRow("state.upsert_service_pause", `INSERT INTO platform.service_pause (service, paused, reason, updated_at, updated_by)
+	VALUES ($1, $2, $3, now(), $4)
+	ON CONFLICT (service) DO UPDATE SET paused = EXCLUDED.paused, reason = EXCLUDED.reason,
+		updated_at = EXCLUDED.updated_at, updated_by = EXCLUDED.updated_by
+	RETURNING paused, reason, updated_at, updated_by`,
+	func(p setServicePauseParams) []any { return []any{p.Service, p.Paused, p.Reason, p.Actor} }, (*ServicePause).dest)
+
+var getPoolLimits = query.NewRow("state.get_pool_limits",
+	`SELECT rate, burst, concurrency, reason, updated_at, updated_by FROM platform.pool_limits WHERE pool = $1`,
+	func(p poolParams) []any { return []any{p.Pool} }, (*PoolLimits).dest)
+
+// upsertPoolLimits keeps the stored concurrency when asked for 0.
+var upsertPoolLimits = query.NewRow("state.upsert_pool_limits", `INSERT INTO platform.pool_limits AS l (pool, rate, burst, concurrency, reason, updated_at, updated_by)
+	VALUES ($1, $2, $3, $4, $5, now(), $6)
+	ON CONFLICT (pool) DO UPDATE SET rate = EXCLUDED.rate, burst = EXCLUDED.burst,
+		concurrency = CASE WHEN EXCLUDED.concurrency = 0 THEN l.concurrency ELSE EXCLUDED.concurrency END,
+		reason = EXCLUDED.reason, updated_at = EXCLUDED.updated_at, updated_by = EXCLUDED.updated_by
+	RETURNING rate, burst, concurrency, reason, updated_at, updated_by`,
+	func(p PoolLimits) []any { return []any{p.Pool, p.Rate, p.Burst, p.Concurrency, p.Reason, p.UpdatedBy} },
+	(*PoolLimits).dest)
+
+// heartbeatMember refreshes member's row of pool and counts the members
+// whose heartbeat is within MemberTTL, itself included (its own new row is
+// not visible to the statement's SELECT, hence the 1 +).
+var heartbeatMember = query.NewRow("state.heartbeat_pool_member", `WITH up AS (
+		INSERT INTO platform.pool_member (pool, member, heartbeat_at) VALUES ($1, $2, now())
+		ON CONFLICT (pool, member) DO UPDATE SET heartbeat_at = now()
+	)
+	SELECT 1 + count(*)::int FROM platform.pool_member
+	WHERE pool = $1 AND member <> $2 AND heartbeat_at > now() - $3::interval`,
+	func(p memberParams) []any { return []any{p.Pool, p.Member, MemberTTL} }, query.Column[int])
+
+var deleteMember = query.NewExec("state.delete_pool_member",
+	`DELETE FROM platform.pool_member WHERE pool = $1 AND (member = $2 OR heartbeat_at < now() - interval '1 hour')`,
+	func(p memberParams) []any { return []any{p.Pool, p.Member} })
