@@ -259,8 +259,9 @@ func (s *service) Start(ctx context.Context) error {
 				s.refreshLimitsOn(ctx, q, "") // before the pools consume
 				// Counted among the pools' members before consuming: a
 				// daemon that joined would take the whole rate until its
-				// first heartbeat.
-				s.heartbeatPools(ctx, q)
+				// first heartbeat. A failed count is made again by the
+				// heartbeat a second later.
+				_ = s.heartbeatPools(ctx, q)
 				return nil
 			})
 			// Under the lock, so that a reload adding pools meanwhile
