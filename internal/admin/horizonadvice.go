@@ -2,6 +2,7 @@ package admin
 
 import (
 	"context"
+	"fmt"
 	"time"
 
 	"google.golang.org/protobuf/types/known/durationpb"
@@ -116,4 +117,19 @@ func HorizonAdviceToProto(a HorizonAdvice) *adminv1.HorizonAdvice {
 		out.Archives = append(out.Archives, &adminv1.ArchiveReach{Producer: r.Producer, Archive: durationpb.New(r.Archive), Pools: r.Pools})
 	}
 	return out
+}
+
+// BytesText writes n bytes in binary units (512 B, 1.5 KiB, 3.2 GiB): the
+// advice's sizes as its reasons and the console show them.
+func BytesText(n int64) string {
+	const unit = 1024
+	if n < unit {
+		return fmt.Sprintf("%d B", n)
+	}
+	div, exp := int64(unit), 0
+	for m := n / unit; m >= unit; m /= unit {
+		div *= unit
+		exp++
+	}
+	return fmt.Sprintf("%.1f %ciB", float64(n)/float64(div), "KMGTPE"[exp])
 }

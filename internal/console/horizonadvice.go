@@ -2,7 +2,6 @@ package console
 
 import (
 	"context"
-	"fmt"
 
 	"github.com/platformd/platformd/internal/admin"
 )
@@ -30,21 +29,7 @@ func (h *Handler) advice(ctx context.Context, service string) *adviceView {
 
 // AdvisedBytes is the advised horizon's processed_event size, in binary
 // units.
-func (v *adviceView) AdvisedBytes() string { return fmtBytes(v.Advice.AdvisedBytes) }
+func (v *adviceView) AdvisedBytes() string { return admin.BytesText(v.Advice.AdvisedBytes) }
 
 // Bytes is processed_event's size now, in binary units.
-func (v *adviceView) Bytes() string { return fmtBytes(v.Advice.ProcessedEventBytes) }
-
-// fmtBytes formats n bytes in binary units (KiB, MiB...).
-func fmtBytes(n int64) string {
-	const unit = 1024
-	if n < unit {
-		return fmt.Sprintf("%d B", n)
-	}
-	div, exp := int64(unit), 0
-	for m := n / unit; m >= unit; m /= unit {
-		div *= unit
-		exp++
-	}
-	return fmt.Sprintf("%.1f %ciB", float64(n)/float64(div), "KMGTPE"[exp])
-}
+func (v *adviceView) Bytes() string { return admin.BytesText(v.Advice.ProcessedEventBytes) }

@@ -214,7 +214,7 @@ func advise(a *admin.HorizonAdvice, c config.ServiceConfig, ages map[string]*sta
 		a.AdvisedBytes = int64(math.Round(float64(a.ProcessedEventBytes) / float64(a.ProcessedEventRows) * float64(a.AdvisedRows)))
 	}
 	a.Reasons = append(a.Reasons, fmt.Sprintf("At %.0f rows a day, a horizon of %s keeps about %d rows (%s) in processed_event; it holds %d rows (%s) now.",
-		a.RowsPerDay, days(a.Advised), a.AdvisedRows, bytesText(a.AdvisedBytes), a.ProcessedEventRows, bytesText(a.ProcessedEventBytes)))
+		a.RowsPerDay, days(a.Advised), a.AdvisedRows, admin.BytesText(a.AdvisedBytes), a.ProcessedEventRows, admin.BytesText(a.ProcessedEventBytes)))
 }
 
 // roundUpDay rounds d up to whole days (a horizon an operator types).
@@ -238,20 +238,6 @@ func days(d time.Duration) string {
 
 // roundAge writes an age to the second.
 func roundAge(d time.Duration) string { return d.Round(time.Second).String() }
-
-// bytesText writes n bytes in binary units.
-func bytesText(n int64) string {
-	const unit = 1024
-	if n < unit {
-		return fmt.Sprintf("%d B", n)
-	}
-	div, exp := int64(unit), 0
-	for m := n / unit; m >= unit; m /= unit {
-		div *= unit
-		exp++
-	}
-	return fmt.Sprintf("%.1f %ciB", float64(n)/float64(div), "KMGTPE"[exp])
-}
 
 // checkDuplicateAge refuses, unless force, a horizon under the oldest
 // duplicate age the service saw in the last 30 days, naming it and its

@@ -8,6 +8,7 @@ import (
 	"github.com/jackc/pgx/v5"
 	amqp "github.com/rabbitmq/amqp091-go"
 
+	"github.com/platformd/platformd/internal/broker"
 	"github.com/platformd/platformd/internal/dbutil"
 	"github.com/platformd/platformd/internal/query"
 )
@@ -81,17 +82,17 @@ func (s *Store) ReleaseParked(ctx context.Context, pool string, limit int, send 
 	return n, nil
 }
 
-// CopyHeaders returns the AMQP headers of a copy of a stored failure: its
-// stored headers (JSON) without the bookkeeping of earlier attempts (as a
-// retry's copies drop it), with x-failure-id set to id.
-func CopyHeaders(stored []byte, id uuid.UUID) (amqp.Table, error) {
-	h := amqp.Table{}
-	if len(stored) > 0 {
-		var err error
-		if h, err = retryHeaders(stored); err != nil {
-			return nil, fmt.Errorf("failure: headers of %s: %w", id, err)
-		}
+// Publishing returns c as it goes back to its pool's queue: its body,
+// persistent JSON, its stored headers without the bookkeeping of earlier
+// attempts (it starts over at attempt 0), x-failure-id set to its row and
+// the original routing key. A retry adds its own marks on top (sender's
+// copyOf); a release sends it as it is.
+func (c *Copy) Publishing() (amqp.Publishing, error) {
+	h, err := retryHeaders(c.Headers)
+	if err != nil {
+		return amqp.Publishing{}, fmt.Errorf("failure: headers of %s: %w", c.ID, err)
 	}
-	h[HeaderFailureID] = id.String()
-	return h, nil
+	h[HeaderFailureID] = c.ID.String()
+	h[broker.HeaderOriginalRoutingKey] = c.RoutingKey
+	return amqp.Publishing{ContentType: "application/json", DeliveryMode: amqp.Persistent, Headers: h, Body: c.Body}, nil
 }

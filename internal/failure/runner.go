@@ -541,21 +541,19 @@ func (s *sender) mark(ctx context.Context, m markParams) (string, error) {
 	return st, nil
 }
 
-// copyOf returns the copy of it to publish: its send body, persistent,
-// its headers less the attempt's and the broker's bookkeeping, marked as
-// this retry's.
+// copyOf returns the copy of it to publish (Copy.Publishing), marked as
+// this retry's: x-replay, the event id as message id, and the override
+// header when the retry asked for it.
 func (s *sender) copyOf(it *item) (amqp.Publishing, error) {
-	h, err := retryHeaders(it.Headers)
+	c := Copy{ID: it.FailureID, EventID: it.EventID, RoutingKey: it.RoutingKey, Headers: it.Headers, Body: it.Body}
+	p, err := c.Publishing()
 	if err != nil {
-		return amqp.Publishing{}, fmt.Errorf("failure: retry %s: headers of %s: %w", s.rec.ID, it.FailureID, err)
+		return amqp.Publishing{}, fmt.Errorf("failure: retry %s: %w", s.rec.ID, err)
 	}
-	h[broker.HeaderReplay] = HeaderReplayRetryPrefix + s.rec.ID.String()
-	h[HeaderFailureID] = it.FailureID.String()
-	h[broker.HeaderOriginalRoutingKey] = it.RoutingKey
+	p.Headers[broker.HeaderReplay] = HeaderReplayRetryPrefix + s.rec.ID.String()
 	if s.override {
-		h[broker.HeaderBeyondHorizonOverride] = true
+		p.Headers[broker.HeaderBeyondHorizonOverride] = true
 	}
-	p := amqp.Publishing{ContentType: "application/json", DeliveryMode: amqp.Persistent, Headers: h, Body: it.Body}
 	if it.EventID != uuid.Nil {
 		p.MessageId = it.EventID.String()
 	}

@@ -104,7 +104,7 @@ func (st *settler) entryOf(m *message) failure.Entry {
 		e.State, e.Reason = failure.StateRetrying, failure.ReasonRetrying
 	}
 	if e.EventName == "" {
-		e.EventName = peekName(m.d.Body)
+		_, e.EventName = peek(m.d.Body)
 	}
 	if e.SequenceKey == "" && st.key != nil {
 		e.SequenceKey, _ = st.key.text(m.d.Body)
@@ -112,16 +112,23 @@ func (st *settler) entryOf(m *message) failure.Entry {
 	return e
 }
 
-// peekName reads event_name from a body that did not decode, when it is
-// readable JSON at all.
-func peekName(body []byte) string {
-	var v struct {
-		EventName string `json:"event_name"`
+// peek reads event_id and event_name from a body that did not decode as
+// an envelope, when it is readable JSON at all (uuid.Nil and "" when not).
+func peek(body []byte) (uuid.UUID, string) {
+	var v struct { // any: a field of the wrong type must not hide the other
+		EventID   any `json:"event_id"`
+		EventName any `json:"event_name"`
 	}
-	if json.Unmarshal(body, &v) == nil {
-		return v.EventName
+	if json.Unmarshal(body, &v) != nil {
+		return uuid.Nil, ""
 	}
-	return ""
+	text, _ := v.EventID.(string)
+	name, _ := v.EventName.(string)
+	id, err := uuid.Parse(text)
+	if err != nil {
+		id = uuid.Nil
+	}
+	return id, name
 }
 
 // failureIDOf reads the x-failure-id header: the stored failure a copy

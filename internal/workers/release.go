@@ -2,12 +2,10 @@ package workers
 
 import (
 	"context"
-	"encoding/json"
 	"errors"
 	"fmt"
 	"log/slog"
 
-	"github.com/google/uuid"
 	amqp "github.com/rabbitmq/amqp091-go"
 
 	"github.com/platformd/platformd/internal/broker"
@@ -28,15 +26,12 @@ func (p *Pool) releaseParked(ctx context.Context) {
 	defer pub.Close()
 	send := func(ctx context.Context, copies []failure.Copy) error {
 		out := make([]broker.Outgoing, len(copies))
-		for i, c := range copies {
-			h, err := failure.CopyHeaders(c.Headers, c.ID)
+		for i := range copies {
+			msg, err := copies[i].Publishing()
 			if err != nil {
 				return err
 			}
-			h[broker.HeaderOriginalRoutingKey] = c.RoutingKey
-			out[i] = broker.Outgoing{RoutingKey: p.cfg.Queue, Msg: amqp.Publishing{
-				Headers: h, ContentType: "application/json", DeliveryMode: amqp.Persistent, Body: c.Body,
-			}}
+			out[i] = broker.Outgoing{RoutingKey: p.cfg.Queue, Msg: msg}
 		}
 		pctx, cancel := context.WithTimeout(ctx, SettleTimeoutDefault)
 		defer cancel()
@@ -133,33 +128,20 @@ func (p *Pool) drain(ctx context.Context) (int, error) {
 func (p *Pool) oldFailure(d *amqp.Delivery) failure.Entry {
 	e := failure.Entry{
 		Pool: p.cfg.Name, RoutingKey: broker.OriginalRoutingKey(d), Headers: d.Headers, Body: d.Body,
-		State: failure.StateFailed, Attempt: broker.AttemptOf(d.Headers), EventName: peekName(d.Body),
+		State: failure.StateFailed, Attempt: broker.AttemptOf(d.Headers),
 	}
+	id, name := peek(d.Body)
+	e.EventName = name
 	e.Reason, _ = d.Headers[broker.HeaderFailureReason].(string)
 	if e.Reason == "" {
 		e.Reason = broker.ReasonPermanent
 	}
 	e.Error, _ = d.Headers[broker.HeaderError].(string)
-	if id := peekID(d.Body); id.Version() != 0 {
+	if id.Version() != 0 {
 		e.EventID = id
 	}
 	if p.cfg.PartitionKey != "" {
 		e.SequenceKey, _ = newPartitionKey(p.cfg.PartitionKey).text(d.Body)
 	}
 	return e
-}
-
-// peekID reads event_id from a body that may not decode as an envelope.
-func peekID(body []byte) uuid.UUID {
-	var v struct {
-		EventID string `json:"event_id"`
-	}
-	if json.Unmarshal(body, &v) != nil {
-		return uuid.Nil
-	}
-	id, err := uuid.Parse(v.EventID)
-	if err != nil {
-		return uuid.Nil
-	}
-	return id
 }
