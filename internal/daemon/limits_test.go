@@ -338,7 +338,13 @@ func TestSetPoolLimitsUnderLoad(t *testing.T) {
 	r := float64(n-1) / span
 	t.Logf("from a second after SetPoolLimits: %d events at %.1f/s", n, r)
 	require.Greater(t, n, 100)
-	require.InDelta(t, 1000, r, 100, "the new rate within a second")
+	// The limit is a ceiling: one worker of a race build on a loaded
+	// 2-core machine drained at 877/s under 1,000/s (make test, with the
+	// nested modules beside it). What proves the new limit in force
+	// within a second is a rate far above the old 200/s and not above
+	// the new one.
+	require.Greater(t, r, 600.0, "the new rate within a second: far above the old 200/s")
+	require.LessOrEqual(t, r, 1100.0, "the new rate within a second: not above 1,000/s")
 	info := p.Info()
 	require.Zero(t, info.Duplicates, "no redelivery, no duplicate")
 	require.Equal(t, len(ids), count(t, e.db, `SELECT count(*) FROM processed_event WHERE event_id = ANY($1)`, ids))
