@@ -16,7 +16,7 @@ import (
 // Message is one message a handler (or any Go code holding a transaction on
 // a service database) emits through the outbox: platformd's relay publishes
 // it after the transaction commits, as the contract's envelope, with
-// routing key Name (DESIGN.md, "Outbox").
+// routing key Name (docs/contracts.md, "Outbox, archive and replay").
 type Message struct {
 	// Name is the event name and routing key, e.g. "stock.stock.reserved.v1":
 	// dot-separated words of ASCII letters, digits, '_' and '-', at most

@@ -101,7 +101,7 @@ func newFailuresCmd(a *app) *cobra.Command {
 	cmd := &cobra.Command{
 		Use:   "failures",
 		Short: "The failure workbench: group, list, retry, discard and edit stored failures",
-		Long: `Work on the failures a service's database stores (DESIGN.md, Failures): a
+		Long: `Work on the failures a service's database stores (docs/failures.md): a
 message that failed its last attempt, or at once, is a row there. A filter
 (--service or --pool, then --reason --handler --event-name --fingerprint
 --state --text --from --to --id) selects them for list, retry and discard.`,

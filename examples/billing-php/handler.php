@@ -1,5 +1,5 @@
 <?php
-// billing.open_invoice as a remote handler (DESIGN.md, "Remote handlers"):
+// billing.open_invoice as a remote handler (docs/remote-handlers.md):
 // platformd POSTs the batch's new events; this answers, per event, the
 // effects to apply (statements named in platformd.yaml) and the messages
 // to publish. It writes nothing to the database itself: platformd applies

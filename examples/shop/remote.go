@@ -13,8 +13,8 @@ const RemoteReserveStatement = `INSERT INTO reservation (id, order_id, product_i
 SELECT gen_random_uuid(), @order_id::uuid, (l->>'product_id')::uuid, (l->>'quantity')::numeric(12,3), now()
 FROM jsonb_array_elements(@lines::jsonb) AS l`
 
-// RemoteReserveHandler answers a remote handler call (DESIGN.md, "Remote
-// handlers") for order placed events with RemoteReserveStatement's effect
+// RemoteReserveHandler answers a remote handler call (docs/remote-handlers.md)
+// for order placed events with RemoteReserveStatement's effect
 // per event: a small Go service standing in for one in any language. Safe
 // for concurrent use.
 func RemoteReserveHandler() http.Handler {

@@ -19,7 +19,7 @@ import (
 	"github.com/platformd/platformd/consumer"
 )
 
-// Event names and handler names of the shop (DESIGN.md, "Example shop").
+// Event names and handler names of the shop.
 const (
 	EventOrderPlaced        = "order.order.placed.v1"
 	EventOrderStatusChanged = "order.order.status_changed.v1"

@@ -92,7 +92,7 @@ type Backend interface {
 	// CancelReplay cancels a running replay, audited as replay.cancel.
 	CancelReplay(ctx context.Context, service string, id uuid.UUID, actor string) (ReplayInfo, error)
 
-	// The failure workbench (DESIGN.md, Failures). service is the filter's
+	// The failure workbench (docs/failures.md). service is the filter's
 	// service: the server passes the request's, or "" with f.Pool set, and
 	// the backend then resolves the pool's service (an unknown pool or
 	// service is ErrNotFound). The store's refusals map to ErrNotFound,
@@ -276,7 +276,7 @@ type PurgeRun struct {
 }
 
 // FailedMessage is one message in a pool's failure queue, read from its
-// headers (see DESIGN.md, Topology).
+// headers (see docs/contracts.md, "Topology").
 type FailedMessage struct {
 	// EventID is the event's id; empty if the body could not be decoded.
 	EventID string

@@ -17,7 +17,7 @@ import (
 	"github.com/platformd/platformd/internal/failure"
 )
 
-// The failure workbench's RPCs (DESIGN.md, Failures): requests checked,
+// The failure workbench's RPCs (docs/failures.md): requests checked,
 // turned into the failure package's types, and the backend's answers
 // converted.
 

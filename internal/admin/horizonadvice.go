@@ -10,7 +10,7 @@ import (
 	adminv1 "github.com/platformd/platformd/api/gen/platform/admin/v1"
 )
 
-// AdviseHorizon's window (DESIGN.md, "Horizon advice").
+// AdviseHorizon's window (docs/operations.md, "Tuning a horizon").
 const (
 	// AdviseWindowDefault is the window AdviseHorizon reads when none is
 	// given.

@@ -8,8 +8,8 @@ import (
 	adminv1 "github.com/platformd/platformd/api/gen/platform/admin/v1"
 )
 
-// LimitsBackend is the part of Backend behind live limits (DESIGN.md,
-// Limits): a pool's limits and the kill switch. The same rules as
+// LimitsBackend is the part of Backend behind live limits (docs/operations.md,
+// "Limits"): a pool's limits and the kill switch. The same rules as
 // Backend's apply (validated input, sentinel errors, actor for the audit).
 type LimitsBackend interface {
 	// SetPoolLimits stores pool's limits (a Concurrency of 0 keeps the one

@@ -2,7 +2,7 @@ package config
 
 import "math"
 
-// PoolLimitsConfig is a pool's `limits` (DESIGN.md, Limits): its default
+// PoolLimitsConfig is a pool's `limits` (docs/operations.md, "Limits"): its default
 // live limits, which the admin API's SetPoolLimits overrides at runtime.
 type PoolLimitsConfig struct {
 	// Rate is in events per second for the pool as a whole, across every

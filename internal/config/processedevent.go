@@ -3,7 +3,7 @@ package config
 // processed_event layouts (services[].processed_event.partitions).
 const (
 	// PartitionsNone keeps processed_event one plain table, the contract's
-	// shape (DESIGN.md): purged by chunked DELETE on processed_at.
+	// shape (docs/contracts.md, "Tables"): purged by chunked DELETE on processed_at.
 	PartitionsNone = ""
 	// PartitionsDaily range-partitions processed_event on event_id by the
 	// UUID v7 time, one partition per UTC day, purged by dropping whole

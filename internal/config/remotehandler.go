@@ -20,8 +20,8 @@ const RemoteTimeoutDefault = 5 * time.Second
 const remoteTimeoutMax = 5 * time.Minute
 
 // RemoteHandlerConfig is a handler served over HTTP by a process of the
-// service's own, in any language (services[].remote_handlers[], DESIGN.md
-// "Remote handlers"): platformd POSTs it a batch's new events and applies
+// service's own, in any language (services[].remote_handlers[], see
+// docs/remote-handlers.md): platformd POSTs it a batch's new events and applies
 // the effects it answers, by name from Statements, in the batch's
 // transaction.
 type RemoteHandlerConfig struct {

@@ -22,7 +22,7 @@ const (
 	TracingSamplerRatioDefault = 1.0
 )
 
-// TracingConfig configures OpenTelemetry traces (DESIGN.md, "Tracing
+// TracingConfig configures OpenTelemetry traces (docs/tracing.md, "Tracing
 // (OpenTelemetry)"). Tracing is off unless an endpoint is named here or in
 // the environment; the standard OTEL_* variables win over these keys.
 type TracingConfig struct {

@@ -14,7 +14,7 @@ import (
 	"github.com/platformd/platformd/internal/state"
 )
 
-// Horizon advice's rules (DESIGN.md, "Horizon advice").
+// Horizon advice's rules (docs/operations.md, "Tuning a horizon").
 const (
 	// horizonGuardWindow is how far back SetHorizon looks for the oldest
 	// duplicate a new horizon must cover.

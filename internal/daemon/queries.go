@@ -30,7 +30,7 @@ func createDatabaseSQL(p databaseParams) string {
 // ping is the health check of a service database, on its control session.
 var ping = query.NewExec[query.NoParams]("daemon.ping", `SELECT 1`, nil)
 
-// Horizon advice (DESIGN.md, "Horizon advice"): what processed_event
+// Horizon advice (docs/operations.md, "Tuning a horizon"): what processed_event
 // costs, the beyond_horizon failures, and which events a producer's
 // archive holds.
 

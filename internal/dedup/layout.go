@@ -18,7 +18,7 @@ type Layout uint8
 
 // The layouts of processed_event.
 const (
-	// LayoutPlain is the contract's table (DESIGN.md): event_id primary
+	// LayoutPlain is the contract's table (docs/contracts.md): event_id primary
 	// key, processed_at indexed, purged by chunked DELETE on processed_at.
 	LayoutPlain Layout = iota + 1
 	// LayoutPartitioned is the opt-in table range-partitioned on event_id

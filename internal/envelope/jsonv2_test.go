@@ -668,7 +668,7 @@ func TestJSONv2AgreesOnFaultOrder(t *testing.T) {
 }
 
 // headToHeadBodies are the bodies of BenchmarkDecodeHeadToHead: the shop's
-// events as the demo and the bench send them (DESIGN.md, "Example shop"),
+// events as the demo and the bench send them (the shop's own package, examples/shop),
 // bodies near DefaultMaxBodyBytes, and refused bodies of each kind of
 // fault. The key of each is its sub-benchmark name.
 func headToHeadBodies(tb testing.TB) []struct {

@@ -10,8 +10,8 @@ var DuplicateAgeBuckets = []float64{
 	86400, 2 * 86400, 3 * 86400, 7 * 86400, 14 * 86400, 21 * 86400, 30 * 86400, 45 * 86400, 60 * 86400, 90 * 86400,
 }
 
-// HorizonMetrics are the collectors of horizon advice (DESIGN.md,
-// "Horizon advice"): how old the duplicates a service skips are, beside
+// HorizonMetrics are the collectors of horizon advice (docs/operations.md,
+// "Tuning a horizon"): how old the duplicates a service skips are, beside
 // the horizon in force.
 type HorizonMetrics struct {
 	// DuplicateAge is the age of every duplicate skipped (the time of the

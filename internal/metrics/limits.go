@@ -2,7 +2,7 @@ package metrics
 
 import "github.com/prometheus/client_golang/prometheus"
 
-// LimitsMetrics are the live limits' collectors (DESIGN.md, Limits; names
+// LimitsMetrics are the live limits' collectors (docs/operations.md, "Limits"; names
 // and labels are relied on by alert rules and dashboards).
 type LimitsMetrics struct {
 	// PoolRateLimit is the pool's rate limit in force, in events per

@@ -1,5 +1,5 @@
 // Package remote runs remote handlers (`services[].remote_handlers`,
-// DESIGN.md "Remote handlers"): a service's logic in a process of its own,
+// docs/remote-handlers.md): a service's logic in a process of its own,
 // in any language, called over HTTP with the batch's new events after the
 // dedup insert, answering the effects to apply as data. platformd applies
 // them, and writes the messages it asks to publish to the outbox, in the

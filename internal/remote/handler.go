@@ -59,7 +59,7 @@ type Config struct {
 	Adaptive bool
 }
 
-// Handler is a remote handler (DESIGN.md, "Remote handlers"): a
+// Handler is a remote handler (docs/remote-handlers.md): a
 // consumer.BatchHandler that POSTs a batch's new events to a process of
 // the service's own and applies the effects it answers, in the batch's
 // transaction. Its configuration never changes and its instruments change

@@ -1,5 +1,5 @@
 // Package replay replays a producer's archived events
-// (platform.outbox_archive, DESIGN.md "Archive and replay").
+// (platform.outbox_archive, docs/replay.md).
 //
 // Select reads the events a selection matches from the producer's archive
 // once; DryRun counts, per target pool, what a copy would do there, with one

@@ -23,7 +23,7 @@ import (
 	"github.com/platformd/platformd/internal/startstop"
 )
 
-// Header names a replay sets on its copies (DESIGN.md, "Topology").
+// Header names a replay sets on its copies (docs/contracts.md, "Topology").
 const (
 	HeaderReplay                = broker.HeaderReplay
 	HeaderBeyondHorizonOverride = broker.HeaderBeyondHorizonOverride

@@ -13,8 +13,7 @@ import (
 	"github.com/platformd/platformd/consumer"
 )
 
-// ParseRemote parses a remote handler's named statement (DESIGN.md,
-// "Remote handlers"): as Parse, except that an @name that is not one of
+// ParseRemote parses a remote handler's named statement (docs/remote-handlers.md): as Parse, except that an @name that is not one of
 // the event's fields is an argument the handler's answer gives, bound as
 // text as ($n::text) (the statement casts it). The event's fields keep
 // their types; an argument may not set them.

@@ -33,8 +33,7 @@ const (
 	paramArg param = 255
 )
 
-// params are the named parameters of the contract (DESIGN.md, "Hosting a
-// service that is not in this repository").
+// params are the named parameters of the contract (docs/hosting.md).
 var params = [...]Param{
 	paramEventID:    {Name: "event_id", Type: "uuid"},
 	paramEventName:  {Name: "event_name", Type: "text"},
@@ -45,7 +44,7 @@ var params = [...]Param{
 	// traceparent is the W3C traceparent of the delivery's span, NULL when
 	// tracing is off: for platform.publish's headers, so that the message
 	// joins the event's trace as a Go handler's does (an addition to
-	// DESIGN.md's list).
+	// docs/contracts.md's list).
 	paramTraceParent: {Name: "traceparent", Type: "text"},
 }
 

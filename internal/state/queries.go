@@ -82,7 +82,7 @@ var insertHorizonAudit = query.NewExec("state.insert_horizon_audit", `INSERT INT
 	VALUES ($1, $2, $3, $4, now(), $5)`,
 	func(p horizonAuditParams) []any { return []any{p.Service, p.Old, p.New, p.Forced, p.Actor} })
 
-// Duplicate ages (platform.duplicate_age, DESIGN.md "Horizon advice").
+// Duplicate ages (platform.duplicate_age, docs/operations.md, "Tuning a horizon").
 
 type upsertDuplicateAgeParams struct {
 	Pool string

@@ -1,5 +1,4 @@
-// Package tracing sets up platformd's OpenTelemetry traces (DESIGN.md,
-// "Tracing (OpenTelemetry)"): the SDK's tracer provider, with its batch
+// Package tracing sets up platformd's OpenTelemetry traces (docs/tracing.md): the SDK's tracer provider, with its batch
 // span processor and the OTel exporters' OTLP exporter (otlptracegrpc or
 // otlptracehttp, by OTEL_EXPORTER_OTLP_PROTOCOL or tracing.protocol),
 // configured by the standard OTEL_* environment variables and, below

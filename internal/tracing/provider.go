@@ -114,7 +114,7 @@ func New(ctx context.Context, cfg Config) (*Provider, error) {
 	otel.SetErrorHandler(&errorLog{log: log})
 	bsp := sdktrace.NewBatchSpanProcessor(exp)
 	// The SDK's limits, from the environment or its defaults, but for the
-	// link limit: a batch's span links every delivery it ran (DESIGN.md),
+	// link limit: a batch's span links every delivery it ran (docs/tracing.md),
 	// and the SDK's default of 128 links would keep the last 128 of a
 	// larger batch and drop the others' links silently.
 	limits := sdktrace.NewSpanLimits()

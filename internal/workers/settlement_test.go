@@ -158,7 +158,7 @@ func TestDecideTurnsResultsIntoSettlements(t *testing.T) {
 }
 
 // A duplicate's age is the time since its UUID v7 id was minted, or since
-// its occurred_at when the id is not a v7 (DESIGN.md, "Horizon advice").
+// its occurred_at when the id is not a v7 (docs/operations.md, "Tuning a horizon").
 func TestDecideGivesDuplicatesTheirAge(t *testing.T) {
 	t.Parallel()
 	minted := time.Now().Add(-2 * time.Hour)

@@ -1,4 +1,5 @@
--- The outbox (DESIGN.md, "Outbox"): messages a service emits, written in the
+-- The outbox (docs/contracts.md, "Outbox, archive and replay"): messages a
+-- service emits, written in the
 -- writer's own transaction and published by platformd's relay after the
 -- commit. A row leaves the table only once the broker confirmed its message.
 

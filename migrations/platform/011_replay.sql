@@ -1,4 +1,4 @@
--- Archive and replay (DESIGN.md, "Archive and replay").
+-- Archive and replay (docs/replay.md).
 --
 -- platform.outbox_archive keeps what the relay published, when the service's
 -- outbox.archive is set: the relay moves each confirmed row here in the

@@ -1,4 +1,4 @@
--- Duplicate ages (DESIGN.md, "Horizon advice").
+-- Duplicate ages (docs/operations.md, "Tuning a horizon").
 --
 -- For every duplicate a pool skips, platformd notes the event's age (the
 -- time of the skip minus the time in its UUID v7 id, or its occurred_at)

@@ -1,4 +1,4 @@
--- Live limits (DESIGN.md, Limits): the kill switch, a pool's limits set at
+-- Live limits (docs/operations.md, "Limits"): the kill switch, a pool's limits set at
 -- runtime, and the daemons running each pool (to share its rate).
 --
 -- platform.service_pause is the kill switch of a service (PauseAll): while

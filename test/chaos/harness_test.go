@@ -189,7 +189,7 @@ type env struct {
 	problems []string // log lines that break a rule
 }
 
-// Pool and service names of the shop (DESIGN.md, "Example shop").
+// Pool and service names of the shop (the shop's own package, examples/shop).
 const (
 	svcStock  = "stock"
 	svcShip   = "shipping"

@@ -16,7 +16,7 @@ import (
 	amqp "github.com/rabbitmq/amqp091-go"
 )
 
-// Event names and failure reasons of the contract (DESIGN.md). The suite
+// Event names and failure reasons of the contract (docs/contracts.md). The suite
 // spells them out instead of importing the product's constants: it checks
 // the contract, not the code.
 const (

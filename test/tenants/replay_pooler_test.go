@@ -61,7 +61,7 @@ func pooledDSN(t *testing.T, dsn string) string {
 // consumer's pool, run through the pooler: the dry run says 5 would apply
 // and the rest are already processed, and the replay applies those five
 // once and counts the rest as duplicates from source replay, none applied
-// twice (DESIGN.md, "Archive and replay"). A session lock, a LISTEN or a
+// twice (docs/replay.md). A session lock, a LISTEN or a
 // named prepared statement anywhere in the replay path would fail or leak
 // across clients through transaction pooling.
 func TestReplayThroughPooler(t *testing.T) {

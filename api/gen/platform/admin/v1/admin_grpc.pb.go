@@ -176,8 +176,8 @@ type AdminServiceClient interface {
 	// stays published. Cancelling a finished replay changes nothing.
 	// Audited (replay.cancel). Role: admin.
 	CancelReplay(ctx context.Context, in *CancelReplayRequest, opts ...grpc.CallOption) (*CancelReplayResponse, error)
-	// ListFailureGroups counts a service's stored failures (see DESIGN.md,
-	// Failures) by the keys group_by names, largest groups first, each with
+	// ListFailureGroups counts a service's stored failures (see
+	// docs/failures.md) by the keys group_by names, largest groups first, each with
 	// its time range and one failure of it. Role: read.
 	ListFailureGroups(ctx context.Context, in *ListFailureGroupsRequest, opts ...grpc.CallOption) (*ListFailureGroupsResponse, error)
 	// ListFailedEvents lists the stored failures a filter selects, newest
@@ -656,8 +656,8 @@ type AdminServiceServer interface {
 	// stays published. Cancelling a finished replay changes nothing.
 	// Audited (replay.cancel). Role: admin.
 	CancelReplay(context.Context, *CancelReplayRequest) (*CancelReplayResponse, error)
-	// ListFailureGroups counts a service's stored failures (see DESIGN.md,
-	// Failures) by the keys group_by names, largest groups first, each with
+	// ListFailureGroups counts a service's stored failures (see
+	// docs/failures.md) by the keys group_by names, largest groups first, each with
 	// its time range and one failure of it. Role: read.
 	ListFailureGroups(context.Context, *ListFailureGroupsRequest) (*ListFailureGroupsResponse, error)
 	// ListFailedEvents lists the stored failures a filter selects, newest
