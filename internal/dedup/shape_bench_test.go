@@ -6,9 +6,7 @@ import (
 	"flag"
 	"fmt"
 	"math/rand/v2"
-	"os"
 	"slices"
-	"strconv"
 	"strings"
 	"testing"
 	"time"
@@ -19,6 +17,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/platformd/platformd/internal/dedup"
+	"github.com/platformd/platformd/internal/procstat"
 	"github.com/platformd/platformd/internal/testdb"
 )
 
@@ -163,22 +162,12 @@ func warm(b *testing.B, db *pgxpool.Pool, n int) {
 	require.NoError(b, err)
 }
 
-// procCPU is a process's user+system CPU time (clock ticks of 10 ms).
-func procCPU(b *testing.B, pid int) time.Duration {
-	data, err := os.ReadFile(fmt.Sprintf("/proc/%d/stat", pid))
-	require.NoError(b, err)
-	f := strings.Fields(string(data[bytes.LastIndexByte(data, ')')+2:]))
-	ut, _ := strconv.ParseInt(f[11], 10, 64)
-	st, _ := strconv.ParseInt(f[12], 10, 64)
-	return time.Duration(ut+st) * 10 * time.Millisecond
-}
-
 // benchStmt runs the case's statement over b.N batches.
 func benchStmt(b *testing.B, s *shapeDB) {
 	ctx := context.Background()
 	rows, explained, walBytes, walRows := 0, 0, 0.0, 0.0
 	ids := make([][16]byte, 100)
-	cpu0 := procCPU(b, s.pid)
+	cpu0 := procstat.Process(s.pid)
 	b.ResetTimer()
 	n := 0
 	for b.Loop() {
@@ -235,7 +224,7 @@ func benchStmt(b *testing.B, s *shapeDB) {
 		}
 	}
 	b.StopTimer()
-	cpu := procCPU(b, s.pid) - cpu0
+	cpu := procstat.Process(s.pid) - cpu0
 	b.ReportMetric(float64(cpu.Microseconds())/float64(n*100), "dbcpu-µs/id")
 	if walRows > 0 {
 		b.ReportMetric(walBytes/walRows, "WALB/newrow")

@@ -39,6 +39,7 @@ import (
 	jsonv2 "github.com/go-json-experiment/json"
 	"github.com/go-json-experiment/json/jsontext"
 	"github.com/google/uuid"
+	"github.com/platformd/platformd/internal/procstat"
 	"github.com/stretchr/testify/require"
 )
 
@@ -793,9 +794,9 @@ func BenchmarkDecodeHeadToHead(b *testing.B) {
 // returns reports it per operation as cpu-ns/op, the figure to compare on
 // a loaded machine.
 func reportCPU(b *testing.B) func() {
-	start, ok := processCPU()
+	start := procstat.Self()
 	return func() {
-		if end, ok2 := processCPU(); ok && ok2 && b.N > 0 {
+		if end := procstat.Self(); start > 0 && b.N > 0 {
 			b.ReportMetric(float64(end-start)/float64(b.N), "cpu-ns/op")
 		}
 	}

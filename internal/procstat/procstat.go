@@ -14,6 +14,7 @@ import (
 	"path/filepath"
 	"strconv"
 	"strings"
+	"time"
 )
 
 // clockTicks is USER_HZ, the unit of the times in /proc/<pid>/stat. It is
@@ -66,6 +67,17 @@ func parseProcStat(b []byte) (procTimes, error) {
 		return procTimes{}, fmt.Errorf("procstat: ppid: %w", err)
 	}
 	return procTimes{self: v[0] + v[1], children: v[2] + v[3], ppid: ppid, comm: comm}, nil
+}
+
+// Process returns the CPU time, user and system, that process pid has used
+// so far, its reaped children's aside (10 ms ticks of /proc/<pid>/stat),
+// or 0 when it cannot be read (no such process, no /proc).
+func Process(pid int) time.Duration {
+	t, err := readProcStat(pid)
+	if err != nil {
+		return 0
+	}
+	return time.Duration(t.self * float64(time.Second))
 }
 
 // PeakRSS returns VmHWM of pid in bytes.

@@ -4,6 +4,7 @@ import (
 	"os"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/stretchr/testify/require"
 )
@@ -55,4 +56,22 @@ func TestReadCountsThisProcess(t *testing.T) {
 	d := Read(os.Getpid()).Sub(s0)
 	require.GreaterOrEqual(t, d.Consumer, 0.02)
 	require.GreaterOrEqual(t, d.Machine, d.Consumer*0.5, "the machine's busy time includes this process's")
+}
+
+func TestProcessAndSelfCountThisProcess(t *testing.T) {
+	spin := func() {
+		deadline := time.Now().Add(50 * time.Millisecond)
+		for n := 0; time.Now().Before(deadline); n++ {
+			_ = n * n
+		}
+	}
+	self0 := Self()
+	spin()
+	self1 := Self()
+	if self1-self0 < 20*time.Millisecond {
+		t.Errorf("Self grew by %s over 50 ms of spinning", self1-self0)
+	}
+	if p := Process(os.Getpid()); p <= 0 || p > self1+20*time.Millisecond {
+		t.Errorf("Process(self) = %s, Self = %s: the two must roughly agree", Process(os.Getpid()), self1)
+	}
 }

@@ -12,9 +12,6 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
-	"strconv"
-	"strings"
-	"syscall"
 	"testing"
 	"time"
 
@@ -26,6 +23,7 @@ import (
 	"github.com/platformd/platformd/internal/config"
 	"github.com/platformd/platformd/internal/dedup"
 	"github.com/platformd/platformd/internal/migrate"
+	"github.com/platformd/platformd/internal/procstat"
 	"github.com/platformd/platformd/internal/remote"
 	"github.com/platformd/platformd/internal/sqlhandler"
 	"github.com/platformd/platformd/internal/testdb"
@@ -143,9 +141,9 @@ func benchReserve(b *testing.B, kind string, lines int) {
 	for i := range batches {
 		batches[i] = newBatch()
 	}
-	db0, self0, h0 := procCPU(b, backend), selfCPU(), time.Duration(0)
+	db0, self0, h0 := procstat.Process(backend), procstat.Self(), time.Duration(0)
 	if handlerPID > 0 {
-		h0 = procCPU(b, handlerPID)
+		h0 = procstat.Process(handlerPID)
 	}
 	b.ResetTimer()
 	for _, evs := range batches {
@@ -160,10 +158,10 @@ func benchReserve(b *testing.B, kind string, lines int) {
 	b.StopTimer()
 	events := float64(b.N * batchSize)
 	b.ReportMetric(events/b.Elapsed().Seconds(), "events/s")
-	b.ReportMetric(float64(selfCPU()-self0)/events, "consumer-cpu-ns/event")
-	b.ReportMetric(float64(procCPU(b, backend)-db0)/events, "db-cpu-ns/event")
+	b.ReportMetric(float64(procstat.Self()-self0)/events, "consumer-cpu-ns/event")
+	b.ReportMetric(float64(procstat.Process(backend)-db0)/events, "db-cpu-ns/event")
 	if handlerPID > 0 {
-		b.ReportMetric(float64(procCPU(b, handlerPID)-h0)/events, "handler-cpu-ns/event")
+		b.ReportMetric(float64(procstat.Process(handlerPID)-h0)/events, "handler-cpu-ns/event")
 	}
 }
 
@@ -199,25 +197,6 @@ func startBenchHandler(b *testing.B) (string, int) {
 		}
 		time.Sleep(10 * time.Millisecond)
 	}
-}
-
-// procCPU returns the user+system CPU time of process pid so far.
-func procCPU(b *testing.B, pid int) time.Duration {
-	b.Helper()
-	raw, err := os.ReadFile(fmt.Sprintf("/proc/%d/stat", pid))
-	if err != nil {
-		b.Skipf("no /proc: %v", err)
-	}
-	f := strings.Fields(string(raw[strings.LastIndexByte(string(raw), ')')+2:]))
-	utime, _ := strconv.ParseInt(f[11], 10, 64)
-	stime, _ := strconv.ParseInt(f[12], 10, 64)
-	return time.Duration(utime+stime) * (time.Second / 100) // USER_HZ is 100 on Linux
-}
-
-func selfCPU() time.Duration {
-	var ru syscall.Rusage
-	_ = syscall.Getrusage(syscall.RUSAGE_SELF, &ru)
-	return time.Duration(ru.Utime.Nano() + ru.Stime.Nano())
 }
 
 // runBenchHandler serves as the bench handler when the environment asks

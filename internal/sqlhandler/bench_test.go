@@ -6,11 +6,7 @@ import (
 	"fmt"
 	"io"
 	"log/slog"
-	"os"
 	"path/filepath"
-	"strconv"
-	"strings"
-	"syscall"
 	"testing"
 	"time"
 
@@ -23,6 +19,7 @@ import (
 	"github.com/platformd/platformd/internal/config"
 	"github.com/platformd/platformd/internal/dedup"
 	"github.com/platformd/platformd/internal/migrate"
+	"github.com/platformd/platformd/internal/procstat"
 	"github.com/platformd/platformd/internal/sqlhandler"
 	"github.com/platformd/platformd/internal/testdb"
 )
@@ -47,26 +44,6 @@ func shopSQL(b *testing.B) config.SQLHandlerConfig {
 
 // shopReserveSQL is the stock reservation's SQL handler in examples/shop-sql.
 const shopReserveSQL = "stock.reserve_sql"
-
-// procCPU returns the user+system CPU time of process pid so far.
-func procCPU(b *testing.B, pid int) time.Duration {
-	b.Helper()
-	raw, err := os.ReadFile(fmt.Sprintf("/proc/%d/stat", pid))
-	if err != nil {
-		b.Skipf("no /proc: %v", err)
-	}
-	// The command may hold spaces: fields count from after its ")".
-	f := strings.Fields(string(raw[strings.LastIndexByte(string(raw), ')')+2:]))
-	utime, _ := strconv.ParseInt(f[11], 10, 64)
-	stime, _ := strconv.ParseInt(f[12], 10, 64)
-	return time.Duration(utime+stime) * (time.Second / 100) // USER_HZ is 100 on Linux
-}
-
-func selfCPU() time.Duration {
-	var ru syscall.Rusage
-	_ = syscall.Getrusage(syscall.RUSAGE_SELF, &ru)
-	return time.Duration(ru.Utime.Nano() + ru.Stime.Nano())
-}
 
 // BenchmarkStockReserve is the shop's stock effect, through the dedup step
 // as the daemon runs it (one transaction per batch of 100 new events, the
@@ -162,7 +139,7 @@ func benchReserve(b *testing.B, kind string, lines int) {
 	for i := range batches {
 		batches[i] = newBatch()
 	}
-	dbCPU0, selfCPU0 := procCPU(b, pid), selfCPU()
+	dbCPU0, selfCPU0 := procstat.Process(pid), procstat.Self()
 	b.ResetTimer()
 	for _, evs := range batches {
 		rs, err := p.Process(ctx, evs)
@@ -176,8 +153,8 @@ func benchReserve(b *testing.B, kind string, lines int) {
 	b.StopTimer()
 	events := float64(b.N * batchSize)
 	b.ReportMetric(events/b.Elapsed().Seconds(), "events/s")
-	b.ReportMetric(float64(selfCPU()-selfCPU0)/events, "client-cpu-ns/event")
-	b.ReportMetric(float64(procCPU(b, pid)-dbCPU0)/events, "db-cpu-ns/event")
+	b.ReportMetric(float64(procstat.Self()-selfCPU0)/events, "client-cpu-ns/event")
+	b.ReportMetric(float64(procstat.Process(pid)-dbCPU0)/events, "db-cpu-ns/event")
 }
 
 // backendPID returns the PID of the pool's one backend.

@@ -14,6 +14,7 @@ import (
 	"github.com/platformd/platformd/consumer"
 	"github.com/platformd/platformd/internal/broker"
 	"github.com/platformd/platformd/internal/metrics"
+	"github.com/platformd/platformd/internal/procstat"
 	"github.com/platformd/platformd/internal/tracing"
 	"github.com/platformd/platformd/internal/tracing/tracingtest"
 )
@@ -41,7 +42,7 @@ func BenchmarkTraceSpans(b *testing.B) {
 				tr = tp.Tracer()
 			}
 			bw := newBenchWorker(tr)
-			start, sent := tracingtest.CPUTime(), rcv.Count()
+			start, sent := procstat.Self(), rcv.Count()
 			b.ResetTimer()
 			for b.Loop() {
 				bw.batch(0)
@@ -116,7 +117,7 @@ func (bw *benchWorker) batch(pause time.Duration) {
 // the spans the receiver got per delivery since sent (below the ratio,
 // spans were dropped, and their export's cost is not in cpu-ns/msg).
 func reportTraceCost(b *testing.B, rcv *tracingtest.Receiver, start time.Duration, sent, deliveries int) {
-	b.ReportMetric(float64(tracingtest.CPUTime()-start)/float64(deliveries), "cpu-ns/msg")
+	b.ReportMetric(float64(procstat.Self()-start)/float64(deliveries), "cpu-ns/msg")
 	b.ReportMetric(float64(rcv.Count()-sent)/float64(deliveries), "exported/msg")
 }
 
@@ -145,7 +146,7 @@ func BenchmarkTraceSpansPaced(b *testing.B) {
 	tp := newBenchProvider(b, rcv, 1)
 	const workers = 4
 	batches := make(chan struct{}, workers)
-	start, sent := tracingtest.CPUTime(), rcv.Count()
+	start, sent := procstat.Self(), rcv.Count()
 	var done sync.WaitGroup
 	for range workers {
 		bw := newBenchWorker(tp.Tracer())

@@ -2,7 +2,6 @@ package tracingtest
 
 import (
 	"context"
-	"syscall"
 	"time"
 
 	"go.opentelemetry.io/otel/exporters/otlp/otlptrace/otlptracehttp"
@@ -32,12 +31,4 @@ func NewProvider(t TB, r *Receiver) *sdktrace.TracerProvider {
 		_ = tp.Shutdown(ctx)
 	})
 	return tp
-}
-
-// CPUTime is the process's CPU time so far, user and system: a cost
-// benchmark's CPU per operation counts the SDK's background export too.
-func CPUTime() time.Duration {
-	var ru syscall.Rusage
-	_ = syscall.Getrusage(syscall.RUSAGE_SELF, &ru)
-	return time.Duration(ru.Utime.Nano() + ru.Stime.Nano())
 }
