@@ -8,22 +8,8 @@ import (
 	"github.com/google/uuid"
 
 	adminv1 "github.com/platformd/platformd/api/gen/platform/admin/v1"
+	"github.com/platformd/platformd/internal/replay"
 )
-
-// Replay states of ReplayInfo.State.
-const (
-	ReplayStateDryRun    = "dry_run"
-	ReplayStateRunning   = "running"
-	ReplayStateDone      = "done"
-	ReplayStateCancelled = "cancelled"
-	ReplayStateFailed    = "failed"
-)
-
-// ReplayRateDefault is a replay's pace when the request names none.
-const ReplayRateDefault = 500
-
-// ReplayRateMax is the highest pace a replay may ask for (messages/s).
-const ReplayRateMax = 100_000
 
 // ReplayRequest is a ReplayEvents request, validated.
 type ReplayRequest struct {
@@ -39,7 +25,7 @@ type ReplayRequest struct {
 	TargetPool string
 	// DryRun publishes nothing.
 	DryRun bool
-	// Rate is the pace in messages/s (ReplayRateDefault when 0 was asked).
+	// Rate is the pace in messages/s (replay.RateDefault when 0 was asked; ReplayInfo.State is one of replay.State*).
 	Rate int
 	// IncludeBeyondHorizon sends a targeted replay's beyond-horizon events
 	// with the override header.
@@ -73,11 +59,11 @@ type ReplayInfo struct {
 }
 
 var replayStates = map[string]adminv1.ReplayState{
-	ReplayStateDryRun:    adminv1.ReplayState_REPLAY_STATE_DRY_RUN,
-	ReplayStateRunning:   adminv1.ReplayState_REPLAY_STATE_RUNNING,
-	ReplayStateDone:      adminv1.ReplayState_REPLAY_STATE_DONE,
-	ReplayStateCancelled: adminv1.ReplayState_REPLAY_STATE_CANCELLED,
-	ReplayStateFailed:    adminv1.ReplayState_REPLAY_STATE_FAILED,
+	replay.StateDryRun:    adminv1.ReplayState_REPLAY_STATE_DRY_RUN,
+	replay.StateRunning:   adminv1.ReplayState_REPLAY_STATE_RUNNING,
+	replay.StateDone:      adminv1.ReplayState_REPLAY_STATE_DONE,
+	replay.StateCancelled: adminv1.ReplayState_REPLAY_STATE_CANCELLED,
+	replay.StateFailed:    adminv1.ReplayState_REPLAY_STATE_FAILED,
 }
 
 func replayToProto(r ReplayInfo) *adminv1.Replay {
@@ -107,10 +93,10 @@ func (s *Server) ReplayEvents(ctx context.Context, req *adminv1.ReplayEventsRequ
 		DryRun: req.GetDryRun(), Rate: int(req.GetRate()), IncludeBeyondHorizon: req.GetIncludeBeyondHorizon(),
 	}
 	switch {
-	case r.Rate < 0 || r.Rate > ReplayRateMax:
-		return nil, invalid("rate must be between 1 and %d messages/s (0 means %d), got %d", ReplayRateMax, ReplayRateDefault, r.Rate)
+	case r.Rate < 0 || r.Rate > replay.RateMax:
+		return nil, invalid("rate must be between 1 and %d messages/s (0 means %d), got %d", replay.RateMax, replay.RateDefault, r.Rate)
 	case r.Rate == 0:
-		r.Rate = ReplayRateDefault
+		r.Rate = replay.RateDefault
 	}
 	if req.From != nil {
 		if err := req.GetFrom().CheckValid(); err != nil {

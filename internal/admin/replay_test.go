@@ -10,8 +10,8 @@ import (
 	"google.golang.org/protobuf/types/known/timestamppb"
 
 	adminv1 "github.com/platformd/platformd/api/gen/platform/admin/v1"
-	"github.com/platformd/platformd/internal/admin"
 	"github.com/platformd/platformd/internal/admin/admintest"
+	"github.com/platformd/platformd/internal/replay"
 )
 
 // ReplayEvents over gRPC: the read token may list and get, not start or
@@ -60,7 +60,7 @@ func TestReplayRPCs(t *testing.T) {
 	require.NoError(t, err)
 	require.Equal(t, adminv1.ReplayState_REPLAY_STATE_DRY_RUN, resp.GetReplay().GetState())
 	require.Empty(t, resp.GetReplay().GetId())
-	require.Equal(t, int32(admin.ReplayRateDefault), resp.GetReplay().GetRate(), "rate 0 means the default")
+	require.Equal(t, int32(replay.RateDefault), resp.GetReplay().GetRate(), "rate 0 means the default")
 	require.Len(t, resp.GetReplay().GetPools(), 2)
 	require.Equal(t, int64(7), resp.GetReplay().GetPools()[1].GetWouldApply())
 

@@ -10,6 +10,7 @@ import (
 	"time"
 
 	"github.com/platformd/platformd/internal/admin"
+	"github.com/platformd/platformd/internal/replay"
 )
 
 // replayListLimit is how many replays the replay page lists.
@@ -42,7 +43,7 @@ func fields(s string) []string {
 // request turns the form into a ReplayRequest; the error names the field.
 func (f replayForm) request(service string) (admin.ReplayRequest, error) {
 	req := admin.ReplayRequest{Service: service, EventNames: fields(f.EventNames), TargetPool: strings.TrimSpace(f.TargetPool),
-		Rate: admin.ReplayRateDefault, IncludeBeyondHorizon: f.IncludeBeyondHorizon}
+		Rate: replay.RateDefault, IncludeBeyondHorizon: f.IncludeBeyondHorizon}
 	for _, t := range []struct {
 		name, value string
 		dst         *time.Time
@@ -69,8 +70,8 @@ func (f replayForm) request(service string) (admin.ReplayRequest, error) {
 	}
 	if v := strings.TrimSpace(f.Rate); v != "" {
 		n, err := strconv.Atoi(v)
-		if err != nil || n < 1 || n > admin.ReplayRateMax {
-			return req, fmt.Errorf("rate: %q is not a number of messages per second between 1 and %d", v, admin.ReplayRateMax)
+		if err != nil || n < 1 || n > replay.RateMax {
+			return req, fmt.Errorf("rate: %q is not a number of messages per second between 1 and %d", v, replay.RateMax)
 		}
 		req.Rate = n
 	}

@@ -92,13 +92,8 @@ func applyMigrations(ctx context.Context, s config.ServiceConfig, sets []migrate
 	return nil
 }
 
-// CreateDatabase creates the database named in dsn if it does not exist,
-// connecting to the same server's "postgres" database.
-func CreateDatabase(ctx context.Context, dsn string, logger *slog.Logger) error {
-	return createDatabaseUnder(ctx, dsn, nil, logger)
-}
-
-// createDatabaseUnder is CreateDatabase with its connection under budget
+// createDatabaseUnder creates the database named in dsn if it does not
+// exist, connecting to the same server's "postgres" database, under budget
 // (nil: none): the maintenance database is on the services' server.
 func createDatabaseUnder(ctx context.Context, dsn string, budget *connbudget.Budget, logger *slog.Logger) error {
 	cc, err := pgx.ParseConfig(dsn)

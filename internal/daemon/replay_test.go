@@ -19,6 +19,7 @@ import (
 	"github.com/platformd/platformd/internal/envelope"
 	"github.com/platformd/platformd/internal/outbox"
 	"github.com/platformd/platformd/internal/procstat"
+	"github.com/platformd/platformd/internal/replay"
 	"github.com/platformd/platformd/internal/testdb"
 )
 
@@ -126,7 +127,7 @@ func TestReplayRestoreAfterIncident(t *testing.T) {
 	dry.DryRun = true
 	info, err := e.b.ReplayEvents(ctx, dry, "ops")
 	require.NoError(t, err)
-	require.Equal(t, admin.ReplayStateDryRun, info.State)
+	require.Equal(t, replay.StateDryRun, info.State)
 	require.Equal(t, int64(n), info.Matched)
 	require.Equal(t, []admin.ReplayPoolInfo{
 		{Pool: "stock-events", Service: "stock", WouldApply: 5, AlreadyProcessed: 15},
@@ -139,12 +140,12 @@ func TestReplayRestoreAfterIncident(t *testing.T) {
 	before2 := e.pool(ctx, t, "stock2-events")
 	info, err = e.b.ReplayEvents(ctx, target, "ops")
 	require.NoError(t, err)
-	require.Equal(t, admin.ReplayStateRunning, info.State)
+	require.Equal(t, replay.StateRunning, info.State)
 	id := uuid.MustParse(info.ID)
 	require.Eventually(t, func() bool {
 		got, err := e.b.GetReplay(ctx, "order", id)
 		require.NoError(t, err)
-		return got.State == admin.ReplayStateDone
+		return got.State == replay.StateDone
 	}, 30*time.Second, 20*time.Millisecond, "replay done")
 	require.Eventually(t, func() bool {
 		return count(t, e.stock, `SELECT count(*) FROM reservation`) == n

@@ -3,7 +3,6 @@ package state
 import (
 	"time"
 
-	"github.com/jackc/pgx/v5"
 
 	"github.com/platformd/platformd/internal/query"
 )
@@ -22,11 +21,6 @@ type notifyParams struct{ Channel, Payload string }
 
 var notify = query.NewExec("state.notify", `SELECT pg_notify($1, $2)`,
 	func(p notifyParams) []any { return []any{p.Channel, p.Payload} })
-
-// listen is LISTEN on a channel, whose name cannot be an argument.
-var listen = query.BuildExec("state.listen", listenSQL, nil)
-
-func listenSQL(channel string) string { return "LISTEN " + pgx.Identifier{channel}.Sanitize() }
 
 // Horizons.
 

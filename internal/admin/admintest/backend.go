@@ -15,6 +15,7 @@ import (
 
 	"github.com/platformd/platformd/internal/admin"
 	"github.com/platformd/platformd/internal/failure"
+	"github.com/platformd/platformd/internal/replay"
 )
 
 // Fixture values of the Backend returned by New: the example shop.
@@ -123,7 +124,7 @@ func New() *Backend {
 			"shipping-events": {},
 		},
 		replays: []admin.ReplayInfo{{
-			ID: ReplayID.String(), State: admin.ReplayStateDone, Service: "stock", Matched: 10, Published: 10,
+			ID: ReplayID.String(), State: replay.StateDone, Service: "stock", Matched: 10, Published: 10,
 			Rate: 500, CreatedAt: Now.Add(-2 * time.Hour), FinishedAt: Now.Add(-2*time.Hour + time.Minute), CreatedBy: "ops",
 			TargetPool: "stock-events", EventNames: []string{"order.#"}, From: Now.Add(-26 * time.Hour), To: Now.Add(-24 * time.Hour),
 			Pools: []admin.ReplayPoolInfo{{Pool: "stock-events", Service: "stock", WouldApply: 7, AlreadyProcessed: 3, PublishedCopies: 10}},

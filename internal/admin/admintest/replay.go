@@ -8,6 +8,7 @@ import (
 	"github.com/google/uuid"
 
 	"github.com/platformd/platformd/internal/admin"
+	"github.com/platformd/platformd/internal/replay"
 )
 
 // ReplayPools is the per-pool table every ReplayEvents of the fake
@@ -36,7 +37,7 @@ func (b *Backend) ReplayEvents(ctx context.Context, req admin.ReplayRequest, act
 		pools = slices.DeleteFunc(pools, func(p admin.ReplayPoolInfo) bool { return p.Pool != req.TargetPool })
 	}
 	info := admin.ReplayInfo{
-		State: admin.ReplayStateDryRun, Service: req.Service, Matched: 10, Pools: pools, TargetPool: req.TargetPool,
+		State: replay.StateDryRun, Service: req.Service, Matched: 10, Pools: pools, TargetPool: req.TargetPool,
 		Rate: req.Rate, EventNames: req.EventNames, From: req.From, To: req.To, EventIDsCount: len(req.EventIDs),
 		IncludeBeyondHorizon: req.IncludeBeyondHorizon,
 	}
@@ -44,7 +45,7 @@ func (b *Backend) ReplayEvents(ctx context.Context, req admin.ReplayRequest, act
 		return info, nil
 	}
 	info.ID = uuid.NewString()
-	info.State = admin.ReplayStateRunning
+	info.State = replay.StateRunning
 	info.CreatedAt = Now
 	info.CreatedBy = actor
 	b.replays = append(b.replays, info)
@@ -105,8 +106,8 @@ func (b *Backend) CancelReplay(ctx context.Context, service string, id uuid.UUID
 	if err != nil {
 		return admin.ReplayInfo{}, err
 	}
-	if b.replays[i].State == admin.ReplayStateRunning {
-		b.replays[i].State = admin.ReplayStateCancelled
+	if b.replays[i].State == replay.StateRunning {
+		b.replays[i].State = replay.StateCancelled
 		b.replays[i].FinishedAt = Now
 		b.record(service, actor, "replay.cancel", service, map[string]any{"replay": id.String()})
 	}
