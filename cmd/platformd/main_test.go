@@ -20,6 +20,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/platformd/platformd/internal/testenv"
+
 	"github.com/google/uuid"
 	"github.com/jackc/pgx/v5/pgxpool"
 	amqp "github.com/rabbitmq/amqp091-go"
@@ -74,13 +76,6 @@ func TestMain(m *testing.M) {
 // on an empty build cache (-race needs cgo; nothing else does).
 func staticBuild() []string { return append(os.Environ(), "CGO_ENABLED=0") }
 
-func amqpURL() string {
-	if u := os.Getenv("TEST_AMQP_URL"); u != "" {
-		return u
-	}
-	return "amqp://guest:guest@127.0.0.1:5672/"
-}
-
 func freePort(t *testing.T) string {
 	t.Helper()
 	l, err := net.Listen("tcp", "127.0.0.1:0")
@@ -106,7 +101,7 @@ func newEnv(t *testing.T) *env {
 	e := &env{t: t, dir: t.TempDir(), suffix: suffix, exchange: "e2e.events." + suffix,
 		stockDSN: testdb.New(t, "e2e_stock"), shipDSN: testdb.New(t, "e2e_ship")}
 	t.Cleanup(func() {
-		conn, err := amqp.Dial(amqpURL())
+		conn, err := amqp.Dial(testenv.AMQPURL())
 		if err != nil {
 			return
 		}
@@ -159,7 +154,7 @@ services:
         bindings: [order.order.status_changed.v1]
         handlers: [shipping.track_status]
         retry: {delays: [1s]}
-%[9]s`, e.adminAddr, adminToken, e.metrics, amqpURL(), e.exchange, e.stockDSN, e.suffix, e.shipDSN, extra)
+%[9]s`, e.adminAddr, adminToken, e.metrics, testenv.AMQPURL(), e.exchange, e.stockDSN, e.suffix, e.shipDSN, extra)
 	path := filepath.Join(e.dir, "platformd.yaml")
 	require.NoError(t, os.WriteFile(path, []byte(cfg), 0o600))
 	return path
@@ -199,7 +194,7 @@ func (e *env) start(t *testing.T, cfgPath string) *daemon {
 	// The pools declare the topology when they connect: wait for every one
 	// to consume (or sit paused) before producers publish.
 	cli, ctx := adminClient(t, e.adminAddr, adminToken)
-	broker, err := amqp.ParseURI(amqpURL())
+	broker, err := amqp.ParseURI(testenv.AMQPURL())
 	require.NoError(t, err)
 	node := net.JoinHostPort(broker.Host, strconv.Itoa(broker.Port))
 	var last []*adminv1.Pool
@@ -264,7 +259,7 @@ func (e *env) publishOrders(t *testing.T, n int, dupEvery int) int {
 // publish sends n one-line orders, every dupEvery-th twice (a relay
 // republish), each confirmed; it returns the number of distinct orders.
 func (e *env) publish(n int, dupEvery int) (int, error) {
-	conn, err := amqp.Dial(amqpURL())
+	conn, err := amqp.Dial(testenv.AMQPURL())
 	if err != nil {
 		return 0, err
 	}
@@ -305,7 +300,7 @@ func (e *env) publish(n int, dupEvery int) (int, error) {
 // counts them.
 func queueState(t *testing.T, queue string) (ready, consumers int) {
 	t.Helper()
-	conn, err := amqp.Dial(amqpURL())
+	conn, err := amqp.Dial(testenv.AMQPURL())
 	require.NoError(t, err)
 	defer conn.Close()
 	ch, err := conn.Channel()
@@ -555,7 +550,7 @@ func TestAdminAcrossDaemons(t *testing.T) {
 	// Failed messages: a permanent payload error lands in the failure
 	// queue; listing leaves it there; retry brings it back (and it fails
 	// again, permanently, since the cause is not fixed).
-	conn, err := amqp.Dial(amqpURL())
+	conn, err := amqp.Dial(testenv.AMQPURL())
 	require.NoError(t, err)
 	defer conn.Close()
 	ch, err := conn.Channel()

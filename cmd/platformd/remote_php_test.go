@@ -15,6 +15,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/platformd/platformd/internal/testenv"
+
 	"github.com/google/uuid"
 	amqp "github.com/rabbitmq/amqp091-go"
 	"github.com/stretchr/testify/require"
@@ -135,7 +137,7 @@ func testBillingExample(t *testing.T, lang string) {
 	cfg, err := filepath.Abs(filepath.Join("..", "..", "examples", "billing-php", "platformd.yaml"))
 	require.NoError(t, err)
 	env := append(os.Environ(), "PLATFORMD_ADMIN_LISTEN="+adminAddr, "PLATFORMD_METRICS_LISTEN="+metricsAddr,
-		"PLATFORMD_AMQP_URL="+amqpURL(), "PLATFORMD_EXCHANGE="+exchange, "PLATFORMD_BILLING_DB="+dsn,
+		"PLATFORMD_AMQP_URL="+testenv.AMQPURL(), "PLATFORMD_EXCHANGE="+exchange, "PLATFORMD_BILLING_DB="+dsn,
 		"PLATFORMD_BILLING_QUEUE="+queue, "BILLING_HANDLER_URL="+url, "PLATFORMD_ADMIN_TOKEN="+adminToken)
 
 	out, err := runWithEnv(env, "check", "-config", cfg)
@@ -200,7 +202,7 @@ func testBillingExample(t *testing.T, lang string) {
 // publishBilling sends n two-line orders to exchange, every dupEvery-th
 // twice, with confirms.
 func publishBilling(exchange string, n, dupEvery int) error {
-	conn, err := amqp.Dial(amqpURL())
+	conn, err := amqp.Dial(testenv.AMQPURL())
 	if err != nil {
 		return err
 	}
@@ -244,7 +246,7 @@ func runWithEnv(env []string, args ...string) (string, error) {
 
 // deleteQueues removes a test's exchange and its queue's family.
 func deleteQueues(exchange, queue string) {
-	conn, err := amqp.Dial(amqpURL())
+	conn, err := amqp.Dial(testenv.AMQPURL())
 	if err != nil {
 		return
 	}

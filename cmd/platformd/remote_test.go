@@ -12,6 +12,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/platformd/platformd/internal/testenv"
+
 	"github.com/google/uuid"
 	"github.com/stretchr/testify/require"
 	"google.golang.org/grpc/health/grpc_health_v1"
@@ -174,7 +176,7 @@ services:
         bindings: [order.order.status_changed.v1]
         handlers: [shipping.track_status]
         retry: {delays: [1s]}
-`, e.adminAddr, adminToken, e.metrics, amqpURL(), e.exchange, e.stockDSN, migrations, e.suffix, url, timeout, e.shipDSN)
+`, e.adminAddr, adminToken, e.metrics, testenv.AMQPURL(), e.exchange, e.stockDSN, migrations, e.suffix, url, timeout, e.shipDSN)
 	path := filepath.Join(e.dir, "platformd-remote.yaml")
 	require.NoError(t, os.WriteFile(path, []byte(cfg), 0o600))
 	return path

@@ -14,6 +14,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/platformd/platformd/internal/testenv"
+
 	"github.com/google/uuid"
 	amqp "github.com/rabbitmq/amqp091-go"
 	"github.com/stretchr/testify/require"
@@ -86,7 +88,7 @@ services:
         bindings: [order.order.status_changed.v1]
         handlers: [shipping.track_status_sql]
         retry: {delays: [1s]}
-`, e.adminAddr, adminToken, e.metrics, amqpURL(), e.exchange, e.stockDSN, migrations, e.suffix, reserveSQL,
+`, e.adminAddr, adminToken, e.metrics, testenv.AMQPURL(), e.exchange, e.stockDSN, migrations, e.suffix, reserveSQL,
 		e.shipDSN, migrations, trackSQL)
 	path := filepath.Join(e.dir, "platformd-sql.yaml")
 	require.NoError(t, os.WriteFile(path, []byte(cfg), 0o600))
@@ -102,7 +104,7 @@ type publisher struct {
 
 func newPublisher(t *testing.T, exchange string) *publisher {
 	t.Helper()
-	conn, err := amqp.Dial(amqpURL())
+	conn, err := amqp.Dial(testenv.AMQPURL())
 	require.NoError(t, err)
 	t.Cleanup(func() { conn.Close() })
 	ch, err := conn.Channel()
@@ -394,7 +396,7 @@ services:
         queue: e2e.billing.%[4]s
         bindings: [order.order.placed.v1]
         handlers: [billing.open_invoice, billing.audit]
-`, freePort(t), freePort(t), amqpURL(), uuid.NewString()[:8], dsn)
+`, freePort(t), freePort(t), testenv.AMQPURL(), uuid.NewString()[:8], dsn)
 	path := filepath.Join(dir, "platformd.yaml")
 	require.NoError(t, os.WriteFile(path, []byte(cfg), 0o600))
 

@@ -10,6 +10,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/platformd/platformd/internal/testenv"
+
 	"github.com/google/uuid"
 	"github.com/jackc/pgx/v5"
 	amqp "github.com/rabbitmq/amqp091-go"
@@ -41,7 +43,7 @@ func (e *env) publishTraced(t *testing.T) (traceID, spanID string) {
 	_, err := rand.Read(b)
 	require.NoError(t, err)
 	traceID, spanID = hex.EncodeToString(b[:16]), hex.EncodeToString(b[16:])
-	conn, err := amqp.Dial(amqpURL())
+	conn, err := amqp.Dial(testenv.AMQPURL())
 	require.NoError(t, err)
 	defer conn.Close()
 	ch, err := conn.Channel()

@@ -3,9 +3,10 @@ package broker
 import (
 	"context"
 	"log/slog"
-	"os"
 	"testing"
 	"time"
+
+	"github.com/platformd/platformd/internal/testenv"
 
 	"go.uber.org/goleak"
 )
@@ -16,19 +17,11 @@ func TestMain(m *testing.M) {
 	)
 }
 
-// amqpURL is the broker the tests use (TEST_AMQP_URL, else the local one).
-func amqpURL() string {
-	if u := os.Getenv("TEST_AMQP_URL"); u != "" {
-		return u
-	}
-	return "amqp://guest:guest@127.0.0.1:5672/"
-}
-
 // localConn returns a Conn named name to the test broker, closed when the
 // test ends, and a context bounding the test's broker calls (30 s).
 func localConn(t *testing.T, name string) (*Conn, context.Context) {
 	t.Helper()
-	conn := NewConn([]string{amqpURL()}, name, nil, slog.New(slog.DiscardHandler))
+	conn := NewConn([]string{testenv.AMQPURL()}, name, nil, slog.New(slog.DiscardHandler))
 	t.Cleanup(conn.Close)
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	t.Cleanup(cancel)

@@ -4,10 +4,11 @@ import (
 	"context"
 	"io"
 	"log/slog"
-	"os"
 	"sync/atomic"
 	"testing"
 	"time"
+
+	"github.com/platformd/platformd/internal/testenv"
 
 	"github.com/google/uuid"
 	"github.com/jackc/pgx/v5/pgxpool"
@@ -18,13 +19,6 @@ import (
 	"github.com/platformd/platformd/internal/testdb"
 	"github.com/platformd/platformd/migrations"
 )
-
-func amqpURL() string {
-	if u := os.Getenv("TEST_AMQP_URL"); u != "" {
-		return u
-	}
-	return "amqp://guest:guest@127.0.0.1:5672/"
-}
 
 var discardLog = slog.New(slog.NewTextHandler(io.Discard, nil))
 
@@ -103,7 +97,7 @@ func stateOf(t testing.TB, db *pgxpool.Pool, id uuid.UUID) string {
 // (acked on receipt).
 func queue(t testing.TB) (string, <-chan amqp.Delivery) {
 	t.Helper()
-	conn, err := amqp.Dial(amqpURL())
+	conn, err := amqp.Dial(testenv.AMQPURL())
 	require.NoError(t, err)
 	t.Cleanup(func() { _ = conn.Close() })
 	ch, err := conn.Channel()

@@ -10,6 +10,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/platformd/platformd/internal/testenv"
+
 	"github.com/google/uuid"
 	"github.com/jackc/pgx/v5/pgxpool"
 	amqp "github.com/rabbitmq/amqp091-go"
@@ -33,7 +35,7 @@ func setupRunner(t *testing.T, cfg RunnerConfig, unhosted ...string) *runnerBund
 	b := &runnerBundle{db: database(t)}
 	b.store = NewStore(b.db)
 	b.queue, b.copies = queue(t)
-	conn := broker.NewConn([]string{amqpURL()}, "failure-test", nil, discardLog)
+	conn := broker.NewConn([]string{testenv.AMQPURL()}, "failure-test", nil, discardLog)
 	t.Cleanup(conn.Close)
 	cfg.Store, cfg.Broker, cfg.Logger = b.store, conn, discardLog
 	cfg.QueueOf = func(pool string) (string, bool) {

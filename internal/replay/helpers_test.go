@@ -5,9 +5,10 @@ import (
 	"encoding/binary"
 	"io"
 	"log/slog"
-	"os"
 	"testing"
 	"time"
+
+	"github.com/platformd/platformd/internal/testenv"
 
 	"github.com/google/uuid"
 	"github.com/jackc/pgx/v5/pgxpool"
@@ -20,13 +21,6 @@ import (
 	"github.com/platformd/platformd/internal/testdb"
 	"github.com/platformd/platformd/migrations"
 )
-
-func amqpURL() string {
-	if u := os.Getenv("TEST_AMQP_URL"); u != "" {
-		return u
-	}
-	return "amqp://guest:guest@127.0.0.1:5672/"
-}
 
 var discard = slog.New(slog.NewTextHandler(io.Discard, nil))
 
@@ -77,7 +71,7 @@ func processed(t testing.TB, db *pgxpool.Pool, ids ...uuid.UUID) {
 // exchange: none) and returns its deliveries.
 func tap(t testing.TB, exchange, key string) (string, <-chan amqp.Delivery) {
 	t.Helper()
-	conn, err := amqp.Dial(amqpURL())
+	conn, err := amqp.Dial(testenv.AMQPURL())
 	require.NoError(t, err)
 	t.Cleanup(func() { _ = conn.Close() })
 	ch, err := conn.Channel()

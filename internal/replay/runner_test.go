@@ -7,6 +7,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/platformd/platformd/internal/testenv"
+
 	"github.com/google/uuid"
 	"github.com/jackc/pgx/v5/pgxpool"
 	"github.com/platformd/platformd/internal/broker"
@@ -104,7 +106,7 @@ func TestRunnerResumesWithoutDuplicates(t *testing.T) {
 	for i := range n {
 		archive(t, db, v7At(t, now.Add(-time.Duration(i)*time.Second)), "order.order.placed.v1", now.Add(-time.Minute))
 	}
-	conn := broker.NewConn([]string{amqpURL()}, "replay-test", nil, discard)
+	conn := broker.NewConn([]string{testenv.AMQPURL()}, "replay-test", nil, discard)
 	t.Cleanup(conn.Close)
 	id := create(t, db, Selection{From: now.Add(-time.Hour)}, "", false, 2000, []PoolCount{{Pool: "stock-events", Service: "stock"}})
 	targets := []Target{{Pool: "stock-events", Service: "stock", Bindings: []string{"order.#"}}}
@@ -157,7 +159,7 @@ func TestRunnerTargetedPool(t *testing.T) {
 	old := v7At(t, now.Add(-72*time.Hour))
 	archive(t, db, recent, "order.order.placed.v1", now.Add(-time.Minute))
 	archive(t, db, old, "order.order.placed.v1", now.Add(-time.Minute))
-	conn := broker.NewConn([]string{amqpURL()}, "replay-test", nil, discard)
+	conn := broker.NewConn([]string{testenv.AMQPURL()}, "replay-test", nil, discard)
 	t.Cleanup(conn.Close)
 	targets := []Target{{Pool: "stock-events", Service: "stock", Queue: queue, Bindings: []string{"nothing"}, Horizon: 48 * time.Hour, Quarantine: true}}
 	pools := []PoolCount{{Pool: "stock-events", Service: "stock"}}
@@ -193,7 +195,7 @@ func TestCancelStopsReplay(t *testing.T) {
 	for i := range 200 {
 		archive(t, db, v7At(t, now.Add(-time.Duration(i)*time.Second)), "order.x", now.Add(-time.Minute))
 	}
-	conn := broker.NewConn([]string{amqpURL()}, "replay-test", nil, discard)
+	conn := broker.NewConn([]string{testenv.AMQPURL()}, "replay-test", nil, discard)
 	t.Cleanup(conn.Close)
 	id := create(t, db, Selection{From: now.Add(-time.Hour)}, "", false, 200, nil)
 	cancelled := make(chan struct{})
@@ -240,7 +242,7 @@ func TestRunnerDiesBetweenCommitAndRecord(t *testing.T) {
 	for i := range n {
 		archive(t, db, v7At(t, now.Add(-time.Duration(i)*time.Second)), "order.order.placed.v1", now.Add(-time.Minute))
 	}
-	conn := broker.NewConn([]string{amqpURL()}, "replay-test", nil, discard)
+	conn := broker.NewConn([]string{testenv.AMQPURL()}, "replay-test", nil, discard)
 	t.Cleanup(conn.Close)
 	id := create(t, db, Selection{From: now.Add(-time.Hour)}, "", false, 2000, nil)
 	var once sync.Once
@@ -295,7 +297,7 @@ func TestRunnerStopsWhenLeaseLost(t *testing.T) {
 	for i := range n {
 		archive(t, db, v7At(t, now.Add(-time.Duration(i)*time.Second)), "order.order.placed.v1", now.Add(-time.Minute))
 	}
-	conn := broker.NewConn([]string{amqpURL()}, "replay-test", nil, discard)
+	conn := broker.NewConn([]string{testenv.AMQPURL()}, "replay-test", nil, discard)
 	t.Cleanup(conn.Close)
 	// Short enough for a quick test, long enough that a loaded machine's
 	// slow renewal does not cost the first runner its lease on its own.

@@ -9,24 +9,22 @@ import (
 	"crypto/rand"
 	"encoding/hex"
 	"net/url"
-	"os"
 	"strings"
 	"testing"
 	"time"
+
+	"github.com/platformd/platformd/internal/testenv"
 
 	"github.com/jackc/pgx/v5"
 )
 
 // DefaultURL is the server used when TEST_DATABASE_URL is unset.
-const DefaultURL = "postgres://postgres@127.0.0.1:5432/postgres"
+const DefaultURL = testenv.DefaultDatabaseURL
 
 // AdminURL returns the DSN of the maintenance database tests create
 // scratch databases from.
 func AdminURL() string {
-	if u := os.Getenv("TEST_DATABASE_URL"); u != "" {
-		return u
-	}
-	return DefaultURL
+	return testenv.DatabaseURL()
 }
 
 // New creates an empty database named after prefix plus a random suffix and

@@ -25,6 +25,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/platformd/platformd/internal/testenv"
+
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgxpool"
 	amqp "github.com/rabbitmq/amqp091-go"
@@ -101,13 +103,6 @@ func randomHex(n int) string {
 	return hex.EncodeToString(b)
 }
 
-func amqpBaseURL() string {
-	if u := os.Getenv("TEST_AMQP_URL"); u != "" {
-		return u
-	}
-	return "amqp://guest:guest@127.0.0.1:5672/"
-}
-
 // pgAddr is host:port of the PostgreSQL server the tests use.
 func pgAddr(t testing.TB) string {
 	u, err := url.Parse(testdb.AdminURL())
@@ -155,7 +150,7 @@ type broker struct {
 }
 
 // mainBroker is the shared node at TEST_AMQP_URL.
-func mainBroker() broker { return broker{urls: []string{amqpBaseURL()}, ctl: rabbitmqctl} }
+func mainBroker() broker { return broker{urls: []string{testenv.AMQPURL()}, ctl: rabbitmqctl} }
 
 // env is one test's isolated world: a RabbitMQ vhost and exchange, two
 // service databases, tokens, and the daemons started on them.

@@ -19,6 +19,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/platformd/platformd/internal/testenv"
+
 	"github.com/google/uuid"
 	"github.com/jackc/pgx/v5/pgxpool"
 	amqp "github.com/rabbitmq/amqp091-go"
@@ -37,13 +39,6 @@ const (
 	adminToken = "console-e2e-admin-token-0123456789"
 	readToken  = "console-e2e-read-token-0123456789"
 )
-
-func amqpURL() string {
-	if u := os.Getenv("TEST_AMQP_URL"); u != "" {
-		return u
-	}
-	return "amqp://guest:guest@127.0.0.1:5672/"
-}
 
 // freePort returns a loopback address no one listens on right now.
 func freePort(t testing.TB) string {
@@ -137,7 +132,7 @@ services:
         handlers: [shipping.track_status]
         concurrency: 1
         retry: {delays: [1s]}
-`, e.adminAddr, adminToken, readToken, tlsBlock, consoleBlock, amqpURL(), e.exchange,
+`, e.adminAddr, adminToken, readToken, tlsBlock, consoleBlock, testenv.AMQPURL(), e.exchange,
 		e.stockDSN, e.stockPool, e.stockQueue, e.shipDSN, e.shipPool, e.shipQueue)
 	if opts.producer {
 		e.orderDSN = testdb.New(t, "console_order")
@@ -158,7 +153,7 @@ func cmpOr(a, b string) string {
 
 // deleteBrokerObjects removes the exchange and queues the daemon declared.
 func (e *env) deleteBrokerObjects() {
-	conn, err := amqp.Dial(amqpURL())
+	conn, err := amqp.Dial(testenv.AMQPURL())
 	if err != nil {
 		return
 	}
@@ -305,7 +300,7 @@ func (e *env) publish(name string, payload any, id uuid.UUID) uuid.UUID {
 // routing key key, confirmed.
 func (e *env) publishRaw(key string, body []byte) {
 	e.t.Helper()
-	conn, err := amqp.Dial(amqpURL())
+	conn, err := amqp.Dial(testenv.AMQPURL())
 	require.NoError(e.t, err)
 	defer conn.Close()
 	ch, err := conn.Channel()
@@ -339,7 +334,7 @@ func oldEventID(age time.Duration) uuid.UUID {
 // queueState returns a queue's ready messages and consumers.
 func queueState(t testing.TB, queue string) (messages, consumers int) {
 	t.Helper()
-	conn, err := amqp.Dial(amqpURL())
+	conn, err := amqp.Dial(testenv.AMQPURL())
 	require.NoError(t, err)
 	defer conn.Close()
 	ch, err := conn.Channel()

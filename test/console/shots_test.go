@@ -11,6 +11,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/platformd/platformd/internal/testenv"
+
 	"github.com/chromedp/chromedp"
 	"github.com/google/uuid"
 	"github.com/jackc/pgx/v5/pgxpool"
@@ -110,7 +112,7 @@ func itoa(n int64) string { b, _ := json.Marshal(n); return string(b) }
 // feed publishes orders and status changes until ctx ends, at 5 to 45
 // orders a second along a sine of period 20 s.
 func feed(ctx context.Context, t *testing.T, e *env) {
-	conn, err := amqp.Dial(amqpURL())
+	conn, err := amqp.Dial(testenv.AMQPURL())
 	if err != nil {
 		t.Errorf("feed: %v", err)
 		return

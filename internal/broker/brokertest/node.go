@@ -7,19 +7,17 @@ package brokertest
 import (
 	"encoding/binary"
 	"net/url"
-	"os"
 	"sync"
 	"testing"
+
+	"github.com/platformd/platformd/internal/testenv"
 
 	"github.com/platformd/platformd/internal/faultproxy"
 )
 
 // URL is the broker the tests use: TEST_AMQP_URL, else the local one.
 func URL() string {
-	if u := os.Getenv("TEST_AMQP_URL"); u != "" {
-		return u
-	}
-	return "amqp://guest:guest@127.0.0.1:5672/"
+	return testenv.AMQPURL()
 }
 
 // Target is the host:port of URL.
