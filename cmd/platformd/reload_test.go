@@ -143,7 +143,7 @@ func watchProgress(ctx context.Context, cli adminv1.AdminServiceClient, pool str
 					}
 				}
 			}
-			time.Sleep(10 * time.Millisecond) // the sampling period of the measurement, not a wait
+			time.Sleep(10 * time.Millisecond) //nolint:forbidigo // the sampling period of the measurement, not a wait
 		}
 	}()
 	return p
@@ -178,7 +178,7 @@ func (e *env) publishLoad(ctx context.Context, t *testing.T) <-chan int {
 				t.Errorf("publish: %v", err)
 				break
 			}
-			time.Sleep(20 * time.Millisecond) // the load's pace: the scenario, not a wait
+			time.Sleep(20 * time.Millisecond) //nolint:forbidigo // the load's pace: the scenario, not a wait
 		}
 		sent <- n
 	}()

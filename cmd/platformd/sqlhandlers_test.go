@@ -247,7 +247,7 @@ func TestSQLHandlersEndToEnd(t *testing.T) {
 		// The duplicates add no reservation: give their redelivery a
 		// moment to come through.
 		for deadline := time.Now().Add(2 * time.Second); redelivered() == 0 && time.Now().Before(deadline); {
-			time.Sleep(50 * time.Millisecond)
+			time.Sleep(50 * time.Millisecond) //nolint:forbidigo // a bounded poll (2 s) for the redeliveries to show in the broker's counters
 		}
 		if redelivered() > 0 {
 			break

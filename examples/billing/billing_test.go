@@ -76,7 +76,7 @@ func eventually(t *testing.T, timeout time.Duration, cond func() bool, format st
 		if time.Now().After(deadline) {
 			t.Fatalf("after %s: "+format, append([]any{timeout}, args...)...)
 		}
-		time.Sleep(50 * time.Millisecond)
+		time.Sleep(50 * time.Millisecond) //nolint:forbidigo // this module's one bounded poll helper
 	}
 }
 

@@ -138,7 +138,7 @@ func TestConnFailsOverToTheNextNode(t *testing.T) {
 	b.Down()
 	require.Eventually(t, func() bool { return conn.Node() == "" }, 10*time.Second, 10*time.Millisecond)
 	go func() {
-		time.Sleep(500 * time.Millisecond) // the scenario: a node back after half a second, which Get must wait for
+		time.Sleep(500 * time.Millisecond) //nolint:forbidigo // the scenario: a node back after half a second, which Get must wait for
 		a.Up()
 	}()
 	start := time.Now()

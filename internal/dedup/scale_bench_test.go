@@ -187,10 +187,10 @@ func runPurgeScale(tb testing.TB, rows int, partitioned bool, window time.Durati
 		require.NoError(tb, db.QueryRow(ctx, `SELECT pg_current_wal_lsn() - '0/0'`).Scan(&l))
 		return l
 	}
-	time.Sleep(window / 5) // warm-up, not counted
+	time.Sleep(window / 5) //nolint:forbidigo // warm-up, not counted
 	c.window()
 	w0, t0 := lsn(), time.Now()
-	time.Sleep(window)
+	time.Sleep(window) //nolint:forbidigo // a measurement window: its length, not a wait
 	n, stall := c.window()
 	res.walRateBase = float64(lsn()-w0) / time.Since(t0).Seconds()
 	res.baseline, res.stallBase = float64(n)/time.Since(t0).Seconds(), stall
@@ -201,7 +201,7 @@ func runPurgeScale(tb testing.TB, rows int, partitioned bool, window time.Durati
 	res.purge = time.Since(t0)
 	res.deleted, res.chunks = pr.Deleted, pr.Chunks
 	if rest := window - res.purge; rest > 0 {
-		time.Sleep(rest)
+		time.Sleep(rest) //nolint:forbidigo // the rest of the measurement window
 	}
 	n, stall = c.window()
 	res.during, res.stallPurge = float64(n)/time.Since(t0).Seconds(), stall
@@ -209,7 +209,7 @@ func runPurgeScale(tb testing.TB, rows int, partitioned bool, window time.Durati
 	// mean of the windows before and after, and after/before is the
 	// machine's own drift (the noise of the ratio).
 	t0 = time.Now()
-	time.Sleep(window)
+	time.Sleep(window) //nolint:forbidigo // a measurement window: its length, not a wait
 	n, _ = c.window()
 	res.after = float64(n) / time.Since(t0).Seconds()
 	c.close(tb)

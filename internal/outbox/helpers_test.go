@@ -265,7 +265,7 @@ func waitFor(t testing.TB, timeout time.Duration, what string, cond func() bool)
 		if time.Now().After(deadline) {
 			t.Fatalf("timed out after %s waiting for %s", timeout, what)
 		}
-		time.Sleep(20 * time.Millisecond)
+		time.Sleep(20 * time.Millisecond) //nolint:forbidigo // the package's one bounded poll helper, for state in PostgreSQL and the broker
 	}
 }
 

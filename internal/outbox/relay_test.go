@@ -372,7 +372,7 @@ func TestRelayBrokerFault(t *testing.T) {
 		if i == 50 || i == 100 {
 			rabbitmqctl(t, "close_all_connections", "-p", b.vhost, "outbox test: forced close")
 		}
-		time.Sleep(2 * time.Millisecond)
+		time.Sleep(2 * time.Millisecond) //nolint:forbidigo // the writers' pace, so that the forced closes land mid-stream: the scenario
 	}
 	waitFor(t, 60*time.Second, "the outbox to empty", func() bool { return b.pending() == 0 })
 	// Read the queue on a fresh connection (the test's was closed too).

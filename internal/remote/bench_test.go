@@ -195,7 +195,7 @@ func startBenchHandler(b *testing.B) (string, int) {
 		if time.Now().After(deadline) {
 			b.Fatalf("the bench handler did not start: %v", err)
 		}
-		time.Sleep(10 * time.Millisecond)
+		time.Sleep(10 * time.Millisecond) //nolint:forbidigo // a bounded poll of a subprocess's port
 	}
 }
 

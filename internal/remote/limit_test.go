@@ -44,7 +44,7 @@ func TestAdaptiveLimitSettlesUnderTheHandlersCapacity(t *testing.T) {
 			for m := most.Load(); n > m && !most.CompareAndSwap(m, n); m = most.Load() {
 			}
 		}
-		time.Sleep(5 * time.Millisecond)
+		time.Sleep(5 * time.Millisecond) //nolint:forbidigo // the handler's service time: the scenario, not a wait
 		b.answerAll(w, c)
 	}
 	m := metrics.New()
@@ -94,7 +94,7 @@ func TestMaxInFlightBoundsCalls(t *testing.T) {
 		defer inFlight.Add(-1)
 		for m := most.Load(); n > m && !most.CompareAndSwap(m, n); m = most.Load() {
 		}
-		time.Sleep(5 * time.Millisecond)
+		time.Sleep(5 * time.Millisecond) //nolint:forbidigo // the handler's service time: the scenario, not a wait
 		b.answerAll(w, c)
 	}
 	h := b.handler(func(c *remote.Config) { c.MaxInFlight = 2; c.MaxConns = 8 })

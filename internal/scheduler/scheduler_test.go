@@ -327,7 +327,7 @@ func TestSchedulersDoNotOverlap(t *testing.T) {
 			}
 			for _, s := range scheds {
 				require.NoError(t, s.Start(ctx))
-				time.Sleep(30 * time.Millisecond) // the scenario, not a wait: stagger the schedules a little
+				time.Sleep(30 * time.Millisecond) //nolint:forbidigo // the scenario, not a wait: stagger the schedules a little
 			}
 			// Run until at least three purges have finished and another
 			// daemon was turned away by the lock (a loaded machine makes
@@ -595,7 +595,7 @@ func TestStartStopStress(t *testing.T) {
 		if i%2 == 0 {
 			go func() { _, _ = s.RunNow(context.Background(), "stock", i%4 == 0, "ops") }()
 		}
-		time.Sleep(time.Duration(i%5) * 5 * time.Millisecond) // the scenario: stop at varied points of a run
+		time.Sleep(time.Duration(i%5) * 5 * time.Millisecond) //nolint:forbidigo // the scenario: stop at varied points of a run
 		start := time.Now()
 		s.Stop()
 		longest = max(longest, time.Since(start))

@@ -3,7 +3,6 @@ package state
 import (
 	"time"
 
-
 	"github.com/platformd/platformd/internal/query"
 )
 

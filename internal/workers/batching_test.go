@@ -32,7 +32,7 @@ func TestCollectLingersOnlyWhenBusy(t *testing.T) {
 		wg.Go(func() {
 			// The scenario, not a wait: a delivery that arrives after
 			// collect returned (idle) or while it lingers (busy).
-			time.Sleep(50 * time.Millisecond)
+			time.Sleep(50 * time.Millisecond) //nolint:forbidigo // the scenario, said above
 			for _, tag := range tags {
 				deliveries <- amqp.Delivery{DeliveryTag: tag}
 			}
@@ -107,7 +107,7 @@ func TestCollectIdleFollowsAStream(t *testing.T) {
 			after time.Duration
 			tag   uint64
 		}{{150 * time.Millisecond, 2}, {150 * time.Millisecond, 3}, {150 * time.Millisecond, 4}, {time.Second, 5}} {
-			time.Sleep(step.after) // the scenario: the gaps between arrivals
+			time.Sleep(step.after) //nolint:forbidigo // the scenario: the gaps between arrivals
 			deliveries <- amqp.Delivery{DeliveryTag: step.tag}
 		}
 	})

@@ -377,7 +377,7 @@ func (b *bundle) publishResilient(n int, dupShare float64) int {
 				}
 				var err error
 				if conn, err = amqp.Dial(b.url); err != nil {
-					time.Sleep(50 * time.Millisecond) // a redial's pace while the broker is cut off (bounded by attempt)
+					time.Sleep(50 * time.Millisecond) //nolint:forbidigo // a redial's pace while the broker is cut off (bounded by attempt)
 					continue
 				}
 				if ch, err = conn.Channel(); err != nil || ch.Confirm(false) != nil {

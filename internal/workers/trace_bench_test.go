@@ -104,7 +104,7 @@ func (bw *benchWorker) batch(pause time.Duration) {
 	}
 	bw.w.startSpans(bw.msgs, bw.events, time.Now())
 	if pause > 0 {
-		time.Sleep(pause) // the scenario: the batch's transaction takes this long
+		time.Sleep(pause) //nolint:forbidigo // the scenario: the batch's transaction takes this long
 	}
 	for i := range bw.msgs {
 		bw.msgs[i].s = settlement{kind: settleAck, outcome: metrics.OutcomeProcessed}

@@ -430,7 +430,7 @@ func (c *chaos) runPurge(d *daemon, svc string, dry bool) (*adminv1.PurgeRun, bo
 			deadline = time.Now().Add(lease.TTLDefault + 10*time.Second)
 		}
 		c.logf("RunPurge %s on %s: %s; retrying", svc, d.name, st.Message())
-		time.Sleep(300 * time.Millisecond)
+		time.Sleep(300 * time.Millisecond) //nolint:forbidigo // the retry pace of a refused RunPurge, bounded by deadline
 	}
 }
 

@@ -486,7 +486,7 @@ func (c *clusterChaos) loseNode(kind string, n int, inject func() error) {
 		if idle && !slices.ContainsFunc(ws, func(w *watched) bool { return !w.done && !w.moved }) {
 			break // every pool moved, and none has anything left to commit
 		}
-		time.Sleep(50 * time.Millisecond)
+		time.Sleep(50 * time.Millisecond) //nolint:forbidigo // a bounded poll of the pools' progress, the loop above holds the deadline
 	}
 	res := <-injected
 	if res.err != nil {

@@ -600,7 +600,7 @@ func (d *daemon) start() {
 			t.Fatalf("daemon %s: admin API not serving after 90s: %v; last log lines:\n%s\nsessions on the test's databases:\n%s",
 				d.name, err, tail, d.e.dbActivity())
 		}
-		time.Sleep(100 * time.Millisecond)
+		time.Sleep(100 * time.Millisecond) //nolint:forbidigo // a bounded poll of a subprocess's admin port (90 s deadline above)
 	}
 }
 
@@ -953,7 +953,7 @@ func waitUntil(timeout time.Duration, cond func() bool) bool {
 		if time.Now().After(deadline) {
 			return false
 		}
-		time.Sleep(100 * time.Millisecond)
+		time.Sleep(100 * time.Millisecond) //nolint:forbidigo // waitUntil is the suite's one bounded poll, for state held by subprocesses and servers
 	}
 }
 

@@ -145,7 +145,7 @@ func (w *outboxWorld) write(ctx context.Context, n int) {
 			}
 		}
 		w.mu.Unlock()
-		time.Sleep(10 * time.Millisecond)
+		time.Sleep(10 * time.Millisecond) //nolint:forbidigo // the producer's pace: the scenario, not a wait
 	}
 }
 

@@ -105,7 +105,7 @@ func waitFor(t testing.TB, ctx context.Context, expr, what string) {
 			html, _ := chromedp.Run(ctx, chromedp.Evaluate[string]("document.body ? document.body.innerText : ''"))
 			t.Fatalf("%s: not seen in 30s (last error %v); page text:\n%s", what, err, html)
 		}
-		time.Sleep(50 * time.Millisecond)
+		time.Sleep(50 * time.Millisecond) //nolint:forbidigo // a bounded poll of the browser's page (30 s deadline above)
 	}
 }
 

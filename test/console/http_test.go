@@ -141,7 +141,7 @@ func TestConsoleAuthTLS(t *testing.T) {
 		}
 		require.Equal(t, http.StatusTooManyRequests, resp.StatusCode)
 		require.True(t, time.Now().Before(deadline), "still throttled after 10s")
-		time.Sleep(100 * time.Millisecond)
+		time.Sleep(100 * time.Millisecond) //nolint:forbidigo // the sign-in throttle's pace: retry until it lets us in, bounded by deadline
 	}
 	require.Len(t, resp.Cookies(), 1)
 	ck := resp.Cookies()[0]

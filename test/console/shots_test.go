@@ -56,7 +56,7 @@ func TestConsoleShots(t *testing.T) {
 	bad := order()
 	bad.Lines[0].Quantity = "-1"
 	e.publish(shop.EventOrderPlaced, bad, uuid.Nil)
-	time.Sleep(shotsLoad) // the load runs meanwhile: this is the scenario's length, not a wait for a result
+	time.Sleep(shotsLoad) //nolint:forbidigo // the load runs meanwhile: this is the scenario's length, not a wait for a result
 	stopLoad()
 	wg.Wait()
 

@@ -200,7 +200,7 @@ func (f *fleet) idle(limit int) (total, most int) {
 		if total <= limit || time.Now().After(deadline) {
 			return total, most
 		}
-		time.Sleep(time.Second) // a bounded poll of pg_stat_activity
+		time.Sleep(time.Second) //nolint:forbidigo // a bounded poll of pg_stat_activity
 	}
 }
 
@@ -244,7 +244,7 @@ func (f *fleet) settle(ids []uuid.UUID, timeout time.Duration) (refused int) {
 		if err != nil {
 			refused++
 			require.True(f.t, time.Now().Before(deadline), "service %d: %v", i, err)
-			time.Sleep(100 * time.Millisecond) // a bounded poll
+			time.Sleep(100 * time.Millisecond) //nolint:forbidigo // a bounded poll
 			continue
 		}
 		var got int
@@ -256,7 +256,7 @@ func (f *fleet) settle(ids []uuid.UUID, timeout time.Duration) (refused int) {
 			continue
 		}
 		require.True(f.t, time.Now().Before(deadline), "service %d applied %d of %d events", i, got, len(ids))
-		time.Sleep(100 * time.Millisecond) // a bounded poll
+		time.Sleep(100 * time.Millisecond) //nolint:forbidigo // a bounded poll
 	}
 	var left map[string]int
 	for {
@@ -265,7 +265,7 @@ func (f *fleet) settle(ids []uuid.UUID, timeout time.Duration) (refused int) {
 			return refused
 		}
 		require.True(f.t, time.Now().Before(deadline), "messages left in queues: %v", left)
-		time.Sleep(200 * time.Millisecond) // a bounded poll
+		time.Sleep(200 * time.Millisecond) //nolint:forbidigo // a bounded poll
 	}
 }
 
@@ -368,7 +368,7 @@ func dropDatabases(t *testing.T, names []string) {
 			t.Errorf("databases %s_* left behind: %v", names[0], err)
 			return
 		}
-		time.Sleep(200 * time.Millisecond) // a bounded poll
+		time.Sleep(200 * time.Millisecond) //nolint:forbidigo // a bounded poll
 	}
 	defer c.Close(ctx)
 	for _, name := range names {

@@ -80,7 +80,7 @@ func (b *bench) remoteHandlerURL() (string, error) {
 			b.stopRemoteHandler()
 			return "", fmt.Errorf("the remote handler did not listen on %s: %w", addr, err)
 		}
-		time.Sleep(10 * time.Millisecond)
+		time.Sleep(10 * time.Millisecond) //nolint:forbidigo // a bounded poll of the handler's port (deadline above)
 	}
 	b.remoteURL = "http://" + addr + "/handle"
 	return b.remoteURL, nil

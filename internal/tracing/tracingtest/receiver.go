@@ -381,7 +381,7 @@ func (r *Receiver) WaitFlushed(timeout time.Duration, p Flusher, cond func([]Spa
 		if time.Now().After(deadline) {
 			return spans, fmt.Errorf("%w: %d spans received in %s", ErrTimeout, len(spans), timeout)
 		}
-		time.Sleep(10 * time.Millisecond)
+		time.Sleep(10 * time.Millisecond) //nolint:forbidigo // a bounded poll of what the receiver has collected, under its timeout
 	}
 }
 

@@ -65,6 +65,6 @@ func startPHP(ctx context.Context, root string, cfg *config.Config, logPath stri
 			stop()
 			return nil, fmt.Errorf("php -S did not listen on %s: %w", u.Host, err)
 		}
-		time.Sleep(20 * time.Millisecond)
+		time.Sleep(20 * time.Millisecond) //nolint:forbidigo // a bounded poll of php -S's port (deadline above)
 	}
 }

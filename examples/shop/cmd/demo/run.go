@@ -441,7 +441,7 @@ func run(ctx context.Context, o options, out io.Writer) (err error) {
 		if attempt == 5 || ctx.Err() != nil {
 			return err
 		}
-		time.Sleep(time.Second) // PostgreSQL restarting?
+		time.Sleep(time.Second) //nolint:forbidigo // a paced retry: PostgreSQL may be restarting
 	}
 	dm.report(total, v)
 	if len(v.problems) > 0 {
