@@ -95,13 +95,6 @@ type RunnerConfig struct {
 	// service's control session; by default they run on DB.
 	ControlFunc func(ctx context.Context, fn func(context.Context, lease.Querier) error) error
 	Logger      *slog.Logger
-
-	// TestAfterChunkFunc, for tests only, runs after a chunk's progress
-	// was recorded, with the replay's record.
-	TestAfterChunkFunc func(r Record)
-	// TestAfterCommitFunc, for tests only, runs after the broker committed
-	// a chunk and before its progress is recorded.
-	TestAfterCommitFunc func(r Record)
 }
 
 // Runner runs the replays of one producer service; one runner per
@@ -115,6 +108,9 @@ type Runner struct {
 	lease  *lease.Lease
 	wake   chan struct{}
 	active atomic.Bool
+
+	testSignals RunnerTestSignals
+	test        runnerTest
 }
 
 // NewRunner returns a stopped Runner.
@@ -258,7 +254,11 @@ func (r *Runner) held(ctx context.Context) error {
 // lease is then released.
 func (r *Runner) work(ctx context.Context) error {
 	r.active.Store(true)
-	defer r.active.Store(false)
+	r.testSignals.Active.Signal(true)
+	defer func() {
+		r.active.Store(false)
+		r.testSignals.Active.Signal(false)
+	}()
 	pub := newTxChannel(r.cfg.Broker)
 	defer pub.close()
 	for {
@@ -329,7 +329,7 @@ func (r *Runner) runOne(ctx context.Context, pub *txChannel, id uuid.UUID) error
 		if counter != nil {
 			counter.Add(float64(n))
 		}
-		if f := r.cfg.TestAfterCommitFunc; f != nil {
+		if f := r.test.afterCommit; f != nil {
 			f(rec)
 		}
 		// Progress is recorded even when ctx ended (a stop): the broker
@@ -342,8 +342,11 @@ func (r *Runner) runOne(ctx context.Context, pub *txChannel, id uuid.UUID) error
 			perr = cmp.Or(pub.clearJournal(pctx, id, *rec.Cursor), perr) //nolint:contextcheck // detached on purpose
 		}
 		cancel()
-		if f := r.cfg.TestAfterChunkFunc; f != nil && perr == nil {
-			f(rec)
+		if perr == nil {
+			if f := r.test.afterChunk; f != nil {
+				f(rec)
+			}
+			r.testSignals.ChunkRecorded.Signal(rec)
 		}
 		switch {
 		case errors.Is(perr, errNotRunning):

@@ -36,21 +36,26 @@ func create(t testing.TB, db *pgxpool.Pool, sel Selection, targetPool string, in
 // published is the counter vector every test runner reports to.
 var published = prometheus.NewCounterVec(prometheus.CounterOpts{Name: "test_replay_published_total"}, []string{"service", "replay"})
 
-func runner(t testing.TB, db *pgxpool.Pool, conn *broker.Conn, exchange string, targets []Target, after func(Record), mods ...func(*RunnerConfig)) *Runner {
+// runnerOpt changes a test runner's config or sets its test hooks.
+type runnerOpt func(*RunnerConfig, *runnerTest)
+
+func runner(t testing.TB, db *pgxpool.Pool, conn *broker.Conn, exchange string, targets []Target, after func(Record), opts ...runnerOpt) *Runner {
 	t.Helper()
 	cfg := RunnerConfig{
 		Service: "order", DB: db, Broker: conn, Exchange: exchange, Archive: 24 * time.Hour, Poll: 50 * time.Millisecond, LockRetry: 50 * time.Millisecond,
 		// Chunks of 50 ms at the replay's rate: the tests stop runners
 		// between chunks, a few chunks in.
 		ChunkEvery:  50 * time.Millisecond,
-		TargetsFunc: func(Record) ([]Target, error) { return targets, nil }, Logger: discard, TestAfterChunkFunc: after,
+		TargetsFunc: func(Record) ([]Target, error) { return targets, nil }, Logger: discard,
 		Published: published,
 	}
-	for _, m := range mods {
-		m(&cfg)
+	hooks := runnerTest{afterChunk: after}
+	for _, o := range opts {
+		o(&cfg, &hooks)
 	}
 	r, err := NewRunner(cfg)
 	require.NoError(t, err)
+	r.test = hooks
 	require.NoError(t, r.Start(context.Background()))
 	t.Cleanup(r.Stop)
 	return r
@@ -247,8 +252,8 @@ func TestRunnerDiesBetweenCommitAndRecord(t *testing.T) {
 	id := create(t, db, Selection{From: now.Add(-time.Hour)}, "", false, 2000, nil)
 	var once sync.Once
 	killed := make(chan struct{})
-	runner(t, db, conn, exchange, nil, nil, func(c *RunnerConfig) {
-		c.TestAfterCommitFunc = func(r Record) {
+	runner(t, db, conn, exchange, nil, nil, func(_ *RunnerConfig, h *runnerTest) {
+		h.afterCommit = func(r Record) {
 			if r.Published < 100 {
 				return
 			}
@@ -302,7 +307,7 @@ func TestRunnerStopsWhenLeaseLost(t *testing.T) {
 	// Short enough for a quick test, long enough that a loaded machine's
 	// slow renewal does not cost the first runner its lease on its own.
 	const ttl = 1500 * time.Millisecond
-	short := func(c *RunnerConfig) { c.LeaseTTL = ttl }
+	short := func(c *RunnerConfig, _ *runnerTest) { c.LeaseTTL = ttl }
 	var active atomic.Pointer[Runner]
 	var once sync.Once
 	stolen := make(chan int64, 1)
@@ -325,9 +330,11 @@ func TestRunnerStopsWhenLeaseLost(t *testing.T) {
 		})
 	}, short)
 	active.Store(a)
+	a.TestSignals().Active.Init(t) // before the replay exists: a works only for one
 	id := create(t, db, Selection{From: now.Add(-time.Hour)}, "", false, 200, nil)
 	a.Wake()
-	require.Eventually(t, a.Active, 10*time.Second, 5*time.Millisecond, "the first runner takes the lease")
+	require.True(t, a.TestSignals().Active.WaitOrTimeout(), "the first runner takes the lease")
+	require.True(t, a.Active())
 	b := runner(t, db, conn, exchange, nil, nil, short) // the standby
 	var before int64
 	select {
@@ -335,7 +342,8 @@ func TestRunnerStopsWhenLeaseLost(t *testing.T) {
 	case <-time.After(30 * time.Second):
 		t.Fatal("the first runner did not reach 50 published")
 	}
-	require.Eventually(t, func() bool { return !a.Active() }, 2*ttl, 5*time.Millisecond, "the runner steps down")
+	require.False(t, a.TestSignals().Active.WaitOrTimeout(), "the runner steps down")
+	require.False(t, a.Active())
 	require.False(t, b.Active())
 
 	seen := map[string]int{}
