@@ -91,7 +91,7 @@ func TestLoadFullSample(t *testing.T) {
 				// budget it does not name takes its default.
 				MaxUnackedBytes: MaxUnackedBytesDefault,
 			}},
-			Outbox:       OutboxConfig{Relay: true, BatchSize: OutboxBatchSizeDefault, Poll: OutboxPollDefault},
+			Outbox:       OutboxConfig{Relay: true, BatchSize: OutboxBatchSizeDefault, Poll: OutboxPollDefault, Unroutable: OutboxUnroutableDefault},
 			DatabasePool: DatabasePoolConfig{MaxConns: 4 + DatabasePoolSpareConns, MaxIdle: DatabasePoolMaxIdleDefault},
 			DatabaseMode: DatabaseModeDirect, Failures: ServiceFailuresConfig{Retention: FailureRetentionDefault},
 		},
@@ -116,7 +116,7 @@ func TestLoadFullSample(t *testing.T) {
 				// budget it does not name takes its default.
 				MaxUnackedBytes: MaxUnackedBytesDefault,
 			}},
-			Outbox:       OutboxConfig{Relay: true, BatchSize: OutboxBatchSizeDefault, Poll: OutboxPollDefault},
+			Outbox:       OutboxConfig{Relay: true, BatchSize: OutboxBatchSizeDefault, Poll: OutboxPollDefault, Unroutable: OutboxUnroutableDefault},
 			DatabasePool: DatabasePoolConfig{MaxConns: 4 + DatabasePoolSpareConns, MaxIdle: DatabasePoolMaxIdleDefault},
 			DatabaseMode: DatabaseModeDirect, Failures: ServiceFailuresConfig{Retention: FailureRetentionDefault},
 		},

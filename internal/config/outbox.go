@@ -2,7 +2,7 @@ package config
 
 import "time"
 
-// Outbox defaults and limits (DESIGN.md, "Outbox").
+// Outbox defaults and limits.
 const (
 	// OutboxBatchSizeDefault is the default outbox.batch_size.
 	OutboxBatchSizeDefault = 500
@@ -14,6 +14,24 @@ const (
 	outboxBatchSizeMax = 10_000
 	outboxPollMin      = 10 * time.Millisecond
 	outboxPollMax      = time.Hour
+)
+
+// Choices of outbox.unroutable: what the relay does with a row whose
+// event no queue is bound for (the broker returns its message).
+const (
+	// OutboxUnroutableHold has the broker keep the event: the relay sends
+	// it on to the unroutable queue of broker.exchange (package broker,
+	// UnroutableQueue), where it waits for an operator to replay it once a
+	// consumer exists, and deletes the row after that copy's confirm.
+	OutboxUnroutableHold = "hold"
+	// OutboxUnroutableDrop deletes the row, as a topic exchange drops what
+	// nobody subscribed to; the drop is counted and logged.
+	OutboxUnroutableDrop = "drop"
+	// OutboxUnroutableDefault is the default outbox.unroutable, the one
+	// source of it (the relay's zero value takes it too): a producer often
+	// ships before its consumers, and its first events must not be lost
+	// nor fill its outbox.
+	OutboxUnroutableDefault = OutboxUnroutableHold
 )
 
 // OutboxConfig configures a service's outbox relay, which publishes the
@@ -36,6 +54,11 @@ type OutboxConfig struct {
 	// Works with database_mode pooler too (replays elect their runner by a
 	// lease).
 	Archive time.Duration `yaml:"archive"`
+	// Unroutable is what the relay does with a row no queue is bound for:
+	// OutboxUnroutableHold (the default: the broker keeps the event in the
+	// exchange's unroutable queue) or OutboxUnroutableDrop (the row is
+	// deleted and counted).
+	Unroutable string `yaml:"unroutable"`
 	// Configured is true when the service has an outbox block: a producer
 	// service, which needs no pools.
 	Configured bool `yaml:"-"`
@@ -54,6 +77,9 @@ func applyOutboxDefaults(s *ServiceConfig, sp string, isSet func(string) bool) {
 	if !isSet(sp + ".outbox.poll") {
 		o.Poll = OutboxPollDefault
 	}
+	if !isSet(sp + ".outbox.unroutable") {
+		o.Unroutable = OutboxUnroutableDefault
+	}
 }
 
 // outbox checks a service's outbox block, and that a service without pools
@@ -69,6 +95,9 @@ func (v *validator) outbox(i int, s *ServiceConfig) {
 	}
 	if o.Archive != 0 && o.Archive < outboxArchiveMin {
 		v.ps.add(sp+".outbox.archive", "must be 0 (off) or at least %s (got %s)", fmtDuration(outboxArchiveMin), fmtDuration(o.Archive))
+	}
+	if o.Unroutable != OutboxUnroutableHold && o.Unroutable != OutboxUnroutableDrop {
+		v.ps.add(sp+".outbox.unroutable", "must be %s or %s (got %q)", OutboxUnroutableHold, OutboxUnroutableDrop, o.Unroutable)
 	}
 	if len(s.Pools) > 0 || v.ps.badUnder(sp+".pools") {
 		return

@@ -19,12 +19,17 @@ func TestOutboxProducerService(t *testing.T) {
 	s, ok := c.Service("order")
 	require.True(t, ok)
 	require.Empty(t, s.Pools)
-	require.Equal(t, OutboxConfig{Relay: true, BatchSize: 200, Poll: 250 * time.Millisecond, Configured: true}, s.Outbox)
+	require.Equal(t, OutboxConfig{Relay: true, BatchSize: 200, Poll: 250 * time.Millisecond, Unroutable: OutboxUnroutableHold, Configured: true}, s.Outbox)
 
 	c, err = parseWith(t, baseYAML+producerService+"    outbox: {}\n", nil)
 	require.NoError(t, err)
 	s, _ = c.Service("order")
-	require.Equal(t, OutboxConfig{Relay: true, BatchSize: OutboxBatchSizeDefault, Poll: OutboxPollDefault, Configured: true}, s.Outbox)
+	require.Equal(t, OutboxConfig{Relay: true, BatchSize: OutboxBatchSizeDefault, Poll: OutboxPollDefault, Unroutable: OutboxUnroutableDefault, Configured: true}, s.Outbox)
+
+	c, err = parseWith(t, baseYAML+producerService+"    outbox: {unroutable: drop}\n", nil)
+	require.NoError(t, err)
+	s, _ = c.Service("order")
+	require.Equal(t, OutboxUnroutableDrop, s.Outbox.Unroutable)
 
 	c, err = parseWith(t, baseYAML+producerService+"    outbox: {archive: 720h}\n", nil)
 	require.NoError(t, err)
@@ -55,6 +60,8 @@ func TestOutboxValidation(t *testing.T) {
 		{"Poll", producerService + "    outbox: {poll: 1ms}\n", "services[2].outbox.poll", "must be between 10ms and 1h (got 1ms)"},
 		{"ArchiveShort", producerService + "    outbox: {archive: 30m}\n", "services[2].outbox.archive", "must be 0 (off) or at least 1h (got 30m)"},
 		{"ArchiveNegative", producerService + "    outbox: {archive: -1h}\n", "services[2].outbox.archive", "must be 0 (off) or at least 1h"},
+		{"Unroutable", producerService + "    outbox: {unroutable: keep}\n", "services[2].outbox.unroutable", `must be hold or drop (got "keep")`},
+		{"UnroutableEmpty", producerService + "    outbox: {unroutable: \"\"}\n", "services[2].outbox.unroutable", `must be hold or drop (got "")`},
 		{"UnknownKey", producerService + "    outbox: {relays: true}\n", "services[2].outbox.relays", "unknown key"},
 		{"RelayNotBool", producerService + "    outbox: {relay: yes please}\n", "services[2].outbox.relay", "must be a boolean"},
 	} {

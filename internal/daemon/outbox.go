@@ -27,7 +27,8 @@ func (s *service) startRelay(ctx context.Context) error {
 	r, err := outbox.New(outbox.Config{
 		Service: s.name, DB: s.db, Broker: d.outboxConn, Exchange: d.cfg.Broker.Exchange,
 		BatchSize: o.BatchSize, Poll: o.Poll, MaxBodyBytes: d.cfg.Broker.MaxBodyBytes, Archive: o.Archive > 0,
-		Metrics: d.metrics, Logger: d.log, TestAfterConfirmFunc: d.killHook,
+		Unroutable: o.Unroutable,
+		Metrics:    d.metrics, Logger: d.log, TestAfterConfirmFunc: d.killHook,
 		ControlFunc: s.control,
 	})
 	if err != nil {

@@ -54,6 +54,12 @@ func (s *syncBuffer) Write(p []byte) (int, error) {
 	return s.b.Write(p)
 }
 
+func (s *syncBuffer) String() string {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.b.String()
+}
+
 func (s *syncBuffer) count(sub string) int {
 	s.mu.Lock()
 	defer s.mu.Unlock()
@@ -133,6 +139,9 @@ func setup(t testing.TB, opts ...setupOpt) *bundle {
 		if ch, err := b.amqpConn.Channel(); err == nil {
 			_, _ = ch.QueueDelete(b.queue, false, false, false)
 			_ = ch.ExchangeDelete(b.exchange, false, false)
+			// What a relay keeping unroutable events declared.
+			_, _ = ch.QueueDelete(broker.UnroutableQueue(b.exchange), false, false, false)
+			_ = ch.ExchangeDelete(broker.UnroutableExchange(b.exchange), false, false)
 			_ = ch.Close()
 		}
 	})

@@ -16,6 +16,7 @@ import (
 	amqp "github.com/rabbitmq/amqp091-go"
 
 	"github.com/platformd/platformd/internal/broker"
+	"github.com/platformd/platformd/internal/config"
 	"github.com/platformd/platformd/internal/envelope"
 	"github.com/platformd/platformd/internal/lease"
 	"github.com/platformd/platformd/internal/metrics"
@@ -44,6 +45,11 @@ const (
 	// StopTimeoutDefault bounds how long Stop lets the pass in flight
 	// finish.
 	StopTimeoutDefault = 10 * time.Second
+	// WarnEveryDefault is how often, at most, the relay logs a warning for
+	// one event name's unroutable or held rows: one line per name per
+	// interval, with the rows counted since the previous line, however many
+	// rows there are.
+	WarnEveryDefault = time.Minute
 )
 
 // Channel is the notification channel the outbox trigger signals.
@@ -86,6 +92,16 @@ type Config struct {
 	// MaxBodyBytes is the consumers' body limit (default
 	// envelope.DefaultMaxBodyBytes).
 	MaxBodyBytes int
+	// Unroutable is what the relay does with a row no queue is bound for
+	// (the broker returns its message): config.OutboxUnroutableHold sends
+	// a copy to the exchange's unroutable queue (package broker,
+	// UnroutableQueue) and deletes the row after its confirm;
+	// config.OutboxUnroutableDrop deletes the row. Default
+	// config.OutboxUnroutableDefault.
+	Unroutable string
+	// WarnEvery is how often, at most, one event name's unroutable or held
+	// rows are logged (default WarnEveryDefault).
+	WarnEvery time.Duration
 	// Archive, when true, moves each confirmed row into
 	// platform.outbox_archive in the transaction that deletes it
 	// (services[].outbox.archive > 0).
@@ -109,6 +125,12 @@ type Relay struct {
 	pending, oldest, active   prometheus.Gauge
 	publishedTotal            prometheus.Counter
 	heldReturned, heldInvalid prometheus.Counter
+	kept, dropped             prometheus.Counter
+
+	warns warnLimiter // run goroutine only
+	// unroutableDeclared is true once the unroutable exchange and queue
+	// were declared by this relay (run goroutine only).
+	unroutableDeclared bool
 
 	lease    *lease.Lease
 	wake     chan struct{}
@@ -137,6 +159,11 @@ func New(cfg Config) (*Relay, error) {
 	cfg.HoldMin = cmp.Or(cfg.HoldMin, HoldMinDefault)
 	cfg.HoldMax = max(cmp.Or(cfg.HoldMax, HoldMaxDefault), cfg.HoldMin)
 	cfg.MaxBodyBytes = cmp.Or(cfg.MaxBodyBytes, envelope.DefaultMaxBodyBytes)
+	cfg.Unroutable = cmp.Or(cfg.Unroutable, config.OutboxUnroutableDefault)
+	if cfg.Unroutable != config.OutboxUnroutableHold && cfg.Unroutable != config.OutboxUnroutableDrop {
+		return nil, fmt.Errorf("outbox: unroutable must be %s or %s (got %q)", config.OutboxUnroutableHold, config.OutboxUnroutableDrop, cfg.Unroutable)
+	}
+	cfg.WarnEvery = cmp.Or(cfg.WarnEvery, WarnEveryDefault)
 	m := cfg.Metrics.Outbox
 	r := &Relay{
 		cfg:            cfg,
@@ -148,6 +175,9 @@ func New(cfg Config) (*Relay, error) {
 		publishedTotal: m.Published.WithLabelValues(cfg.Service),
 		heldReturned:   m.Held.WithLabelValues(cfg.Service, metrics.HeldReturned),
 		heldInvalid:    m.Held.WithLabelValues(cfg.Service, metrics.HeldInvalid),
+		kept:           m.Unroutable.WithLabelValues(cfg.Service, metrics.UnroutableKept),
+		dropped:        m.Unroutable.WithLabelValues(cfg.Service, metrics.UnroutableDropped),
+		warns:          warnLimiter{every: cfg.WarnEvery},
 		held:           map[uuid.UUID]*heldRow{},
 		wake:           make(chan struct{}, 1),
 	}
@@ -287,8 +317,10 @@ func (r *Relay) relay(ctx, work context.Context) {
 	var backoff startstop.Backoff
 	declared := false
 	// A new holder ensures the archive's partitions again: a pass that
-	// failed for want of one is retried after this.
+	// failed for want of one is retried after this; and declares the
+	// unroutable queue again, which an operator may have deleted.
 	r.archivedUntil = time.Time{}
+	r.unroutableDeclared = false
 	more := true // look at once
 	for {
 		if !more {
@@ -435,21 +467,23 @@ func (r *Relay) pass(ctx context.Context, conn *pgxpool.Conn) (int, error, error
 	cancel()
 	var pubErr error
 	confirmed := make([]uuid.UUID, 0, len(out))
+	var returned []returnedRow
 	for i, perr := range errs {
 		rw := outRows[i]
 		switch {
 		case perr == nil:
 			confirmed = append(confirmed, rw.id)
-			if _, ok := r.held[rw.id]; ok {
-				delete(r.held, rw.id)
-				r.log.InfoContext(ctx, "outbox: held row published", slog.String("event_id", rw.id.String()),
-					slog.String("event_name", rw.name))
-			}
+			r.released(ctx, rw)
 		case errors.Is(perr, broker.ErrReturned):
-			r.hold(ctx, rw, metrics.HeldReturned, perr)
+			returned = append(returned, returnedRow{row: rw, msg: out[i].Msg, cause: perr})
 		default:
 			pubErr = cmp.Or(pubErr, perr)
 		}
+	}
+	if len(returned) > 0 {
+		gone, err := r.settleReturned(ctx, returned)
+		confirmed = append(confirmed, gone...)
+		pubErr = cmp.Or(pubErr, err)
 	}
 	if len(confirmed) == 0 {
 		return len(rows), pubErr, nil
@@ -534,16 +568,30 @@ func (r *Relay) selectRows(ctx context.Context, conn *pgxpool.Conn, skip [][16]b
 	return rows, nil
 }
 
-// hold keeps rw back for a backoff that doubles with each attempt. It is
-// logged the first time only.
+// released forgets rw's hold, if it was held: its message is out.
+func (r *Relay) released(ctx context.Context, rw row) {
+	if _, ok := r.held[rw.id]; ok {
+		delete(r.held, rw.id)
+		r.log.InfoContext(ctx, "outbox: held row published", slog.String("event_id", rw.id.String()),
+			slog.String("event_name", rw.name))
+	}
+}
+
+// hold keeps rw back for a backoff that doubles with each attempt. A row
+// is counted at every hold; its first hold is logged, at most once per
+// event name and reason per WarnEvery (a burst of rows of one name makes
+// one line, with the count).
 func (r *Relay) hold(ctx context.Context, rw row, reason string, cause error) {
 	h, ok := r.held[rw.id]
 	if !ok {
 		h = &heldRow{}
 		r.held[rw.id] = h
-		r.log.WarnContext(ctx, "outbox: row held back, it stays in the outbox and is retried with backoff",
-			slog.String("event_id", rw.id.String()), slog.String("event_name", rw.name),
-			slog.String("reason", reason), slog.Any("error", cause))
+		if n, log := r.warns.note("held\x00"+reason+"\x00"+rw.name, time.Now()); log {
+			r.log.WarnContext(ctx, "outbox: row held back, it stays in the outbox and is retried with backoff",
+				slog.String("event_id", rw.id.String()), slog.String("event_name", rw.name),
+				slog.String("reason", reason), slog.Int("rows", n), slog.Duration("per", r.cfg.WarnEvery),
+				slog.Any("error", cause))
+		}
 	}
 	d := r.cfg.HoldMin << min(h.attempts, 30)
 	if d <= 0 || d > r.cfg.HoldMax {

@@ -192,38 +192,6 @@ func TestRelayWakesOnNotify(t *testing.T) {
 	}
 }
 
-// TestRelayHoldsReturnedRows: a row no queue is bound for stays in the
-// outbox, is logged once, retried with backoff, does not block the rows
-// behind it, and leaves once a queue is bound.
-func TestRelayHoldsReturnedRows(t *testing.T) {
-	t.Parallel()
-	b := setup(t)
-	ctx := context.Background()
-	deliveries := b.consume()
-	var orphan uuid.UUID
-	require.NoError(t, b.check.QueryRow(ctx, `SELECT platform.publish('unbound.event', '{}')`).Scan(&orphan))
-	var behind []string
-	for range 5 {
-		var id uuid.UUID
-		require.NoError(t, b.check.QueryRow(ctx, `SELECT platform.publish('test.behind', '{}')`).Scan(&id))
-		behind = append(behind, id.String())
-	}
-	b.relay(func(c *Config) { c.BatchSize = 2 })
-	receiveIDs(t, deliveries, 10*time.Second, behind...)
-	held := b.metrics.Outbox.Held.WithLabelValues("svc", metrics.HeldReturned)
-	waitFor(t, 10*time.Second, "three retries of the returned row", func() bool { return testutil.ToFloat64(held) >= 3 })
-	require.Equal(t, 1, b.pending(), "the returned row stays")
-	require.Equal(t, 1, b.logs.count("row held back"), "logged once per row")
-	waitFor(t, 5*time.Second, "the pending and oldest gauges", func() bool {
-		return testutil.ToFloat64(b.metrics.Outbox.Pending.WithLabelValues("svc")) == 1 &&
-			testutil.ToFloat64(b.metrics.Outbox.Oldest.WithLabelValues("svc")) > 0
-	})
-
-	b.bind("unbound.#")
-	receiveIDs(t, deliveries, 10*time.Second, orphan.String())
-	waitFor(t, 5*time.Second, "the row to be deleted", func() bool { return b.pending() == 0 })
-}
-
 // TestRelayHoldsInvalidRows: rows a consumer would reject or the broker
 // refuse, written by plain INSERTs, are held, not published, and the rows
 // after them go out: a payload that is not an object, an occurred_at of

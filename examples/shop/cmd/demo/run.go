@@ -741,7 +741,8 @@ func (dm *demo) waitDrained(ctx context.Context, extra func(counters) bool) (cou
 			return c, dm.d.exitedErr()
 		case <-tick.C:
 		}
-		ready, err := dm.drainState(ctx, &c, &rows, &rowsDone)
+		queued, outboxRows, err := dm.drainState(ctx, &c, &rows, &rowsDone)
+		ready := queued + outboxRows
 		if err != nil {
 			// Tolerate a passing failure (PostgreSQL restarting...).
 			if fails++; fails >= maxPollFailures {
@@ -762,8 +763,15 @@ func (dm *demo) waitDrained(ctx context.Context, extra func(counters) bool) (cou
 		prev = n
 		if time.Since(lastNote) >= 5*time.Second {
 			lastNote = time.Now()
-			dm.note("still draining: %d ready in the queues, %d in flight, processed_event rows %d/%d stock, %d/%d shipping",
-				ready, int(c.inFlight), rows[0], len(dm.plan.stockIDs), rows[1], len(dm.plan.shippingIDs))
+			dm.note("still draining: %d rows in the outboxes, %d ready in the queues, %d in flight, processed_event rows %d/%d stock, %d/%d shipping",
+				outboxRows, queued, int(c.inFlight), rows[0], len(dm.plan.stockIDs), rows[1], len(dm.plan.shippingIDs))
+			if outboxRows > 0 {
+				// Rows that do not move while the queues are empty: a
+				// relay waiting out the lease of a SIGKILLed run.
+				if why, err := dm.relayLeaseWait(ctx); err == nil && why != "" {
+					dm.note("%s", why)
+				}
+			}
 		}
 	}
 }
@@ -792,48 +800,47 @@ func (dm *demo) countParcels(ctx context.Context) (int, error) {
 
 // drainState scrapes the counters into *c, counts this run's
 // processed_event rows into *rows until they are all there (*rowsDone), and
-// returns the messages ready in the watched queues.
-func (dm *demo) drainState(ctx context.Context, c *counters, rows *[2]int, rowsDone *bool) (int, error) {
-	var err error
+// returns the messages ready in the watched queues and the rows waiting
+// in the outboxes (messages still to come).
+func (dm *demo) drainState(ctx context.Context, c *counters, rows *[2]int, rowsDone *bool) (queued, outboxRows int, err error) {
 	if *c, err = dm.scr.scrape(ctx); err != nil {
-		return 0, fmt.Errorf("read platformd's metrics: %w", err)
+		return 0, 0, fmt.Errorf("read platformd's metrics: %w", err)
 	}
-	ready := 0
 	for _, t := range dm.allTargets() {
 		for _, q := range t.watched {
 			n, _, _, err := dm.in.queue(q)
 			if err != nil {
-				return 0, err
+				return 0, 0, err
 			}
-			ready += n
+			queued += n
 		}
 	}
 	// Rows waiting in an outbox are messages still to come.
 	for _, db := range []*pgxpool.Pool{dm.orderDB, dm.stock.db, dm.shipping.db} {
 		n, _, err := outbox.Stats(ctx, db)
 		if err != nil {
-			return 0, err
+			return 0, 0, err
 		}
-		ready += int(n)
+		outboxRows += int(n)
 	}
 	if !*rowsDone {
 		if *rows, err = dm.countRows(ctx); err != nil {
-			return 0, err
+			return 0, 0, err
 		}
 		parcels, err := dm.countParcels(ctx)
 		if err != nil {
-			return 0, err
+			return 0, 0, err
 		}
 		*rowsDone = *rows == [2]int{len(dm.plan.stockIDs), len(dm.plan.shippingIDs)} && parcels == len(dm.plan.orders)
 		if *rowsDone && dm.billing != nil {
 			var n int
 			if err := dm.billing.db.QueryRow(ctx, `SELECT count(*) FROM processed_event WHERE event_id = ANY($1)`, dm.plan.stockIDs).Scan(&n); err != nil {
-				return 0, fmt.Errorf("count processed_event rows in billing: %w", err)
+				return 0, 0, fmt.Errorf("count processed_event rows in billing: %w", err)
 			}
 			*rowsDone = n == len(dm.plan.stockIDs)
 		}
 	}
-	return ready, nil
+	return queued, outboxRows, nil
 }
 
 func (dm *demo) printAddresses() {
