@@ -1,6 +1,6 @@
 // Package metrics defines platformd's Prometheus collectors in one place,
-// so that their names and labels (a contract: DESIGN.md, "Metrics") are
-// written once. The client library is prometheus/client_golang: exposition
+// so that their names and labels (a contract: docs/contracts.md, "Metrics
+// and traces") are written once. The client library is prometheus/client_golang: exposition
 // format, histograms and registry are not worth writing by hand.
 package metrics
 

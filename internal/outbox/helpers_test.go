@@ -4,13 +4,14 @@ import (
 	"bytes"
 	"context"
 	"log/slog"
-	"os"
 	"os/exec"
 	"strings"
 	"sync"
 	"sync/atomic"
 	"testing"
 	"time"
+
+	"github.com/platformd/platformd/internal/testenv"
 
 	"github.com/google/uuid"
 	"github.com/jackc/pgx/v5/pgxpool"
@@ -33,13 +34,6 @@ func TestMain(m *testing.M) {
 		goleak.IgnoreTopFunction("github.com/jackc/pgx/v5/pgxpool.(*Pool).backgroundHealthCheck"),
 		goleak.IgnoreTopFunction("internal/poll.runtime_pollWait"), // amqp091 heartbeat reader of a closing conn
 	)
-}
-
-func amqpURL() string {
-	if u := os.Getenv("TEST_AMQP_URL"); u != "" {
-		return u
-	}
-	return "amqp://guest:guest@127.0.0.1:5672/"
 }
 
 // syncBuffer is a log sink safe for concurrent writes.
@@ -95,7 +89,7 @@ func withVhost(b *bundle) {
 	rabbitmqctl(b.t, "add_vhost", b.vhost)
 	b.t.Cleanup(func() { rabbitmqctl(b.t, "delete_vhost", b.vhost) })
 	rabbitmqctl(b.t, "set_permissions", "-p", b.vhost, "guest", ".*", ".*", ".*")
-	b.url = strings.TrimSuffix(amqpURL(), "/") + "/" + b.vhost
+	b.url = strings.TrimSuffix(testenv.AMQPURL(), "/") + "/" + b.vhost
 }
 
 func rabbitmqctl(t testing.TB, args ...string) {
@@ -110,7 +104,7 @@ func rabbitmqctl(t testing.TB, args ...string) {
 func setup(t testing.TB, opts ...setupOpt) *bundle {
 	t.Helper()
 	ctx := context.Background()
-	b := &bundle{t: t, logs: &syncBuffer{}, metrics: metrics.New(), url: amqpURL()}
+	b := &bundle{t: t, logs: &syncBuffer{}, metrics: metrics.New(), url: testenv.AMQPURL()}
 	for _, o := range opts {
 		o(b)
 	}
