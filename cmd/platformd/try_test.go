@@ -249,3 +249,121 @@ func TestTrySQLHandlers(t *testing.T) {
 		unchanged()
 	})
 }
+
+// platformd try over examples/billing-php's remote handler, served for
+// real by PHP and by the Python example, against a migrated billing
+// database: a good order's answer is shown raw, its statement applied
+// (one invoice) and its outbox row listed; a poison order (a negative
+// quantity) is the handler's permanent error; a statement that needs an
+// arg the handler does not send is a permanent failure whose answer
+// problems name the arg; the handler down is "unavailable" (connection
+// refused: requeued, no attempt counted). The database is the same after
+// each try.
+func TestTryRemoteHandlers(t *testing.T) {
+	t.Parallel()
+	for _, lang := range []string{"php", "python"} {
+		t.Run(lang, func(t *testing.T) {
+			t.Parallel()
+			testTryRemote(t, lang)
+		})
+	}
+}
+
+func testTryRemote(t *testing.T, lang string) {
+	url := startHandler(t, lang, filepath.Join(t.TempDir(), "asks.log"))
+	dir, err := filepath.Abs(filepath.Join("..", "..", "examples", "billing-php"))
+	require.NoError(t, err)
+	cfg := filepath.Join(dir, "platformd.yaml")
+	dsn := testdb.New(t, "e2e_try_billing")
+	env := append(os.Environ(), "PLATFORMD_BILLING_DB="+dsn, "BILLING_HANDLER_URL="+url)
+	out, err := runWithEnv(env, "migrate", "-config", cfg)
+	require.NoError(t, err, out)
+	tables := []string{"invoice", "processed_event", "platform.outbox", "platform.failed_event"}
+	before := dbState(t, dsn, tables...)
+	unchanged := func() { require.Equal(t, before, dbState(t, dsn, tables...), "the try changed the database") }
+
+	t.Run("good", func(t *testing.T) {
+		id, good := orderPlaced(t, goodOrder)
+		text, rep := tryBoth(t, env, good, 0, "-config", cfg, "-handler", "billing.open_invoice", "-event", "-")
+		require.Contains(t, text, "handler  billing.open_invoice (remote handler of service billing, as pool billing-events runs it)")
+		require.Contains(t, text, "call     POST "+url+" -> 200 in ")
+		require.Regexp(t, `\n  answer  \{"results": ?\[\{"event_id": ?"`+id.String()+`"`, text, "the raw answer")
+		require.Contains(t, text, "answer problems: none")
+		require.Contains(t, text, "1. billing.open_invoice statement open_invoice: INSERT 0 1 (1 row)")
+		require.Contains(t, text, "2. billing.open_invoice outbox: INSERT 0 1 (1 row)")
+		require.Contains(t, text, "outbox   1\n  1. billing.invoice.opened.v1 ")
+		require.Contains(t, text, "result   WOULD APPLY")
+		require.Equal(t, "remote", rep.Kind)
+		require.Equal(t, "processed", rep.Outcome)
+		require.Len(t, rep.Calls, 1)
+		require.Equal(t, 200, rep.Calls[0].Status)
+		require.Empty(t, rep.Calls[0].Problems)
+		require.Contains(t, string(rep.Calls[0].Request), id.String())
+		var answer struct {
+			Results []struct {
+				EventID string `json:"event_id"`
+			}
+		}
+		require.NoError(t, json.Unmarshal(rep.Calls[0].Answer, &answer))
+		require.Len(t, answer.Results, 1)
+		require.Equal(t, id.String(), answer.Results[0].EventID)
+		require.Len(t, rep.Effects, 2)
+		require.Equal(t, "statement open_invoice", rep.Effects[0].Statement)
+		require.Equal(t, int64(1), rep.Effects[0].Rows)
+		require.Equal(t, "outbox", rep.Effects[1].Statement)
+		require.Len(t, rep.Outbox, 1)
+		require.Equal(t, "billing.invoice.opened.v1", rep.Outbox[0].EventName)
+		require.JSONEq(t, `{"order_id":"11111111-1111-4111-8111-111111111111","lines":2}`, string(rep.Outbox[0].Payload))
+		unchanged()
+	})
+
+	t.Run("poison", func(t *testing.T) {
+		_, poison := orderPlaced(t, `{"order_id":"11111111-1111-4111-8111-111111111111","customer_id":"22222222-2222-4222-8222-222222222222",`+
+			`"lines":[{"product_id":"33333333-3333-4333-8333-333333333333","quantity":"-1"}]}`)
+		text, rep := tryBoth(t, env, poison, 1, "-config", cfg, "-handler", "billing.open_invoice", "-event", "-")
+		require.Contains(t, text, "result   FAILS (permanent, reason permanent)")
+		require.Contains(t, text, "error    billing.open_invoice: quantity must be a positive decimal string")
+		require.Equal(t, "permanent", rep.Error.Class)
+		require.Equal(t, "billing.open_invoice: quantity must be a positive decimal string", rep.Error.Message)
+		require.Empty(t, rep.Calls[0].Problems, "a result with its own error is of the contract's shape")
+		require.Empty(t, rep.Effects)
+		require.Empty(t, rep.Outbox)
+		unchanged()
+	})
+
+	t.Run("statement missing an arg", func(t *testing.T) {
+		src, err := os.ReadFile(cfg)
+		require.NoError(t, err)
+		const from = "            FROM jsonb_array_elements_text(@quantities::jsonb) AS q\n"
+		require.Contains(t, string(src), from)
+		edited := strings.Replace(string(src), from, from+"            WHERE @currency::text IS NOT NULL\n", 1)
+		edited = strings.Replace(edited, "migrations: migrations\n", "migrations: "+filepath.Join(dir, "migrations")+"\n", 1)
+		cfg2 := filepath.Join(t.TempDir(), "platformd.yaml")
+		require.NoError(t, os.WriteFile(cfg2, []byte(edited), 0o600))
+		_, good := orderPlaced(t, goodOrder)
+		text, rep := tryBoth(t, env, good, 1, "-config", cfg2, "-handler", "billing.open_invoice", "-event", "-")
+		require.Contains(t, text, `answer problem: results[0].effects[0]: statement open_invoice needs arg "currency"`)
+		require.Contains(t, text, "result   FAILS (permanent, reason permanent)")
+		require.Equal(t, []string{`results[0].effects[0]: statement open_invoice needs arg "currency"`}, rep.Calls[0].Problems)
+		require.Equal(t, "permanent", rep.Error.Class)
+		require.Contains(t, rep.Error.Message, `statement open_invoice needs arg "currency"`)
+		unchanged()
+	})
+
+	t.Run("handler down", func(t *testing.T) {
+		down := "http://" + freePort(t) + "/handle"
+		env := append(os.Environ(), "PLATFORMD_BILLING_DB="+dsn, "BILLING_HANDLER_URL="+down)
+		_, good := orderPlaced(t, goodOrder)
+		text, rep := tryBoth(t, env, good, 1, "-config", cfg, "-handler", "billing.open_invoice", "-event", "-")
+		require.Contains(t, text, "call     POST "+down+" -> no answer in ")
+		require.Contains(t, text, "result   FAILS (unavailable): nothing applied and no attempt counted")
+		require.Contains(t, text, "connection refused")
+		require.Equal(t, "unavailable", rep.Error.Class)
+		require.Empty(t, rep.Error.Reason)
+		require.Len(t, rep.Calls, 1)
+		require.Zero(t, rep.Calls[0].Status)
+		require.Contains(t, rep.Calls[0].Error, "connection refused")
+		require.Empty(t, rep.Effects)
+		unchanged()
+	})
+}
