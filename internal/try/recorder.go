@@ -4,6 +4,7 @@ import (
 	"context"
 	"database/sql/driver"
 	"encoding/hex"
+	"errors"
 	"fmt"
 	"strings"
 	"sync"
@@ -44,7 +45,7 @@ func (r *recorder) add(sql string, args []any, tag pgconn.CommandTag, err error)
 		e.Statement = r.label(sql)
 	}
 	if err != nil {
-		e.Error = err.Error()
+		e.Error = errorOf(err)
 	} else {
 		e.Command = tag.String()
 		e.Rows = tag.RowsAffected()
@@ -255,4 +256,18 @@ func formatArg(a any) string {
 	default:
 		return fmt.Sprintf("%v", v)
 	}
+}
+
+// errorOf is a statement's error as a reader wants it: PostgreSQL's code,
+// message and detail when it raised it.
+func errorOf(err error) string {
+	var pe *pgconn.PgError
+	if !errors.As(err, &pe) {
+		return err.Error()
+	}
+	msg := pe.Code + " " + pe.Message
+	if pe.Detail != "" {
+		msg += " (detail: " + pe.Detail + ")"
+	}
+	return msg
 }
