@@ -209,6 +209,23 @@ func (b *recordingBatch) Query() (pgx.Rows, error) {
 	return &recordingRows{Rows: rows, done: func(tag pgconn.CommandTag, err error) { b.rec.add(sql, args, tag, err) }}, nil
 }
 
+// Close reads the results not read yet, so that they are recorded too (a
+// handler may close a batch without reading it), up to the first error,
+// which pgx's Close returns as well.
+func (b *recordingBatch) Close() error {
+	var first error
+	for b.next < len(b.queued) {
+		if _, err := b.Exec(); err != nil {
+			first = err
+			break
+		}
+	}
+	if err := b.BatchResults.Close(); err != nil {
+		return err
+	}
+	return first
+}
+
 func (b *recordingBatch) QueryRow() pgx.Row {
 	rows, err := b.Query()
 	return &recordingRow{rows: rows, err: err}
