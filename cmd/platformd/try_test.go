@@ -195,6 +195,22 @@ func TestTrySQLHandlers(t *testing.T) {
 		unchanged()
 	})
 
+	t.Run("pool", func(t *testing.T) {
+		// The pool's handlers in its order: the reservation, then the
+		// announcement; a reservation that fails announces nothing.
+		_, good := orderPlaced(t, goodOrder)
+		text, rep := tryBoth(t, env, good, 0, "-config", cfg, "-pool", "stock-events", "-event", "-")
+		require.Contains(t, text, "handlers stock.reserve_sql, stock.announce_reserved_sql (sql handlers of service stock, as pool stock-events runs them)")
+		require.Contains(t, text, "  1. stock.reserve_sql statement 1: INSERT 0 2 (2 rows)\n")
+		require.Contains(t, text, "  2. stock.announce_reserved_sql statement 1: SELECT 1 (1 row)\n")
+		require.Len(t, rep.Outbox, 1)
+		text, rep = tryBoth(t, env, poison, 1, "-config", cfg, "-handler", "stock.reserve_sql,stock.announce_reserved_sql", "-event", "-")
+		require.Contains(t, text, "sqlstate 23502")
+		require.Len(t, rep.Effects, 1, "the announcement did not run")
+		require.Empty(t, rep.Outbox)
+		unchanged()
+	})
+
 	t.Run("missing field is permanent", func(t *testing.T) {
 		text, rep := tryBoth(t, env, nil, 1, "-config", cfg, "-handler", "stock.reserve_sql", "-event", writeFile(t, poison))
 		require.Contains(t, text, "result   FAILS (permanent, reason permanent): the pool would store it in platform.failed_event at once")

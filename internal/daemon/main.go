@@ -31,8 +31,10 @@ commands:
             it would do (effects with rows affected, outbox rows, a
             remote handler's raw answer, the error and its class); no
             broker needed:
-              platformd try -config F -handler NAME (-event FILE|- | -failure ID)
-                            [-o text|json] [-service S] [-ignore-processed] [-timeout 1m]
+              platformd try -config F -handler NAME[,NAME...] (-event FILE|- | -failure ID)
+                            [-o text|json] [-pool P] [-service S] [-attempt N]
+                            [-ignore-processed] [-timeout 1m]
+            (-pool P without -handler runs the pool's handlers, in order)
             exit codes: 0 the handler would apply it (or it is a duplicate),
             1 the handler fails (permanent, retryable or unreachable),
             2 usage, configuration or database error

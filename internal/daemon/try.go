@@ -7,6 +7,7 @@ import (
 	"io"
 	"os"
 	"os/signal"
+	"strings"
 	"syscall"
 	"time"
 
@@ -23,15 +24,18 @@ const TryTimeoutDefault = time.Minute
 
 // tryOptions are the flags of `platformd try`.
 type tryOptions struct {
-	handler, event, failure, output *string
-	ignoreProcessed                 *bool
-	timeout                         *time.Duration
+	handler, pool, event, failure, output *string
+	attempt                               *int
+	ignoreProcessed                       *bool
+	timeout                               *time.Duration
 }
 
 // tryFlags declares try's flags on fs.
 func tryFlags(fs *flag.FlagSet) tryOptions {
 	return tryOptions{
-		handler: fs.String("handler", "", "try: the handler to run (required)"),
+		handler: fs.String("handler", "", "try: the handler to run (NAME, or NAME,NAME... run in that order)"),
+		pool:    fs.String("pool", "", "try: the pool whose view to take (queue, retry delays); without -handler, run its handlers"),
+		attempt: fs.Int("attempt", 0, "try -event: the event's attempt (0: its first delivery)"),
 		event:   fs.String("event", "", "try: a file holding the event's envelope (JSON), - for stdin"),
 		failure: fs.String("failure", "", "try: the id of a stored failure (platform.failed_event) whose body to run"),
 		output:  fs.String("o", "text", "try: output, text or json"),
@@ -46,8 +50,10 @@ func (o tryOptions) check(peLayout string) string {
 	switch {
 	case peLayout != "":
 		return "-processed-event is migrate's flag"
-	case *o.handler == "":
-		return "-handler is required"
+	case *o.handler == "" && *o.pool == "":
+		return "-handler (or -pool) is required"
+	case *o.attempt < 0 || (*o.attempt > 0 && *o.failure != ""):
+		return "-attempt is a count (0 or more), with -event only: a stored failure's retry starts again at 0"
 	case (*o.event == "") == (*o.failure == ""):
 		return "give one of -event FILE|- and -failure ID"
 	case *o.output != "text" && *o.output != "json":
@@ -65,7 +71,10 @@ func (o tryOptions) check(peLayout string) string {
 
 // runTry runs `platformd try` and returns its exit code.
 func runTry(cfg *config.Config, reg *consumer.Registry, o tryOptions, service string, stdin io.Reader, stdout, stderr io.Writer) int {
-	p := try.Params{Config: cfg, Registry: reg, Handler: *o.handler, Service: service, IgnoreProcessed: *o.ignoreProcessed}
+	p := try.Params{Config: cfg, Registry: reg, Service: service, Pool: *o.pool, Attempt: *o.attempt, IgnoreProcessed: *o.ignoreProcessed}
+	if *o.handler != "" {
+		p.Handlers = strings.Split(*o.handler, ",")
+	}
 	switch {
 	case *o.failure != "":
 		p.FailureID = uuid.MustParse(*o.failure) // checked by check

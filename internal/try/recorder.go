@@ -23,10 +23,6 @@ import (
 // handler may hand its transaction to a goroutine of its own.
 type recorder struct {
 	mu      sync.Mutex
-	handler string
-	// label names a statement by its SQL text (a SQL handler's "statement
-	// 2", a remote handler's statement name), "" when unknown.
-	label   func(sql string) string
 	effects []Effect
 }
 
@@ -39,10 +35,10 @@ func (r *recorder) reset() {
 	r.effects = nil
 }
 
-func (r *recorder) add(sql string, args []any, tag pgconn.CommandTag, err error) {
-	e := Effect{Handler: r.handler, SQL: strings.TrimSpace(sql), Args: formatArgs(args)}
-	if r.label != nil {
-		e.Statement = r.label(sql)
+func (r *recorder) add(h *recordingHandler, sql string, args []any, tag pgconn.CommandTag, err error) {
+	e := Effect{Handler: h.name, SQL: strings.TrimSpace(sql), Args: formatArgs(args)}
+	if h.label != nil {
+		e.Statement = h.label(sql)
 	}
 	if err != nil {
 		e.Error = errorOf(err)
@@ -67,11 +63,20 @@ func (r *recorder) list() []Effect {
 type recordingHandler struct {
 	inner consumer.Handler
 	rec   *recorder
+	name  string
+	// label names a statement by its SQL text (a SQL handler's "statement
+	// 2", a remote handler's statement name), "" when unknown.
+	label func(sql string) string
+	// first is set on the event's first handler: a new run of the event's
+	// handlers starts there.
+	first bool
 }
 
 func (h recordingHandler) Handle(ctx context.Context, tx pgx.Tx, ev consumer.Event) error {
-	h.rec.reset()
-	return h.inner.Handle(ctx, &recordingTx{Tx: tx, rec: h.rec}, ev)
+	if h.first {
+		h.rec.reset()
+	}
+	return h.inner.Handle(ctx, &recordingTx{Tx: tx, h: &h}, ev)
 }
 
 // recordingTx is a pgx.Tx that records the command tag of every statement
@@ -80,7 +85,7 @@ func (h recordingHandler) Handle(ctx context.Context, tx pgx.Tx, ev consumer.Eve
 // savepoints. What a handler runs through tx.Conn() is not seen.
 type recordingTx struct {
 	pgx.Tx
-	rec *recorder
+	h *recordingHandler
 }
 
 func (t *recordingTx) Begin(ctx context.Context) (pgx.Tx, error) {
@@ -88,22 +93,22 @@ func (t *recordingTx) Begin(ctx context.Context) (pgx.Tx, error) {
 	if err != nil {
 		return nil, err
 	}
-	return &recordingTx{Tx: sp, rec: t.rec}, nil
+	return &recordingTx{Tx: sp, h: t.h}, nil
 }
 
 func (t *recordingTx) Exec(ctx context.Context, sql string, args ...any) (pgconn.CommandTag, error) {
 	tag, err := t.Tx.Exec(ctx, sql, args...)
-	t.rec.add(sql, args, tag, err)
+	t.h.rec.add(t.h, sql, args, tag, err)
 	return tag, err
 }
 
 func (t *recordingTx) Query(ctx context.Context, sql string, args ...any) (pgx.Rows, error) {
 	rows, err := t.Tx.Query(ctx, sql, args...)
 	if err != nil {
-		t.rec.add(sql, args, pgconn.CommandTag{}, err)
+		t.h.rec.add(t.h, sql, args, pgconn.CommandTag{}, err)
 		return rows, err
 	}
-	return &recordingRows{Rows: rows, done: func(tag pgconn.CommandTag, err error) { t.rec.add(sql, args, tag, err) }}, nil
+	return &recordingRows{Rows: rows, done: func(tag pgconn.CommandTag, err error) { t.h.rec.add(t.h, sql, args, tag, err) }}, nil
 }
 
 func (t *recordingTx) QueryRow(ctx context.Context, sql string, args ...any) pgx.Row {
@@ -114,12 +119,12 @@ func (t *recordingTx) QueryRow(ctx context.Context, sql string, args ...any) pgx
 func (t *recordingTx) CopyFrom(ctx context.Context, table pgx.Identifier, columns []string, src pgx.CopyFromSource) (int64, error) {
 	n, err := t.Tx.CopyFrom(ctx, table, columns, src)
 	sql := "COPY " + table.Sanitize() + " (" + strings.Join(columns, ", ") + ") FROM STDIN"
-	t.rec.add(sql, nil, pgconn.NewCommandTag(fmt.Sprintf("COPY %d", n)), err)
+	t.h.rec.add(t.h, sql, nil, pgconn.NewCommandTag(fmt.Sprintf("COPY %d", n)), err)
 	return n, err
 }
 
 func (t *recordingTx) SendBatch(ctx context.Context, b *pgx.Batch) pgx.BatchResults {
-	return &recordingBatch{BatchResults: t.Tx.SendBatch(ctx, b), queued: b.QueuedQueries, rec: t.rec}
+	return &recordingBatch{BatchResults: t.Tx.SendBatch(ctx, b), queued: b.QueuedQueries, h: t.h}
 }
 
 // recordingRows records its command tag once, when its rows are all read
@@ -180,7 +185,7 @@ type recordingBatch struct {
 	pgx.BatchResults
 	queued []*pgx.QueuedQuery
 	next   int
-	rec    *recorder
+	h      *recordingHandler
 }
 
 func (b *recordingBatch) query() (string, []any) {
@@ -195,7 +200,7 @@ func (b *recordingBatch) query() (string, []any) {
 func (b *recordingBatch) Exec() (pgconn.CommandTag, error) {
 	sql, args := b.query()
 	tag, err := b.BatchResults.Exec()
-	b.rec.add(sql, args, tag, err)
+	b.h.rec.add(b.h, sql, args, tag, err)
 	return tag, err
 }
 
@@ -203,10 +208,10 @@ func (b *recordingBatch) Query() (pgx.Rows, error) {
 	sql, args := b.query()
 	rows, err := b.BatchResults.Query()
 	if err != nil {
-		b.rec.add(sql, args, pgconn.CommandTag{}, err)
+		b.h.rec.add(b.h, sql, args, pgconn.CommandTag{}, err)
 		return rows, err
 	}
-	return &recordingRows{Rows: rows, done: func(tag pgconn.CommandTag, err error) { b.rec.add(sql, args, tag, err) }}, nil
+	return &recordingRows{Rows: rows, done: func(tag pgconn.CommandTag, err error) { b.h.rec.add(b.h, sql, args, tag, err) }}, nil
 }
 
 // Close reads the results not read yet, so that they are recorded too (a

@@ -12,9 +12,11 @@ import (
 // prints it as text, or as this struct in JSON (-o json; the field tags
 // are the document's shape, described in docs/remote-handlers.md).
 type Report struct {
-	// Service, Pool and Handler say what ran: the handler, of the service,
-	// as the pool (the first of the service's pools that runs it) would
-	// run it. Kind is "go", "sql" or "remote".
+	// Service, Pool and Handler say what ran: the handler (or handlers,
+	// in order, comma-separated), of the service, as the pool (-pool, else
+	// the first of the service's pools that runs the first handler) would
+	// run it. Kind is "go", "sql" or "remote" (each handler's, comma-
+	// separated, when they differ).
 	Service string `json:"service"`
 	Pool    string `json:"pool,omitempty"`
 	Handler string `json:"handler"`
@@ -150,11 +152,15 @@ func (r *Report) WriteJSON(w io.Writer) error {
 // WriteText writes r for a reader.
 func (r *Report) WriteText(w io.Writer) error {
 	var b strings.Builder
-	where := r.Kind + " handler of service " + r.Service
-	if r.Pool != "" {
-		where += ", as pool " + r.Pool + " runs it"
+	label, kind, it := "handler ", r.Kind+" handler", "it"
+	if strings.Contains(r.Handler, ", ") {
+		label, kind, it = "handlers", r.Kind+" handlers", "them"
 	}
-	fmt.Fprintf(&b, "handler  %s (%s)\n", r.Handler, where)
+	where := kind + " of service " + r.Service
+	if r.Pool != "" {
+		where += ", as pool " + r.Pool + " runs " + it
+	}
+	fmt.Fprintf(&b, "%s %s (%s)\n", label, r.Handler, where)
 	if e := r.Event; e != nil {
 		fmt.Fprintf(&b, "event    %s %s, occurred %s, attempt %d", e.ID, e.Name, e.OccurredAt.Format(time.RFC3339Nano), e.Attempt)
 		if e.FailureID != "" {
@@ -208,7 +214,11 @@ func (r *Report) WriteText(w io.Writer) error {
 	b.WriteString("\n")
 	switch r.Outcome {
 	case OutcomeProcessed:
-		b.WriteString("result   WOULD APPLY: the handler succeeds; its effects and outbox rows would commit with the event's processed_event row\n")
+		who := "the handler succeeds"
+		if it == "them" {
+			who = "every handler succeeds"
+		}
+		b.WriteString("result   WOULD APPLY: " + who + "; the effects and outbox rows would commit with the event's processed_event row\n")
 	case OutcomeDuplicate:
 		b.WriteString("result   DUPLICATE: the event id is in processed_event; the handler would not run (try -ignore-processed runs it anyway)\n")
 	default:

@@ -32,11 +32,20 @@ type Params struct {
 	// alike (the daemon's registry).
 	Config   *config.Config
 	Registry *consumer.Registry
-	// Handler is the handler to run.
-	Handler string
-	// Service is the service whose database the handler runs against;
-	// "" picks the one service that declares or runs the handler.
+	// Handlers are the handlers to run, in that order, as a pool whose
+	// handlers list they were would run them; empty: Pool's handlers.
+	Handlers []string
+	// Service is the service whose database the handlers run against;
+	// "" picks the one service that declares or runs them (or Pool's).
 	Service string
+	// Pool is the pool whose view the try takes (its queue, its retry
+	// delays); "" picks the first pool of the service running the first
+	// handler.
+	Pool string
+	// Attempt is the event's attempt (0: its first delivery), as the
+	// x-attempt header would say; a retry of a stored failure starts
+	// again at 0.
+	Attempt int
 	// Body is the envelope to try (the AMQP body), or nil to take the body
 	// of the stored failure FailureID from the service's
 	// platform.failed_event (its edited body when an operator edited it).
@@ -60,23 +69,40 @@ const ResolvedBy = "platformd try"
 // handler's own failure is the report's. Run is safe for concurrent use:
 // every call has its own connection.
 func Run(ctx context.Context, p Params) (*Report, error) {
-	reg, err := p.Registry.Lookup(p.Handler)
-	if err != nil {
-		return nil, fmt.Errorf("try: %w (handlers: %s)", err, strings.Join(p.Registry.Names(), ", "))
+	for _, name := range p.Handlers { // an unknown name first: the list of names helps most
+		if _, err := p.Registry.Lookup(name); err != nil {
+			return nil, fmt.Errorf("try: %w (handlers: %s)", err, strings.Join(p.Registry.Names(), ", "))
+		}
 	}
-	svc, err := serviceOf(p.Config, p.Handler, p.Service)
+	svc, pool, names, err := resolve(p)
 	if err != nil {
 		return nil, err
 	}
-	rep := &Report{Service: svc.Name, Handler: p.Handler, Kind: kindOf(reg.Handler), Effects: []Effect{}, Outbox: []OutboxMessage{}, RolledBack: true}
-	pool := poolOf(svc, p.Handler, "")
+	regs := make([]consumer.Registration, len(names))
+	kinds := make([]string, len(names))
+	for i, name := range names {
+		if regs[i], err = p.Registry.Lookup(name); err != nil {
+			return nil, fmt.Errorf("try: %w (handlers: %s)", err, strings.Join(p.Registry.Names(), ", "))
+		}
+		kinds[i] = kindOf(regs[i].Handler)
+	}
+	kind := kinds[0]
+	for _, k := range kinds[1:] {
+		if k != kind {
+			kind = strings.Join(kinds, ", ")
+			break
+		}
+	}
+	rep := &Report{Service: svc.Name, Handler: strings.Join(names, ", "), Kind: kind, Effects: []Effect{}, Outbox: []OutboxMessage{}, RolledBack: true}
 	conn, err := pgx.Connect(ctx, svc.Database)
 	if err != nil {
 		return nil, fmt.Errorf("try: service %s: connect: %w", svc.Name, err)
 	}
 	defer conn.Close(context.WithoutCancel(ctx))
-	if err := prepare(ctx, conn, reg.Handler); err != nil {
-		return nil, fmt.Errorf("try: handler %s: %w", p.Handler, err)
+	for _, r := range regs {
+		if err := prepare(ctx, conn, r.Handler); err != nil {
+			return nil, fmt.Errorf("try: handler %s: %w", r.Name, err)
+		}
 	}
 	body := p.Body
 	var fail *failure.Failure
@@ -88,7 +114,9 @@ func Run(ctx context.Context, p Params) (*Report, error) {
 		if fail.EditedBody != nil {
 			body = fail.EditedBody
 		}
-		pool = poolOf(svc, p.Handler, fail.Pool)
+		if p.Pool == "" {
+			pool = poolOf(svc, names[0], fail.Pool)
+		}
 	}
 	if pool != nil {
 		rep.Pool = pool.Name
@@ -101,6 +129,9 @@ func Run(ctx context.Context, p Params) (*Report, error) {
 		return rep, nil
 	}
 	ev := eventOf(env, pool, fail)
+	if fail == nil {
+		ev.Attempt = p.Attempt
+	}
 	rep.Event = &Event{ID: ev.ID.String(), Name: ev.Name, OccurredAt: ev.OccurredAt, Attempt: ev.Attempt,
 		RoutingKey: ev.Delivery.RoutingKey, Payload: json.RawMessage(ev.Payload)}
 	if fail != nil {
@@ -113,7 +144,7 @@ func Run(ctx context.Context, p Params) (*Report, error) {
 	}
 	// Always rolled back: the report is all that leaves the transaction.
 	defer func() { _ = dbutil.Rollback(ctx, tx) }()
-	if err := work(ctx, tx, p, reg, ev, rep, pool); err != nil {
+	if err := work(ctx, tx, p, regs, ev, rep, pool); err != nil {
 		return nil, err
 	}
 	if err := tx.Rollback(ctx); err != nil {
@@ -123,7 +154,7 @@ func Run(ctx context.Context, p Params) (*Report, error) {
 }
 
 // work runs the dedup step over ev in tx and fills rep.
-func work(ctx context.Context, tx pgx.Tx, p Params, reg consumer.Registration, ev consumer.Event, rep *Report, pool *config.PoolConfig) error {
+func work(ctx context.Context, tx pgx.Tx, p Params, regs []consumer.Registration, ev consumer.Event, rep *Report, pool *config.PoolConfig) error {
 	if p.IgnoreProcessed {
 		tag, err := forgetProcessed.Run(ctx, tx, ev.ID)
 		if err != nil {
@@ -133,10 +164,13 @@ func work(ctx context.Context, tx pgx.Tx, p Params, reg consumer.Registration, e
 			rep.Notes = append(rep.Notes, "the event was already processed: its processed_event row was deleted inside the transaction (-ignore-processed)")
 		}
 	}
-	rec := &recorder{handler: reg.Name, label: labeller(reg.Handler)}
+	rec := &recorder{}
 	routes := map[string][]dedup.Route{}
-	for _, name := range reg.Events {
-		routes[name] = []dedup.Route{{Name: reg.Name, Handler: recordingHandler{inner: reg.Handler, rec: rec}}}
+	for _, reg := range regs {
+		for _, name := range reg.Events {
+			h := recordingHandler{inner: reg.Handler, rec: rec, name: reg.Name, label: labeller(reg.Handler), first: len(routes[name]) == 0}
+			routes[name] = append(routes[name], dedup.Route{Name: reg.Name, Handler: h})
+		}
 	}
 	proc := dedup.NewProcessorInTx(tx, dedup.ProcessorConfig{Routes: routes, ResolvedBy: ResolvedBy})
 	var mu sync.Mutex
@@ -150,11 +184,11 @@ func work(ctx context.Context, tx pgx.Tx, p Params, reg consumer.Registration, e
 	rep.Effects = append(rep.Effects, rec.list()...)
 	mu.Lock()
 	for _, x := range calls {
-		rep.Calls = append(rep.Calls, callOf(reg.Handler, x, ev))
+		rep.Calls = append(rep.Calls, callOf(p.Registry, x, ev))
 	}
 	mu.Unlock()
 	if err != nil {
-		return stepError(ctx, tx, err, reg.Name, rep)
+		return stepError(ctx, tx, err, rep)
 	}
 	res := results[0]
 	switch res.Outcome {
@@ -183,12 +217,12 @@ func work(ctx context.Context, tx pgx.Tx, p Params, reg consumer.Registration, e
 // stepError reports a dedup step that ended with its batch's outcome
 // unknown: a remote handler unreachable is the report's failure (the pool
 // would requeue and wait); the database's own trouble is Run's error.
-func stepError(ctx context.Context, tx pgx.Tx, err error, handler string, rep *Report) error {
+func stepError(ctx context.Context, tx pgx.Tx, err error, rep *Report) error {
 	var unavailable *remote.UnavailableError
 	switch {
 	case errors.As(err, &unavailable):
 		rep.Outcome = OutcomeFailed
-		rep.Error = &Failure{Class: "unavailable", Handler: handler, Message: unavailable.Error(),
+		rep.Error = &Failure{Class: "unavailable", Handler: unavailable.Handler, Message: unavailable.Error(),
 			Settlement: "nothing applied and no attempt counted: the pool would requeue the batch and wait (state CONNECTING, backing off up to 5s) until the handler answers"}
 		return nil
 	case ctx.Err() != nil:
@@ -200,7 +234,7 @@ func stepError(ctx context.Context, tx pgx.Tx, err error, handler string, rep *R
 		return fmt.Errorf("try: %w", nm)
 	}
 	rep.Outcome = OutcomeFailed
-	rep.Error = &Failure{Class: "retryable", Handler: handler, Message: err.Error(), SQLState: sqlState(err),
+	rep.Error = &Failure{Class: "retryable", Message: err.Error(), SQLState: sqlState(err),
 		Settlement: "the batch's outcome would be unknown to the dedup step (not the event's fault): nothing acked, the batch requeued, no attempt counted"}
 	return nil
 }
@@ -260,6 +294,52 @@ func sqlState(err error) string {
 	var pe *pgconn.PgError
 	if errors.As(err, &pe) {
 		return pe.Code
+	}
+	return ""
+}
+
+// resolve returns the service, the pool and the handlers p names.
+func resolve(p Params) (*config.ServiceConfig, *config.PoolConfig, []string, error) {
+	names := p.Handlers
+	if p.Pool != "" {
+		for i := range p.Config.Services {
+			s := &p.Config.Services[i]
+			if p.Service != "" && s.Name != p.Service {
+				continue
+			}
+			for j := range s.Pools {
+				if pc := &s.Pools[j]; pc.Name == p.Pool {
+					if len(names) == 0 {
+						names = pc.Handlers
+					}
+					return s, pc, names, nil
+				}
+			}
+		}
+		return nil, nil, nil, fmt.Errorf("try: no pool %q in the configuration", p.Pool)
+	}
+	if len(names) == 0 {
+		return nil, nil, nil, errors.New("try: no handler to run: name handlers or a pool")
+	}
+	svc, err := serviceOf(p.Config, names[0], p.Service)
+	if err != nil {
+		return nil, nil, nil, err
+	}
+	for _, name := range names[1:] {
+		if owner := declaredBy(p.Config, name); owner != "" && owner != svc.Name {
+			return nil, nil, nil, fmt.Errorf("try: handler %s is service %s's, not %s's", name, owner, svc.Name)
+		}
+	}
+	return svc, poolOf(svc, names[0], ""), names, nil
+}
+
+// declaredBy returns the service declaring name as a SQL or remote
+// handler, "" when none does (a Go handler).
+func declaredBy(cfg *config.Config, name string) string {
+	for i := range cfg.Services {
+		if declares(&cfg.Services[i], name) {
+			return cfg.Services[i].Name
+		}
 	}
 	return ""
 }
@@ -434,7 +514,7 @@ func horizonNote(s *config.ServiceConfig, ev consumer.Event) []string {
 }
 
 // callOf is the report of one remote call, with every problem of its answer.
-func callOf(h consumer.Handler, x remote.Exchange, ev consumer.Event) Call {
+func callOf(reg *consumer.Registry, x remote.Exchange, ev consumer.Event) Call {
 	c := Call{URL: x.URL, Status: x.Status, DurationMS: float64(x.Duration.Microseconds()) / 1000, Request: json.RawMessage(x.Request),
 		Problems: []string{}}
 	if len(x.Answer) > 0 {
@@ -447,8 +527,11 @@ func callOf(h consumer.Handler, x remote.Exchange, ev consumer.Event) Call {
 	if x.Err != nil {
 		c.Error = x.Err.Error()
 	}
-	rh, ok := h.(*remote.Handler)
-	if ok && x.Status == 200 {
+	var rh *remote.Handler
+	if r, err := reg.Lookup(x.Handler); err == nil {
+		rh, _ = r.Handler.(*remote.Handler)
+	}
+	if rh != nil && x.Status == 200 {
 		c.Problems = append(c.Problems, rh.CheckAnswer(x.Answer, []consumer.Event{ev})...)
 	}
 	var bad *remote.BadAnswerError

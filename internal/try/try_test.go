@@ -121,7 +121,7 @@ func TestRunRecordsAGoHandler(t *testing.T) {
 	b := setup(t)
 	before := b.state(t)
 	id, body := b.envelope(t)
-	rep, err := try.Run(context.Background(), try.Params{Config: b.cfg, Registry: b.reg, Handler: "notes.write", Body: body})
+	rep, err := try.Run(context.Background(), try.Params{Config: b.cfg, Registry: b.reg, Handlers: []string{"notes.write"}, Body: body})
 	require.NoError(t, err)
 	require.Equal(t, before, b.state(t))
 	require.Equal(t, try.OutcomeProcessed, rep.Outcome)
@@ -161,13 +161,28 @@ func TestRunClassifiesFailures(t *testing.T) {
 	b := setup(t)
 	before := b.state(t)
 	_, body := b.envelope(t)
-	rep, err := try.Run(context.Background(), try.Params{Config: b.cfg, Registry: b.reg, Handler: "notes.flaky", Body: body})
+	rep, err := try.Run(context.Background(), try.Params{Config: b.cfg, Registry: b.reg, Handlers: []string{"notes.flaky"}, Body: body})
 	require.NoError(t, err)
 	require.Equal(t, 1, rep.ExitCode())
 	require.Equal(t, &try.Failure{Class: "retryable", Handler: "notes.flaky", Message: "notes.flaky: try later",
 		Settlement: "the pool would retry it in 1s (attempt 2 of 3)"}, rep.Error)
 
-	rep, err = try.Run(context.Background(), try.Params{Config: b.cfg, Registry: b.reg, Handler: "notes.write", Body: []byte(`{"event_id": 1}`)})
+	rep, err = try.Run(context.Background(), try.Params{Config: b.cfg, Registry: b.reg, Handlers: []string{"notes.flaky"}, Body: body, Attempt: 2})
+	require.NoError(t, err)
+	require.Equal(t, "retries_exhausted", rep.Error.Reason)
+	require.Equal(t, "attempt 3 was the last (2 retry delays): the pool would store it in platform.failed_event (reason retries_exhausted)", rep.Error.Settlement)
+
+	// The pool's handlers in order: the second fails, the first's effects
+	// are recorded and undone with it.
+	rep, err = try.Run(context.Background(), try.Params{Config: b.cfg, Registry: b.reg, Pool: "notes-events", Body: body})
+	require.NoError(t, err)
+	require.Equal(t, "notes.write, notes.flaky", rep.Handler)
+	require.Equal(t, "go", rep.Kind)
+	require.Equal(t, "notes.flaky", rep.Error.Handler)
+	require.Len(t, rep.Effects, 7)
+	require.Empty(t, rep.Outbox, "rolled back with the failing event")
+
+	rep, err = try.Run(context.Background(), try.Params{Config: b.cfg, Registry: b.reg, Handlers: []string{"notes.write"}, Body: []byte(`{"event_id": 1}`)})
 	require.NoError(t, err)
 	require.Equal(t, 1, rep.ExitCode())
 	require.Equal(t, "permanent", rep.Error.Class)
@@ -175,14 +190,14 @@ func TestRunClassifiesFailures(t *testing.T) {
 	require.Nil(t, rep.Event)
 
 	other := bytes.Replace(body, []byte(placed), []byte("order.order.cancelled.v1"), 1)
-	rep, err = try.Run(context.Background(), try.Params{Config: b.cfg, Registry: b.reg, Handler: "notes.write", Body: other})
+	rep, err = try.Run(context.Background(), try.Params{Config: b.cfg, Registry: b.reg, Handlers: []string{"notes.write"}, Body: other})
 	require.NoError(t, err)
 	require.Equal(t, "no_handler", rep.Error.Reason)
 	require.Empty(t, rep.Effects)
 
-	_, err = try.Run(context.Background(), try.Params{Config: b.cfg, Registry: b.reg, Handler: "notes.none", Body: body})
+	_, err = try.Run(context.Background(), try.Params{Config: b.cfg, Registry: b.reg, Handlers: []string{"notes.none"}, Body: body})
 	require.ErrorContains(t, err, `unknown handler "notes.none" (handlers: notes.write, notes.flaky)`)
-	_, err = try.Run(context.Background(), try.Params{Config: b.cfg, Registry: b.reg, Handler: "notes.write", Service: "nope", Body: body})
+	_, err = try.Run(context.Background(), try.Params{Config: b.cfg, Registry: b.reg, Handlers: []string{"notes.write"}, Service: "nope", Body: body})
 	require.ErrorContains(t, err, `no service "nope"`)
 	require.Equal(t, before, b.state(t))
 }
