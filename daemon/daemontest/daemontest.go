@@ -9,6 +9,13 @@
 //
 // Start waits until the daemon is ready and stops it (draining) when the
 // test ends; a start that fails fails the test.
+//
+// Work tests one handler without a daemon or a broker (River's
+// rivertest.Worker): it runs the daemon's real dedup step over one event
+// in the test's own transaction, so that the test reads the handler's
+// effects and rolls them back:
+//
+//	res, err := daemontest.Work(t, tx, reg, "stock.reserve", ev)
 package daemontest
 
 import (

@@ -26,6 +26,18 @@ commands:
             -processed-event plain|partitioned -service S, convert service S's
             processed_event table instead (online: one transaction, see docs)
   check     validate the configuration and exit
+  try       run one event through one handler against the service's real
+            database, in a transaction always rolled back, and print what
+            it would do (effects with rows affected, outbox rows, a
+            remote handler's raw answer, the error and its class); no
+            broker needed:
+              platformd try -config F -handler NAME[,NAME...] (-event FILE|- | -failure ID)
+                            [-o text|json] [-pool P] [-service S] [-attempt N]
+                            [-ignore-processed] [-timeout 1m]
+            (-pool P without -handler runs the pool's handlers, in order)
+            exit codes: 0 the handler would apply it (or it is a duplicate),
+            1 the handler fails (permanent, retryable or unreachable),
+            2 usage, configuration or database error
 
 exit codes: 0 ok, 1 runtime error, 2 usage or invalid configuration
 `
@@ -49,7 +61,8 @@ func Main(args []string, reg *consumer.Registry, stderr io.Writer) int {
 	noMigrate := fs.Bool("no-migrate", false, "run: do not apply migrations at start")
 	createDB := fs.Bool("create-db", false, "run, migrate: create missing service databases first")
 	peLayout := fs.String("processed-event", "", "migrate: convert -service's processed_event table to plain or partitioned")
-	peService := fs.String("service", "", "migrate -processed-event: the service whose table to convert")
+	peService := fs.String("service", "", "migrate -processed-event: the service whose table to convert; try: the service whose database the handler runs against")
+	tf := tryFlags(fs)
 	if err := fs.Parse(args[1:]); err != nil {
 		return 2
 	}
@@ -57,7 +70,7 @@ func Main(args []string, reg *consumer.Registry, stderr io.Writer) int {
 		fmt.Fprintf(stderr, "platformd %s: -config is required\n\n%s", cmd, usage)
 		return 2
 	}
-	if (*peLayout != "" || *peService != "") && (cmd != "migrate" || *peLayout == "" || *peService == "") {
+	if cmd != "try" && (*peLayout != "" || *peService != "") && (cmd != "migrate" || *peLayout == "" || *peService == "") {
 		fmt.Fprintf(stderr, "platformd %s: -processed-event and -service go together, with migrate only\n\n%s", cmd, usage)
 		return 2
 	}
@@ -67,6 +80,11 @@ func Main(args []string, reg *consumer.Registry, stderr io.Writer) int {
 	}
 	switch cmd {
 	case "run", "migrate", "check":
+	case "try":
+		if msg := tf.check(*peLayout); msg != "" {
+			fmt.Fprintf(stderr, "platformd try: %s\n\n%s", msg, usage)
+			return 2
+		}
 	default:
 		fmt.Fprintf(stderr, "platformd: unknown command %q\n\n%s", cmd, usage)
 		return 2
@@ -94,6 +112,8 @@ func Main(args []string, reg *consumer.Registry, stderr io.Writer) int {
 	case "check":
 		fmt.Fprintf(stderr, "platformd: %s is valid (%d services)\n", *cfgPath, len(cfg.Services))
 		return 0
+	case "try":
+		return runTry(cfg, reg, tf, *peService, os.Stdin, os.Stdout, stderr)
 	case "migrate":
 		ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
 		defer stop()

@@ -72,7 +72,7 @@ func (nopObserver) Replay() {}
 // Processor runs batches of one service's events. It is safe for
 // concurrent use; each call uses one pooled connection.
 type Processor struct {
-	db      *pgxpool.Pool
+	db      txDB
 	routes  map[string][]Route
 	obs     Observer
 	retries int

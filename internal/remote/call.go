@@ -85,6 +85,12 @@ func (h *Handler) call(ctx context.Context, evs []consumer.Event) (answers []*an
 	}
 	start := time.Now()
 	result := metrics.RemoteOK
+	var status int
+	var data []byte
+	defer func() {
+		recordExchange(ctx, Exchange{Handler: h.name, URL: h.url, Request: body, Status: status, Answer: data,
+			Duration: time.Since(start), Err: err})
+	}()
 	if l := h.lim; l != nil {
 		// Latency per event: a call's time grows with its batch.
 		defer func() {
@@ -123,6 +129,7 @@ func (h *Handler) call(ctx context.Context, evs []consumer.Event) (answers []*an
 		}
 		return nil, &UnavailableError{Handler: h.name, Err: err}
 	}
+	status = resp.StatusCode
 	data, rerr := io.ReadAll(io.LimitReader(resp.Body, MaxAnswerBytes+1))
 	// Read to EOF (bounded) before closing, so the connection is reused.
 	_, _ = io.Copy(io.Discard, io.LimitReader(resp.Body, 64<<10))

@@ -76,6 +76,16 @@ func (h *Handler) BatchMode() (bool, string) {
 // Name returns the handler's name.
 func (h *Handler) Name() string { return h.name }
 
+// StatementSQL returns the SQL text each statement is sent as, in order:
+// what names a statement in a trace of the statements run.
+func (h *Handler) StatementSQL() []string {
+	out := make([]string, len(h.stmts))
+	for i, s := range h.stmts {
+		out[i] = s.sql
+	}
+	return out
+}
+
 // StatementError is the failure of one of a handler's statements. Its
 // text is "statement N: SQLSTATE message" (N counted from 1) for an error
 // PostgreSQL reported; the worker prefixes the handler's name.
