@@ -392,3 +392,72 @@ type retryErrorParams struct {
 var setRetryError = query.NewExec("failure.set_retry_error", `UPDATE platform.failure_retry SET error = $2
 	WHERE id = $1 AND state IN ('canary', 'running') AND error <> $2`,
 	func(p retryErrorParams) []any { return []any{p.ID, p.Error} })
+
+// The workers' writes and the dedup step's resolution (store.go), and an
+// ordered pool's release of parked rows (release.go).
+
+var upsert = query.NewRow("failure.upsert", `INSERT INTO platform.failed_event AS f
+	(id, pool, failure_key, event_id, event_name, routing_key, headers, body, reason, error, fingerprint,
+	 handler, attempt, sequence_key, state)
+	VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12, $13, $14, $15)
+	ON CONFLICT (pool, failure_key) DO UPDATE SET
+		copies = f.copies + 1,
+		updated_at = now(),
+		reason = CASE WHEN f.state IN ('resolved', 'discarded') THEN f.reason ELSE EXCLUDED.reason END,
+		error = CASE WHEN f.state IN ('resolved', 'discarded') THEN f.error ELSE EXCLUDED.error END,
+		fingerprint = CASE WHEN f.state IN ('resolved', 'discarded') THEN f.fingerprint ELSE EXCLUDED.fingerprint END,
+		handler = CASE WHEN f.state IN ('resolved', 'discarded') THEN f.handler ELSE EXCLUDED.handler END,
+		attempt = CASE WHEN f.state IN ('resolved', 'discarded') THEN f.attempt ELSE EXCLUDED.attempt END,
+		headers = CASE WHEN f.state IN ('resolved', 'discarded') THEN f.headers ELSE EXCLUDED.headers END,
+		failed_at = CASE WHEN f.state IN ('resolved', 'discarded') THEN f.failed_at ELSE now() END,
+		state = CASE WHEN f.state IN ('resolved', 'discarded') THEN f.state ELSE EXCLUDED.state END
+	RETURNING id, state`,
+	func(p writeParams) []any {
+		return []any{p.ID, p.Pool, p.Key, nullUUID(p.EventID), p.EventName, p.RoutingKey, p.Headers, p.Body, p.Reason,
+			p.Error, p.Fingerprint, p.Handler, p.Attempt, nullText(p.SequenceKey), p.State}
+	}, (*Written).dest)
+
+// updateByID settles the row a copy carried the id of; a resolved or
+// discarded row stays so, and is returned as it is.
+var updateByID = query.NewRow("failure.update_by_id", `WITH u AS (
+		UPDATE platform.failed_event SET state = $2, reason = $3, error = $4, fingerprint = $5, handler = $6,
+			attempt = $7, headers = $8, failed_at = now(), updated_at = now()
+		WHERE id = $1 AND state NOT IN ('resolved', 'discarded')
+		RETURNING id, state)
+	SELECT id, state FROM u
+	UNION ALL
+	SELECT id, state FROM platform.failed_event WHERE id = $1 AND NOT EXISTS (SELECT 1 FROM u)`,
+	func(p writeParams) []any {
+		return []any{p.FailureID, p.State, p.Reason, p.Error, p.Fingerprint, p.Handler, p.Attempt, p.Headers}
+	}, (*Written).dest)
+
+var openRows = query.NewRows("failure.open", `SELECT id, sequence_key, coalesce(event_id, '00000000-0000-0000-0000-000000000000'), state
+	FROM platform.failed_event
+	WHERE pool = $1 AND sequence_key = ANY($2) AND state IN ('failed', 'parked', 'retrying')
+	ORDER BY sequence_key, id`,
+	func(p openParams) []any { return []any{p.Pool, p.Keys} }, (*Open).dest)
+
+var resolve = query.NewExec("failure.resolve", `UPDATE platform.failed_event
+	SET state = 'resolved', resolved_at = now(), resolved_by = $2, updated_at = now()
+	WHERE id = ANY($1) AND state IN ('failed', 'parked', 'retrying')`,
+	func(p resolveParams) []any { return []any{p.IDs, p.By} })
+
+// releasable are the parked rows of a pool that no earlier unresolved
+// failure or retrying row of their key holds back, oldest first, locked
+// so that two daemons do not release the same rows at once.
+var releasable = query.NewRows("failure.releasable", `SELECT p.id, coalesce(p.event_id, '00000000-0000-0000-0000-000000000000'),
+		p.routing_key, p.headers, coalesce(p.edited_body, p.body)
+	FROM platform.failed_event p
+	WHERE p.pool = $1 AND p.sequence_key IS NOT NULL AND p.state = 'parked'
+	  AND NOT EXISTS (SELECT 1 FROM platform.failed_event h
+		WHERE h.pool = p.pool AND h.sequence_key = p.sequence_key AND h.id < p.id
+		  AND h.state IN ('failed', 'retrying'))
+	ORDER BY p.id
+	LIMIT $2
+	FOR UPDATE OF p SKIP LOCKED`,
+	func(p releaseParams) []any { return []any{p.Pool, p.Limit} }, (*Copy).dest)
+
+var markReleased = query.NewExec("failure.mark_released", `UPDATE platform.failed_event
+	SET state = 'retrying', updated_at = now()
+	WHERE id = ANY($1) AND state = 'parked'`,
+	func(ids []uuid.UUID) []any { return []any{ids} })

@@ -10,7 +10,6 @@ import (
 
 	"github.com/platformd/platformd/internal/broker"
 	"github.com/platformd/platformd/internal/dbutil"
-	"github.com/platformd/platformd/internal/query"
 )
 
 // Copy is a stored failure as a copy sends it back to its pool's queue.
@@ -30,26 +29,6 @@ type releaseParams struct {
 	Pool  string
 	Limit int
 }
-
-// releasable are the parked rows of a pool that no earlier unresolved
-// failure or retrying row of their key holds back, oldest first, locked
-// so that two daemons do not release the same rows at once.
-var releasable = query.NewRows("failure.releasable", `SELECT p.id, coalesce(p.event_id, '00000000-0000-0000-0000-000000000000'),
-		p.routing_key, p.headers, coalesce(p.edited_body, p.body)
-	FROM platform.failed_event p
-	WHERE p.pool = $1 AND p.sequence_key IS NOT NULL AND p.state = 'parked'
-	  AND NOT EXISTS (SELECT 1 FROM platform.failed_event h
-		WHERE h.pool = p.pool AND h.sequence_key = p.sequence_key AND h.id < p.id
-		  AND h.state IN ('failed', 'retrying'))
-	ORDER BY p.id
-	LIMIT $2
-	FOR UPDATE OF p SKIP LOCKED`,
-	func(p releaseParams) []any { return []any{p.Pool, p.Limit} }, (*Copy).dest)
-
-var markReleased = query.NewExec("failure.mark_released", `UPDATE platform.failed_event
-	SET state = 'retrying', updated_at = now()
-	WHERE id = ANY($1) AND state = 'parked'`,
-	func(ids []uuid.UUID) []any { return []any{ids} })
 
 // ReleaseParked sends back, through send, at most limit parked events of
 // pool whose key no longer has an unresolved failure before them, in id

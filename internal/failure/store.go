@@ -140,41 +140,6 @@ func nullText(s string) any {
 	return s
 }
 
-var upsert = query.NewRow("failure.upsert", `INSERT INTO platform.failed_event AS f
-	(id, pool, failure_key, event_id, event_name, routing_key, headers, body, reason, error, fingerprint,
-	 handler, attempt, sequence_key, state)
-	VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12, $13, $14, $15)
-	ON CONFLICT (pool, failure_key) DO UPDATE SET
-		copies = f.copies + 1,
-		updated_at = now(),
-		reason = CASE WHEN f.state IN ('resolved', 'discarded') THEN f.reason ELSE EXCLUDED.reason END,
-		error = CASE WHEN f.state IN ('resolved', 'discarded') THEN f.error ELSE EXCLUDED.error END,
-		fingerprint = CASE WHEN f.state IN ('resolved', 'discarded') THEN f.fingerprint ELSE EXCLUDED.fingerprint END,
-		handler = CASE WHEN f.state IN ('resolved', 'discarded') THEN f.handler ELSE EXCLUDED.handler END,
-		attempt = CASE WHEN f.state IN ('resolved', 'discarded') THEN f.attempt ELSE EXCLUDED.attempt END,
-		headers = CASE WHEN f.state IN ('resolved', 'discarded') THEN f.headers ELSE EXCLUDED.headers END,
-		failed_at = CASE WHEN f.state IN ('resolved', 'discarded') THEN f.failed_at ELSE now() END,
-		state = CASE WHEN f.state IN ('resolved', 'discarded') THEN f.state ELSE EXCLUDED.state END
-	RETURNING id, state`,
-	func(p writeParams) []any {
-		return []any{p.ID, p.Pool, p.Key, nullUUID(p.EventID), p.EventName, p.RoutingKey, p.Headers, p.Body, p.Reason,
-			p.Error, p.Fingerprint, p.Handler, p.Attempt, nullText(p.SequenceKey), p.State}
-	}, (*Written).dest)
-
-// updateByID settles the row a copy carried the id of; a resolved or
-// discarded row stays so, and is returned as it is.
-var updateByID = query.NewRow("failure.update_by_id", `WITH u AS (
-		UPDATE platform.failed_event SET state = $2, reason = $3, error = $4, fingerprint = $5, handler = $6,
-			attempt = $7, headers = $8, failed_at = now(), updated_at = now()
-		WHERE id = $1 AND state NOT IN ('resolved', 'discarded')
-		RETURNING id, state)
-	SELECT id, state FROM u
-	UNION ALL
-	SELECT id, state FROM platform.failed_event WHERE id = $1 AND NOT EXISTS (SELECT 1 FROM u)`,
-	func(p writeParams) []any {
-		return []any{p.FailureID, p.State, p.Reason, p.Error, p.Fingerprint, p.Handler, p.Attempt, p.Headers}
-	}, (*Written).dest)
-
 // jsonHeaders makes AMQP header values JSON-friendly: times as RFC 3339,
 // nested tables as objects; byte slices as text when they are UTF-8.
 func jsonHeaders(h map[string]any) map[string]any {
@@ -219,12 +184,6 @@ type openParams struct {
 	Keys []string
 }
 
-var openRows = query.NewRows("failure.open", `SELECT id, sequence_key, coalesce(event_id, '00000000-0000-0000-0000-000000000000'), state
-	FROM platform.failed_event
-	WHERE pool = $1 AND sequence_key = ANY($2) AND state IN ('failed', 'parked', 'retrying')
-	ORDER BY sequence_key, id`,
-	func(p openParams) []any { return []any{p.Pool, p.Keys} }, (*Open).dest)
-
 // OpenRows returns the unresolved rows of pool's keys, by key then id
 // (arrival order): one indexed lookup, the ordered pools' check per batch.
 func (s *Store) OpenRows(ctx context.Context, pool string, keys []string) ([]Open, error) {
@@ -239,11 +198,6 @@ type resolveParams struct {
 	IDs []uuid.UUID
 	By  string
 }
-
-var resolve = query.NewExec("failure.resolve", `UPDATE platform.failed_event
-	SET state = 'resolved', resolved_at = now(), resolved_by = $2, updated_at = now()
-	WHERE id = ANY($1) AND state IN ('failed', 'parked', 'retrying')`,
-	func(p resolveParams) []any { return []any{p.IDs, p.By} })
 
 // Resolve marks the rows ids resolved by by, through q: the dedup step
 // calls it in the transaction that applies their copies (or finds them

@@ -226,21 +226,11 @@ func (s *Statement) render(from int, repl func(edit) string) string {
 // form prepares. It returns "" when it may, else why not; err only when
 // the connection failed.
 func checkBatchForm(ctx context.Context, conn *pgconn.PgConn, f *batchForm) (string, error) {
-	// PostgreSQL records no dependency on its own (pinned) objects: what
-	// the view depends on is the database's own, but enumerations and
-	// platform.uuid_v7() (platformd's migrations: it reads no table).
-	deps := `SELECT coalesce(string_agg(DISTINCT pg_catalog.pg_describe_object(d.refclassid, d.refobjid, 0), ', '), '')
-FROM pg_catalog.pg_depend d JOIN pg_catalog.pg_rewrite r ON d.classid = 'pg_catalog.pg_rewrite'::pg_catalog.regclass AND d.objid = r.oid
-WHERE r.ev_class = '"platformd batch check"'::pg_catalog.regclass AND d.refobjid <> r.ev_class
-  AND NOT (d.refclassid = 'pg_catalog.pg_type'::pg_catalog.regclass
-    AND EXISTS (SELECT FROM pg_catalog.pg_type ty WHERE ty.oid = d.refobjid AND ty.typtype = 'e'))
-  AND NOT (d.refclassid = 'pg_catalog.pg_proc'::pg_catalog.regclass
-    AND d.refobjid = pg_catalog.to_regprocedure('platform.uuid_v7()'))`
 	defer func() { _, _ = conn.Exec(context.WithoutCancel(ctx), "ROLLBACK").ReadAll() }()
 	for _, step := range []struct{ sql, why string }{
 		{"BEGIN", ""},
-		{`CREATE TEMPORARY VIEW "platformd batch check" AS ` + f.check, "its query cannot be checked"},
-		{deps, ""},
+		{batchCheckView + f.check, "its query cannot be checked"},
+		{batchCheckDeps, ""},
 		{"SELECT " + f.guard, "its table does not qualify (triggers, rules, row security, or a function, operator or type of its own in its columns, defaults, constraints or indexes)"},
 	} {
 		res, err := conn.Exec(ctx, step.sql).ReadAll()
@@ -254,7 +244,7 @@ WHERE r.ev_class = '"platformd batch check"'::pg_catalog.regclass AND d.refobjid
 		case err != nil:
 			return "", err
 		}
-		if step.sql == deps && len(res) == 1 && len(res[0].Rows) == 1 && len(res[0].Rows[0][0]) > 0 {
+		if step.sql == batchCheckDeps && len(res) == 1 && len(res[0].Rows) == 1 && len(res[0].Rows[0][0]) > 0 {
 			return "its query uses " + string(res[0].Rows[0][0]), nil
 		}
 	}
