@@ -9,7 +9,6 @@ import (
 	"net"
 	"os"
 	"sync"
-	"time"
 
 	"github.com/platformd/platformd/consumer"
 	"github.com/platformd/platformd/internal/config"
@@ -200,21 +199,10 @@ func (d *Daemon) Run(ctx context.Context) error {
 // unreachable, nor when Run fails first.
 func (d *Daemon) Ready() <-chan struct{} { return d.ready }
 
-// readyPoll is how often Run checks, after its start, whether every
-// service is up.
-const readyPoll = 5 * time.Millisecond
-
 func (d *Daemon) closeReadyWhenServing(ctx context.Context, running *internal.Daemon) {
-	t := time.NewTicker(readyPoll)
-	defer t.Stop()
-	for !running.Serving() {
-		select {
-		case <-ctx.Done():
-			return
-		case <-t.C:
-		}
+	if running.WaitServing(ctx) == nil {
+		close(d.ready)
 	}
-	close(d.ready)
 }
 
 // Stop ends Run, waiting until it has drained and returned. It is safe to

@@ -33,7 +33,6 @@ import (
 	"github.com/platformd/platformd/internal/startstop"
 	"github.com/platformd/platformd/internal/state"
 	"github.com/platformd/platformd/internal/tracing"
-	"github.com/platformd/platformd/internal/workers"
 )
 
 // Catalog adapts a consumer.Registry to config.HandlerCatalog; it also
@@ -495,23 +494,29 @@ func (c *horizonCache) get() time.Duration {
 	return time.Duration(c.h.Load())
 }
 
-// Serving reports whether every service is up and every pool consumes (or
-// sits paused on a live channel), its topology declared: an event
-// published now reaches its pools. A service whose database is down keeps
-// it false. Safe for concurrent use.
-func (d *Daemon) Serving() bool {
+// WaitServing blocks until each service the daemon runs now has been
+// brought up and each of its pools has served (every worker on a live
+// channel, its topology declared, its database answering), or until ctx
+// ends. It waits on the services' and pools' Started channels, not on a
+// poll: an event published once it returns reaches every pool.
+func (d *Daemon) WaitServing(ctx context.Context) error {
 	for _, s := range d.serviceList() {
-		if !s.up.Load() {
-			return false
+		select {
+		case <-s.Started():
+		case <-ctx.Done():
+			return ctx.Err()
 		}
 		s.mu.RLock()
 		pools := slices.Clone(s.pools)
 		s.mu.RUnlock()
 		for _, sp := range pools {
-			if sp.pool.Info().State == workers.StateConnecting {
-				return false
+			select {
+			case <-sp.pool.Started():
+			case <-ctx.Done():
+				return ctx.Err()
 			}
 		}
 	}
-	return true
+	return nil
 }
+

@@ -274,6 +274,7 @@ func (s *service) Start(ctx context.Context) error {
 			}
 			s.up.Store(true)
 			s.mu.Unlock()
+			s.MarkStarted()
 			s.d.testSignals.ServiceUp.Signal(s.name)
 			if err := s.startRelay(runCtx); err != nil {
 				s.d.log.ErrorContext(runCtx, "daemon: outbox relay not started", slog.String("service", s.name), slog.Any("error", err))

@@ -52,6 +52,36 @@ type Base struct {
 	stopping bool
 	stop     func()
 	done     chan struct{} // closed once the stop function has returned
+	up       chan struct{} // closed by MarkStarted; made on first need
+	upOnce   sync.Once
+}
+
+// Started returns a channel closed once the service has said it is up
+// (MarkStarted): not when Start returned, which for a service that
+// connects in the background (a pool to its broker and database) is
+// earlier. A service stopped before it came up never closes it: wait on it
+// beside a context or Stop. Safe for concurrent use, before Start too.
+func (b *Base) Started() <-chan struct{} {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	return b.upChan()
+}
+
+// MarkStarted closes Started's channel; calls after the first do nothing.
+// The service calls it where it knows it is up.
+func (b *Base) MarkStarted() {
+	b.mu.Lock()
+	up := b.upChan()
+	b.mu.Unlock()
+	b.upOnce.Do(func() { close(up) })
+}
+
+// upChan returns b.up, made on first need; b.mu is held.
+func (b *Base) upChan() chan struct{} {
+	if b.up == nil {
+		b.up = make(chan struct{})
+	}
+	return b.up
 }
 
 // StartFunc starts the service once: start runs under Base's lock (a

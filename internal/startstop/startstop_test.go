@@ -179,3 +179,28 @@ func TestGoAndWaitDone(t *testing.T) {
 	cancel()
 	require.True(t, startstop.WaitDone(done, time.Minute), "cancel ends run, and done is closed once it returned")
 }
+
+// Started closes when the service says it is up, which may be well after
+// Start returned, and only once however often it is said.
+func TestStartedClosesWhenTheServiceSaysItIsUp(t *testing.T) {
+	var b startstop.Base
+	started := b.Started() // before Start: the same channel later
+	require.NoError(t, b.StartFunc(func() (func(), error) { return func() {}, nil }))
+	select {
+	case <-started:
+		t.Fatal("Started closed by Start alone")
+	default:
+	}
+	var wg sync.WaitGroup
+	for range 4 {
+		wg.Go(b.MarkStarted)
+	}
+	wg.Wait()
+	select {
+	case <-started:
+	default:
+		t.Fatal("Started not closed after MarkStarted")
+	}
+	require.Equal(t, started, b.Started(), "one channel for the service's life")
+	b.Stop()
+}

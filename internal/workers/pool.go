@@ -328,6 +328,15 @@ func (p *Pool) readState(ctx context.Context) bool {
 	}
 }
 
+// markUpWhenServing closes the pool's Started channel the first time it
+// is no longer connecting: every worker on a live channel, its topology
+// declared, and its database answering.
+func (p *Pool) markUpWhenServing() {
+	if p.connected.Load() >= p.workerCount() && p.dbErr.Load() == nil {
+		p.MarkStarted()
+	}
+}
+
 // setDatabaseError records the service database's last error, or that it
 // answered (nil): while it does not, the pool reports StateConnecting.
 func (p *Pool) setDatabaseError(err error) {
@@ -335,6 +344,7 @@ func (p *Pool) setDatabaseError(err error) {
 		if p.dbErr.Load() != nil {
 			p.dbErr.Store(nil)
 			p.testSignals.DatabaseError.Signal("")
+			p.markUpWhenServing()
 		}
 		return
 	}

@@ -68,6 +68,7 @@ func (p *Pool) session(fetchCtx context.Context, name string, prefetch int, work
 	}
 	p.testSignals.Connected.Signal(p.connected.Add(int64(len(workers))))
 	defer p.connected.Add(-int64(len(workers)))
+	p.markUpWhenServing()
 	// Without a channel a worker applies nothing: whatever its consumer had
 	// been sent goes back to the queue with the channel.
 	defer p.setIdle(workers, true)
