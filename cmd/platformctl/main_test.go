@@ -143,8 +143,8 @@ func TestPools(t *testing.T) {
 	r := b.run(t, asReader, "pools", "--service", "stock")
 	require.Equal(t, 0, r.code, r.stderr)
 	require.Equal(t, [][]string{
-		{"NAME", "SERVICE", "QUEUE", "STATE", "NODE", "CONCURRENCY", "IN_FLIGHT", "PROCESSED", "DUPLICATES", "RETRIED", "FAILED", "PAUSED_REASON"},
-		{"stock-events", "stock", "stock.events", "running", "10.0.0.2:5672", "4", "3", "1200", "12", "5", "1", "-"},
+		{"NAME", "SERVICE", "QUEUE", "STATE", "NODE", "CONCURRENCY", "RATE", "DAEMONS", "IN_FLIGHT", "PROCESSED", "DUPLICATES", "RETRIED", "FAILED", "PAUSED_REASON"},
+		{"stock-events", "stock", "stock.events", "running", "10.0.0.2:5672", "4", "200/s", "2", "3", "1200", "12", "5", "1", "-"},
 	}, tableRows(r.stdout))
 
 	r = b.run(t, asReader, "pools", "-o", "json")
@@ -155,6 +155,8 @@ func TestPools(t *testing.T) {
 	require.Contains(t, r.stdout, `"POOL_STATE_PAUSED"`)
 	require.Contains(t, r.stdout, `"pausedReason"`)
 	require.Contains(t, r.stdout, `"brokerNode": "10.0.0.2:5672"`)
+	require.Contains(t, r.stdout, `"rateLimit": 200`)
+	require.Contains(t, r.stdout, `"rateShare": 100`)
 }
 
 func TestPoolPauseResume(t *testing.T) {

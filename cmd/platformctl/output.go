@@ -72,10 +72,14 @@ func servicesTable(w io.Writer, services []*adminv1.Service) {
 
 // poolsTable prints pools.
 func poolsTable(w io.Writer, pools []*adminv1.Pool) {
-	row(w, "NAME", "SERVICE", "QUEUE", "STATE", "NODE", "CONCURRENCY", "IN_FLIGHT", "PROCESSED", "DUPLICATES", "RETRIED", "FAILED", "PAUSED_REASON")
+	row(w, "NAME", "SERVICE", "QUEUE", "STATE", "NODE", "CONCURRENCY", "RATE", "DAEMONS", "IN_FLIGHT", "PROCESSED", "DUPLICATES", "RETRIED", "FAILED", "PAUSED_REASON")
 	for _, p := range pools {
+		rate := "-"
+		if p.GetRateLimit() > 0 {
+			rate = strconv.FormatFloat(p.GetRateLimit(), 'f', -1, 64) + "/s"
+		}
 		row(w, p.GetName(), p.GetService(), p.GetQueue(), enumWord(p.GetState(), "POOL_STATE_"), orDash(p.GetBrokerNode()),
-			strconv.Itoa(int(p.GetConcurrency())), strconv.Itoa(int(p.GetInFlight())),
+			strconv.Itoa(int(p.GetConcurrency())), rate, strconv.Itoa(int(p.GetDaemons())), strconv.Itoa(int(p.GetInFlight())),
 			strconv.FormatUint(p.GetProcessed(), 10), strconv.FormatUint(p.GetDuplicates(), 10),
 			strconv.FormatUint(p.GetRetried(), 10), strconv.FormatUint(p.GetFailed(), 10),
 			oneLine(p.GetPausedReason()))

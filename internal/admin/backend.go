@@ -210,6 +210,11 @@ type PoolInfo struct {
 	// BrokerNode is the broker node (host:port) the pool consumes from;
 	// empty while it is not connected.
 	BrokerNode string
+	// RateLimit is the pool's rate limit (events/s across every daemon
+	// running it; 0: none), RateShare this daemon's part of it, and
+	// Daemons the daemons that share it.
+	RateLimit, RateShare float64
+	Daemons              int
 }
 
 // DuplicateCounts counts duplicates by source: a broker redelivery, a

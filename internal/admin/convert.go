@@ -49,6 +49,9 @@ func poolToProto(p PoolInfo) *adminv1.Pool {
 		Failed:       p.Failed,
 		Error:        p.Error,
 		BrokerNode:   p.BrokerNode,
+		RateLimit:    p.RateLimit,
+		RateShare:    p.RateShare,
+		Daemons:      int32(p.Daemons), //nolint:gosec // a count of daemons
 	}
 }
 

@@ -113,7 +113,7 @@ func poolInfo(i workers.Info) admin.PoolInfo {
 		Name: i.Name, Service: i.Service, Queue: i.Queue, State: i.State, PausedReason: i.PausedReason,
 		Concurrency: i.Concurrency, InFlight: i.InFlight,
 		Processed: i.Processed, Duplicates: i.Duplicates, Retried: i.Retried, Failed: i.Failed, Error: i.Error,
-		BrokerNode: i.Node,
+		BrokerNode: i.Node, RateLimit: i.RateLimit, RateShare: i.RateShare, Daemons: i.Members,
 		DuplicatesBySource: admin.DuplicateCounts{
 			Redelivery: i.DuplicatesBySource.Redelivery, Replay: i.DuplicatesBySource.Replay, Republish: i.DuplicatesBySource.Republish,
 		},

@@ -405,4 +405,13 @@ func TestSetPoolLimitsReachesEveryDaemon(t *testing.T) {
 	require.NoError(t, err)
 	require.Equal(t, "ops", got.UpdatedBy)
 	require.InDelta(t, 50, got.Rate, 0)
+	// ListPools shows the limit in force, this daemon's share and the
+	// daemons sharing it.
+	pools, err := (&backend{d: ds[1]}).ListPools(ctx, "")
+	require.NoError(t, err)
+	require.Len(t, pools, 1)
+	require.InDelta(t, 50, pools[0].RateLimit, 0)
+	require.InDelta(t, 25, pools[0].RateShare, 1e-9)
+	require.Equal(t, 2, pools[0].Daemons)
+	require.Equal(t, 2, pools[0].Concurrency)
 }

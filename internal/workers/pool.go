@@ -133,6 +133,11 @@ type Info struct {
 	// Node is the broker node (host:port) the pool's consuming connection
 	// is on, "" while it is not connected.
 	Node string
+	// RateLimit is the pool's rate limit in events per second across
+	// every daemon running it (0: none), RateShare this daemon's part of
+	// it, and Members the daemons it is shared by.
+	RateLimit, RateShare float64
+	Members              int
 }
 
 // DuplicateCounts counts duplicates by source (metrics.Source…): a
@@ -552,7 +557,12 @@ func (p *Pool) Info() Info {
 	if e := p.dbErr.Load(); e != nil && st == StateConnecting {
 		dbErr = (*e).Error()
 	}
+	p.limits.mu.Lock()
+	rateLimit := p.limits.rate
+	p.limits.mu.Unlock()
+	share, members := p.RateShare()
 	return Info{
+		RateLimit: rateLimit, RateShare: share, Members: members,
 		Name: p.cfg.Name, Service: p.cfg.Service, Queue: p.cfg.Queue,
 		State: st, PausedReason: reason, Concurrency: int(p.workerCount()),
 		InFlight:  int(p.inFlight.Load()),

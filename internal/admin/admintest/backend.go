@@ -97,7 +97,7 @@ func New() *Backend {
 			{
 				Name: "stock-events", Service: "stock", Queue: "stock.events", State: admin.PoolStateRunning,
 				Concurrency: 4, InFlight: 3, Processed: 1200, Duplicates: 12, Retried: 5, Failed: 1,
-				BrokerNode: "10.0.0.2:5672",
+				BrokerNode: "10.0.0.2:5672", RateLimit: 200, RateShare: 100, Daemons: 2,
 			},
 		},
 		processed: map[string]map[uuid.UUID]time.Time{

@@ -432,7 +432,15 @@ type Pool struct {
 	Error string `protobuf:"bytes,13,opt,name=error,proto3" json:"error,omitempty"`
 	// broker_node is the RabbitMQ node (host:port of its URL in broker.url or
 	// broker.urls) the pool consumes from; empty while it is not connected.
-	BrokerNode    string `protobuf:"bytes,12,opt,name=broker_node,json=brokerNode,proto3" json:"broker_node,omitempty"`
+	BrokerNode string `protobuf:"bytes,12,opt,name=broker_node,json=brokerNode,proto3" json:"broker_node,omitempty"`
+	// rate_limit is the pool's rate limit in events per second, for the pool
+	// as a whole across every daemon running it (limits.rate or SetPoolLimits);
+	// 0 when it has none.
+	RateLimit float64 `protobuf:"fixed64,14,opt,name=rate_limit,json=rateLimit,proto3" json:"rate_limit,omitempty"`
+	// rate_share is this daemon's part of rate_limit: rate_limit / daemons.
+	RateShare float64 `protobuf:"fixed64,15,opt,name=rate_share,json=rateShare,proto3" json:"rate_share,omitempty"`
+	// daemons is how many daemons run the pool now, by their heartbeats.
+	Daemons       int32 `protobuf:"varint,16,opt,name=daemons,proto3" json:"daemons,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -556,6 +564,27 @@ func (x *Pool) GetBrokerNode() string {
 		return x.BrokerNode
 	}
 	return ""
+}
+
+func (x *Pool) GetRateLimit() float64 {
+	if x != nil {
+		return x.RateLimit
+	}
+	return 0
+}
+
+func (x *Pool) GetRateShare() float64 {
+	if x != nil {
+		return x.RateShare
+	}
+	return 0
+}
+
+func (x *Pool) GetDaemons() int32 {
+	if x != nil {
+		return x.Daemons
+	}
+	return 0
 }
 
 // LookupResult is what one service knows of an event id.
@@ -6118,7 +6147,7 @@ const file_platform_admin_v1_admin_proto_rawDesc = "" +
 	"\x0ebeyond_horizon\x18\x05 \x01(\tR\rbeyondHorizon\x12%\n" +
 	"\x0eoutbox_pending\x18\x06 \x01(\x03R\routboxPending\x12>\n" +
 	"\routbox_oldest\x18\a \x01(\v2\x19.google.protobuf.DurationR\foutboxOldest\x12\x14\n" +
-	"\x05error\x18\b \x01(\tR\x05error\"\x89\x03\n" +
+	"\x05error\x18\b \x01(\tR\x05error\"\xe1\x03\n" +
 	"\x04Pool\x12\x12\n" +
 	"\x04name\x18\x01 \x01(\tR\x04name\x12\x18\n" +
 	"\aservice\x18\x02 \x01(\tR\aservice\x12\x14\n" +
@@ -6136,7 +6165,12 @@ const file_platform_admin_v1_admin_proto_rawDesc = "" +
 	"\x06failed\x18\v \x01(\x04R\x06failed\x12\x14\n" +
 	"\x05error\x18\r \x01(\tR\x05error\x12\x1f\n" +
 	"\vbroker_node\x18\f \x01(\tR\n" +
-	"brokerNode\"\xc4\x01\n" +
+	"brokerNode\x12\x1d\n" +
+	"\n" +
+	"rate_limit\x18\x0e \x01(\x01R\trateLimit\x12\x1d\n" +
+	"\n" +
+	"rate_share\x18\x0f \x01(\x01R\trateShare\x12\x18\n" +
+	"\adaemons\x18\x10 \x01(\x05R\adaemons\"\xc4\x01\n" +
 	"\fLookupResult\x12\x18\n" +
 	"\aservice\x18\x01 \x01(\tR\aservice\x12\x1c\n" +
 	"\tprocessed\x18\x02 \x01(\bR\tprocessed\x12=\n" +
