@@ -141,7 +141,8 @@ func newBundle(t testing.TB, opts ...bundleOpt) *bundle {
 	require.NoError(t, b.pubCh.Confirm(false))
 	t.Cleanup(func() {
 		if ch, err := b.pubConn.Channel(); err == nil {
-			for _, q := range []string{b.queue, broker.FailedQueue(b.queue), broker.RetryQueue(b.queue, 100*time.Millisecond), broker.RetryQueue(b.queue, 200*time.Millisecond)} {
+			// The shared delay queues stay: other tests use them.
+			for _, q := range []string{b.queue, broker.FailedQueue(b.queue)} {
 				_, _ = ch.QueueDelete(q, false, false, false)
 			}
 			_ = ch.ExchangeDelete(b.exchange, false, false)

@@ -146,7 +146,9 @@ func (st *settler) publishCopies(ctx context.Context, batch []message) bool {
 		if m.s.failureID != uuid.Nil {
 			msg.Headers[failure.HeaderFailureID] = m.s.failureID.String()
 		}
-		out = append(out, broker.Outgoing{RoutingKey: broker.RetryQueue(st.queue, delay), Msg: msg})
+		// To the delay's shared exchange, routed by the pool's queue name:
+		// the delay queue dead-letters it back by that routing key.
+		out = append(out, broker.Outgoing{Exchange: broker.DelayQueue(delay), RoutingKey: st.queue, Msg: msg})
 		of = append(of, m)
 	}
 	if len(out) == 0 {
@@ -159,7 +161,7 @@ func (st *settler) publishCopies(ctx context.Context, batch []message) bool {
 		m := of[k]
 		if err != nil {
 			st.log.WarnContext(ctx, "workers: copy not confirmed, requeueing original",
-				slog.String("event_id", m.s.eventIDText()), slog.String("queue", out[k].RoutingKey), slog.Any("error", err))
+				slog.String("event_id", m.s.eventIDText()), slog.String("delay_queue", out[k].Exchange), slog.Any("error", err))
 			m.s.kind = settleRequeue
 			continue
 		}
