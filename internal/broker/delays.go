@@ -157,3 +157,52 @@ func isPreconditionFailed(err error) bool {
 	var aerr *amqp.Error
 	return errors.As(err, &aerr) && aerr.Code == amqp.PreconditionFailed
 }
+
+// ErrQueueNotFound is the error of a queue that does not exist.
+var ErrQueueNotFound = errors.New("queue does not exist")
+
+// QueueDepth is a queue's depth as a passive declare reports it: its ready
+// messages, or Err.
+type QueueDepth struct {
+	Name     string
+	Messages int
+	Err      error
+}
+
+// QueueDepths reads the depth of each named queue with passive declares on
+// channels of its own on conn (a missing queue costs the channel): one
+// QueueDepth per name, in order, Err wrapping ErrQueueNotFound for a queue
+// that does not exist. It is safe for concurrent use.
+func QueueDepths(ctx context.Context, conn ChannelOpener, names []string) []QueueDepth {
+	out := make([]QueueDepth, len(names))
+	var ch *amqp.Channel
+	defer func() {
+		if ch != nil {
+			_ = ch.Close()
+		}
+	}()
+	for i, name := range names {
+		out[i].Name = name
+		if ch == nil || ch.IsClosed() {
+			var err error
+			if ch, err = conn.Channel(ctx); err != nil {
+				ch = nil
+				for j := i; j < len(names); j++ {
+					out[j] = QueueDepth{Name: names[j], Err: err}
+				}
+				return out
+			}
+		}
+		q, err := ch.QueueDeclarePassive(name, true, false, false, false, nil)
+		var aerr *amqp.Error
+		switch {
+		case errors.As(err, &aerr) && aerr.Code == amqp.NotFound:
+			out[i].Err = fmt.Errorf("%s: %w", name, ErrQueueNotFound)
+		case err != nil:
+			out[i].Err = fmt.Errorf("inspect %s: %w", name, err)
+		default:
+			out[i].Messages = q.Messages
+		}
+	}
+	return out
+}

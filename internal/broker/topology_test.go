@@ -26,22 +26,17 @@ func TestDelayQueueNames(t *testing.T) {
 	require.Equal(t, "stock.events.retry.250ms", OldRetryQueue("stock.events", 250*time.Millisecond))
 }
 
-// uniqueDelays returns n delays no other test uses (a random millisecond
-// offset), so that the test owns their shared delay queues and deletes
-// them when it ends.
-func uniqueDelays(t *testing.T, ch *amqp.Channel, base ...time.Duration) []time.Duration {
+// uniqueDelays returns base's delays plus a random millisecond offset no
+// other test uses, so that the test owns their shared delay queues; it
+// deletes them, and their exchanges, when the test ends.
+func uniqueDelays(t *testing.T, base ...time.Duration) []time.Duration {
 	t.Helper()
 	off := time.Duration(1+rand.IntN(899)) * time.Millisecond
 	out := make([]time.Duration, len(base))
 	for i, b := range base {
 		out[i] = b + off
 	}
-	t.Cleanup(func() {
-		for _, d := range out {
-			_, _ = ch.QueueDelete(DelayQueue(d), false, false, false)
-			_ = ch.ExchangeDelete(DelayQueue(d), false, false)
-		}
-	})
+	t.Cleanup(func() { deleteDelays(t, out) })
 	return out
 }
 
@@ -56,7 +51,7 @@ func TestDeclareDelaysSharedAcrossQueueTypes(t *testing.T) {
 	ch, err := conn.Channel(ctx)
 	require.NoError(t, err)
 	defer func() { _ = ch.Close() }()
-	d := uniqueDelays(t, ch, 200*time.Millisecond, 300*time.Millisecond, 400*time.Millisecond)
+	d := uniqueDelays(t, 200*time.Millisecond, 300*time.Millisecond, 400*time.Millisecond)
 	var logs bytes.Buffer
 	log := slog.New(slog.NewTextHandler(&logs, nil))
 
@@ -98,5 +93,20 @@ func TestDeclareDelaysSharedAcrossQueueTypes(t *testing.T) {
 		require.Equal(t, delay.String(), string(got.Body))
 		require.Equal(t, target.Name, got.RoutingKey)
 		require.Equal(t, "order.order.placed.v1", OriginalRoutingKey(&got))
+	}
+}
+
+// deleteDelays deletes the shared delay queues and exchanges of delays, on
+// a connection of its own (the test's are closed by then).
+func deleteDelays(t *testing.T, delays []time.Duration) {
+	conn, err := amqp.Dial(amqpURL())
+	require.NoError(t, err)
+	defer func() { _ = conn.Close() }()
+	ch, err := conn.Channel()
+	require.NoError(t, err)
+	for _, d := range delays {
+		_, err := ch.QueueDelete(DelayQueue(d), false, false, false)
+		require.NoError(t, err)
+		require.NoError(t, ch.ExchangeDelete(DelayQueue(d), false, false))
 	}
 }

@@ -162,3 +162,11 @@ func oldRetryArgs(queueType, queue string, delay time.Duration) amqp.Table {
 	}
 	return args
 }
+
+// QueueDepths reads the depths of the named queues (the shared delay
+// queues, for the admin API) on the pool's consuming connection, which
+// never publishes and so is not blocked by a broker alarm. It is safe for
+// concurrent use.
+func (p *Pool) QueueDepths(ctx context.Context, names []string) []broker.QueueDepth {
+	return broker.QueueDepths(ctx, p.deps.Consume, names)
+}

@@ -2,8 +2,10 @@ package tenants
 
 import (
 	"cmp"
+	"context"
 	"encoding/json"
 	"fmt"
+	"log/slog"
 	"os"
 	"os/exec"
 	"strconv"
@@ -27,8 +29,9 @@ const BrokerCostEnv = "PLATFORMD_BROKER_COST"
 // hundred pools without putting 600 Raft groups on a node others use.
 const BrokerCostTypesEnv = "PLATFORMD_BROKER_COST_TYPES"
 
-// TestBrokerCostPerPool declares N pools' topology (a queue and the
-// sample's four retry queues; failures are rows, not a queue) as classic then as quorum queues,
+// TestBrokerCostPerPool declares N pools' topology (a queue each, and the
+// sample's four retry delays, whose delay queues every pool shares;
+// failures are rows, not a queue) as classic then as quorum queues,
 // and reports the declare time and the broker's memory growth per pool
 // (rabbitmqctl status, node-wide: noisy on a shared node), then deletes
 // them.
@@ -53,10 +56,10 @@ func TestBrokerCostPerPool(t *testing.T) {
 			topo := broker.Topology{Exchange: "tenants.cost." + suffix, Queue: fmt.Sprintf("tenants.cost.%s.%s.%03d", typ, suffix, i),
 				QueueType: typ, Bindings: []string{"tenants.cost.v1"}, RetryDelays: delays}
 			require.NoError(t, topo.Declare(ch))
+			// The delay queues are shared by every pool of the vhost: the
+			// first pool declares them, the others find them.
+			require.NoError(t, topo.DeclareDelays(t.Context(), dialer{}, slog.New(slog.DiscardHandler)))
 			queues = append(queues, topo.Queue)
-			for _, d := range delays {
-				queues = append(queues, broker.RetryQueue(topo.Queue, d))
-			}
 		}
 		took := time.Since(start)
 		after := brokerMemory(t)
@@ -79,6 +82,27 @@ func TestBrokerCostPerPool(t *testing.T) {
 		t.Logf("  deleted in %s", time.Since(start).Round(time.Millisecond))
 		require.NoError(t, conn.Close())
 	}
+}
+
+// dialer opens each channel on a connection of its own to the test broker
+// (a broker.ChannelOpener), closed with the channel.
+type dialer struct{}
+
+func (dialer) Channel(context.Context) (*amqp.Channel, error) {
+	conn, err := amqp.Dial(amqpURL)
+	if err != nil {
+		return nil, err
+	}
+	ch, err := conn.Channel()
+	if err != nil {
+		_ = conn.Close()
+		return nil, err
+	}
+	go func() {
+		<-ch.NotifyClose(make(chan *amqp.Error, 1))
+		_ = conn.Close()
+	}()
+	return ch, nil
 }
 
 // brokerMemory is the broker node's total memory (Erlang's view), from
