@@ -63,8 +63,8 @@ type fleet struct {
 	// while its attempt is below the value: publish adds it to the
 	// payload as fail_until.
 	failUntil map[uuid.UUID]int
-	d        *daemon.Daemon
-	admin    *pgx.Conn
+	d         *daemon.Daemon
+	admin     *pgx.Conn
 	// allUp is how long the daemon took until every service was up.
 	allUp time.Duration
 }
