@@ -5,7 +5,6 @@ import (
 	"encoding/json"
 	"os"
 	"path/filepath"
-	"slices"
 	"strconv"
 	"strings"
 	"testing"
@@ -16,7 +15,7 @@ import (
 )
 
 // delaysServices are two services, each with one quorum pool bound to an
-// event of its own and retry delays of its own that share 2s: a SQL
+// event of its own and retry delays of its own that share 4s: a SQL
 // handler that fails (SQLSTATE P0001, retried) while the event's attempt
 // is below its payload's fail_until, then records the attempt it applied
 // the event at and how many times.
@@ -36,7 +35,7 @@ const delaysServices = `  - name: alpha
         bindings: [chaos.alpha.v1]
         handlers: [alpha.apply]
         concurrency: 2
-        retry: {delays: [2s, 3s]}
+        retry: {delays: [4s, 5s]}
   - name: beta
     database: "{{BETA_DSN}}"
     migrations: {{MIGRATIONS}}
@@ -53,7 +52,7 @@ const delaysServices = `  - name: alpha
         bindings: [chaos.beta.v1]
         handlers: [beta.apply]
         concurrency: 2
-        retry: {delays: [2s, 4s]}
+        retry: {delays: [4s, 6s]}
 `
 
 const delaysMigration = `-- +goose Up
@@ -77,7 +76,7 @@ DROP TABLE applied;
 // dead-letter each back, by its routing key, to its own pool's queue,
 // daemon or not. Every event is applied once, in its own service only, at
 // its last attempt for those that failed; no failure is stored and every
-// queue ends empty. Two pools with different delays share the 2s queue.
+// queue ends empty. Two pools with different delays share the 4s queue.
 func TestChaosDelayedRetriesSurviveSIGKILL(t *testing.T) {
 	t.Parallel() // a world of its own: see doc.go
 	e := newEnv(t)
@@ -113,7 +112,10 @@ func TestChaosDelayedRetriesSurviveSIGKILL(t *testing.T) {
 	if err := ch.Confirm(false); err != nil {
 		t.Fatal(err)
 	}
+	// Published all at once, confirms awaited after: the retries must
+	// still be waiting when the test looks.
 	ctx := context.Background()
+	var confirms []*amqp.DeferredConfirmation
 	for i := range n + plain {
 		for _, name := range []string{"chaos.alpha.v1", "chaos.beta.v1"} {
 			id := uuid.NewString()
@@ -125,28 +127,36 @@ func TestChaosDelayedRetriesSurviveSIGKILL(t *testing.T) {
 			body, _ := json.Marshal(map[string]any{"event_id": id, "event_name": name, "occurred_at": time.Now().UTC().Format(time.RFC3339Nano), "payload": payload})
 			dc, err := ch.PublishWithDeferredConfirmWithContext(ctx, e.exchange, name, true, false,
 				amqp.Publishing{ContentType: "application/json", DeliveryMode: amqp.Persistent, MessageId: id, Body: body})
-			if err != nil || !dc.Wait() {
+			if err != nil {
 				t.Fatalf("publish %s: %v", id, err)
 			}
+			confirms = append(confirms, dc)
 			ids[name] = append(ids[name], id)
 		}
 	}
-
-	// Kill while the first retries wait in the 2s queue, and again while
-	// the second ones wait in 3s and 4s.
-	for _, waitIn := range [][]string{{"platformd.retry.2s"}, {"platformd.retry.3s", "platformd.retry.4s"}} {
-		if !waitUntil(2*time.Minute, func() bool { return e.queueDepths(waitIn...) >= n/2 }) {
-			t.Fatalf("no %d retries waiting in %v: %v", n/2, waitIn, e.vhostDepths())
+	for _, dc := range confirms {
+		if !dc.Wait() {
+			t.Fatal("a publish was not confirmed")
 		}
-		depths := e.vhostDepths()
+	}
+
+	// Kill while the first retries wait in the 4s queue, and again while
+	// the second ones wait in 5s and 6s.
+	for _, waitIn := range [][]string{{"platformd.retry.4s"}, {"platformd.retry.5s", "platformd.retry.6s"}} {
+		if !waitUntil(2*time.Minute, func() bool { return e.queueDepths(conn, waitIn...) >= n/2 }) {
+			applied, _ := e.count(e.stockDB, `SELECT count(*) FROM applied`)
+			failed, _ := e.count(e.stockDB, `SELECT count(*) FROM platform.failed_event`)
+			t.Fatalf("no %d retries waiting in %v: %v (alpha: %d applied, %d failed)", n/2, waitIn, e.vhostDepths(), applied, failed)
+		}
+		waiting := e.queueDepths(conn, waitIn...)
 		d.kill()
-		t.Logf("SIGKILL with retries waiting: %v", depths)
+		t.Logf("SIGKILL with %d retries waiting in %v", waiting, waitIn)
 		// Daemon down: the delay queues still dead-letter into the pools'
 		// queues.
-		if !waitUntil(time.Minute, func() bool { return e.queueDepths(waitIn...) == 0 }) {
+		if !waitUntil(time.Minute, func() bool { return e.queueDepths(conn, waitIn...) == 0 }) {
 			t.Fatalf("delay queues %v not emptied with the daemon down: %v", waitIn, e.vhostDepths())
 		}
-		t.Logf("daemon down, delay queues expired into the pools' queues: %v", e.vhostDepths())
+		t.Logf("daemon down, %v expired into the pools' queues: %d and %d ready", waitIn, e.queueDepths(conn, e.stockQ), e.queueDepths(conn, e.shipQ))
 		d.start()
 	}
 
@@ -185,7 +195,7 @@ func TestChaosDelayedRetriesSurviveSIGKILL(t *testing.T) {
 			}
 		}
 	}
-	if !waitUntil(30*time.Second, func() bool { return e.queueDepths() == 0 }) {
+	if !waitUntil(30*time.Second, func() bool { return sum(e.vhostDepths()) == 0 }) {
 		t.Errorf("queues not empty at the end: %v", e.vhostDepths())
 	}
 	t.Logf("chaos: %d events per service (%d retried twice), 2 SIGKILLs with retries waiting in the shared delay queues: each applied once in its own service, none lost; queues: %v",
@@ -193,7 +203,8 @@ func TestChaosDelayedRetriesSurviveSIGKILL(t *testing.T) {
 }
 
 // vhostDepths returns the messages (ready and unacknowledged) of every
-// queue of the test's vhost, by name.
+// queue of the test's vhost, by name, as rabbitmqctl reports them: a
+// quorum queue's figures are up to a statistics interval (5s) old.
 func (e *env) vhostDepths() map[string]int {
 	out, err := e.ctl("list_queues", "-p", e.vhost, "--quiet", "--no-table-headers", "name", "messages")
 	if err != nil {
@@ -214,14 +225,29 @@ func (e *env) vhostDepths() map[string]int {
 	return depths
 }
 
-// queueDepths sums the messages of the named queues of the test's vhost,
-// or of all of them when names is empty.
-func (e *env) queueDepths(names ...string) int {
-	sum := 0
-	for name, v := range e.vhostDepths() {
-		if len(names) == 0 || slices.Contains(names, name) {
-			sum += v
+// queueDepths sums the ready messages of the named queues of the test's
+// vhost, read with passive declares on conn (rabbitmqctl takes a second
+// or more per call: longer than a retry waits).
+func (e *env) queueDepths(conn *amqp.Connection, names ...string) int {
+	total := 0
+	for _, name := range names {
+		ch, err := conn.Channel()
+		if err != nil {
+			e.t.Fatalf("channel: %v", err)
+		}
+		q, err := ch.QueueDeclarePassive(name, true, false, false, false, nil)
+		if err == nil {
+			total += q.Messages
+			_ = ch.Close()
 		}
 	}
-	return sum
+	return total
+}
+
+func sum(depths map[string]int) int {
+	total := 0
+	for _, v := range depths {
+		total += v
+	}
+	return total
 }
