@@ -230,3 +230,27 @@ func TestTwoPoolsInTwoDaemonsShareDelayQueues(t *testing.T) {
 	require.Equal(t, 1, strings.Count(text, "shared delay queue exists with other arguments"), "the classic pool says once that it uses the quorum 1s queue: %s", text)
 	require.Contains(t, text, "found_type=quorum")
 }
+
+// A delay queue deleted while its pools run (by an operator) is declared
+// again by the first retry that finds it missing: the original is
+// requeued, and its next copy lands.
+func TestDeletedDelayQueueDeclaredAgain(t *testing.T) {
+	t.Parallel()
+	b := newBundle(t, withVhost)
+	b.cfg.RetryDelays = []time.Duration{time.Second}
+	b.start("test.probe")
+	vhost := b.url[strings.LastIndex(b.url, "/")+1:]
+	rabbitmqctl(t, "delete_queue", "-p", vhost, broker.DelayQueue(time.Second))
+	require.ElementsMatch(t, []string{b.queue}, vhostQueues(t, b.url))
+
+	env, _ := b.order(1)
+	b.mu.Lock()
+	b.failN[env.EventID] = 2 // the first copy finds no queue; the second one lands
+	b.mu.Unlock()
+	b.publishEnv(env, nil)
+	b.waitSettled("the event processed after its retry", func() bool { return b.pool.Info().Processed == 1 })
+	b.mu.Lock()
+	require.Equal(t, []int{0, 0, 1}, b.attempts[env.EventID], "requeued once, then retried through the delay queue")
+	b.mu.Unlock()
+	require.ElementsMatch(t, []string{b.queue, broker.DelayQueue(time.Second)}, vhostQueues(t, b.url))
+}

@@ -170,3 +170,12 @@ func oldRetryArgs(queueType, queue string, delay time.Duration) amqp.Table {
 func (p *Pool) QueueDepths(ctx context.Context, names []string) []broker.QueueDepth {
 	return broker.QueueDepths(ctx, p.deps.Consume, names)
 }
+
+// redeclareDelays declares the pool's shared delay queues again, after a
+// retry copy found one missing (an operator deleted it while the pool ran).
+func (p *Pool) redeclareDelays(ctx context.Context) {
+	p.log.WarnContext(ctx, "workers: a retry delay queue is missing, declaring the pool's again", slog.Any("delays", p.cfg.RetryDelays))
+	if err := p.cfg.Topology.DeclareDelays(ctx, p.deps.Consume, p.log); err != nil && ctx.Err() == nil {
+		p.log.WarnContext(ctx, "workers: retry delay queues not declared", slog.Any("error", err))
+	}
+}

@@ -2,7 +2,9 @@ package workers
 
 import (
 	"context"
+	"errors"
 	"log/slog"
+	"slices"
 	"time"
 
 	"github.com/google/uuid"
@@ -65,6 +67,10 @@ type settler struct {
 	log     *slog.Logger
 	// ackFunc, set only by tests, sees every multiple ack once sent.
 	ackFunc func(tag uint64)
+	// redeclareFunc declares the pool's delay queues again (nil: never):
+	// called when a retry copy found no delay queue (deleted by an
+	// operator), so that the requeued original's next copy lands.
+	redeclareFunc func(ctx context.Context)
 
 	held heldAck
 }
@@ -157,6 +163,9 @@ func (st *settler) publishCopies(ctx context.Context, batch []message) bool {
 	pctx, cancel := context.WithTimeout(ctx, st.timeout)
 	errs := st.pub.Publish(pctx, out)
 	cancel()
+	if st.redeclareFunc != nil && slices.ContainsFunc(errs, missingDelayQueue) {
+		st.redeclareFunc(ctx)
+	}
 	for k, err := range errs {
 		m := of[k]
 		if err != nil {
@@ -168,6 +177,14 @@ func (st *settler) publishCopies(ctx context.Context, batch []message) bool {
 		st.logCopy(ctx, m.s)
 	}
 	return true
+}
+
+// missingDelayQueue reports whether err is a retry copy's that found no
+// delay queue behind its exchange (returned unroutable) or no exchange
+// (404, which closes the publishing channel).
+func missingDelayQueue(err error) bool {
+	var aerr *amqp.Error
+	return errors.Is(err, broker.ErrReturned) || errors.As(err, &aerr) && aerr.Code == amqp.NotFound
 }
 
 // hold adds batch's settled deliveries (up to tag) to the held ack,
