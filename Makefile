@@ -199,6 +199,10 @@ breaking: ## buf breaking against BREAKING_AGAINST, branch main, or HEAD~1
 tenants: services ## many-tenants proof (docs/tenants.md): TENANTS services in one daemon, direct then through PgBouncer: all up in 60s, <=1.5 connections each idle, fan-out applied exactly once; needs the server to itself
 	PLATFORMD_TENANTS=$(TENANTS) PLATFORMD_PGBOUNCER=1 $(GO) test -count=1 -v -run 'TestManyTenants$$|TestPoolerExactlyOnce$$' -timeout 15m ./test/tenants/
 
+.PHONY: tenants-quorum
+tenants-quorum: services ## many-tenants proof on quorum queues with three retry delays, in a vhost of its own: TENANTS+3 queues at most, fan-out and a retry through every shared delay applied once per tenant; needs the server to itself
+	PLATFORMD_TENANTS=$(TENANTS) $(GO) test -count=1 -v -run 'TestManyTenantsOnQuorum$$' -timeout 15m ./test/tenants/
+
 .PHONY: pooler
 pooler: services ## database_mode: pooler through a real PgBouncer (scripts/pgbouncer.sh installs and starts it): 20 services, exactly once across its restart; archive and replay through it
 	PLATFORMD_POOLER_TENANTS=20 PLATFORMD_PGBOUNCER=1 $(GO) test -race -count=1 -v -run 'TestPoolerExactlyOnce$$|TestReplayThroughPooler$$' ./test/tenants/

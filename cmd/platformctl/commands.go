@@ -48,6 +48,23 @@ func newPoolsCmd(a *app) *cobra.Command {
 	return cmd
 }
 
+// newDelaysCmd returns "platformctl delays".
+func newDelaysCmd(a *app) *cobra.Command {
+	return &cobra.Command{
+		Use:   "delays",
+		Short: "List the shared retry delay queues with the retries waiting in each",
+		Long: "List the retry delay queues the daemon's pools use, one per distinct delay, shared by every\n" +
+			"pool of the broker's vhost: MESSAGES counts the retries of every pool that waits that delay.",
+		Example: "  platformctl delays\n  platformctl delays -o json",
+		Args:    cobra.NoArgs,
+		RunE: call(a, adminv1.AdminServiceClient.ListDelayQueues,
+			func([]string) (*adminv1.ListDelayQueuesRequest, error) {
+				return &adminv1.ListDelayQueuesRequest{}, nil
+			},
+			func(w io.Writer, resp *adminv1.ListDelayQueuesResponse) { delayQueuesTable(w, resp.GetDelayQueues()) }),
+	}
+}
+
 // newPoolCmd returns "platformctl pool" and its subcommands.
 func newPoolCmd(a *app) *cobra.Command {
 	cmd := &cobra.Command{

@@ -159,6 +159,29 @@ func TestPools(t *testing.T) {
 	require.Contains(t, r.stdout, `"rateShare": 100`)
 }
 
+// platformctl delays shows the shared delay queues' depths, a dash where
+// a depth is unknown, and the response as JSON with -o json.
+func TestDelays(t *testing.T) {
+	t.Parallel()
+	b := setup(t, nil)
+
+	r := b.run(t, asReader, "delays")
+	require.Equal(t, 0, r.code, r.stderr)
+	require.Equal(t, [][]string{
+		{"NAME", "DELAY", "MESSAGES", "POOLS", "ERROR"},
+		{"platformd.retry.1s", "1s", "4", "shipping-events,stock-events", "-"},
+		{"platformd.retry.10s", "10s", "2", "stock-events", "-"},
+		{"platformd.retry.1m0s", "1m0s", "-", "stock-events", "queue", "not", "declared", "yet"},
+	}, tableRows(r.stdout))
+
+	r = b.run(t, asReader, "delays", "-o", "json")
+	require.Equal(t, 0, r.code, r.stderr)
+	var resp adminv1.ListDelayQueuesResponse
+	require.NoError(t, protojson.Unmarshal([]byte(r.stdout), &resp))
+	require.Len(t, resp.GetDelayQueues(), 3)
+	require.Contains(t, r.stdout, `"delayQueues"`)
+}
+
 func TestPoolPauseResume(t *testing.T) {
 	t.Parallel()
 	b := setup(t, nil)

@@ -86,6 +86,18 @@ func poolsTable(w io.Writer, pools []*adminv1.Pool) {
 	}
 }
 
+// delayQueuesTable prints the shared retry delay queues.
+func delayQueuesTable(w io.Writer, queues []*adminv1.DelayQueue) {
+	row(w, "NAME", "DELAY", "MESSAGES", "POOLS", "ERROR")
+	for _, q := range queues {
+		messages := strconv.FormatInt(q.GetMessages(), 10)
+		if q.GetError() != "" {
+			messages = "-"
+		}
+		row(w, q.GetName(), formatDuration(q.GetDelay()), messages, orDash(strings.Join(q.GetPools(), ",")), orDash(oneLine(q.GetError())))
+	}
+}
+
 // lookupTable prints lookup results.
 func lookupTable(w io.Writer, results []*adminv1.LookupResult) {
 	row(w, "SERVICE", "PROCESSED", "PROCESSED_AT", "PURGEABLE_AT")

@@ -176,6 +176,7 @@ func newRootCmd(a *app) *cobra.Command {
 	return group(root,
 		newServicesCmd(a),
 		newPoolsCmd(a),
+		newDelaysCmd(a),
 		newPoolCmd(a),
 		newLookupCmd(a),
 		newHorizonCmd(a),

@@ -28,6 +28,7 @@ const (
 var readMethods = map[string]bool{
 	adminv1.AdminService_ListServices_FullMethodName:       true,
 	adminv1.AdminService_ListPools_FullMethodName:          true,
+	adminv1.AdminService_ListDelayQueues_FullMethodName:    true,
 	adminv1.AdminService_GetPoolLimits_FullMethodName:      true,
 	adminv1.AdminService_LookupEvent_FullMethodName:        true,
 	adminv1.AdminService_GetHorizon_FullMethodName:         true,

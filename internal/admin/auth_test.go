@@ -68,6 +68,10 @@ func TestAuthRoles(t *testing.T) {
 			_, err := b.client.ListPools(ctx, &adminv1.ListPoolsRequest{})
 			return err
 		},
+		"ListDelayQueues": func(ctx context.Context) error {
+			_, err := b.client.ListDelayQueues(ctx, &adminv1.ListDelayQueuesRequest{})
+			return err
+		},
 		"LookupEvent": func(ctx context.Context) error {
 			_, err := b.client.LookupEvent(ctx, &adminv1.LookupEventRequest{EventId: id})
 			return err
@@ -198,7 +202,7 @@ func TestAuthRoles(t *testing.T) {
 	}
 	readAllowed := map[string]bool{
 		"GetPoolLimits": true,
-		"ListServices":  true, "ListPools": true, "LookupEvent": true,
+		"ListServices":  true, "ListPools": true, "ListDelayQueues": true, "LookupEvent": true,
 		"GetHorizon": true, "AdviseHorizon": true, "ListPurgeRuns": true, "ListFailedMessages": true,
 		"DescribeService": true, "ListAudit": true, "GetReplay": true, "ListReplays": true,
 		"ListFailureGroups": true, "ListFailedEvents": true, "GetFailedEvent": true,

@@ -26,6 +26,9 @@ import (
 type Backend interface {
 	// LimitsBackend: a pool's live limits and the kill switch (limits.go).
 	LimitsBackend
+	// DelayQueuesBackend: the shared retry delay queues' depths
+	// (delayqueues.go).
+	DelayQueuesBackend
 	// ListServices returns every hosted service, ordered by name.
 	ListServices(ctx context.Context) ([]ServiceInfo, error)
 	// ListPools returns the pools of service, or of every service when

@@ -11,9 +11,12 @@
 //   - Publisher: publishing with confirms and mandatory routing, a
 //     returned message an error (ErrReturned), a negative confirm another
 //     (ErrNacked).
-//   - Topology: a pool's queue and its delay queues (RetryQueue),
-//     declared idempotently; FailedQueue names the failure queue an older
-//     version declared, which a pool drains into the failure store.
+//   - Topology: a pool's queue, declared idempotently, and the retry delay
+//     queues every pool of the vhost shares, one per delay (DelayQueue,
+//     DeclareDelays: a queue of another type is used as it is, never a
+//     406); OldRetryQueue and FailedQueue name the per-pool queues an
+//     older version declared, which a pool drains at start; QueueDepths
+//     reads depths with passive declares.
 //   - The headers of the topology contract (Header*, Reason*) and the
 //     retry copy built from a delivery (RetryCopy).
 //

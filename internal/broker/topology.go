@@ -35,12 +35,22 @@ const (
 // what it finds there into the store at start.
 func FailedQueue(queue string) string { return queue + ".failed" }
 
-// RetryQueue returns the delay queue of queue for delay, e.g.
-// "stock.events.retry.10s".
-func RetryQueue(queue string, delay time.Duration) string {
+// DelayQueuePrefix starts the name of every shared delay queue, and of the
+// exchange in front of each.
+const DelayQueuePrefix = "platformd.retry."
+
+// DelayQueue returns the name of the delay queue shared by every pool of
+// the vhost that retries after delay, and of the exchange in front of it:
+// DelayQueuePrefix and the delay in Go duration syntax, e.g.
+// "platformd.retry.10s", "platformd.retry.1m0s".
+func DelayQueue(delay time.Duration) string { return DelayQueuePrefix + delay.String() }
+
+// OldRetryQueue returns the delay queue an older version declared for queue
+// and delay, one per pool and delay (e.g. "stock.events.retry.10s"): a pool
+// drains what it finds there into the shared delay queues at start.
+func OldRetryQueue(queue string, delay time.Duration) string {
 	return queue + ".retry." + compactDuration(delay)
 }
-
 func compactDuration(d time.Duration) string {
 	switch {
 	case d%time.Hour == 0:
@@ -55,13 +65,16 @@ func compactDuration(d time.Duration) string {
 }
 
 // Topology is what a pool declares: the exchange, its queue and bindings,
-// and its retry delay queues. Failures are not a queue: they are rows of
-// the service database's failure store (package failure).
+// and the shared delay queues of its retry delays (DeclareDelays). Failures
+// are not a queue: they are rows of the service database's failure store
+// (package failure).
 type Topology struct {
-	Exchange    string
-	Queue       string
-	QueueType   string // quorum | classic
-	Bindings    []string
+	Exchange  string
+	Queue     string
+	QueueType string // quorum | classic
+	Bindings  []string
+	// RetryDelays are the pool's retry delays: attempt n waits in the
+	// shared delay queue of RetryDelays[n-1].
 	RetryDelays []time.Duration
 }
 
@@ -69,8 +82,11 @@ func (t Topology) queueArgs() amqp.Table {
 	return amqp.Table{amqp.QueueTypeArg: t.QueueType}
 }
 
-// Declare declares the topology on ch. Every declaration is idempotent; a
-// queue that exists with other arguments makes the broker close ch (406).
+// Declare declares the exchange, the pool's queue and its bindings on ch.
+// Every declaration is idempotent; a queue that exists with other
+// arguments makes the broker close ch (406). The shared delay queues are
+// declared apart (DeclareDelays), on channels of their own, since another
+// pool may have declared one with other arguments.
 func (t Topology) Declare(ch *amqp.Channel) error {
 	if err := ch.ExchangeDeclare(t.Exchange, amqp.ExchangeTopic, true, false, false, false, nil); err != nil {
 		return fmt.Errorf("declare exchange %s: %w", t.Exchange, err)
@@ -81,22 +97,6 @@ func (t Topology) Declare(ch *amqp.Channel) error {
 	for _, key := range t.Bindings {
 		if err := ch.QueueBind(t.Queue, key, t.Exchange, false, nil); err != nil {
 			return fmt.Errorf("bind %s to %s with %s: %w", t.Queue, t.Exchange, key, err)
-		}
-	}
-	for _, d := range t.RetryDelays {
-		args := t.queueArgs()
-		args["x-message-ttl"] = d.Milliseconds()
-		args["x-dead-letter-exchange"] = ""
-		args["x-dead-letter-routing-key"] = t.Queue
-		if t.QueueType == "quorum" {
-			// Quorum queues can dead-letter at least once; classic
-			// dead-lettering may lose a message if the broker fails mid-way.
-			args["x-dead-letter-strategy"] = "at-least-once"
-			args["x-overflow"] = "reject-publish"
-		}
-		name := RetryQueue(t.Queue, d)
-		if _, err := ch.QueueDeclare(name, true, false, false, false, args); err != nil {
-			return fmt.Errorf("declare retry queue %s: %w", name, err)
 		}
 	}
 	return nil

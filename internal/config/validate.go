@@ -39,7 +39,13 @@ const (
 	retryDelayMax      = 24 * time.Hour
 	amqpNameMax        = 255
 	failedQueueSuffix  = ".failed"
-	retryQueueInfix    = ".retry."
+	// retryQueueInfix is in every retry delay queue's name: the shared
+	// ones (delayQueuePrefix) and those an older version declared per pool
+	// (<queue>.retry.<delay>), which a pool drains at start.
+	retryQueueInfix = ".retry."
+	// delayQueuePrefix starts the shared delay queues' names, and their
+	// exchanges'.
+	delayQueuePrefix   = "platformd.retry."
 	reservedAMQPPrefix = "amq."
 )
 
@@ -261,6 +267,8 @@ func (v *validator) broker() {
 		v.ps.add("broker.exchange", "must not be empty")
 	case len(b.Exchange) > amqpNameMax:
 		v.ps.add("broker.exchange", "longer than %d bytes", amqpNameMax)
+	case strings.HasPrefix(b.Exchange, delayQueuePrefix):
+		v.ps.add("broker.exchange", "invalid exchange %q: the %q prefix is reserved for the retry delay exchanges", b.Exchange, delayQueuePrefix)
 	}
 	if b.MaxBodyBytes < 1 || b.MaxBodyBytes > maxBodyBytesMax {
 		v.ps.add("broker.max_body_bytes", "must be between 1 and %d (got %d)", maxBodyBytesMax, b.MaxBodyBytes)
@@ -495,8 +503,10 @@ func checkQueueName(q string) string {
 		return fmt.Sprintf("invalid queue %q: the %q prefix is reserved by the broker", q, reservedAMQPPrefix)
 	case strings.HasSuffix(q, failedQueueSuffix):
 		return fmt.Sprintf("invalid queue %q: names ending in %q are reserved for failure queues", q, failedQueueSuffix)
+	case strings.HasPrefix(q, delayQueuePrefix):
+		return fmt.Sprintf("invalid queue %q: the %q prefix is reserved for the shared retry delay queues", q, delayQueuePrefix)
 	case strings.Contains(q, retryQueueInfix):
-		return fmt.Sprintf("invalid queue %q: names containing %q are reserved for retry queues", q, retryQueueInfix)
+		return fmt.Sprintf("invalid queue %q: names containing %q are reserved for retry delay queues", q, retryQueueInfix)
 	}
 	return ""
 }

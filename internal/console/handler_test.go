@@ -135,7 +135,7 @@ func TestPagesRender(t *testing.T) {
 	c.signIn(adminToken)
 	for path, want := range map[string][]string{
 		"/":                                    {"stock-events", "shipping-events", "maintenance", "Processed", "1,200", "Dedup rows"},
-		"/fragments/overview":                  {`id="overview-live"`, "stock-events"},
+		"/fragments/overview":                  {`id="overview-live"`, "stock-events", `data-delay-queue="platformd.retry.10s"`, "queue not declared yet"},
 		"/pools/stock-events":                  {"Pause stock-events", admintest.FailedEventID.String(), "stock.reserve: unknown product"},
 		"/pools/shipping-events":               {"Resume shipping-events", "No failed message."},
 		"/fragments/pools/stock-events":        {`id="pool-live"`, "1,200"},

@@ -67,6 +67,10 @@ type overviewBody struct {
 	ServicesError string
 	Pools         []poolCard
 	PoolsError    string
+	// DelayQueues are the shared retry delay queues with their depths;
+	// DelayQueuesError why they could not be listed.
+	DelayQueues      []admin.DelayQueueInfo
+	DelayQueuesError string
 }
 
 func (h *Handler) overviewData(ctx context.Context) overviewBody {
@@ -88,6 +92,9 @@ func (h *Handler) overviewData(ctx context.Context) overviewBody {
 	}
 	for _, p := range pools {
 		b.Pools = append(b.Pools, h.poolCard(p))
+	}
+	if b.DelayQueues, err = h.backend.ListDelayQueues(ctx); err != nil {
+		_, b.DelayQueuesError = h.backendError(ctx, "ListDelayQueues", err)
 	}
 	return b
 }

@@ -5,7 +5,8 @@
 // batches, decodes them, runs the dedup step (internal/dedup) for the valid
 // ones and settles every delivery only once its outcome is durable:
 // processed and duplicate deliveries are acked after the commit; failed ones
-// are copied to a retry delay queue or to the failure queue first, with
+// are copied to the shared retry delay queue of their next delay (routed
+// back to the pool's queue by its name) or stored as failures first, with
 // publisher confirms and mandatory routing on a publishing connection
 // separate from the consuming one, and acked only once the copy is
 // confirmed. A batch whose commit outcome is unknown is never acked: it is
@@ -26,6 +27,11 @@
 // workers reconnect through a broker.Conn, open fresh channels each time
 // and declare the topology again on each; deliveries of a dead channel are
 // never acked on another.
+//
+// At start a pool moves what an older version left in its own delay queues
+// (<queue>.retry.<delay>) and failure queue (<queue>.failed) into the shared
+// delay queues and the failure store, and deletes the old delay queues once
+// empty.
 //
 // Pause and resume cancel and restart consumption without dropping the work
 // in hand; the pause state lives in the service database so it holds

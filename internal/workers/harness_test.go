@@ -71,8 +71,9 @@ type bundle struct {
 	poolInfoAfterStop Info
 
 	mu       sync.Mutex
-	attempts map[uuid.UUID][]int // attempts seen by test.probe per event
-	failN    map[uuid.UUID]int   // fail this many times
+	attempts map[uuid.UUID][]int       // attempts seen by test.probe per event
+	calls    map[uuid.UUID][]time.Time // when test.probe was called, per event
+	failN    map[uuid.UUID]int         // fail this many times
 	failPerm map[uuid.UUID]bool
 
 	hold    atomic.Pointer[chan struct{}] // set: test.probe waits until it is closed
@@ -106,7 +107,7 @@ func newBundle(t testing.TB, opts ...bundleOpt) *bundle {
 		reg:      consumer.NewRegistry(),
 		metrics:  metrics.New(),
 		logger:   slog.New(slog.NewTextHandler(testWriter{t}, &slog.HandlerOptions{Level: slog.LevelWarn})),
-		attempts: map[uuid.UUID][]int{}, failN: map[uuid.UUID]int{}, failPerm: map[uuid.UUID]bool{},
+		attempts: map[uuid.UUID][]int{}, calls: map[uuid.UUID][]time.Time{}, failN: map[uuid.UUID]int{}, failPerm: map[uuid.UUID]bool{},
 	}
 	for _, o := range opts {
 		o(b)
@@ -141,7 +142,8 @@ func newBundle(t testing.TB, opts ...bundleOpt) *bundle {
 	require.NoError(t, b.pubCh.Confirm(false))
 	t.Cleanup(func() {
 		if ch, err := b.pubConn.Channel(); err == nil {
-			for _, q := range []string{b.queue, broker.FailedQueue(b.queue), broker.RetryQueue(b.queue, 100*time.Millisecond), broker.RetryQueue(b.queue, 200*time.Millisecond)} {
+			// The shared delay queues stay: other tests use them.
+			for _, q := range []string{b.queue, broker.FailedQueue(b.queue)} {
 				_, _ = ch.QueueDelete(q, false, false, false)
 			}
 			_ = ch.ExchangeDelete(b.exchange, false, false)
@@ -218,6 +220,7 @@ func (b *bundle) probe(ctx context.Context, _ pgx.Tx, ev consumer.Event) error {
 	b.mu.Lock()
 	defer b.mu.Unlock()
 	b.attempts[ev.ID] = append(b.attempts[ev.ID], ev.Attempt)
+	b.calls[ev.ID] = append(b.calls[ev.ID], time.Now())
 	if b.failPerm[ev.ID] {
 		return consumer.Permanent(fmt.Errorf("permanently bad %s", ev.ID))
 	}
@@ -295,6 +298,7 @@ func initSignals(t testing.TB, p *Pool) {
 	s.Resumed.Init(t)
 	s.BatchSettled.Init(t)
 	s.DatabaseError.Init(t)
+	s.OldRetryDrained.Init(t)
 }
 
 // waitSettled waits until cond, on the counters of Info, holds: it is

@@ -247,8 +247,8 @@ func (p *Pool) Name() string { return p.cfg.Name }
 // Config returns the pool's configuration.
 func (p *Pool) Config() PoolConfig { return p.cfg }
 
-// DeclareTopology declares the pool's exchange, queues and bindings on a
-// channel of its own (the workers declare them again whenever they
+// DeclareTopology declares the pool's exchange, queue, bindings and shared
+// delay queues on channels of its own (the workers declare them again whenever they
 // connect).
 func (p *Pool) DeclareTopology(ctx context.Context) error {
 	ch, err := p.deps.Consume.Channel(ctx)
@@ -257,6 +257,9 @@ func (p *Pool) DeclareTopology(ctx context.Context) error {
 	}
 	defer func() { _ = ch.Close() }()
 	if err := p.cfg.Topology.Declare(ch); err != nil {
+		return fmt.Errorf("workers: pool %s: %w", p.cfg.Name, err)
+	}
+	if err := p.cfg.Topology.DeclareDelays(ctx, p.deps.Consume, p.log); err != nil {
 		return fmt.Errorf("workers: pool %s: %w", p.cfg.Name, err)
 	}
 	return nil
@@ -281,6 +284,7 @@ func (p *Pool) Start(ctx context.Context) error {
 				return
 			}
 			wg.Go(func() { p.drainFailedQueue(fetchCtx) })
+			wg.Go(func() { p.drainOldRetryQueues(fetchCtx) })
 			if p.cfg.OrderedFailures {
 				wg.Go(func() { p.releaseParked(fetchCtx) })
 			}

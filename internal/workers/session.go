@@ -63,6 +63,9 @@ func (p *Pool) session(fetchCtx context.Context, name string, prefetch int, work
 	if err := p.cfg.Topology.Declare(ch); err != nil {
 		return err
 	}
+	if err := p.cfg.Topology.DeclareDelays(fetchCtx, p.deps.Consume, p.log); err != nil {
+		return err
+	}
 	if err := ch.Qos(prefetch, 0, false); err != nil {
 		return fmt.Errorf("qos: %w", err)
 	}

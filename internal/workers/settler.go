@@ -2,7 +2,9 @@ package workers
 
 import (
 	"context"
+	"errors"
 	"log/slog"
+	"slices"
 	"time"
 
 	"github.com/google/uuid"
@@ -65,6 +67,10 @@ type settler struct {
 	log     *slog.Logger
 	// ackFunc, set only by tests, sees every multiple ack once sent.
 	ackFunc func(tag uint64)
+	// redeclareFunc declares the pool's delay queues again (nil: never):
+	// called when a retry copy found no delay queue (deleted by an
+	// operator), so that the requeued original's next copy lands.
+	redeclareFunc func(ctx context.Context)
 
 	held heldAck
 }
@@ -146,7 +152,9 @@ func (st *settler) publishCopies(ctx context.Context, batch []message) bool {
 		if m.s.failureID != uuid.Nil {
 			msg.Headers[failure.HeaderFailureID] = m.s.failureID.String()
 		}
-		out = append(out, broker.Outgoing{RoutingKey: broker.RetryQueue(st.queue, delay), Msg: msg})
+		// To the delay's shared exchange, routed by the pool's queue name:
+		// the delay queue dead-letters it back by that routing key.
+		out = append(out, broker.Outgoing{Exchange: broker.DelayQueue(delay), RoutingKey: st.queue, Msg: msg})
 		of = append(of, m)
 	}
 	if len(out) == 0 {
@@ -155,17 +163,28 @@ func (st *settler) publishCopies(ctx context.Context, batch []message) bool {
 	pctx, cancel := context.WithTimeout(ctx, st.timeout)
 	errs := st.pub.Publish(pctx, out)
 	cancel()
+	if st.redeclareFunc != nil && slices.ContainsFunc(errs, missingDelayQueue) {
+		st.redeclareFunc(ctx)
+	}
 	for k, err := range errs {
 		m := of[k]
 		if err != nil {
 			st.log.WarnContext(ctx, "workers: copy not confirmed, requeueing original",
-				slog.String("event_id", m.s.eventIDText()), slog.String("queue", out[k].RoutingKey), slog.Any("error", err))
+				slog.String("event_id", m.s.eventIDText()), slog.String("delay_queue", out[k].Exchange), slog.Any("error", err))
 			m.s.kind = settleRequeue
 			continue
 		}
 		st.logCopy(ctx, m.s)
 	}
 	return true
+}
+
+// missingDelayQueue reports whether err is a retry copy's that found no
+// delay queue behind its exchange (returned unroutable) or no exchange
+// (404, which closes the publishing channel).
+func missingDelayQueue(err error) bool {
+	var aerr *amqp.Error
+	return errors.Is(err, broker.ErrReturned) || errors.As(err, &aerr) && aerr.Code == amqp.NotFound
 }
 
 // hold adds batch's settled deliveries (up to tag) to the held ack,

@@ -51,8 +51,8 @@ func (c *fakeChannel) Nack(tag uint64, multiple, requeue bool) error {
 
 func (c *fakeChannel) IsClosed() bool { return c.closed }
 
-// fakeCopier confirms every copy unless its queue is in refuse; it logs its
-// publishes into the channel's op list so that the order is visible.
+// fakeCopier confirms every copy unless its destination (exchange/routing
+// key) is in refuse; it logs its publishes into the channel's op list so that the order is visible.
 type fakeCopier struct {
 	ch     *fakeChannel
 	refuse map[string]error
@@ -63,8 +63,8 @@ func (p *fakeCopier) Publish(_ context.Context, out []broker.Outgoing) []error {
 	errs := make([]error, len(out))
 	for i, o := range out {
 		p.sent = append(p.sent, o)
-		p.ch.ops = append(p.ch.ops, "publish "+o.RoutingKey)
-		errs[i] = p.refuse[o.RoutingKey]
+		p.ch.ops = append(p.ch.ops, "publish "+o.Exchange+"/"+o.RoutingKey)
+		errs[i] = p.refuse[o.Exchange+"/"+o.RoutingKey]
 	}
 	return errs
 }
@@ -195,7 +195,7 @@ func TestSettleCopiesAreConfirmedBeforeTheirOriginalsAreAcked(t *testing.T) {
 	b := newSettleBundle(t, 100)
 	ok := b.st.settle(context.Background(), []message{msg(1, processed), msg(2, retry(2)), msg(3, failed(broker.ReasonPermanent))}, always)
 	require.True(t, ok)
-	require.Equal(t, []string{"store permanent", "publish q.retry.10s", "ack 3 multiple=true"}, b.ch.ops,
+	require.Equal(t, []string{"store permanent", "publish platformd.retry.10s/q", "ack 3 multiple=true"}, b.ch.ops,
 		"the failure stored and the retry copy confirmed first; a batch with either never holds its ack")
 	require.Equal(t, 1, b.outcome(metrics.OutcomeProcessed))
 	require.Equal(t, 1, b.outcome(metrics.OutcomeRetried))
@@ -221,7 +221,7 @@ func TestSettleFailuresNotStoredRequeueTheirOriginals(t *testing.T) {
 	b.store.err = errors.New("database away")
 	ok := b.st.settle(context.Background(), []message{msg(1, processed), msg(2, failed(broker.ReasonRetriesExhausted)), msg(3, retry(1))}, always)
 	require.True(t, ok)
-	require.Equal(t, []string{"publish q.retry.1s", "nack 2 multiple=false requeue=true", "ack 3 multiple=true"}, b.ch.ops,
+	require.Equal(t, []string{"publish platformd.retry.1s/q", "nack 2 multiple=false requeue=true", "ack 3 multiple=true"}, b.ch.ops,
 		"a failure whose row did not commit goes back to its queue; the others are acked")
 	require.Zero(t, b.outcome(metrics.OutcomeFailed), "a requeued delivery is not counted failed")
 	require.Equal(t, 1, b.outcome(metrics.OutcomeRetried))
@@ -235,7 +235,7 @@ func TestSettleARetriedFailureKeepsItsRow(t *testing.T) {
 	m := msg(1, retry(1))
 	m.ev.Delivery.FailureID = uuid.Must(uuid.NewV7())
 	require.True(t, b.st.settle(context.Background(), []message{m}, always))
-	require.Equal(t, []string{"store retrying", "publish q.retry.1s", "ack 1 multiple=true"}, b.ch.ops)
+	require.Equal(t, []string{"store retrying", "publish platformd.retry.1s/q", "ack 1 multiple=true"}, b.ch.ops)
 	require.Equal(t, m.ev.Delivery.FailureID, b.store.entries[0].FailureID)
 	require.Equal(t, failure.StateRetrying, b.store.entries[0].State)
 	require.NotEmpty(t, b.pub.sent[0].Msg.Headers[failure.HeaderFailureID])
@@ -244,10 +244,10 @@ func TestSettleARetriedFailureKeepsItsRow(t *testing.T) {
 func TestSettleAnUnconfirmedCopyRequeuesItsOriginal(t *testing.T) {
 	t.Parallel()
 	b := newSettleBundle(t, 100)
-	b.pub.refuse["q.retry.1s"] = broker.ErrReturned
+	b.pub.refuse["platformd.retry.1s/q"] = broker.ErrReturned
 	ok := b.st.settle(context.Background(), []message{msg(1, processed), msg(2, retry(1)), msg(3, processed)}, always)
 	require.True(t, ok)
-	require.Equal(t, []string{"publish q.retry.1s", "nack 2 multiple=false requeue=true", "ack 3 multiple=true"}, b.ch.ops,
+	require.Equal(t, []string{"publish platformd.retry.1s/q", "nack 2 multiple=false requeue=true", "ack 3 multiple=true"}, b.ch.ops,
 		"the original of a copy not confirmed goes back to its queue; the others are acked")
 	require.Zero(t, b.outcome(metrics.OutcomeRetried), "a requeued delivery is not counted retried")
 }

@@ -31,6 +31,10 @@ type PoolTestSignals struct {
 	// Released fires when an ordered pool sent parked events back to its
 	// queue (value: how many).
 	Released testsignal.Signal[int]
+	// OldRetryDrained fires when the pool has moved what an older
+	// version's own delay queues held into the shared delay queues, at
+	// start (value: how many messages it moved).
+	OldRetryDrained testsignal.Signal[int]
 	// DuplicateAgesFlushed fires when the pool's noted duplicate ages were
 	// added to platform.duplicate_age.
 	DuplicateAgesFlushed testsignal.Signal[struct{}]

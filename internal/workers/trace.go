@@ -187,7 +187,7 @@ func (w *worker) recordSettlement(m *message, batchErr error, alive bool) {
 	w.tr.attrs = attrs[:0]
 	switch s.kind {
 	case settleRetry:
-		queue := broker.RetryQueue(w.pool.cfg.Queue, w.pool.cfg.RetryDelays[s.attempt-1])
+		queue := broker.DelayQueue(w.pool.cfg.RetryDelays[s.attempt-1])
 		span.RecordError(errors.New(s.err))
 		span.AddEvent(EventRetryCopy, trace.WithAttributes(semconv.MessagingDestinationName(queue), AttrAttempt.Int(s.attempt)))
 	case settleFail:

@@ -278,7 +278,7 @@ func TestTraceRetriedAcrossAttempts(t *testing.T) {
 	ev, ok := wp[0].Event(EventRetryCopy)
 	require.True(t, ok)
 	q, _ := tracingtest.EventAttr(ev, "messaging.destination.name")
-	require.Equal(t, broker.RetryQueue(r.queue, 100*time.Millisecond), q)
+	require.Equal(t, broker.DelayQueue(100*time.Millisecond), q)
 	ex, ok := wp[0].Event("exception")
 	require.True(t, ok)
 	msg, _ := tracingtest.EventAttr(ex, "exception.message")

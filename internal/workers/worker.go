@@ -349,6 +349,7 @@ func (w *worker) newSettler(ch acker) *settler {
 		ch: ch, pub: w.pub, store: p.deps.Failures, ordered: p.cfg.OrderedFailures,
 		queue: p.cfg.Queue, pool: p.cfg.Name, delays: p.cfg.RetryDelays,
 		limit: w.ackLimit, timeout: SettleTimeoutDefault, count: &p.count, log: w.log,
+		redeclareFunc: p.redeclareDelays,
 		ackFunc: func(tag uint64) {
 			if f := p.cfg.testAckFunc; f != nil {
 				f(w.id, tag)

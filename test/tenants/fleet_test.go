@@ -1,6 +1,7 @@
 package tenants
 
 import (
+	"cmp"
 	"context"
 	"encoding/json"
 	"fmt"
@@ -37,6 +38,14 @@ type fleetConfig struct {
 	batch int
 	// budget is the daemon's database_budget.max_conns (0: no budget).
 	budget int
+	// quorum puts the pools on quorum queues (else classic).
+	quorum bool
+	// delays are the pools' retry delays (nil: [1s]).
+	delays []time.Duration
+	// vhost, when set, is the broker vhost the fleet runs in, created by
+	// the test and deleted with everything in it when it ends; else the
+	// default vhost, the fleet's queues deleted by name.
+	vhost string
 }
 
 // fleet is one daemon hosting n services, each on a database of its own
@@ -48,9 +57,14 @@ type fleet struct {
 	suffix   string
 	prefix   string // of the databases' names
 	exchange string
+	url      string // the broker, in the fleet's vhost
 	names    []string
-	d        *daemon.Daemon
-	admin    *pgx.Conn
+	// failUntil makes an event's handler fail (retried, SQLSTATE P0001)
+	// while its attempt is below the value: publish adds it to the
+	// payload as fail_until.
+	failUntil map[uuid.UUID]int
+	d         *daemon.Daemon
+	admin     *pgx.Conn
 	// allUp is how long the daemon took until every service was up.
 	allUp time.Duration
 }
@@ -59,8 +73,9 @@ type fleet struct {
 // 3*upWithin) and logs how long that took and the most connections the
 // services held to their databases meanwhile. The databases and queues go
 // in t.Cleanup.
-// appliedMigrations writes the services' one migration, the table their
-// SQL handler counts applications in, into a directory of its own.
+// appliedMigrations writes the services' migrations, the table their SQL
+// handler counts applications in and what a retry needs, into a directory
+// of its own.
 func appliedMigrations(t *testing.T) string {
 	t.Helper()
 	dir := t.TempDir()
@@ -69,6 +84,22 @@ CREATE TABLE applied (event_id uuid PRIMARY KEY, n int NOT NULL);
 -- +goose Down
 DROP TABLE applied;
 `), 0o600))
+	// The attempt each event was applied at, and a function that fails
+	// (SQLSTATE P0001: retried) while the attempt is below until.
+	require.NoError(t, os.WriteFile(filepath.Join(dir, "002_retry.sql"), []byte(`-- +goose Up
+CREATE TABLE applied_attempt (event_id uuid PRIMARY KEY, attempt int NOT NULL);
+-- +goose StatementBegin
+CREATE FUNCTION maybe_fail(attempt int, until int) RETURNS void LANGUAGE plpgsql AS $$
+BEGIN
+  IF attempt < until THEN
+    RAISE EXCEPTION 'attempt % of %: not yet', attempt, until USING ERRCODE = 'P0001';
+  END IF;
+END $$;
+-- +goose StatementEnd
+-- +goose Down
+DROP FUNCTION maybe_fail(int, int);
+DROP TABLE applied_attempt;
+`), 0o600))
 	return dir
 }
 
@@ -76,7 +107,19 @@ func startFleet(t *testing.T, fc fleetConfig) *fleet {
 	t.Helper()
 	ctx := context.Background()
 	suffix := strconv.FormatInt(time.Now().UnixNano()%1e9, 36)
-	f := &fleet{t: t, cfg: fc, suffix: suffix, prefix: "tenants_" + suffix, exchange: "tenants." + suffix, names: make([]string, fc.n)}
+	f := &fleet{t: t, cfg: fc, suffix: suffix, prefix: "tenants_" + suffix, exchange: "tenants." + suffix, names: make([]string, fc.n),
+		url: amqpURL + fc.vhost, failUntil: map[uuid.UUID]int{}}
+	queueType, delays := "classic", "1s"
+	if fc.quorum {
+		queueType = "quorum"
+	}
+	if len(fc.delays) > 0 {
+		ds := make([]string, len(fc.delays))
+		for i, d := range fc.delays {
+			ds[i] = d.String()
+		}
+		delays = strings.Join(ds, ", ")
+	}
 	dir := t.TempDir()
 	migDir := appliedMigrations(t)
 
@@ -92,7 +135,7 @@ metrics: {listen: "-"}
 broker: {url: %q, exchange: %s}
 database_budget: {max_conns: %d}
 services:
-`, level, amqpURL, f.exchange, fc.budget)
+`, level, f.url, f.exchange, fc.budget)
 	batch := ""
 	if fc.batch > 0 {
 		batch = fmt.Sprintf("        batch: {size: %d}\n", fc.batch)
@@ -110,21 +153,26 @@ services:
     sql_handlers:
       - name: tenant%03d.apply
         events: [%s]
-        sql: ["INSERT INTO applied (event_id, n) VALUES (@event_id, 1) ON CONFLICT (event_id) DO UPDATE SET n = applied.n + 1"]
+        sql:
+          - "SELECT maybe_fail(@attempt, COALESCE((@payload->>'fail_until')::int, 0))"
+          - "INSERT INTO applied (event_id, n) VALUES (@event_id, 1) ON CONFLICT (event_id) DO UPDATE SET n = applied.n + 1"
+          - "INSERT INTO applied_attempt (event_id, attempt) VALUES (@event_id, @attempt)"
     database_pool: {max_idle: %s}
     pools:
       - name: tenant%03d-events
         queue: %s
-        queue_type: classic
+        queue_type: %s
         bindings: [%s]
         handlers: [tenant%03d.apply]
         concurrency: 2
-%s        retry: {delays: [1s]}
-`, i, dsn, mode, migDir, i, fleetEvent, maxIdle, i, f.queue(i), fleetEvent, i, batch)
+%s        retry: {delays: [%s]}
+`, i, dsn, mode, migDir, i, fleetEvent, maxIdle, i, f.queue(i), queueType, fleetEvent, i, batch, delays)
 	}
 	t.Cleanup(func() {
 		dropDatabases(t, f.names)
-		deleteQueues(t, suffix, fc.n)
+		if fc.vhost == "" {
+			deleteQueues(t, suffix, fc.n)
+		}
 	})
 	path := filepath.Join(dir, "platformd.yaml")
 	require.NoError(t, os.WriteFile(path, []byte(sb.String()), 0o600))
@@ -209,7 +257,7 @@ func (f *fleet) idle(limit int) (total, most int) {
 // the event at index len(ids)/2 it calls midway (nil: nothing).
 func (f *fleet) publish(ids []uuid.UUID, copies int, midway func()) {
 	f.t.Helper()
-	conn, err := amqp.Dial(amqpURL)
+	conn, err := amqp.Dial(f.url)
 	require.NoError(f.t, err)
 	defer conn.Close()
 	ch, err := conn.Channel()
@@ -219,8 +267,12 @@ func (f *fleet) publish(ids []uuid.UUID, copies int, midway func()) {
 		if i == len(ids)/2 && midway != nil {
 			midway()
 		}
+		payload := map[string]any{"i": i}
+		if n := f.failUntil[id]; n > 0 {
+			payload["fail_until"] = n
+		}
 		body, err := json.Marshal(map[string]any{"event_id": id, "event_name": fleetEvent,
-			"occurred_at": time.Now().UTC().Format(time.RFC3339Nano), "payload": map[string]any{"i": i}})
+			"occurred_at": time.Now().UTC().Format(time.RFC3339Nano), "payload": payload})
 		require.NoError(f.t, err)
 		for range copies {
 			dc, err := ch.PublishWithDeferredConfirmWithContext(context.Background(), f.exchange, fleetEvent, true, false,
@@ -271,14 +323,15 @@ func (f *fleet) settle(ids []uuid.UUID, timeout time.Duration) (refused int) {
 
 // queued lists the fleet's queues that hold a message (ready or
 // unacknowledged), from rabbitmqctl: failures are rows of the failure
-// store, so no queue is exempt.
+// store, so no queue is exempt. In a vhost of its own, the shared delay
+// queues are the fleet's too.
 func (f *fleet) queued() map[string]int {
-	out, err := exec.Command("rabbitmqctl", "list_queues", "--quiet", "--no-table-headers", "name", "messages").Output()
+	out, err := exec.Command("rabbitmqctl", "list_queues", "-p", cmp.Or(f.cfg.vhost, "/"), "--quiet", "--no-table-headers", "name", "messages").Output()
 	require.NoError(f.t, err, "rabbitmqctl list_queues")
 	left := map[string]int{}
 	for line := range strings.SplitSeq(string(out), "\n") {
 		fs := strings.Fields(line)
-		if len(fs) != 2 || !strings.HasPrefix(fs[0], "tenants."+f.suffix+".") {
+		if len(fs) != 2 || !strings.HasPrefix(fs[0], "tenants."+f.suffix+".") && (f.cfg.vhost == "" || !strings.HasPrefix(fs[0], "platformd.retry.")) {
 			continue
 		}
 		if n, err := strconv.Atoi(fs[1]); err == nil && n > 0 {

@@ -31,8 +31,6 @@ import (
 	"syscall"
 	"time"
 
-	amqpbroker "github.com/platformd/platformd/internal/broker"
-	"github.com/platformd/platformd/internal/config"
 	"github.com/platformd/platformd/internal/procstat"
 	"github.com/platformd/platformd/internal/tracing/tracingtest"
 )
@@ -480,12 +478,9 @@ func (b *bench) cleanup(ctx context.Context, selected []contender) {
 	if b.brk != nil {
 		var queues []string
 		for _, c := range selected {
-			q := b.queueOf(c)
-			// The generated config sets no retry delays: the defaults'.
-			queues = append(queues, q)
-			for _, d := range config.RetryDelaysDefault() {
-				queues = append(queues, amqpbroker.RetryQueue(q, d))
-			}
+			// The retry delay queues are shared by every pool of the
+			// vhost: they stay.
+			queues = append(queues, b.queueOf(c))
 		}
 		if err := b.brk.deleteQueues(queues...); err != nil {
 			fmt.Fprintln(os.Stderr, "bench: cleanup:", err)

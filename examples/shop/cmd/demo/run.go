@@ -76,7 +76,7 @@ func findTarget(cfg *config.Config, handler, event string) (*target, string, err
 			if slices.ContainsFunc(p.Handlers, applies) {
 				t := &target{service: s.Name, pool: p.Name, queue: p.Queue, watched: []string{p.Queue}}
 				for _, d := range p.Retry.Delays {
-					t.watched = append(t.watched, broker.RetryQueue(p.Queue, d))
+					t.watched = append(t.watched, broker.DelayQueue(d))
 				}
 				return t, s.Database, nil
 			}
@@ -212,7 +212,7 @@ func findBilling(cfg *config.Config) (*target, string) {
 		if slices.Contains(p.Bindings, shop.EventOrderPlaced) {
 			t := &target{service: s.Name, pool: p.Name, queue: p.Queue, watched: []string{p.Queue}}
 			for _, d := range p.Retry.Delays {
-				t.watched = append(t.watched, broker.RetryQueue(p.Queue, d))
+				t.watched = append(t.watched, broker.DelayQueue(d))
 			}
 			return t, s.Database
 		}

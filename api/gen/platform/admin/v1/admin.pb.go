@@ -1075,6 +1075,174 @@ func (x *ListServicesResponse) GetServices() []*Service {
 }
 
 // ListPoolsRequest is the request of ListPools.
+type ListDelayQueuesRequest struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *ListDelayQueuesRequest) Reset() {
+	*x = ListDelayQueuesRequest{}
+	mi := &file_platform_admin_v1_admin_proto_msgTypes[8]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *ListDelayQueuesRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*ListDelayQueuesRequest) ProtoMessage() {}
+
+func (x *ListDelayQueuesRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_platform_admin_v1_admin_proto_msgTypes[8]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use ListDelayQueuesRequest.ProtoReflect.Descriptor instead.
+func (*ListDelayQueuesRequest) Descriptor() ([]byte, []int) {
+	return file_platform_admin_v1_admin_proto_rawDescGZIP(), []int{8}
+}
+
+type ListDelayQueuesResponse struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// delay_queues are the delay queues of every retry delay of this daemon's
+	// pools, shortest delay first.
+	DelayQueues   []*DelayQueue `protobuf:"bytes,1,rep,name=delay_queues,json=delayQueues,proto3" json:"delay_queues,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *ListDelayQueuesResponse) Reset() {
+	*x = ListDelayQueuesResponse{}
+	mi := &file_platform_admin_v1_admin_proto_msgTypes[9]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *ListDelayQueuesResponse) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*ListDelayQueuesResponse) ProtoMessage() {}
+
+func (x *ListDelayQueuesResponse) ProtoReflect() protoreflect.Message {
+	mi := &file_platform_admin_v1_admin_proto_msgTypes[9]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use ListDelayQueuesResponse.ProtoReflect.Descriptor instead.
+func (*ListDelayQueuesResponse) Descriptor() ([]byte, []int) {
+	return file_platform_admin_v1_admin_proto_rawDescGZIP(), []int{9}
+}
+
+func (x *ListDelayQueuesResponse) GetDelayQueues() []*DelayQueue {
+	if x != nil {
+		return x.DelayQueues
+	}
+	return nil
+}
+
+// DelayQueue is a shared retry delay queue as the broker reports it now.
+type DelayQueue struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// name is the queue's name, and its exchange's (e.g.
+	// `platformd.retry.10s`).
+	Name string `protobuf:"bytes,1,opt,name=name,proto3" json:"name,omitempty"`
+	// delay is how long a retry waits in it.
+	Delay *durationpb.Duration `protobuf:"bytes,2,opt,name=delay,proto3" json:"delay,omitempty"`
+	// messages is how many retries wait in it now (from every pool of the
+	// vhost that uses this delay); 0 when error is set.
+	Messages int64 `protobuf:"varint,3,opt,name=messages,proto3" json:"messages,omitempty"`
+	// pools are the names of this daemon's pools that retry after this delay,
+	// in order.
+	Pools []string `protobuf:"bytes,4,rep,name=pools,proto3" json:"pools,omitempty"`
+	// error says why the depth could not be read (the queue does not exist
+	// yet, the broker cannot be reached); empty otherwise.
+	Error         string `protobuf:"bytes,5,opt,name=error,proto3" json:"error,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *DelayQueue) Reset() {
+	*x = DelayQueue{}
+	mi := &file_platform_admin_v1_admin_proto_msgTypes[10]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *DelayQueue) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*DelayQueue) ProtoMessage() {}
+
+func (x *DelayQueue) ProtoReflect() protoreflect.Message {
+	mi := &file_platform_admin_v1_admin_proto_msgTypes[10]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use DelayQueue.ProtoReflect.Descriptor instead.
+func (*DelayQueue) Descriptor() ([]byte, []int) {
+	return file_platform_admin_v1_admin_proto_rawDescGZIP(), []int{10}
+}
+
+func (x *DelayQueue) GetName() string {
+	if x != nil {
+		return x.Name
+	}
+	return ""
+}
+
+func (x *DelayQueue) GetDelay() *durationpb.Duration {
+	if x != nil {
+		return x.Delay
+	}
+	return nil
+}
+
+func (x *DelayQueue) GetMessages() int64 {
+	if x != nil {
+		return x.Messages
+	}
+	return 0
+}
+
+func (x *DelayQueue) GetPools() []string {
+	if x != nil {
+		return x.Pools
+	}
+	return nil
+}
+
+func (x *DelayQueue) GetError() string {
+	if x != nil {
+		return x.Error
+	}
+	return ""
+}
+
 type ListPoolsRequest struct {
 	state protoimpl.MessageState `protogen:"open.v1"`
 	// service restricts the list to one service's pools; empty lists every
@@ -1086,7 +1254,7 @@ type ListPoolsRequest struct {
 
 func (x *ListPoolsRequest) Reset() {
 	*x = ListPoolsRequest{}
-	mi := &file_platform_admin_v1_admin_proto_msgTypes[8]
+	mi := &file_platform_admin_v1_admin_proto_msgTypes[11]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1098,7 +1266,7 @@ func (x *ListPoolsRequest) String() string {
 func (*ListPoolsRequest) ProtoMessage() {}
 
 func (x *ListPoolsRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_platform_admin_v1_admin_proto_msgTypes[8]
+	mi := &file_platform_admin_v1_admin_proto_msgTypes[11]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1111,7 +1279,7 @@ func (x *ListPoolsRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListPoolsRequest.ProtoReflect.Descriptor instead.
 func (*ListPoolsRequest) Descriptor() ([]byte, []int) {
-	return file_platform_admin_v1_admin_proto_rawDescGZIP(), []int{8}
+	return file_platform_admin_v1_admin_proto_rawDescGZIP(), []int{11}
 }
 
 func (x *ListPoolsRequest) GetService() string {
@@ -1132,7 +1300,7 @@ type ListPoolsResponse struct {
 
 func (x *ListPoolsResponse) Reset() {
 	*x = ListPoolsResponse{}
-	mi := &file_platform_admin_v1_admin_proto_msgTypes[9]
+	mi := &file_platform_admin_v1_admin_proto_msgTypes[12]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1144,7 +1312,7 @@ func (x *ListPoolsResponse) String() string {
 func (*ListPoolsResponse) ProtoMessage() {}
 
 func (x *ListPoolsResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_platform_admin_v1_admin_proto_msgTypes[9]
+	mi := &file_platform_admin_v1_admin_proto_msgTypes[12]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1157,7 +1325,7 @@ func (x *ListPoolsResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListPoolsResponse.ProtoReflect.Descriptor instead.
 func (*ListPoolsResponse) Descriptor() ([]byte, []int) {
-	return file_platform_admin_v1_admin_proto_rawDescGZIP(), []int{9}
+	return file_platform_admin_v1_admin_proto_rawDescGZIP(), []int{12}
 }
 
 func (x *ListPoolsResponse) GetPools() []*Pool {
@@ -1180,7 +1348,7 @@ type PausePoolRequest struct {
 
 func (x *PausePoolRequest) Reset() {
 	*x = PausePoolRequest{}
-	mi := &file_platform_admin_v1_admin_proto_msgTypes[10]
+	mi := &file_platform_admin_v1_admin_proto_msgTypes[13]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1192,7 +1360,7 @@ func (x *PausePoolRequest) String() string {
 func (*PausePoolRequest) ProtoMessage() {}
 
 func (x *PausePoolRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_platform_admin_v1_admin_proto_msgTypes[10]
+	mi := &file_platform_admin_v1_admin_proto_msgTypes[13]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1205,7 +1373,7 @@ func (x *PausePoolRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use PausePoolRequest.ProtoReflect.Descriptor instead.
 func (*PausePoolRequest) Descriptor() ([]byte, []int) {
-	return file_platform_admin_v1_admin_proto_rawDescGZIP(), []int{10}
+	return file_platform_admin_v1_admin_proto_rawDescGZIP(), []int{13}
 }
 
 func (x *PausePoolRequest) GetPool() string {
@@ -1233,7 +1401,7 @@ type PausePoolResponse struct {
 
 func (x *PausePoolResponse) Reset() {
 	*x = PausePoolResponse{}
-	mi := &file_platform_admin_v1_admin_proto_msgTypes[11]
+	mi := &file_platform_admin_v1_admin_proto_msgTypes[14]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1245,7 +1413,7 @@ func (x *PausePoolResponse) String() string {
 func (*PausePoolResponse) ProtoMessage() {}
 
 func (x *PausePoolResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_platform_admin_v1_admin_proto_msgTypes[11]
+	mi := &file_platform_admin_v1_admin_proto_msgTypes[14]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1258,7 +1426,7 @@ func (x *PausePoolResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use PausePoolResponse.ProtoReflect.Descriptor instead.
 func (*PausePoolResponse) Descriptor() ([]byte, []int) {
-	return file_platform_admin_v1_admin_proto_rawDescGZIP(), []int{11}
+	return file_platform_admin_v1_admin_proto_rawDescGZIP(), []int{14}
 }
 
 func (x *PausePoolResponse) GetPool() *Pool {
@@ -1279,7 +1447,7 @@ type ResumePoolRequest struct {
 
 func (x *ResumePoolRequest) Reset() {
 	*x = ResumePoolRequest{}
-	mi := &file_platform_admin_v1_admin_proto_msgTypes[12]
+	mi := &file_platform_admin_v1_admin_proto_msgTypes[15]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1291,7 +1459,7 @@ func (x *ResumePoolRequest) String() string {
 func (*ResumePoolRequest) ProtoMessage() {}
 
 func (x *ResumePoolRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_platform_admin_v1_admin_proto_msgTypes[12]
+	mi := &file_platform_admin_v1_admin_proto_msgTypes[15]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1304,7 +1472,7 @@ func (x *ResumePoolRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ResumePoolRequest.ProtoReflect.Descriptor instead.
 func (*ResumePoolRequest) Descriptor() ([]byte, []int) {
-	return file_platform_admin_v1_admin_proto_rawDescGZIP(), []int{12}
+	return file_platform_admin_v1_admin_proto_rawDescGZIP(), []int{15}
 }
 
 func (x *ResumePoolRequest) GetPool() string {
@@ -1325,7 +1493,7 @@ type ResumePoolResponse struct {
 
 func (x *ResumePoolResponse) Reset() {
 	*x = ResumePoolResponse{}
-	mi := &file_platform_admin_v1_admin_proto_msgTypes[13]
+	mi := &file_platform_admin_v1_admin_proto_msgTypes[16]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1337,7 +1505,7 @@ func (x *ResumePoolResponse) String() string {
 func (*ResumePoolResponse) ProtoMessage() {}
 
 func (x *ResumePoolResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_platform_admin_v1_admin_proto_msgTypes[13]
+	mi := &file_platform_admin_v1_admin_proto_msgTypes[16]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1350,7 +1518,7 @@ func (x *ResumePoolResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ResumePoolResponse.ProtoReflect.Descriptor instead.
 func (*ResumePoolResponse) Descriptor() ([]byte, []int) {
-	return file_platform_admin_v1_admin_proto_rawDescGZIP(), []int{13}
+	return file_platform_admin_v1_admin_proto_rawDescGZIP(), []int{16}
 }
 
 func (x *ResumePoolResponse) GetPool() *Pool {
@@ -1387,7 +1555,7 @@ type PoolLimits struct {
 
 func (x *PoolLimits) Reset() {
 	*x = PoolLimits{}
-	mi := &file_platform_admin_v1_admin_proto_msgTypes[14]
+	mi := &file_platform_admin_v1_admin_proto_msgTypes[17]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1399,7 +1567,7 @@ func (x *PoolLimits) String() string {
 func (*PoolLimits) ProtoMessage() {}
 
 func (x *PoolLimits) ProtoReflect() protoreflect.Message {
-	mi := &file_platform_admin_v1_admin_proto_msgTypes[14]
+	mi := &file_platform_admin_v1_admin_proto_msgTypes[17]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1412,7 +1580,7 @@ func (x *PoolLimits) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use PoolLimits.ProtoReflect.Descriptor instead.
 func (*PoolLimits) Descriptor() ([]byte, []int) {
-	return file_platform_admin_v1_admin_proto_rawDescGZIP(), []int{14}
+	return file_platform_admin_v1_admin_proto_rawDescGZIP(), []int{17}
 }
 
 func (x *PoolLimits) GetPool() string {
@@ -1485,7 +1653,7 @@ type SetPoolLimitsRequest struct {
 
 func (x *SetPoolLimitsRequest) Reset() {
 	*x = SetPoolLimitsRequest{}
-	mi := &file_platform_admin_v1_admin_proto_msgTypes[15]
+	mi := &file_platform_admin_v1_admin_proto_msgTypes[18]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1497,7 +1665,7 @@ func (x *SetPoolLimitsRequest) String() string {
 func (*SetPoolLimitsRequest) ProtoMessage() {}
 
 func (x *SetPoolLimitsRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_platform_admin_v1_admin_proto_msgTypes[15]
+	mi := &file_platform_admin_v1_admin_proto_msgTypes[18]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1510,7 +1678,7 @@ func (x *SetPoolLimitsRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use SetPoolLimitsRequest.ProtoReflect.Descriptor instead.
 func (*SetPoolLimitsRequest) Descriptor() ([]byte, []int) {
-	return file_platform_admin_v1_admin_proto_rawDescGZIP(), []int{15}
+	return file_platform_admin_v1_admin_proto_rawDescGZIP(), []int{18}
 }
 
 func (x *SetPoolLimitsRequest) GetPool() string {
@@ -1559,7 +1727,7 @@ type SetPoolLimitsResponse struct {
 
 func (x *SetPoolLimitsResponse) Reset() {
 	*x = SetPoolLimitsResponse{}
-	mi := &file_platform_admin_v1_admin_proto_msgTypes[16]
+	mi := &file_platform_admin_v1_admin_proto_msgTypes[19]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1571,7 +1739,7 @@ func (x *SetPoolLimitsResponse) String() string {
 func (*SetPoolLimitsResponse) ProtoMessage() {}
 
 func (x *SetPoolLimitsResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_platform_admin_v1_admin_proto_msgTypes[16]
+	mi := &file_platform_admin_v1_admin_proto_msgTypes[19]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1584,7 +1752,7 @@ func (x *SetPoolLimitsResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use SetPoolLimitsResponse.ProtoReflect.Descriptor instead.
 func (*SetPoolLimitsResponse) Descriptor() ([]byte, []int) {
-	return file_platform_admin_v1_admin_proto_rawDescGZIP(), []int{16}
+	return file_platform_admin_v1_admin_proto_rawDescGZIP(), []int{19}
 }
 
 func (x *SetPoolLimitsResponse) GetLimits() *PoolLimits {
@@ -1605,7 +1773,7 @@ type GetPoolLimitsRequest struct {
 
 func (x *GetPoolLimitsRequest) Reset() {
 	*x = GetPoolLimitsRequest{}
-	mi := &file_platform_admin_v1_admin_proto_msgTypes[17]
+	mi := &file_platform_admin_v1_admin_proto_msgTypes[20]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1617,7 +1785,7 @@ func (x *GetPoolLimitsRequest) String() string {
 func (*GetPoolLimitsRequest) ProtoMessage() {}
 
 func (x *GetPoolLimitsRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_platform_admin_v1_admin_proto_msgTypes[17]
+	mi := &file_platform_admin_v1_admin_proto_msgTypes[20]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1630,7 +1798,7 @@ func (x *GetPoolLimitsRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use GetPoolLimitsRequest.ProtoReflect.Descriptor instead.
 func (*GetPoolLimitsRequest) Descriptor() ([]byte, []int) {
-	return file_platform_admin_v1_admin_proto_rawDescGZIP(), []int{17}
+	return file_platform_admin_v1_admin_proto_rawDescGZIP(), []int{20}
 }
 
 func (x *GetPoolLimitsRequest) GetPool() string {
@@ -1651,7 +1819,7 @@ type GetPoolLimitsResponse struct {
 
 func (x *GetPoolLimitsResponse) Reset() {
 	*x = GetPoolLimitsResponse{}
-	mi := &file_platform_admin_v1_admin_proto_msgTypes[18]
+	mi := &file_platform_admin_v1_admin_proto_msgTypes[21]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1663,7 +1831,7 @@ func (x *GetPoolLimitsResponse) String() string {
 func (*GetPoolLimitsResponse) ProtoMessage() {}
 
 func (x *GetPoolLimitsResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_platform_admin_v1_admin_proto_msgTypes[18]
+	mi := &file_platform_admin_v1_admin_proto_msgTypes[21]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1676,7 +1844,7 @@ func (x *GetPoolLimitsResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use GetPoolLimitsResponse.ProtoReflect.Descriptor instead.
 func (*GetPoolLimitsResponse) Descriptor() ([]byte, []int) {
-	return file_platform_admin_v1_admin_proto_rawDescGZIP(), []int{18}
+	return file_platform_admin_v1_admin_proto_rawDescGZIP(), []int{21}
 }
 
 func (x *GetPoolLimitsResponse) GetLimits() *PoolLimits {
@@ -1705,7 +1873,7 @@ type ServicePause struct {
 
 func (x *ServicePause) Reset() {
 	*x = ServicePause{}
-	mi := &file_platform_admin_v1_admin_proto_msgTypes[19]
+	mi := &file_platform_admin_v1_admin_proto_msgTypes[22]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1717,7 +1885,7 @@ func (x *ServicePause) String() string {
 func (*ServicePause) ProtoMessage() {}
 
 func (x *ServicePause) ProtoReflect() protoreflect.Message {
-	mi := &file_platform_admin_v1_admin_proto_msgTypes[19]
+	mi := &file_platform_admin_v1_admin_proto_msgTypes[22]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1730,7 +1898,7 @@ func (x *ServicePause) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ServicePause.ProtoReflect.Descriptor instead.
 func (*ServicePause) Descriptor() ([]byte, []int) {
-	return file_platform_admin_v1_admin_proto_rawDescGZIP(), []int{19}
+	return file_platform_admin_v1_admin_proto_rawDescGZIP(), []int{22}
 }
 
 func (x *ServicePause) GetService() string {
@@ -1781,7 +1949,7 @@ type PauseAllRequest struct {
 
 func (x *PauseAllRequest) Reset() {
 	*x = PauseAllRequest{}
-	mi := &file_platform_admin_v1_admin_proto_msgTypes[20]
+	mi := &file_platform_admin_v1_admin_proto_msgTypes[23]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1793,7 +1961,7 @@ func (x *PauseAllRequest) String() string {
 func (*PauseAllRequest) ProtoMessage() {}
 
 func (x *PauseAllRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_platform_admin_v1_admin_proto_msgTypes[20]
+	mi := &file_platform_admin_v1_admin_proto_msgTypes[23]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1806,7 +1974,7 @@ func (x *PauseAllRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use PauseAllRequest.ProtoReflect.Descriptor instead.
 func (*PauseAllRequest) Descriptor() ([]byte, []int) {
-	return file_platform_admin_v1_admin_proto_rawDescGZIP(), []int{20}
+	return file_platform_admin_v1_admin_proto_rawDescGZIP(), []int{23}
 }
 
 func (x *PauseAllRequest) GetService() string {
@@ -1834,7 +2002,7 @@ type PauseAllResponse struct {
 
 func (x *PauseAllResponse) Reset() {
 	*x = PauseAllResponse{}
-	mi := &file_platform_admin_v1_admin_proto_msgTypes[21]
+	mi := &file_platform_admin_v1_admin_proto_msgTypes[24]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1846,7 +2014,7 @@ func (x *PauseAllResponse) String() string {
 func (*PauseAllResponse) ProtoMessage() {}
 
 func (x *PauseAllResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_platform_admin_v1_admin_proto_msgTypes[21]
+	mi := &file_platform_admin_v1_admin_proto_msgTypes[24]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1859,7 +2027,7 @@ func (x *PauseAllResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use PauseAllResponse.ProtoReflect.Descriptor instead.
 func (*PauseAllResponse) Descriptor() ([]byte, []int) {
-	return file_platform_admin_v1_admin_proto_rawDescGZIP(), []int{21}
+	return file_platform_admin_v1_admin_proto_rawDescGZIP(), []int{24}
 }
 
 func (x *PauseAllResponse) GetServices() []*ServicePause {
@@ -1881,7 +2049,7 @@ type ResumeAllRequest struct {
 
 func (x *ResumeAllRequest) Reset() {
 	*x = ResumeAllRequest{}
-	mi := &file_platform_admin_v1_admin_proto_msgTypes[22]
+	mi := &file_platform_admin_v1_admin_proto_msgTypes[25]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1893,7 +2061,7 @@ func (x *ResumeAllRequest) String() string {
 func (*ResumeAllRequest) ProtoMessage() {}
 
 func (x *ResumeAllRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_platform_admin_v1_admin_proto_msgTypes[22]
+	mi := &file_platform_admin_v1_admin_proto_msgTypes[25]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1906,7 +2074,7 @@ func (x *ResumeAllRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ResumeAllRequest.ProtoReflect.Descriptor instead.
 func (*ResumeAllRequest) Descriptor() ([]byte, []int) {
-	return file_platform_admin_v1_admin_proto_rawDescGZIP(), []int{22}
+	return file_platform_admin_v1_admin_proto_rawDescGZIP(), []int{25}
 }
 
 func (x *ResumeAllRequest) GetService() string {
@@ -1927,7 +2095,7 @@ type ResumeAllResponse struct {
 
 func (x *ResumeAllResponse) Reset() {
 	*x = ResumeAllResponse{}
-	mi := &file_platform_admin_v1_admin_proto_msgTypes[23]
+	mi := &file_platform_admin_v1_admin_proto_msgTypes[26]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1939,7 +2107,7 @@ func (x *ResumeAllResponse) String() string {
 func (*ResumeAllResponse) ProtoMessage() {}
 
 func (x *ResumeAllResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_platform_admin_v1_admin_proto_msgTypes[23]
+	mi := &file_platform_admin_v1_admin_proto_msgTypes[26]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1952,7 +2120,7 @@ func (x *ResumeAllResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ResumeAllResponse.ProtoReflect.Descriptor instead.
 func (*ResumeAllResponse) Descriptor() ([]byte, []int) {
-	return file_platform_admin_v1_admin_proto_rawDescGZIP(), []int{23}
+	return file_platform_admin_v1_admin_proto_rawDescGZIP(), []int{26}
 }
 
 func (x *ResumeAllResponse) GetServices() []*ServicePause {
@@ -1977,7 +2145,7 @@ type LookupEventRequest struct {
 
 func (x *LookupEventRequest) Reset() {
 	*x = LookupEventRequest{}
-	mi := &file_platform_admin_v1_admin_proto_msgTypes[24]
+	mi := &file_platform_admin_v1_admin_proto_msgTypes[27]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1989,7 +2157,7 @@ func (x *LookupEventRequest) String() string {
 func (*LookupEventRequest) ProtoMessage() {}
 
 func (x *LookupEventRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_platform_admin_v1_admin_proto_msgTypes[24]
+	mi := &file_platform_admin_v1_admin_proto_msgTypes[27]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2002,7 +2170,7 @@ func (x *LookupEventRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use LookupEventRequest.ProtoReflect.Descriptor instead.
 func (*LookupEventRequest) Descriptor() ([]byte, []int) {
-	return file_platform_admin_v1_admin_proto_rawDescGZIP(), []int{24}
+	return file_platform_admin_v1_admin_proto_rawDescGZIP(), []int{27}
 }
 
 func (x *LookupEventRequest) GetEventId() string {
@@ -2030,7 +2198,7 @@ type LookupEventResponse struct {
 
 func (x *LookupEventResponse) Reset() {
 	*x = LookupEventResponse{}
-	mi := &file_platform_admin_v1_admin_proto_msgTypes[25]
+	mi := &file_platform_admin_v1_admin_proto_msgTypes[28]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2042,7 +2210,7 @@ func (x *LookupEventResponse) String() string {
 func (*LookupEventResponse) ProtoMessage() {}
 
 func (x *LookupEventResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_platform_admin_v1_admin_proto_msgTypes[25]
+	mi := &file_platform_admin_v1_admin_proto_msgTypes[28]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2055,7 +2223,7 @@ func (x *LookupEventResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use LookupEventResponse.ProtoReflect.Descriptor instead.
 func (*LookupEventResponse) Descriptor() ([]byte, []int) {
-	return file_platform_admin_v1_admin_proto_rawDescGZIP(), []int{25}
+	return file_platform_admin_v1_admin_proto_rawDescGZIP(), []int{28}
 }
 
 func (x *LookupEventResponse) GetResults() []*LookupResult {
@@ -2076,7 +2244,7 @@ type GetHorizonRequest struct {
 
 func (x *GetHorizonRequest) Reset() {
 	*x = GetHorizonRequest{}
-	mi := &file_platform_admin_v1_admin_proto_msgTypes[26]
+	mi := &file_platform_admin_v1_admin_proto_msgTypes[29]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2088,7 +2256,7 @@ func (x *GetHorizonRequest) String() string {
 func (*GetHorizonRequest) ProtoMessage() {}
 
 func (x *GetHorizonRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_platform_admin_v1_admin_proto_msgTypes[26]
+	mi := &file_platform_admin_v1_admin_proto_msgTypes[29]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2101,7 +2269,7 @@ func (x *GetHorizonRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use GetHorizonRequest.ProtoReflect.Descriptor instead.
 func (*GetHorizonRequest) Descriptor() ([]byte, []int) {
-	return file_platform_admin_v1_admin_proto_rawDescGZIP(), []int{26}
+	return file_platform_admin_v1_admin_proto_rawDescGZIP(), []int{29}
 }
 
 func (x *GetHorizonRequest) GetService() string {
@@ -2122,7 +2290,7 @@ type GetHorizonResponse struct {
 
 func (x *GetHorizonResponse) Reset() {
 	*x = GetHorizonResponse{}
-	mi := &file_platform_admin_v1_admin_proto_msgTypes[27]
+	mi := &file_platform_admin_v1_admin_proto_msgTypes[30]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2134,7 +2302,7 @@ func (x *GetHorizonResponse) String() string {
 func (*GetHorizonResponse) ProtoMessage() {}
 
 func (x *GetHorizonResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_platform_admin_v1_admin_proto_msgTypes[27]
+	mi := &file_platform_admin_v1_admin_proto_msgTypes[30]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2147,7 +2315,7 @@ func (x *GetHorizonResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use GetHorizonResponse.ProtoReflect.Descriptor instead.
 func (*GetHorizonResponse) Descriptor() ([]byte, []int) {
-	return file_platform_admin_v1_admin_proto_rawDescGZIP(), []int{27}
+	return file_platform_admin_v1_admin_proto_rawDescGZIP(), []int{30}
 }
 
 func (x *GetHorizonResponse) GetHorizon() *Horizon {
@@ -2172,7 +2340,7 @@ type SetHorizonRequest struct {
 
 func (x *SetHorizonRequest) Reset() {
 	*x = SetHorizonRequest{}
-	mi := &file_platform_admin_v1_admin_proto_msgTypes[28]
+	mi := &file_platform_admin_v1_admin_proto_msgTypes[31]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2184,7 +2352,7 @@ func (x *SetHorizonRequest) String() string {
 func (*SetHorizonRequest) ProtoMessage() {}
 
 func (x *SetHorizonRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_platform_admin_v1_admin_proto_msgTypes[28]
+	mi := &file_platform_admin_v1_admin_proto_msgTypes[31]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2197,7 +2365,7 @@ func (x *SetHorizonRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use SetHorizonRequest.ProtoReflect.Descriptor instead.
 func (*SetHorizonRequest) Descriptor() ([]byte, []int) {
-	return file_platform_admin_v1_admin_proto_rawDescGZIP(), []int{28}
+	return file_platform_admin_v1_admin_proto_rawDescGZIP(), []int{31}
 }
 
 func (x *SetHorizonRequest) GetService() string {
@@ -2232,7 +2400,7 @@ type SetHorizonResponse struct {
 
 func (x *SetHorizonResponse) Reset() {
 	*x = SetHorizonResponse{}
-	mi := &file_platform_admin_v1_admin_proto_msgTypes[29]
+	mi := &file_platform_admin_v1_admin_proto_msgTypes[32]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2244,7 +2412,7 @@ func (x *SetHorizonResponse) String() string {
 func (*SetHorizonResponse) ProtoMessage() {}
 
 func (x *SetHorizonResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_platform_admin_v1_admin_proto_msgTypes[29]
+	mi := &file_platform_admin_v1_admin_proto_msgTypes[32]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2257,7 +2425,7 @@ func (x *SetHorizonResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use SetHorizonResponse.ProtoReflect.Descriptor instead.
 func (*SetHorizonResponse) Descriptor() ([]byte, []int) {
-	return file_platform_admin_v1_admin_proto_rawDescGZIP(), []int{29}
+	return file_platform_admin_v1_admin_proto_rawDescGZIP(), []int{32}
 }
 
 func (x *SetHorizonResponse) GetHorizon() *Horizon {
@@ -2284,7 +2452,7 @@ type AdviseHorizonRequest struct {
 
 func (x *AdviseHorizonRequest) Reset() {
 	*x = AdviseHorizonRequest{}
-	mi := &file_platform_admin_v1_admin_proto_msgTypes[30]
+	mi := &file_platform_admin_v1_admin_proto_msgTypes[33]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2296,7 +2464,7 @@ func (x *AdviseHorizonRequest) String() string {
 func (*AdviseHorizonRequest) ProtoMessage() {}
 
 func (x *AdviseHorizonRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_platform_admin_v1_admin_proto_msgTypes[30]
+	mi := &file_platform_admin_v1_admin_proto_msgTypes[33]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2309,7 +2477,7 @@ func (x *AdviseHorizonRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use AdviseHorizonRequest.ProtoReflect.Descriptor instead.
 func (*AdviseHorizonRequest) Descriptor() ([]byte, []int) {
-	return file_platform_admin_v1_admin_proto_rawDescGZIP(), []int{30}
+	return file_platform_admin_v1_admin_proto_rawDescGZIP(), []int{33}
 }
 
 func (x *AdviseHorizonRequest) GetService() string {
@@ -2344,7 +2512,7 @@ type AdviseHorizonResponse struct {
 
 func (x *AdviseHorizonResponse) Reset() {
 	*x = AdviseHorizonResponse{}
-	mi := &file_platform_admin_v1_admin_proto_msgTypes[31]
+	mi := &file_platform_admin_v1_admin_proto_msgTypes[34]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2356,7 +2524,7 @@ func (x *AdviseHorizonResponse) String() string {
 func (*AdviseHorizonResponse) ProtoMessage() {}
 
 func (x *AdviseHorizonResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_platform_admin_v1_admin_proto_msgTypes[31]
+	mi := &file_platform_admin_v1_admin_proto_msgTypes[34]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2369,7 +2537,7 @@ func (x *AdviseHorizonResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use AdviseHorizonResponse.ProtoReflect.Descriptor instead.
 func (*AdviseHorizonResponse) Descriptor() ([]byte, []int) {
-	return file_platform_admin_v1_admin_proto_rawDescGZIP(), []int{31}
+	return file_platform_admin_v1_admin_proto_rawDescGZIP(), []int{34}
 }
 
 func (x *AdviseHorizonResponse) GetAdvice() *HorizonAdvice {
@@ -2425,7 +2593,7 @@ type HorizonAdvice struct {
 
 func (x *HorizonAdvice) Reset() {
 	*x = HorizonAdvice{}
-	mi := &file_platform_admin_v1_admin_proto_msgTypes[32]
+	mi := &file_platform_admin_v1_admin_proto_msgTypes[35]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2437,7 +2605,7 @@ func (x *HorizonAdvice) String() string {
 func (*HorizonAdvice) ProtoMessage() {}
 
 func (x *HorizonAdvice) ProtoReflect() protoreflect.Message {
-	mi := &file_platform_admin_v1_admin_proto_msgTypes[32]
+	mi := &file_platform_admin_v1_admin_proto_msgTypes[35]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2450,7 +2618,7 @@ func (x *HorizonAdvice) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use HorizonAdvice.ProtoReflect.Descriptor instead.
 func (*HorizonAdvice) Descriptor() ([]byte, []int) {
-	return file_platform_admin_v1_admin_proto_rawDescGZIP(), []int{32}
+	return file_platform_admin_v1_admin_proto_rawDescGZIP(), []int{35}
 }
 
 func (x *HorizonAdvice) GetService() string {
@@ -2570,7 +2738,7 @@ type DuplicateAgeSource struct {
 
 func (x *DuplicateAgeSource) Reset() {
 	*x = DuplicateAgeSource{}
-	mi := &file_platform_admin_v1_admin_proto_msgTypes[33]
+	mi := &file_platform_admin_v1_admin_proto_msgTypes[36]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2582,7 +2750,7 @@ func (x *DuplicateAgeSource) String() string {
 func (*DuplicateAgeSource) ProtoMessage() {}
 
 func (x *DuplicateAgeSource) ProtoReflect() protoreflect.Message {
-	mi := &file_platform_admin_v1_admin_proto_msgTypes[33]
+	mi := &file_platform_admin_v1_admin_proto_msgTypes[36]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2595,7 +2763,7 @@ func (x *DuplicateAgeSource) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use DuplicateAgeSource.ProtoReflect.Descriptor instead.
 func (*DuplicateAgeSource) Descriptor() ([]byte, []int) {
-	return file_platform_admin_v1_admin_proto_rawDescGZIP(), []int{33}
+	return file_platform_admin_v1_admin_proto_rawDescGZIP(), []int{36}
 }
 
 func (x *DuplicateAgeSource) GetSource() string {
@@ -2650,7 +2818,7 @@ type ArchiveReach struct {
 
 func (x *ArchiveReach) Reset() {
 	*x = ArchiveReach{}
-	mi := &file_platform_admin_v1_admin_proto_msgTypes[34]
+	mi := &file_platform_admin_v1_admin_proto_msgTypes[37]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2662,7 +2830,7 @@ func (x *ArchiveReach) String() string {
 func (*ArchiveReach) ProtoMessage() {}
 
 func (x *ArchiveReach) ProtoReflect() protoreflect.Message {
-	mi := &file_platform_admin_v1_admin_proto_msgTypes[34]
+	mi := &file_platform_admin_v1_admin_proto_msgTypes[37]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2675,7 +2843,7 @@ func (x *ArchiveReach) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ArchiveReach.ProtoReflect.Descriptor instead.
 func (*ArchiveReach) Descriptor() ([]byte, []int) {
-	return file_platform_admin_v1_admin_proto_rawDescGZIP(), []int{34}
+	return file_platform_admin_v1_admin_proto_rawDescGZIP(), []int{37}
 }
 
 func (x *ArchiveReach) GetProducer() string {
@@ -2712,7 +2880,7 @@ type RunPurgeRequest struct {
 
 func (x *RunPurgeRequest) Reset() {
 	*x = RunPurgeRequest{}
-	mi := &file_platform_admin_v1_admin_proto_msgTypes[35]
+	mi := &file_platform_admin_v1_admin_proto_msgTypes[38]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2724,7 +2892,7 @@ func (x *RunPurgeRequest) String() string {
 func (*RunPurgeRequest) ProtoMessage() {}
 
 func (x *RunPurgeRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_platform_admin_v1_admin_proto_msgTypes[35]
+	mi := &file_platform_admin_v1_admin_proto_msgTypes[38]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2737,7 +2905,7 @@ func (x *RunPurgeRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RunPurgeRequest.ProtoReflect.Descriptor instead.
 func (*RunPurgeRequest) Descriptor() ([]byte, []int) {
-	return file_platform_admin_v1_admin_proto_rawDescGZIP(), []int{35}
+	return file_platform_admin_v1_admin_proto_rawDescGZIP(), []int{38}
 }
 
 func (x *RunPurgeRequest) GetService() string {
@@ -2765,7 +2933,7 @@ type RunPurgeResponse struct {
 
 func (x *RunPurgeResponse) Reset() {
 	*x = RunPurgeResponse{}
-	mi := &file_platform_admin_v1_admin_proto_msgTypes[36]
+	mi := &file_platform_admin_v1_admin_proto_msgTypes[39]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2777,7 +2945,7 @@ func (x *RunPurgeResponse) String() string {
 func (*RunPurgeResponse) ProtoMessage() {}
 
 func (x *RunPurgeResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_platform_admin_v1_admin_proto_msgTypes[36]
+	mi := &file_platform_admin_v1_admin_proto_msgTypes[39]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2790,7 +2958,7 @@ func (x *RunPurgeResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RunPurgeResponse.ProtoReflect.Descriptor instead.
 func (*RunPurgeResponse) Descriptor() ([]byte, []int) {
-	return file_platform_admin_v1_admin_proto_rawDescGZIP(), []int{36}
+	return file_platform_admin_v1_admin_proto_rawDescGZIP(), []int{39}
 }
 
 func (x *RunPurgeResponse) GetRun() *PurgeRun {
@@ -2814,7 +2982,7 @@ type ListPurgeRunsRequest struct {
 
 func (x *ListPurgeRunsRequest) Reset() {
 	*x = ListPurgeRunsRequest{}
-	mi := &file_platform_admin_v1_admin_proto_msgTypes[37]
+	mi := &file_platform_admin_v1_admin_proto_msgTypes[40]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2826,7 +2994,7 @@ func (x *ListPurgeRunsRequest) String() string {
 func (*ListPurgeRunsRequest) ProtoMessage() {}
 
 func (x *ListPurgeRunsRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_platform_admin_v1_admin_proto_msgTypes[37]
+	mi := &file_platform_admin_v1_admin_proto_msgTypes[40]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2839,7 +3007,7 @@ func (x *ListPurgeRunsRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListPurgeRunsRequest.ProtoReflect.Descriptor instead.
 func (*ListPurgeRunsRequest) Descriptor() ([]byte, []int) {
-	return file_platform_admin_v1_admin_proto_rawDescGZIP(), []int{37}
+	return file_platform_admin_v1_admin_proto_rawDescGZIP(), []int{40}
 }
 
 func (x *ListPurgeRunsRequest) GetService() string {
@@ -2867,7 +3035,7 @@ type ListPurgeRunsResponse struct {
 
 func (x *ListPurgeRunsResponse) Reset() {
 	*x = ListPurgeRunsResponse{}
-	mi := &file_platform_admin_v1_admin_proto_msgTypes[38]
+	mi := &file_platform_admin_v1_admin_proto_msgTypes[41]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2879,7 +3047,7 @@ func (x *ListPurgeRunsResponse) String() string {
 func (*ListPurgeRunsResponse) ProtoMessage() {}
 
 func (x *ListPurgeRunsResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_platform_admin_v1_admin_proto_msgTypes[38]
+	mi := &file_platform_admin_v1_admin_proto_msgTypes[41]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2892,7 +3060,7 @@ func (x *ListPurgeRunsResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListPurgeRunsResponse.ProtoReflect.Descriptor instead.
 func (*ListPurgeRunsResponse) Descriptor() ([]byte, []int) {
-	return file_platform_admin_v1_admin_proto_rawDescGZIP(), []int{38}
+	return file_platform_admin_v1_admin_proto_rawDescGZIP(), []int{41}
 }
 
 func (x *ListPurgeRunsResponse) GetRuns() []*PurgeRun {
@@ -2916,7 +3084,7 @@ type ListFailedMessagesRequest struct {
 
 func (x *ListFailedMessagesRequest) Reset() {
 	*x = ListFailedMessagesRequest{}
-	mi := &file_platform_admin_v1_admin_proto_msgTypes[39]
+	mi := &file_platform_admin_v1_admin_proto_msgTypes[42]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2928,7 +3096,7 @@ func (x *ListFailedMessagesRequest) String() string {
 func (*ListFailedMessagesRequest) ProtoMessage() {}
 
 func (x *ListFailedMessagesRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_platform_admin_v1_admin_proto_msgTypes[39]
+	mi := &file_platform_admin_v1_admin_proto_msgTypes[42]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2941,7 +3109,7 @@ func (x *ListFailedMessagesRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListFailedMessagesRequest.ProtoReflect.Descriptor instead.
 func (*ListFailedMessagesRequest) Descriptor() ([]byte, []int) {
-	return file_platform_admin_v1_admin_proto_rawDescGZIP(), []int{39}
+	return file_platform_admin_v1_admin_proto_rawDescGZIP(), []int{42}
 }
 
 func (x *ListFailedMessagesRequest) GetPool() string {
@@ -2969,7 +3137,7 @@ type ListFailedMessagesResponse struct {
 
 func (x *ListFailedMessagesResponse) Reset() {
 	*x = ListFailedMessagesResponse{}
-	mi := &file_platform_admin_v1_admin_proto_msgTypes[40]
+	mi := &file_platform_admin_v1_admin_proto_msgTypes[43]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2981,7 +3149,7 @@ func (x *ListFailedMessagesResponse) String() string {
 func (*ListFailedMessagesResponse) ProtoMessage() {}
 
 func (x *ListFailedMessagesResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_platform_admin_v1_admin_proto_msgTypes[40]
+	mi := &file_platform_admin_v1_admin_proto_msgTypes[43]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2994,7 +3162,7 @@ func (x *ListFailedMessagesResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListFailedMessagesResponse.ProtoReflect.Descriptor instead.
 func (*ListFailedMessagesResponse) Descriptor() ([]byte, []int) {
-	return file_platform_admin_v1_admin_proto_rawDescGZIP(), []int{40}
+	return file_platform_admin_v1_admin_proto_rawDescGZIP(), []int{43}
 }
 
 func (x *ListFailedMessagesResponse) GetMessages() []*FailedMessage {
@@ -3026,7 +3194,7 @@ type RetryFailedMessagesRequest struct {
 
 func (x *RetryFailedMessagesRequest) Reset() {
 	*x = RetryFailedMessagesRequest{}
-	mi := &file_platform_admin_v1_admin_proto_msgTypes[41]
+	mi := &file_platform_admin_v1_admin_proto_msgTypes[44]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3038,7 +3206,7 @@ func (x *RetryFailedMessagesRequest) String() string {
 func (*RetryFailedMessagesRequest) ProtoMessage() {}
 
 func (x *RetryFailedMessagesRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_platform_admin_v1_admin_proto_msgTypes[41]
+	mi := &file_platform_admin_v1_admin_proto_msgTypes[44]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3051,7 +3219,7 @@ func (x *RetryFailedMessagesRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RetryFailedMessagesRequest.ProtoReflect.Descriptor instead.
 func (*RetryFailedMessagesRequest) Descriptor() ([]byte, []int) {
-	return file_platform_admin_v1_admin_proto_rawDescGZIP(), []int{41}
+	return file_platform_admin_v1_admin_proto_rawDescGZIP(), []int{44}
 }
 
 func (x *RetryFailedMessagesRequest) GetPool() string {
@@ -3093,7 +3261,7 @@ type RetryFailedMessagesResponse struct {
 
 func (x *RetryFailedMessagesResponse) Reset() {
 	*x = RetryFailedMessagesResponse{}
-	mi := &file_platform_admin_v1_admin_proto_msgTypes[42]
+	mi := &file_platform_admin_v1_admin_proto_msgTypes[45]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3105,7 +3273,7 @@ func (x *RetryFailedMessagesResponse) String() string {
 func (*RetryFailedMessagesResponse) ProtoMessage() {}
 
 func (x *RetryFailedMessagesResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_platform_admin_v1_admin_proto_msgTypes[42]
+	mi := &file_platform_admin_v1_admin_proto_msgTypes[45]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3118,7 +3286,7 @@ func (x *RetryFailedMessagesResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RetryFailedMessagesResponse.ProtoReflect.Descriptor instead.
 func (*RetryFailedMessagesResponse) Descriptor() ([]byte, []int) {
-	return file_platform_admin_v1_admin_proto_rawDescGZIP(), []int{42}
+	return file_platform_admin_v1_admin_proto_rawDescGZIP(), []int{45}
 }
 
 func (x *RetryFailedMessagesResponse) GetRetried() int32 {
@@ -3139,7 +3307,7 @@ type DescribeServiceRequest struct {
 
 func (x *DescribeServiceRequest) Reset() {
 	*x = DescribeServiceRequest{}
-	mi := &file_platform_admin_v1_admin_proto_msgTypes[43]
+	mi := &file_platform_admin_v1_admin_proto_msgTypes[46]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3151,7 +3319,7 @@ func (x *DescribeServiceRequest) String() string {
 func (*DescribeServiceRequest) ProtoMessage() {}
 
 func (x *DescribeServiceRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_platform_admin_v1_admin_proto_msgTypes[43]
+	mi := &file_platform_admin_v1_admin_proto_msgTypes[46]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3164,7 +3332,7 @@ func (x *DescribeServiceRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use DescribeServiceRequest.ProtoReflect.Descriptor instead.
 func (*DescribeServiceRequest) Descriptor() ([]byte, []int) {
-	return file_platform_admin_v1_admin_proto_rawDescGZIP(), []int{43}
+	return file_platform_admin_v1_admin_proto_rawDescGZIP(), []int{46}
 }
 
 func (x *DescribeServiceRequest) GetService() string {
@@ -3195,7 +3363,7 @@ type DescribeServiceResponse struct {
 
 func (x *DescribeServiceResponse) Reset() {
 	*x = DescribeServiceResponse{}
-	mi := &file_platform_admin_v1_admin_proto_msgTypes[44]
+	mi := &file_platform_admin_v1_admin_proto_msgTypes[47]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3207,7 +3375,7 @@ func (x *DescribeServiceResponse) String() string {
 func (*DescribeServiceResponse) ProtoMessage() {}
 
 func (x *DescribeServiceResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_platform_admin_v1_admin_proto_msgTypes[44]
+	mi := &file_platform_admin_v1_admin_proto_msgTypes[47]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3220,7 +3388,7 @@ func (x *DescribeServiceResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use DescribeServiceResponse.ProtoReflect.Descriptor instead.
 func (*DescribeServiceResponse) Descriptor() ([]byte, []int) {
-	return file_platform_admin_v1_admin_proto_rawDescGZIP(), []int{44}
+	return file_platform_admin_v1_admin_proto_rawDescGZIP(), []int{47}
 }
 
 func (x *DescribeServiceResponse) GetService() string {
@@ -3276,7 +3444,7 @@ type AuditEntry struct {
 
 func (x *AuditEntry) Reset() {
 	*x = AuditEntry{}
-	mi := &file_platform_admin_v1_admin_proto_msgTypes[45]
+	mi := &file_platform_admin_v1_admin_proto_msgTypes[48]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3288,7 +3456,7 @@ func (x *AuditEntry) String() string {
 func (*AuditEntry) ProtoMessage() {}
 
 func (x *AuditEntry) ProtoReflect() protoreflect.Message {
-	mi := &file_platform_admin_v1_admin_proto_msgTypes[45]
+	mi := &file_platform_admin_v1_admin_proto_msgTypes[48]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3301,7 +3469,7 @@ func (x *AuditEntry) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use AuditEntry.ProtoReflect.Descriptor instead.
 func (*AuditEntry) Descriptor() ([]byte, []int) {
-	return file_platform_admin_v1_admin_proto_rawDescGZIP(), []int{45}
+	return file_platform_admin_v1_admin_proto_rawDescGZIP(), []int{48}
 }
 
 func (x *AuditEntry) GetService() string {
@@ -3360,7 +3528,7 @@ type ListAuditRequest struct {
 
 func (x *ListAuditRequest) Reset() {
 	*x = ListAuditRequest{}
-	mi := &file_platform_admin_v1_admin_proto_msgTypes[46]
+	mi := &file_platform_admin_v1_admin_proto_msgTypes[49]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3372,7 +3540,7 @@ func (x *ListAuditRequest) String() string {
 func (*ListAuditRequest) ProtoMessage() {}
 
 func (x *ListAuditRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_platform_admin_v1_admin_proto_msgTypes[46]
+	mi := &file_platform_admin_v1_admin_proto_msgTypes[49]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3385,7 +3553,7 @@ func (x *ListAuditRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListAuditRequest.ProtoReflect.Descriptor instead.
 func (*ListAuditRequest) Descriptor() ([]byte, []int) {
-	return file_platform_admin_v1_admin_proto_rawDescGZIP(), []int{46}
+	return file_platform_admin_v1_admin_proto_rawDescGZIP(), []int{49}
 }
 
 func (x *ListAuditRequest) GetService() string {
@@ -3418,7 +3586,7 @@ type ListAuditResponse struct {
 
 func (x *ListAuditResponse) Reset() {
 	*x = ListAuditResponse{}
-	mi := &file_platform_admin_v1_admin_proto_msgTypes[47]
+	mi := &file_platform_admin_v1_admin_proto_msgTypes[50]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3430,7 +3598,7 @@ func (x *ListAuditResponse) String() string {
 func (*ListAuditResponse) ProtoMessage() {}
 
 func (x *ListAuditResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_platform_admin_v1_admin_proto_msgTypes[47]
+	mi := &file_platform_admin_v1_admin_proto_msgTypes[50]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3443,7 +3611,7 @@ func (x *ListAuditResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListAuditResponse.ProtoReflect.Descriptor instead.
 func (*ListAuditResponse) Descriptor() ([]byte, []int) {
-	return file_platform_admin_v1_admin_proto_rawDescGZIP(), []int{47}
+	return file_platform_admin_v1_admin_proto_rawDescGZIP(), []int{50}
 }
 
 func (x *ListAuditResponse) GetEntries() []*AuditEntry {
@@ -3469,7 +3637,7 @@ type ReloadConfigRequest struct {
 
 func (x *ReloadConfigRequest) Reset() {
 	*x = ReloadConfigRequest{}
-	mi := &file_platform_admin_v1_admin_proto_msgTypes[48]
+	mi := &file_platform_admin_v1_admin_proto_msgTypes[51]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3481,7 +3649,7 @@ func (x *ReloadConfigRequest) String() string {
 func (*ReloadConfigRequest) ProtoMessage() {}
 
 func (x *ReloadConfigRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_platform_admin_v1_admin_proto_msgTypes[48]
+	mi := &file_platform_admin_v1_admin_proto_msgTypes[51]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3494,7 +3662,7 @@ func (x *ReloadConfigRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ReloadConfigRequest.ProtoReflect.Descriptor instead.
 func (*ReloadConfigRequest) Descriptor() ([]byte, []int) {
-	return file_platform_admin_v1_admin_proto_rawDescGZIP(), []int{48}
+	return file_platform_admin_v1_admin_proto_rawDescGZIP(), []int{51}
 }
 
 // ReloadConfigResponse says what a reload changed. Names are sorted.
@@ -3521,7 +3689,7 @@ type ReloadConfigResponse struct {
 
 func (x *ReloadConfigResponse) Reset() {
 	*x = ReloadConfigResponse{}
-	mi := &file_platform_admin_v1_admin_proto_msgTypes[49]
+	mi := &file_platform_admin_v1_admin_proto_msgTypes[52]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3533,7 +3701,7 @@ func (x *ReloadConfigResponse) String() string {
 func (*ReloadConfigResponse) ProtoMessage() {}
 
 func (x *ReloadConfigResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_platform_admin_v1_admin_proto_msgTypes[49]
+	mi := &file_platform_admin_v1_admin_proto_msgTypes[52]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3546,7 +3714,7 @@ func (x *ReloadConfigResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ReloadConfigResponse.ProtoReflect.Descriptor instead.
 func (*ReloadConfigResponse) Descriptor() ([]byte, []int) {
-	return file_platform_admin_v1_admin_proto_rawDescGZIP(), []int{49}
+	return file_platform_admin_v1_admin_proto_rawDescGZIP(), []int{52}
 }
 
 func (x *ReloadConfigResponse) GetServicesAdded() []string {
@@ -3625,7 +3793,7 @@ type ReplayPool struct {
 
 func (x *ReplayPool) Reset() {
 	*x = ReplayPool{}
-	mi := &file_platform_admin_v1_admin_proto_msgTypes[50]
+	mi := &file_platform_admin_v1_admin_proto_msgTypes[53]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3637,7 +3805,7 @@ func (x *ReplayPool) String() string {
 func (*ReplayPool) ProtoMessage() {}
 
 func (x *ReplayPool) ProtoReflect() protoreflect.Message {
-	mi := &file_platform_admin_v1_admin_proto_msgTypes[50]
+	mi := &file_platform_admin_v1_admin_proto_msgTypes[53]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3650,7 +3818,7 @@ func (x *ReplayPool) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ReplayPool.ProtoReflect.Descriptor instead.
 func (*ReplayPool) Descriptor() ([]byte, []int) {
-	return file_platform_admin_v1_admin_proto_rawDescGZIP(), []int{50}
+	return file_platform_admin_v1_admin_proto_rawDescGZIP(), []int{53}
 }
 
 func (x *ReplayPool) GetPool() string {
@@ -3740,7 +3908,7 @@ type Replay struct {
 
 func (x *Replay) Reset() {
 	*x = Replay{}
-	mi := &file_platform_admin_v1_admin_proto_msgTypes[51]
+	mi := &file_platform_admin_v1_admin_proto_msgTypes[54]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3752,7 +3920,7 @@ func (x *Replay) String() string {
 func (*Replay) ProtoMessage() {}
 
 func (x *Replay) ProtoReflect() protoreflect.Message {
-	mi := &file_platform_admin_v1_admin_proto_msgTypes[51]
+	mi := &file_platform_admin_v1_admin_proto_msgTypes[54]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3765,7 +3933,7 @@ func (x *Replay) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Replay.ProtoReflect.Descriptor instead.
 func (*Replay) Descriptor() ([]byte, []int) {
-	return file_platform_admin_v1_admin_proto_rawDescGZIP(), []int{51}
+	return file_platform_admin_v1_admin_proto_rawDescGZIP(), []int{54}
 }
 
 func (x *Replay) GetId() string {
@@ -3918,7 +4086,7 @@ type ReplayEventsRequest struct {
 
 func (x *ReplayEventsRequest) Reset() {
 	*x = ReplayEventsRequest{}
-	mi := &file_platform_admin_v1_admin_proto_msgTypes[52]
+	mi := &file_platform_admin_v1_admin_proto_msgTypes[55]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3930,7 +4098,7 @@ func (x *ReplayEventsRequest) String() string {
 func (*ReplayEventsRequest) ProtoMessage() {}
 
 func (x *ReplayEventsRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_platform_admin_v1_admin_proto_msgTypes[52]
+	mi := &file_platform_admin_v1_admin_proto_msgTypes[55]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3943,7 +4111,7 @@ func (x *ReplayEventsRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ReplayEventsRequest.ProtoReflect.Descriptor instead.
 func (*ReplayEventsRequest) Descriptor() ([]byte, []int) {
-	return file_platform_admin_v1_admin_proto_rawDescGZIP(), []int{52}
+	return file_platform_admin_v1_admin_proto_rawDescGZIP(), []int{55}
 }
 
 func (x *ReplayEventsRequest) GetService() string {
@@ -4020,7 +4188,7 @@ type ReplayEventsResponse struct {
 
 func (x *ReplayEventsResponse) Reset() {
 	*x = ReplayEventsResponse{}
-	mi := &file_platform_admin_v1_admin_proto_msgTypes[53]
+	mi := &file_platform_admin_v1_admin_proto_msgTypes[56]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4032,7 +4200,7 @@ func (x *ReplayEventsResponse) String() string {
 func (*ReplayEventsResponse) ProtoMessage() {}
 
 func (x *ReplayEventsResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_platform_admin_v1_admin_proto_msgTypes[53]
+	mi := &file_platform_admin_v1_admin_proto_msgTypes[56]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4045,7 +4213,7 @@ func (x *ReplayEventsResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ReplayEventsResponse.ProtoReflect.Descriptor instead.
 func (*ReplayEventsResponse) Descriptor() ([]byte, []int) {
-	return file_platform_admin_v1_admin_proto_rawDescGZIP(), []int{53}
+	return file_platform_admin_v1_admin_proto_rawDescGZIP(), []int{56}
 }
 
 func (x *ReplayEventsResponse) GetReplay() *Replay {
@@ -4068,7 +4236,7 @@ type GetReplayRequest struct {
 
 func (x *GetReplayRequest) Reset() {
 	*x = GetReplayRequest{}
-	mi := &file_platform_admin_v1_admin_proto_msgTypes[54]
+	mi := &file_platform_admin_v1_admin_proto_msgTypes[57]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4080,7 +4248,7 @@ func (x *GetReplayRequest) String() string {
 func (*GetReplayRequest) ProtoMessage() {}
 
 func (x *GetReplayRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_platform_admin_v1_admin_proto_msgTypes[54]
+	mi := &file_platform_admin_v1_admin_proto_msgTypes[57]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4093,7 +4261,7 @@ func (x *GetReplayRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use GetReplayRequest.ProtoReflect.Descriptor instead.
 func (*GetReplayRequest) Descriptor() ([]byte, []int) {
-	return file_platform_admin_v1_admin_proto_rawDescGZIP(), []int{54}
+	return file_platform_admin_v1_admin_proto_rawDescGZIP(), []int{57}
 }
 
 func (x *GetReplayRequest) GetService() string {
@@ -4121,7 +4289,7 @@ type GetReplayResponse struct {
 
 func (x *GetReplayResponse) Reset() {
 	*x = GetReplayResponse{}
-	mi := &file_platform_admin_v1_admin_proto_msgTypes[55]
+	mi := &file_platform_admin_v1_admin_proto_msgTypes[58]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4133,7 +4301,7 @@ func (x *GetReplayResponse) String() string {
 func (*GetReplayResponse) ProtoMessage() {}
 
 func (x *GetReplayResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_platform_admin_v1_admin_proto_msgTypes[55]
+	mi := &file_platform_admin_v1_admin_proto_msgTypes[58]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4146,7 +4314,7 @@ func (x *GetReplayResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use GetReplayResponse.ProtoReflect.Descriptor instead.
 func (*GetReplayResponse) Descriptor() ([]byte, []int) {
-	return file_platform_admin_v1_admin_proto_rawDescGZIP(), []int{55}
+	return file_platform_admin_v1_admin_proto_rawDescGZIP(), []int{58}
 }
 
 func (x *GetReplayResponse) GetReplay() *Replay {
@@ -4170,7 +4338,7 @@ type ListReplaysRequest struct {
 
 func (x *ListReplaysRequest) Reset() {
 	*x = ListReplaysRequest{}
-	mi := &file_platform_admin_v1_admin_proto_msgTypes[56]
+	mi := &file_platform_admin_v1_admin_proto_msgTypes[59]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4182,7 +4350,7 @@ func (x *ListReplaysRequest) String() string {
 func (*ListReplaysRequest) ProtoMessage() {}
 
 func (x *ListReplaysRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_platform_admin_v1_admin_proto_msgTypes[56]
+	mi := &file_platform_admin_v1_admin_proto_msgTypes[59]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4195,7 +4363,7 @@ func (x *ListReplaysRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListReplaysRequest.ProtoReflect.Descriptor instead.
 func (*ListReplaysRequest) Descriptor() ([]byte, []int) {
-	return file_platform_admin_v1_admin_proto_rawDescGZIP(), []int{56}
+	return file_platform_admin_v1_admin_proto_rawDescGZIP(), []int{59}
 }
 
 func (x *ListReplaysRequest) GetService() string {
@@ -4223,7 +4391,7 @@ type ListReplaysResponse struct {
 
 func (x *ListReplaysResponse) Reset() {
 	*x = ListReplaysResponse{}
-	mi := &file_platform_admin_v1_admin_proto_msgTypes[57]
+	mi := &file_platform_admin_v1_admin_proto_msgTypes[60]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4235,7 +4403,7 @@ func (x *ListReplaysResponse) String() string {
 func (*ListReplaysResponse) ProtoMessage() {}
 
 func (x *ListReplaysResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_platform_admin_v1_admin_proto_msgTypes[57]
+	mi := &file_platform_admin_v1_admin_proto_msgTypes[60]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4248,7 +4416,7 @@ func (x *ListReplaysResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListReplaysResponse.ProtoReflect.Descriptor instead.
 func (*ListReplaysResponse) Descriptor() ([]byte, []int) {
-	return file_platform_admin_v1_admin_proto_rawDescGZIP(), []int{57}
+	return file_platform_admin_v1_admin_proto_rawDescGZIP(), []int{60}
 }
 
 func (x *ListReplaysResponse) GetReplays() []*Replay {
@@ -4271,7 +4439,7 @@ type CancelReplayRequest struct {
 
 func (x *CancelReplayRequest) Reset() {
 	*x = CancelReplayRequest{}
-	mi := &file_platform_admin_v1_admin_proto_msgTypes[58]
+	mi := &file_platform_admin_v1_admin_proto_msgTypes[61]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4283,7 +4451,7 @@ func (x *CancelReplayRequest) String() string {
 func (*CancelReplayRequest) ProtoMessage() {}
 
 func (x *CancelReplayRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_platform_admin_v1_admin_proto_msgTypes[58]
+	mi := &file_platform_admin_v1_admin_proto_msgTypes[61]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4296,7 +4464,7 @@ func (x *CancelReplayRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use CancelReplayRequest.ProtoReflect.Descriptor instead.
 func (*CancelReplayRequest) Descriptor() ([]byte, []int) {
-	return file_platform_admin_v1_admin_proto_rawDescGZIP(), []int{58}
+	return file_platform_admin_v1_admin_proto_rawDescGZIP(), []int{61}
 }
 
 func (x *CancelReplayRequest) GetService() string {
@@ -4324,7 +4492,7 @@ type CancelReplayResponse struct {
 
 func (x *CancelReplayResponse) Reset() {
 	*x = CancelReplayResponse{}
-	mi := &file_platform_admin_v1_admin_proto_msgTypes[59]
+	mi := &file_platform_admin_v1_admin_proto_msgTypes[62]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4336,7 +4504,7 @@ func (x *CancelReplayResponse) String() string {
 func (*CancelReplayResponse) ProtoMessage() {}
 
 func (x *CancelReplayResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_platform_admin_v1_admin_proto_msgTypes[59]
+	mi := &file_platform_admin_v1_admin_proto_msgTypes[62]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4349,7 +4517,7 @@ func (x *CancelReplayResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use CancelReplayResponse.ProtoReflect.Descriptor instead.
 func (*CancelReplayResponse) Descriptor() ([]byte, []int) {
-	return file_platform_admin_v1_admin_proto_rawDescGZIP(), []int{59}
+	return file_platform_admin_v1_admin_proto_rawDescGZIP(), []int{62}
 }
 
 func (x *CancelReplayResponse) GetReplay() *Replay {
@@ -4395,7 +4563,7 @@ type FailureFilter struct {
 
 func (x *FailureFilter) Reset() {
 	*x = FailureFilter{}
-	mi := &file_platform_admin_v1_admin_proto_msgTypes[60]
+	mi := &file_platform_admin_v1_admin_proto_msgTypes[63]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4407,7 +4575,7 @@ func (x *FailureFilter) String() string {
 func (*FailureFilter) ProtoMessage() {}
 
 func (x *FailureFilter) ProtoReflect() protoreflect.Message {
-	mi := &file_platform_admin_v1_admin_proto_msgTypes[60]
+	mi := &file_platform_admin_v1_admin_proto_msgTypes[63]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4420,7 +4588,7 @@ func (x *FailureFilter) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use FailureFilter.ProtoReflect.Descriptor instead.
 func (*FailureFilter) Descriptor() ([]byte, []int) {
-	return file_platform_admin_v1_admin_proto_rawDescGZIP(), []int{60}
+	return file_platform_admin_v1_admin_proto_rawDescGZIP(), []int{63}
 }
 
 func (x *FailureFilter) GetService() string {
@@ -4564,7 +4732,7 @@ type FailedEvent struct {
 
 func (x *FailedEvent) Reset() {
 	*x = FailedEvent{}
-	mi := &file_platform_admin_v1_admin_proto_msgTypes[61]
+	mi := &file_platform_admin_v1_admin_proto_msgTypes[64]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4576,7 +4744,7 @@ func (x *FailedEvent) String() string {
 func (*FailedEvent) ProtoMessage() {}
 
 func (x *FailedEvent) ProtoReflect() protoreflect.Message {
-	mi := &file_platform_admin_v1_admin_proto_msgTypes[61]
+	mi := &file_platform_admin_v1_admin_proto_msgTypes[64]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4589,7 +4757,7 @@ func (x *FailedEvent) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use FailedEvent.ProtoReflect.Descriptor instead.
 func (*FailedEvent) Descriptor() ([]byte, []int) {
-	return file_platform_admin_v1_admin_proto_rawDescGZIP(), []int{61}
+	return file_platform_admin_v1_admin_proto_rawDescGZIP(), []int{64}
 }
 
 func (x *FailedEvent) GetId() string {
@@ -4785,7 +4953,7 @@ type FailedEventEdit struct {
 
 func (x *FailedEventEdit) Reset() {
 	*x = FailedEventEdit{}
-	mi := &file_platform_admin_v1_admin_proto_msgTypes[62]
+	mi := &file_platform_admin_v1_admin_proto_msgTypes[65]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4797,7 +4965,7 @@ func (x *FailedEventEdit) String() string {
 func (*FailedEventEdit) ProtoMessage() {}
 
 func (x *FailedEventEdit) ProtoReflect() protoreflect.Message {
-	mi := &file_platform_admin_v1_admin_proto_msgTypes[62]
+	mi := &file_platform_admin_v1_admin_proto_msgTypes[65]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4810,7 +4978,7 @@ func (x *FailedEventEdit) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use FailedEventEdit.ProtoReflect.Descriptor instead.
 func (*FailedEventEdit) Descriptor() ([]byte, []int) {
-	return file_platform_admin_v1_admin_proto_rawDescGZIP(), []int{62}
+	return file_platform_admin_v1_admin_proto_rawDescGZIP(), []int{65}
 }
 
 func (x *FailedEventEdit) GetEditedAt() *timestamppb.Timestamp {
@@ -4860,7 +5028,7 @@ type FailureGroup struct {
 
 func (x *FailureGroup) Reset() {
 	*x = FailureGroup{}
-	mi := &file_platform_admin_v1_admin_proto_msgTypes[63]
+	mi := &file_platform_admin_v1_admin_proto_msgTypes[66]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4872,7 +5040,7 @@ func (x *FailureGroup) String() string {
 func (*FailureGroup) ProtoMessage() {}
 
 func (x *FailureGroup) ProtoReflect() protoreflect.Message {
-	mi := &file_platform_admin_v1_admin_proto_msgTypes[63]
+	mi := &file_platform_admin_v1_admin_proto_msgTypes[66]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4885,7 +5053,7 @@ func (x *FailureGroup) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use FailureGroup.ProtoReflect.Descriptor instead.
 func (*FailureGroup) Descriptor() ([]byte, []int) {
-	return file_platform_admin_v1_admin_proto_rawDescGZIP(), []int{63}
+	return file_platform_admin_v1_admin_proto_rawDescGZIP(), []int{66}
 }
 
 func (x *FailureGroup) GetKey() map[string]string {
@@ -4967,7 +5135,7 @@ type FailureRetry struct {
 
 func (x *FailureRetry) Reset() {
 	*x = FailureRetry{}
-	mi := &file_platform_admin_v1_admin_proto_msgTypes[64]
+	mi := &file_platform_admin_v1_admin_proto_msgTypes[67]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4979,7 +5147,7 @@ func (x *FailureRetry) String() string {
 func (*FailureRetry) ProtoMessage() {}
 
 func (x *FailureRetry) ProtoReflect() protoreflect.Message {
-	mi := &file_platform_admin_v1_admin_proto_msgTypes[64]
+	mi := &file_platform_admin_v1_admin_proto_msgTypes[67]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4992,7 +5160,7 @@ func (x *FailureRetry) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use FailureRetry.ProtoReflect.Descriptor instead.
 func (*FailureRetry) Descriptor() ([]byte, []int) {
-	return file_platform_admin_v1_admin_proto_rawDescGZIP(), []int{64}
+	return file_platform_admin_v1_admin_proto_rawDescGZIP(), []int{67}
 }
 
 func (x *FailureRetry) GetId() string {
@@ -5130,7 +5298,7 @@ type ListFailureGroupsRequest struct {
 
 func (x *ListFailureGroupsRequest) Reset() {
 	*x = ListFailureGroupsRequest{}
-	mi := &file_platform_admin_v1_admin_proto_msgTypes[65]
+	mi := &file_platform_admin_v1_admin_proto_msgTypes[68]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -5142,7 +5310,7 @@ func (x *ListFailureGroupsRequest) String() string {
 func (*ListFailureGroupsRequest) ProtoMessage() {}
 
 func (x *ListFailureGroupsRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_platform_admin_v1_admin_proto_msgTypes[65]
+	mi := &file_platform_admin_v1_admin_proto_msgTypes[68]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -5155,7 +5323,7 @@ func (x *ListFailureGroupsRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListFailureGroupsRequest.ProtoReflect.Descriptor instead.
 func (*ListFailureGroupsRequest) Descriptor() ([]byte, []int) {
-	return file_platform_admin_v1_admin_proto_rawDescGZIP(), []int{65}
+	return file_platform_admin_v1_admin_proto_rawDescGZIP(), []int{68}
 }
 
 func (x *ListFailureGroupsRequest) GetService() string {
@@ -5211,7 +5379,7 @@ type ListFailureGroupsResponse struct {
 
 func (x *ListFailureGroupsResponse) Reset() {
 	*x = ListFailureGroupsResponse{}
-	mi := &file_platform_admin_v1_admin_proto_msgTypes[66]
+	mi := &file_platform_admin_v1_admin_proto_msgTypes[69]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -5223,7 +5391,7 @@ func (x *ListFailureGroupsResponse) String() string {
 func (*ListFailureGroupsResponse) ProtoMessage() {}
 
 func (x *ListFailureGroupsResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_platform_admin_v1_admin_proto_msgTypes[66]
+	mi := &file_platform_admin_v1_admin_proto_msgTypes[69]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -5236,7 +5404,7 @@ func (x *ListFailureGroupsResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListFailureGroupsResponse.ProtoReflect.Descriptor instead.
 func (*ListFailureGroupsResponse) Descriptor() ([]byte, []int) {
-	return file_platform_admin_v1_admin_proto_rawDescGZIP(), []int{66}
+	return file_platform_admin_v1_admin_proto_rawDescGZIP(), []int{69}
 }
 
 func (x *ListFailureGroupsResponse) GetGroups() []*FailureGroup {
@@ -5263,7 +5431,7 @@ type ListFailedEventsRequest struct {
 
 func (x *ListFailedEventsRequest) Reset() {
 	*x = ListFailedEventsRequest{}
-	mi := &file_platform_admin_v1_admin_proto_msgTypes[67]
+	mi := &file_platform_admin_v1_admin_proto_msgTypes[70]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -5275,7 +5443,7 @@ func (x *ListFailedEventsRequest) String() string {
 func (*ListFailedEventsRequest) ProtoMessage() {}
 
 func (x *ListFailedEventsRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_platform_admin_v1_admin_proto_msgTypes[67]
+	mi := &file_platform_admin_v1_admin_proto_msgTypes[70]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -5288,7 +5456,7 @@ func (x *ListFailedEventsRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListFailedEventsRequest.ProtoReflect.Descriptor instead.
 func (*ListFailedEventsRequest) Descriptor() ([]byte, []int) {
-	return file_platform_admin_v1_admin_proto_rawDescGZIP(), []int{67}
+	return file_platform_admin_v1_admin_proto_rawDescGZIP(), []int{70}
 }
 
 func (x *ListFailedEventsRequest) GetFilter() *FailureFilter {
@@ -5325,7 +5493,7 @@ type ListFailedEventsResponse struct {
 
 func (x *ListFailedEventsResponse) Reset() {
 	*x = ListFailedEventsResponse{}
-	mi := &file_platform_admin_v1_admin_proto_msgTypes[68]
+	mi := &file_platform_admin_v1_admin_proto_msgTypes[71]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -5337,7 +5505,7 @@ func (x *ListFailedEventsResponse) String() string {
 func (*ListFailedEventsResponse) ProtoMessage() {}
 
 func (x *ListFailedEventsResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_platform_admin_v1_admin_proto_msgTypes[68]
+	mi := &file_platform_admin_v1_admin_proto_msgTypes[71]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -5350,7 +5518,7 @@ func (x *ListFailedEventsResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListFailedEventsResponse.ProtoReflect.Descriptor instead.
 func (*ListFailedEventsResponse) Descriptor() ([]byte, []int) {
-	return file_platform_admin_v1_admin_proto_rawDescGZIP(), []int{68}
+	return file_platform_admin_v1_admin_proto_rawDescGZIP(), []int{71}
 }
 
 func (x *ListFailedEventsResponse) GetFailures() []*FailedEvent {
@@ -5378,7 +5546,7 @@ type GetFailedEventRequest struct {
 
 func (x *GetFailedEventRequest) Reset() {
 	*x = GetFailedEventRequest{}
-	mi := &file_platform_admin_v1_admin_proto_msgTypes[69]
+	mi := &file_platform_admin_v1_admin_proto_msgTypes[72]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -5390,7 +5558,7 @@ func (x *GetFailedEventRequest) String() string {
 func (*GetFailedEventRequest) ProtoMessage() {}
 
 func (x *GetFailedEventRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_platform_admin_v1_admin_proto_msgTypes[69]
+	mi := &file_platform_admin_v1_admin_proto_msgTypes[72]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -5403,7 +5571,7 @@ func (x *GetFailedEventRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use GetFailedEventRequest.ProtoReflect.Descriptor instead.
 func (*GetFailedEventRequest) Descriptor() ([]byte, []int) {
-	return file_platform_admin_v1_admin_proto_rawDescGZIP(), []int{69}
+	return file_platform_admin_v1_admin_proto_rawDescGZIP(), []int{72}
 }
 
 func (x *GetFailedEventRequest) GetId() string {
@@ -5426,7 +5594,7 @@ type GetFailedEventResponse struct {
 
 func (x *GetFailedEventResponse) Reset() {
 	*x = GetFailedEventResponse{}
-	mi := &file_platform_admin_v1_admin_proto_msgTypes[70]
+	mi := &file_platform_admin_v1_admin_proto_msgTypes[73]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -5438,7 +5606,7 @@ func (x *GetFailedEventResponse) String() string {
 func (*GetFailedEventResponse) ProtoMessage() {}
 
 func (x *GetFailedEventResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_platform_admin_v1_admin_proto_msgTypes[70]
+	mi := &file_platform_admin_v1_admin_proto_msgTypes[73]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -5451,7 +5619,7 @@ func (x *GetFailedEventResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use GetFailedEventResponse.ProtoReflect.Descriptor instead.
 func (*GetFailedEventResponse) Descriptor() ([]byte, []int) {
-	return file_platform_admin_v1_admin_proto_rawDescGZIP(), []int{70}
+	return file_platform_admin_v1_admin_proto_rawDescGZIP(), []int{73}
 }
 
 func (x *GetFailedEventResponse) GetFailure() *FailedEvent {
@@ -5490,7 +5658,7 @@ type RetryFailedEventsRequest struct {
 
 func (x *RetryFailedEventsRequest) Reset() {
 	*x = RetryFailedEventsRequest{}
-	mi := &file_platform_admin_v1_admin_proto_msgTypes[71]
+	mi := &file_platform_admin_v1_admin_proto_msgTypes[74]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -5502,7 +5670,7 @@ func (x *RetryFailedEventsRequest) String() string {
 func (*RetryFailedEventsRequest) ProtoMessage() {}
 
 func (x *RetryFailedEventsRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_platform_admin_v1_admin_proto_msgTypes[71]
+	mi := &file_platform_admin_v1_admin_proto_msgTypes[74]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -5515,7 +5683,7 @@ func (x *RetryFailedEventsRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RetryFailedEventsRequest.ProtoReflect.Descriptor instead.
 func (*RetryFailedEventsRequest) Descriptor() ([]byte, []int) {
-	return file_platform_admin_v1_admin_proto_rawDescGZIP(), []int{71}
+	return file_platform_admin_v1_admin_proto_rawDescGZIP(), []int{74}
 }
 
 func (x *RetryFailedEventsRequest) GetFilter() *FailureFilter {
@@ -5564,7 +5732,7 @@ type RetryFailedEventsResponse struct {
 
 func (x *RetryFailedEventsResponse) Reset() {
 	*x = RetryFailedEventsResponse{}
-	mi := &file_platform_admin_v1_admin_proto_msgTypes[72]
+	mi := &file_platform_admin_v1_admin_proto_msgTypes[75]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -5576,7 +5744,7 @@ func (x *RetryFailedEventsResponse) String() string {
 func (*RetryFailedEventsResponse) ProtoMessage() {}
 
 func (x *RetryFailedEventsResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_platform_admin_v1_admin_proto_msgTypes[72]
+	mi := &file_platform_admin_v1_admin_proto_msgTypes[75]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -5589,7 +5757,7 @@ func (x *RetryFailedEventsResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RetryFailedEventsResponse.ProtoReflect.Descriptor instead.
 func (*RetryFailedEventsResponse) Descriptor() ([]byte, []int) {
-	return file_platform_admin_v1_admin_proto_rawDescGZIP(), []int{72}
+	return file_platform_admin_v1_admin_proto_rawDescGZIP(), []int{75}
 }
 
 func (x *RetryFailedEventsResponse) GetRetry() *FailureRetry {
@@ -5612,7 +5780,7 @@ type GetFailureRetryRequest struct {
 
 func (x *GetFailureRetryRequest) Reset() {
 	*x = GetFailureRetryRequest{}
-	mi := &file_platform_admin_v1_admin_proto_msgTypes[73]
+	mi := &file_platform_admin_v1_admin_proto_msgTypes[76]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -5624,7 +5792,7 @@ func (x *GetFailureRetryRequest) String() string {
 func (*GetFailureRetryRequest) ProtoMessage() {}
 
 func (x *GetFailureRetryRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_platform_admin_v1_admin_proto_msgTypes[73]
+	mi := &file_platform_admin_v1_admin_proto_msgTypes[76]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -5637,7 +5805,7 @@ func (x *GetFailureRetryRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use GetFailureRetryRequest.ProtoReflect.Descriptor instead.
 func (*GetFailureRetryRequest) Descriptor() ([]byte, []int) {
-	return file_platform_admin_v1_admin_proto_rawDescGZIP(), []int{73}
+	return file_platform_admin_v1_admin_proto_rawDescGZIP(), []int{76}
 }
 
 func (x *GetFailureRetryRequest) GetService() string {
@@ -5665,7 +5833,7 @@ type GetFailureRetryResponse struct {
 
 func (x *GetFailureRetryResponse) Reset() {
 	*x = GetFailureRetryResponse{}
-	mi := &file_platform_admin_v1_admin_proto_msgTypes[74]
+	mi := &file_platform_admin_v1_admin_proto_msgTypes[77]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -5677,7 +5845,7 @@ func (x *GetFailureRetryResponse) String() string {
 func (*GetFailureRetryResponse) ProtoMessage() {}
 
 func (x *GetFailureRetryResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_platform_admin_v1_admin_proto_msgTypes[74]
+	mi := &file_platform_admin_v1_admin_proto_msgTypes[77]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -5690,7 +5858,7 @@ func (x *GetFailureRetryResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use GetFailureRetryResponse.ProtoReflect.Descriptor instead.
 func (*GetFailureRetryResponse) Descriptor() ([]byte, []int) {
-	return file_platform_admin_v1_admin_proto_rawDescGZIP(), []int{74}
+	return file_platform_admin_v1_admin_proto_rawDescGZIP(), []int{77}
 }
 
 func (x *GetFailureRetryResponse) GetRetry() *FailureRetry {
@@ -5714,7 +5882,7 @@ type ListFailureRetriesRequest struct {
 
 func (x *ListFailureRetriesRequest) Reset() {
 	*x = ListFailureRetriesRequest{}
-	mi := &file_platform_admin_v1_admin_proto_msgTypes[75]
+	mi := &file_platform_admin_v1_admin_proto_msgTypes[78]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -5726,7 +5894,7 @@ func (x *ListFailureRetriesRequest) String() string {
 func (*ListFailureRetriesRequest) ProtoMessage() {}
 
 func (x *ListFailureRetriesRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_platform_admin_v1_admin_proto_msgTypes[75]
+	mi := &file_platform_admin_v1_admin_proto_msgTypes[78]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -5739,7 +5907,7 @@ func (x *ListFailureRetriesRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListFailureRetriesRequest.ProtoReflect.Descriptor instead.
 func (*ListFailureRetriesRequest) Descriptor() ([]byte, []int) {
-	return file_platform_admin_v1_admin_proto_rawDescGZIP(), []int{75}
+	return file_platform_admin_v1_admin_proto_rawDescGZIP(), []int{78}
 }
 
 func (x *ListFailureRetriesRequest) GetService() string {
@@ -5767,7 +5935,7 @@ type ListFailureRetriesResponse struct {
 
 func (x *ListFailureRetriesResponse) Reset() {
 	*x = ListFailureRetriesResponse{}
-	mi := &file_platform_admin_v1_admin_proto_msgTypes[76]
+	mi := &file_platform_admin_v1_admin_proto_msgTypes[79]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -5779,7 +5947,7 @@ func (x *ListFailureRetriesResponse) String() string {
 func (*ListFailureRetriesResponse) ProtoMessage() {}
 
 func (x *ListFailureRetriesResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_platform_admin_v1_admin_proto_msgTypes[76]
+	mi := &file_platform_admin_v1_admin_proto_msgTypes[79]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -5792,7 +5960,7 @@ func (x *ListFailureRetriesResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListFailureRetriesResponse.ProtoReflect.Descriptor instead.
 func (*ListFailureRetriesResponse) Descriptor() ([]byte, []int) {
-	return file_platform_admin_v1_admin_proto_rawDescGZIP(), []int{76}
+	return file_platform_admin_v1_admin_proto_rawDescGZIP(), []int{79}
 }
 
 func (x *ListFailureRetriesResponse) GetRetries() []*FailureRetry {
@@ -5815,7 +5983,7 @@ type CancelFailureRetryRequest struct {
 
 func (x *CancelFailureRetryRequest) Reset() {
 	*x = CancelFailureRetryRequest{}
-	mi := &file_platform_admin_v1_admin_proto_msgTypes[77]
+	mi := &file_platform_admin_v1_admin_proto_msgTypes[80]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -5827,7 +5995,7 @@ func (x *CancelFailureRetryRequest) String() string {
 func (*CancelFailureRetryRequest) ProtoMessage() {}
 
 func (x *CancelFailureRetryRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_platform_admin_v1_admin_proto_msgTypes[77]
+	mi := &file_platform_admin_v1_admin_proto_msgTypes[80]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -5840,7 +6008,7 @@ func (x *CancelFailureRetryRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use CancelFailureRetryRequest.ProtoReflect.Descriptor instead.
 func (*CancelFailureRetryRequest) Descriptor() ([]byte, []int) {
-	return file_platform_admin_v1_admin_proto_rawDescGZIP(), []int{77}
+	return file_platform_admin_v1_admin_proto_rawDescGZIP(), []int{80}
 }
 
 func (x *CancelFailureRetryRequest) GetService() string {
@@ -5868,7 +6036,7 @@ type CancelFailureRetryResponse struct {
 
 func (x *CancelFailureRetryResponse) Reset() {
 	*x = CancelFailureRetryResponse{}
-	mi := &file_platform_admin_v1_admin_proto_msgTypes[78]
+	mi := &file_platform_admin_v1_admin_proto_msgTypes[81]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -5880,7 +6048,7 @@ func (x *CancelFailureRetryResponse) String() string {
 func (*CancelFailureRetryResponse) ProtoMessage() {}
 
 func (x *CancelFailureRetryResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_platform_admin_v1_admin_proto_msgTypes[78]
+	mi := &file_platform_admin_v1_admin_proto_msgTypes[81]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -5893,7 +6061,7 @@ func (x *CancelFailureRetryResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use CancelFailureRetryResponse.ProtoReflect.Descriptor instead.
 func (*CancelFailureRetryResponse) Descriptor() ([]byte, []int) {
-	return file_platform_admin_v1_admin_proto_rawDescGZIP(), []int{78}
+	return file_platform_admin_v1_admin_proto_rawDescGZIP(), []int{81}
 }
 
 func (x *CancelFailureRetryResponse) GetRetry() *FailureRetry {
@@ -5918,7 +6086,7 @@ type DiscardFailedEventsRequest struct {
 
 func (x *DiscardFailedEventsRequest) Reset() {
 	*x = DiscardFailedEventsRequest{}
-	mi := &file_platform_admin_v1_admin_proto_msgTypes[79]
+	mi := &file_platform_admin_v1_admin_proto_msgTypes[82]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -5930,7 +6098,7 @@ func (x *DiscardFailedEventsRequest) String() string {
 func (*DiscardFailedEventsRequest) ProtoMessage() {}
 
 func (x *DiscardFailedEventsRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_platform_admin_v1_admin_proto_msgTypes[79]
+	mi := &file_platform_admin_v1_admin_proto_msgTypes[82]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -5943,7 +6111,7 @@ func (x *DiscardFailedEventsRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use DiscardFailedEventsRequest.ProtoReflect.Descriptor instead.
 func (*DiscardFailedEventsRequest) Descriptor() ([]byte, []int) {
-	return file_platform_admin_v1_admin_proto_rawDescGZIP(), []int{79}
+	return file_platform_admin_v1_admin_proto_rawDescGZIP(), []int{82}
 }
 
 func (x *DiscardFailedEventsRequest) GetFilter() *FailureFilter {
@@ -5978,7 +6146,7 @@ type DiscardFailedEventsResponse struct {
 
 func (x *DiscardFailedEventsResponse) Reset() {
 	*x = DiscardFailedEventsResponse{}
-	mi := &file_platform_admin_v1_admin_proto_msgTypes[80]
+	mi := &file_platform_admin_v1_admin_proto_msgTypes[83]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -5990,7 +6158,7 @@ func (x *DiscardFailedEventsResponse) String() string {
 func (*DiscardFailedEventsResponse) ProtoMessage() {}
 
 func (x *DiscardFailedEventsResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_platform_admin_v1_admin_proto_msgTypes[80]
+	mi := &file_platform_admin_v1_admin_proto_msgTypes[83]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -6003,7 +6171,7 @@ func (x *DiscardFailedEventsResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use DiscardFailedEventsResponse.ProtoReflect.Descriptor instead.
 func (*DiscardFailedEventsResponse) Descriptor() ([]byte, []int) {
-	return file_platform_admin_v1_admin_proto_rawDescGZIP(), []int{80}
+	return file_platform_admin_v1_admin_proto_rawDescGZIP(), []int{83}
 }
 
 func (x *DiscardFailedEventsResponse) GetDiscarded() int64 {
@@ -6028,7 +6196,7 @@ type EditFailedEventRequest struct {
 
 func (x *EditFailedEventRequest) Reset() {
 	*x = EditFailedEventRequest{}
-	mi := &file_platform_admin_v1_admin_proto_msgTypes[81]
+	mi := &file_platform_admin_v1_admin_proto_msgTypes[84]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -6040,7 +6208,7 @@ func (x *EditFailedEventRequest) String() string {
 func (*EditFailedEventRequest) ProtoMessage() {}
 
 func (x *EditFailedEventRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_platform_admin_v1_admin_proto_msgTypes[81]
+	mi := &file_platform_admin_v1_admin_proto_msgTypes[84]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -6053,7 +6221,7 @@ func (x *EditFailedEventRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use EditFailedEventRequest.ProtoReflect.Descriptor instead.
 func (*EditFailedEventRequest) Descriptor() ([]byte, []int) {
-	return file_platform_admin_v1_admin_proto_rawDescGZIP(), []int{81}
+	return file_platform_admin_v1_admin_proto_rawDescGZIP(), []int{84}
 }
 
 func (x *EditFailedEventRequest) GetId() string {
@@ -6090,7 +6258,7 @@ type EditFailedEventResponse struct {
 
 func (x *EditFailedEventResponse) Reset() {
 	*x = EditFailedEventResponse{}
-	mi := &file_platform_admin_v1_admin_proto_msgTypes[82]
+	mi := &file_platform_admin_v1_admin_proto_msgTypes[85]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -6102,7 +6270,7 @@ func (x *EditFailedEventResponse) String() string {
 func (*EditFailedEventResponse) ProtoMessage() {}
 
 func (x *EditFailedEventResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_platform_admin_v1_admin_proto_msgTypes[82]
+	mi := &file_platform_admin_v1_admin_proto_msgTypes[85]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -6115,7 +6283,7 @@ func (x *EditFailedEventResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use EditFailedEventResponse.ProtoReflect.Descriptor instead.
 func (*EditFailedEventResponse) Descriptor() ([]byte, []int) {
-	return file_platform_admin_v1_admin_proto_rawDescGZIP(), []int{82}
+	return file_platform_admin_v1_admin_proto_rawDescGZIP(), []int{85}
 }
 
 func (x *EditFailedEventResponse) GetFailure() *FailedEvent {
@@ -6210,7 +6378,17 @@ const file_platform_admin_v1_admin_proto_rawDesc = "" +
 	"\x14original_routing_key\x18\b \x01(\tR\x12originalRoutingKey\"\x15\n" +
 	"\x13ListServicesRequest\"N\n" +
 	"\x14ListServicesResponse\x126\n" +
-	"\bservices\x18\x01 \x03(\v2\x1a.platform.admin.v1.ServiceR\bservices\",\n" +
+	"\bservices\x18\x01 \x03(\v2\x1a.platform.admin.v1.ServiceR\bservices\"\x18\n" +
+	"\x16ListDelayQueuesRequest\"[\n" +
+	"\x17ListDelayQueuesResponse\x12@\n" +
+	"\fdelay_queues\x18\x01 \x03(\v2\x1d.platform.admin.v1.DelayQueueR\vdelayQueues\"\x99\x01\n" +
+	"\n" +
+	"DelayQueue\x12\x12\n" +
+	"\x04name\x18\x01 \x01(\tR\x04name\x12/\n" +
+	"\x05delay\x18\x02 \x01(\v2\x19.google.protobuf.DurationR\x05delay\x12\x1a\n" +
+	"\bmessages\x18\x03 \x01(\x03R\bmessages\x12\x14\n" +
+	"\x05pools\x18\x04 \x03(\tR\x05pools\x12\x14\n" +
+	"\x05error\x18\x05 \x01(\tR\x05error\",\n" +
 	"\x10ListPoolsRequest\x12\x18\n" +
 	"\aservice\x18\x01 \x01(\tR\aservice\"B\n" +
 	"\x11ListPoolsResponse\x12-\n" +
@@ -6593,10 +6771,11 @@ const file_platform_admin_v1_admin_proto_rawDesc = "" +
 	"\rDiscardParked\x12\x1e\n" +
 	"\x1aDISCARD_PARKED_UNSPECIFIED\x10\x00\x12\x1a\n" +
 	"\x16DISCARD_PARKED_RELEASE\x10\x01\x12\x1a\n" +
-	"\x16DISCARD_PARKED_DISCARD\x10\x022\x88\x19\n" +
+	"\x16DISCARD_PARKED_DISCARD\x10\x022\xf2\x19\n" +
 	"\fAdminService\x12_\n" +
 	"\fListServices\x12&.platform.admin.v1.ListServicesRequest\x1a'.platform.admin.v1.ListServicesResponse\x12V\n" +
-	"\tListPools\x12#.platform.admin.v1.ListPoolsRequest\x1a$.platform.admin.v1.ListPoolsResponse\x12V\n" +
+	"\tListPools\x12#.platform.admin.v1.ListPoolsRequest\x1a$.platform.admin.v1.ListPoolsResponse\x12h\n" +
+	"\x0fListDelayQueues\x12).platform.admin.v1.ListDelayQueuesRequest\x1a*.platform.admin.v1.ListDelayQueuesResponse\x12V\n" +
 	"\tPausePool\x12#.platform.admin.v1.PausePoolRequest\x1a$.platform.admin.v1.PausePoolResponse\x12Y\n" +
 	"\n" +
 	"ResumePool\x12$.platform.admin.v1.ResumePoolRequest\x1a%.platform.admin.v1.ResumePoolResponse\x12b\n" +
@@ -6646,7 +6825,7 @@ func file_platform_admin_v1_admin_proto_rawDescGZIP() []byte {
 }
 
 var file_platform_admin_v1_admin_proto_enumTypes = make([]protoimpl.EnumInfo, 4)
-var file_platform_admin_v1_admin_proto_msgTypes = make([]protoimpl.MessageInfo, 84)
+var file_platform_admin_v1_admin_proto_msgTypes = make([]protoimpl.MessageInfo, 87)
 var file_platform_admin_v1_admin_proto_goTypes = []any{
 	(PoolState)(0),                      // 0: platform.admin.v1.PoolState
 	(ReplayState)(0),                    // 1: platform.admin.v1.ReplayState
@@ -6660,250 +6839,257 @@ var file_platform_admin_v1_admin_proto_goTypes = []any{
 	(*FailedMessage)(nil),               // 9: platform.admin.v1.FailedMessage
 	(*ListServicesRequest)(nil),         // 10: platform.admin.v1.ListServicesRequest
 	(*ListServicesResponse)(nil),        // 11: platform.admin.v1.ListServicesResponse
-	(*ListPoolsRequest)(nil),            // 12: platform.admin.v1.ListPoolsRequest
-	(*ListPoolsResponse)(nil),           // 13: platform.admin.v1.ListPoolsResponse
-	(*PausePoolRequest)(nil),            // 14: platform.admin.v1.PausePoolRequest
-	(*PausePoolResponse)(nil),           // 15: platform.admin.v1.PausePoolResponse
-	(*ResumePoolRequest)(nil),           // 16: platform.admin.v1.ResumePoolRequest
-	(*ResumePoolResponse)(nil),          // 17: platform.admin.v1.ResumePoolResponse
-	(*PoolLimits)(nil),                  // 18: platform.admin.v1.PoolLimits
-	(*SetPoolLimitsRequest)(nil),        // 19: platform.admin.v1.SetPoolLimitsRequest
-	(*SetPoolLimitsResponse)(nil),       // 20: platform.admin.v1.SetPoolLimitsResponse
-	(*GetPoolLimitsRequest)(nil),        // 21: platform.admin.v1.GetPoolLimitsRequest
-	(*GetPoolLimitsResponse)(nil),       // 22: platform.admin.v1.GetPoolLimitsResponse
-	(*ServicePause)(nil),                // 23: platform.admin.v1.ServicePause
-	(*PauseAllRequest)(nil),             // 24: platform.admin.v1.PauseAllRequest
-	(*PauseAllResponse)(nil),            // 25: platform.admin.v1.PauseAllResponse
-	(*ResumeAllRequest)(nil),            // 26: platform.admin.v1.ResumeAllRequest
-	(*ResumeAllResponse)(nil),           // 27: platform.admin.v1.ResumeAllResponse
-	(*LookupEventRequest)(nil),          // 28: platform.admin.v1.LookupEventRequest
-	(*LookupEventResponse)(nil),         // 29: platform.admin.v1.LookupEventResponse
-	(*GetHorizonRequest)(nil),           // 30: platform.admin.v1.GetHorizonRequest
-	(*GetHorizonResponse)(nil),          // 31: platform.admin.v1.GetHorizonResponse
-	(*SetHorizonRequest)(nil),           // 32: platform.admin.v1.SetHorizonRequest
-	(*SetHorizonResponse)(nil),          // 33: platform.admin.v1.SetHorizonResponse
-	(*AdviseHorizonRequest)(nil),        // 34: platform.admin.v1.AdviseHorizonRequest
-	(*AdviseHorizonResponse)(nil),       // 35: platform.admin.v1.AdviseHorizonResponse
-	(*HorizonAdvice)(nil),               // 36: platform.admin.v1.HorizonAdvice
-	(*DuplicateAgeSource)(nil),          // 37: platform.admin.v1.DuplicateAgeSource
-	(*ArchiveReach)(nil),                // 38: platform.admin.v1.ArchiveReach
-	(*RunPurgeRequest)(nil),             // 39: platform.admin.v1.RunPurgeRequest
-	(*RunPurgeResponse)(nil),            // 40: platform.admin.v1.RunPurgeResponse
-	(*ListPurgeRunsRequest)(nil),        // 41: platform.admin.v1.ListPurgeRunsRequest
-	(*ListPurgeRunsResponse)(nil),       // 42: platform.admin.v1.ListPurgeRunsResponse
-	(*ListFailedMessagesRequest)(nil),   // 43: platform.admin.v1.ListFailedMessagesRequest
-	(*ListFailedMessagesResponse)(nil),  // 44: platform.admin.v1.ListFailedMessagesResponse
-	(*RetryFailedMessagesRequest)(nil),  // 45: platform.admin.v1.RetryFailedMessagesRequest
-	(*RetryFailedMessagesResponse)(nil), // 46: platform.admin.v1.RetryFailedMessagesResponse
-	(*DescribeServiceRequest)(nil),      // 47: platform.admin.v1.DescribeServiceRequest
-	(*DescribeServiceResponse)(nil),     // 48: platform.admin.v1.DescribeServiceResponse
-	(*AuditEntry)(nil),                  // 49: platform.admin.v1.AuditEntry
-	(*ListAuditRequest)(nil),            // 50: platform.admin.v1.ListAuditRequest
-	(*ListAuditResponse)(nil),           // 51: platform.admin.v1.ListAuditResponse
-	(*ReloadConfigRequest)(nil),         // 52: platform.admin.v1.ReloadConfigRequest
-	(*ReloadConfigResponse)(nil),        // 53: platform.admin.v1.ReloadConfigResponse
-	(*ReplayPool)(nil),                  // 54: platform.admin.v1.ReplayPool
-	(*Replay)(nil),                      // 55: platform.admin.v1.Replay
-	(*ReplayEventsRequest)(nil),         // 56: platform.admin.v1.ReplayEventsRequest
-	(*ReplayEventsResponse)(nil),        // 57: platform.admin.v1.ReplayEventsResponse
-	(*GetReplayRequest)(nil),            // 58: platform.admin.v1.GetReplayRequest
-	(*GetReplayResponse)(nil),           // 59: platform.admin.v1.GetReplayResponse
-	(*ListReplaysRequest)(nil),          // 60: platform.admin.v1.ListReplaysRequest
-	(*ListReplaysResponse)(nil),         // 61: platform.admin.v1.ListReplaysResponse
-	(*CancelReplayRequest)(nil),         // 62: platform.admin.v1.CancelReplayRequest
-	(*CancelReplayResponse)(nil),        // 63: platform.admin.v1.CancelReplayResponse
-	(*FailureFilter)(nil),               // 64: platform.admin.v1.FailureFilter
-	(*FailedEvent)(nil),                 // 65: platform.admin.v1.FailedEvent
-	(*FailedEventEdit)(nil),             // 66: platform.admin.v1.FailedEventEdit
-	(*FailureGroup)(nil),                // 67: platform.admin.v1.FailureGroup
-	(*FailureRetry)(nil),                // 68: platform.admin.v1.FailureRetry
-	(*ListFailureGroupsRequest)(nil),    // 69: platform.admin.v1.ListFailureGroupsRequest
-	(*ListFailureGroupsResponse)(nil),   // 70: platform.admin.v1.ListFailureGroupsResponse
-	(*ListFailedEventsRequest)(nil),     // 71: platform.admin.v1.ListFailedEventsRequest
-	(*ListFailedEventsResponse)(nil),    // 72: platform.admin.v1.ListFailedEventsResponse
-	(*GetFailedEventRequest)(nil),       // 73: platform.admin.v1.GetFailedEventRequest
-	(*GetFailedEventResponse)(nil),      // 74: platform.admin.v1.GetFailedEventResponse
-	(*RetryFailedEventsRequest)(nil),    // 75: platform.admin.v1.RetryFailedEventsRequest
-	(*RetryFailedEventsResponse)(nil),   // 76: platform.admin.v1.RetryFailedEventsResponse
-	(*GetFailureRetryRequest)(nil),      // 77: platform.admin.v1.GetFailureRetryRequest
-	(*GetFailureRetryResponse)(nil),     // 78: platform.admin.v1.GetFailureRetryResponse
-	(*ListFailureRetriesRequest)(nil),   // 79: platform.admin.v1.ListFailureRetriesRequest
-	(*ListFailureRetriesResponse)(nil),  // 80: platform.admin.v1.ListFailureRetriesResponse
-	(*CancelFailureRetryRequest)(nil),   // 81: platform.admin.v1.CancelFailureRetryRequest
-	(*CancelFailureRetryResponse)(nil),  // 82: platform.admin.v1.CancelFailureRetryResponse
-	(*DiscardFailedEventsRequest)(nil),  // 83: platform.admin.v1.DiscardFailedEventsRequest
-	(*DiscardFailedEventsResponse)(nil), // 84: platform.admin.v1.DiscardFailedEventsResponse
-	(*EditFailedEventRequest)(nil),      // 85: platform.admin.v1.EditFailedEventRequest
-	(*EditFailedEventResponse)(nil),     // 86: platform.admin.v1.EditFailedEventResponse
-	nil,                                 // 87: platform.admin.v1.FailureGroup.KeyEntry
-	(*durationpb.Duration)(nil),         // 88: google.protobuf.Duration
-	(*timestamppb.Timestamp)(nil),       // 89: google.protobuf.Timestamp
-	(*structpb.Struct)(nil),             // 90: google.protobuf.Struct
+	(*ListDelayQueuesRequest)(nil),      // 12: platform.admin.v1.ListDelayQueuesRequest
+	(*ListDelayQueuesResponse)(nil),     // 13: platform.admin.v1.ListDelayQueuesResponse
+	(*DelayQueue)(nil),                  // 14: platform.admin.v1.DelayQueue
+	(*ListPoolsRequest)(nil),            // 15: platform.admin.v1.ListPoolsRequest
+	(*ListPoolsResponse)(nil),           // 16: platform.admin.v1.ListPoolsResponse
+	(*PausePoolRequest)(nil),            // 17: platform.admin.v1.PausePoolRequest
+	(*PausePoolResponse)(nil),           // 18: platform.admin.v1.PausePoolResponse
+	(*ResumePoolRequest)(nil),           // 19: platform.admin.v1.ResumePoolRequest
+	(*ResumePoolResponse)(nil),          // 20: platform.admin.v1.ResumePoolResponse
+	(*PoolLimits)(nil),                  // 21: platform.admin.v1.PoolLimits
+	(*SetPoolLimitsRequest)(nil),        // 22: platform.admin.v1.SetPoolLimitsRequest
+	(*SetPoolLimitsResponse)(nil),       // 23: platform.admin.v1.SetPoolLimitsResponse
+	(*GetPoolLimitsRequest)(nil),        // 24: platform.admin.v1.GetPoolLimitsRequest
+	(*GetPoolLimitsResponse)(nil),       // 25: platform.admin.v1.GetPoolLimitsResponse
+	(*ServicePause)(nil),                // 26: platform.admin.v1.ServicePause
+	(*PauseAllRequest)(nil),             // 27: platform.admin.v1.PauseAllRequest
+	(*PauseAllResponse)(nil),            // 28: platform.admin.v1.PauseAllResponse
+	(*ResumeAllRequest)(nil),            // 29: platform.admin.v1.ResumeAllRequest
+	(*ResumeAllResponse)(nil),           // 30: platform.admin.v1.ResumeAllResponse
+	(*LookupEventRequest)(nil),          // 31: platform.admin.v1.LookupEventRequest
+	(*LookupEventResponse)(nil),         // 32: platform.admin.v1.LookupEventResponse
+	(*GetHorizonRequest)(nil),           // 33: platform.admin.v1.GetHorizonRequest
+	(*GetHorizonResponse)(nil),          // 34: platform.admin.v1.GetHorizonResponse
+	(*SetHorizonRequest)(nil),           // 35: platform.admin.v1.SetHorizonRequest
+	(*SetHorizonResponse)(nil),          // 36: platform.admin.v1.SetHorizonResponse
+	(*AdviseHorizonRequest)(nil),        // 37: platform.admin.v1.AdviseHorizonRequest
+	(*AdviseHorizonResponse)(nil),       // 38: platform.admin.v1.AdviseHorizonResponse
+	(*HorizonAdvice)(nil),               // 39: platform.admin.v1.HorizonAdvice
+	(*DuplicateAgeSource)(nil),          // 40: platform.admin.v1.DuplicateAgeSource
+	(*ArchiveReach)(nil),                // 41: platform.admin.v1.ArchiveReach
+	(*RunPurgeRequest)(nil),             // 42: platform.admin.v1.RunPurgeRequest
+	(*RunPurgeResponse)(nil),            // 43: platform.admin.v1.RunPurgeResponse
+	(*ListPurgeRunsRequest)(nil),        // 44: platform.admin.v1.ListPurgeRunsRequest
+	(*ListPurgeRunsResponse)(nil),       // 45: platform.admin.v1.ListPurgeRunsResponse
+	(*ListFailedMessagesRequest)(nil),   // 46: platform.admin.v1.ListFailedMessagesRequest
+	(*ListFailedMessagesResponse)(nil),  // 47: platform.admin.v1.ListFailedMessagesResponse
+	(*RetryFailedMessagesRequest)(nil),  // 48: platform.admin.v1.RetryFailedMessagesRequest
+	(*RetryFailedMessagesResponse)(nil), // 49: platform.admin.v1.RetryFailedMessagesResponse
+	(*DescribeServiceRequest)(nil),      // 50: platform.admin.v1.DescribeServiceRequest
+	(*DescribeServiceResponse)(nil),     // 51: platform.admin.v1.DescribeServiceResponse
+	(*AuditEntry)(nil),                  // 52: platform.admin.v1.AuditEntry
+	(*ListAuditRequest)(nil),            // 53: platform.admin.v1.ListAuditRequest
+	(*ListAuditResponse)(nil),           // 54: platform.admin.v1.ListAuditResponse
+	(*ReloadConfigRequest)(nil),         // 55: platform.admin.v1.ReloadConfigRequest
+	(*ReloadConfigResponse)(nil),        // 56: platform.admin.v1.ReloadConfigResponse
+	(*ReplayPool)(nil),                  // 57: platform.admin.v1.ReplayPool
+	(*Replay)(nil),                      // 58: platform.admin.v1.Replay
+	(*ReplayEventsRequest)(nil),         // 59: platform.admin.v1.ReplayEventsRequest
+	(*ReplayEventsResponse)(nil),        // 60: platform.admin.v1.ReplayEventsResponse
+	(*GetReplayRequest)(nil),            // 61: platform.admin.v1.GetReplayRequest
+	(*GetReplayResponse)(nil),           // 62: platform.admin.v1.GetReplayResponse
+	(*ListReplaysRequest)(nil),          // 63: platform.admin.v1.ListReplaysRequest
+	(*ListReplaysResponse)(nil),         // 64: platform.admin.v1.ListReplaysResponse
+	(*CancelReplayRequest)(nil),         // 65: platform.admin.v1.CancelReplayRequest
+	(*CancelReplayResponse)(nil),        // 66: platform.admin.v1.CancelReplayResponse
+	(*FailureFilter)(nil),               // 67: platform.admin.v1.FailureFilter
+	(*FailedEvent)(nil),                 // 68: platform.admin.v1.FailedEvent
+	(*FailedEventEdit)(nil),             // 69: platform.admin.v1.FailedEventEdit
+	(*FailureGroup)(nil),                // 70: platform.admin.v1.FailureGroup
+	(*FailureRetry)(nil),                // 71: platform.admin.v1.FailureRetry
+	(*ListFailureGroupsRequest)(nil),    // 72: platform.admin.v1.ListFailureGroupsRequest
+	(*ListFailureGroupsResponse)(nil),   // 73: platform.admin.v1.ListFailureGroupsResponse
+	(*ListFailedEventsRequest)(nil),     // 74: platform.admin.v1.ListFailedEventsRequest
+	(*ListFailedEventsResponse)(nil),    // 75: platform.admin.v1.ListFailedEventsResponse
+	(*GetFailedEventRequest)(nil),       // 76: platform.admin.v1.GetFailedEventRequest
+	(*GetFailedEventResponse)(nil),      // 77: platform.admin.v1.GetFailedEventResponse
+	(*RetryFailedEventsRequest)(nil),    // 78: platform.admin.v1.RetryFailedEventsRequest
+	(*RetryFailedEventsResponse)(nil),   // 79: platform.admin.v1.RetryFailedEventsResponse
+	(*GetFailureRetryRequest)(nil),      // 80: platform.admin.v1.GetFailureRetryRequest
+	(*GetFailureRetryResponse)(nil),     // 81: platform.admin.v1.GetFailureRetryResponse
+	(*ListFailureRetriesRequest)(nil),   // 82: platform.admin.v1.ListFailureRetriesRequest
+	(*ListFailureRetriesResponse)(nil),  // 83: platform.admin.v1.ListFailureRetriesResponse
+	(*CancelFailureRetryRequest)(nil),   // 84: platform.admin.v1.CancelFailureRetryRequest
+	(*CancelFailureRetryResponse)(nil),  // 85: platform.admin.v1.CancelFailureRetryResponse
+	(*DiscardFailedEventsRequest)(nil),  // 86: platform.admin.v1.DiscardFailedEventsRequest
+	(*DiscardFailedEventsResponse)(nil), // 87: platform.admin.v1.DiscardFailedEventsResponse
+	(*EditFailedEventRequest)(nil),      // 88: platform.admin.v1.EditFailedEventRequest
+	(*EditFailedEventResponse)(nil),     // 89: platform.admin.v1.EditFailedEventResponse
+	nil,                                 // 90: platform.admin.v1.FailureGroup.KeyEntry
+	(*durationpb.Duration)(nil),         // 91: google.protobuf.Duration
+	(*timestamppb.Timestamp)(nil),       // 92: google.protobuf.Timestamp
+	(*structpb.Struct)(nil),             // 93: google.protobuf.Struct
 }
 var file_platform_admin_v1_admin_proto_depIdxs = []int32{
-	88,  // 0: platform.admin.v1.Service.horizon:type_name -> google.protobuf.Duration
-	88,  // 1: platform.admin.v1.Service.min_horizon:type_name -> google.protobuf.Duration
-	89,  // 2: platform.admin.v1.Service.last_purge:type_name -> google.protobuf.Timestamp
-	88,  // 3: platform.admin.v1.Service.outbox_oldest:type_name -> google.protobuf.Duration
+	91,  // 0: platform.admin.v1.Service.horizon:type_name -> google.protobuf.Duration
+	91,  // 1: platform.admin.v1.Service.min_horizon:type_name -> google.protobuf.Duration
+	92,  // 2: platform.admin.v1.Service.last_purge:type_name -> google.protobuf.Timestamp
+	91,  // 3: platform.admin.v1.Service.outbox_oldest:type_name -> google.protobuf.Duration
 	0,   // 4: platform.admin.v1.Pool.state:type_name -> platform.admin.v1.PoolState
-	89,  // 5: platform.admin.v1.LookupResult.processed_at:type_name -> google.protobuf.Timestamp
-	89,  // 6: platform.admin.v1.LookupResult.purgeable_at:type_name -> google.protobuf.Timestamp
-	88,  // 7: platform.admin.v1.Horizon.horizon:type_name -> google.protobuf.Duration
-	88,  // 8: platform.admin.v1.Horizon.min_horizon:type_name -> google.protobuf.Duration
-	89,  // 9: platform.admin.v1.Horizon.updated_at:type_name -> google.protobuf.Timestamp
-	88,  // 10: platform.admin.v1.Horizon.horizon_in_force:type_name -> google.protobuf.Duration
-	88,  // 11: platform.admin.v1.Horizon.partition_width:type_name -> google.protobuf.Duration
-	89,  // 12: platform.admin.v1.PurgeRun.cutoff:type_name -> google.protobuf.Timestamp
-	89,  // 13: platform.admin.v1.PurgeRun.started_at:type_name -> google.protobuf.Timestamp
-	89,  // 14: platform.admin.v1.PurgeRun.finished_at:type_name -> google.protobuf.Timestamp
-	89,  // 15: platform.admin.v1.FailedMessage.failed_at:type_name -> google.protobuf.Timestamp
+	92,  // 5: platform.admin.v1.LookupResult.processed_at:type_name -> google.protobuf.Timestamp
+	92,  // 6: platform.admin.v1.LookupResult.purgeable_at:type_name -> google.protobuf.Timestamp
+	91,  // 7: platform.admin.v1.Horizon.horizon:type_name -> google.protobuf.Duration
+	91,  // 8: platform.admin.v1.Horizon.min_horizon:type_name -> google.protobuf.Duration
+	92,  // 9: platform.admin.v1.Horizon.updated_at:type_name -> google.protobuf.Timestamp
+	91,  // 10: platform.admin.v1.Horizon.horizon_in_force:type_name -> google.protobuf.Duration
+	91,  // 11: platform.admin.v1.Horizon.partition_width:type_name -> google.protobuf.Duration
+	92,  // 12: platform.admin.v1.PurgeRun.cutoff:type_name -> google.protobuf.Timestamp
+	92,  // 13: platform.admin.v1.PurgeRun.started_at:type_name -> google.protobuf.Timestamp
+	92,  // 14: platform.admin.v1.PurgeRun.finished_at:type_name -> google.protobuf.Timestamp
+	92,  // 15: platform.admin.v1.FailedMessage.failed_at:type_name -> google.protobuf.Timestamp
 	4,   // 16: platform.admin.v1.ListServicesResponse.services:type_name -> platform.admin.v1.Service
-	5,   // 17: platform.admin.v1.ListPoolsResponse.pools:type_name -> platform.admin.v1.Pool
-	5,   // 18: platform.admin.v1.PausePoolResponse.pool:type_name -> platform.admin.v1.Pool
-	5,   // 19: platform.admin.v1.ResumePoolResponse.pool:type_name -> platform.admin.v1.Pool
-	89,  // 20: platform.admin.v1.PoolLimits.updated_at:type_name -> google.protobuf.Timestamp
-	18,  // 21: platform.admin.v1.SetPoolLimitsResponse.limits:type_name -> platform.admin.v1.PoolLimits
-	18,  // 22: platform.admin.v1.GetPoolLimitsResponse.limits:type_name -> platform.admin.v1.PoolLimits
-	89,  // 23: platform.admin.v1.ServicePause.updated_at:type_name -> google.protobuf.Timestamp
-	23,  // 24: platform.admin.v1.PauseAllResponse.services:type_name -> platform.admin.v1.ServicePause
-	23,  // 25: platform.admin.v1.ResumeAllResponse.services:type_name -> platform.admin.v1.ServicePause
-	6,   // 26: platform.admin.v1.LookupEventResponse.results:type_name -> platform.admin.v1.LookupResult
-	7,   // 27: platform.admin.v1.GetHorizonResponse.horizon:type_name -> platform.admin.v1.Horizon
-	88,  // 28: platform.admin.v1.SetHorizonRequest.horizon:type_name -> google.protobuf.Duration
-	7,   // 29: platform.admin.v1.SetHorizonResponse.horizon:type_name -> platform.admin.v1.Horizon
-	88,  // 30: platform.admin.v1.AdviseHorizonRequest.window:type_name -> google.protobuf.Duration
-	36,  // 31: platform.admin.v1.AdviseHorizonResponse.advice:type_name -> platform.admin.v1.HorizonAdvice
-	88,  // 32: platform.admin.v1.HorizonAdvice.window:type_name -> google.protobuf.Duration
-	37,  // 33: platform.admin.v1.HorizonAdvice.sources:type_name -> platform.admin.v1.DuplicateAgeSource
-	38,  // 34: platform.admin.v1.HorizonAdvice.archives:type_name -> platform.admin.v1.ArchiveReach
-	88,  // 35: platform.admin.v1.HorizonAdvice.horizon:type_name -> google.protobuf.Duration
-	88,  // 36: platform.admin.v1.HorizonAdvice.advised:type_name -> google.protobuf.Duration
-	88,  // 37: platform.admin.v1.HorizonAdvice.min_horizon:type_name -> google.protobuf.Duration
-	88,  // 38: platform.admin.v1.DuplicateAgeSource.p99:type_name -> google.protobuf.Duration
-	88,  // 39: platform.admin.v1.DuplicateAgeSource.p999:type_name -> google.protobuf.Duration
-	88,  // 40: platform.admin.v1.DuplicateAgeSource.max:type_name -> google.protobuf.Duration
-	88,  // 41: platform.admin.v1.ArchiveReach.archive:type_name -> google.protobuf.Duration
-	8,   // 42: platform.admin.v1.RunPurgeResponse.run:type_name -> platform.admin.v1.PurgeRun
-	8,   // 43: platform.admin.v1.ListPurgeRunsResponse.runs:type_name -> platform.admin.v1.PurgeRun
-	9,   // 44: platform.admin.v1.ListFailedMessagesResponse.messages:type_name -> platform.admin.v1.FailedMessage
-	88,  // 45: platform.admin.v1.DescribeServiceResponse.retry_span:type_name -> google.protobuf.Duration
-	8,   // 46: platform.admin.v1.DescribeServiceResponse.last_run:type_name -> platform.admin.v1.PurgeRun
-	89,  // 47: platform.admin.v1.AuditEntry.at:type_name -> google.protobuf.Timestamp
-	90,  // 48: platform.admin.v1.AuditEntry.detail:type_name -> google.protobuf.Struct
-	49,  // 49: platform.admin.v1.ListAuditResponse.entries:type_name -> platform.admin.v1.AuditEntry
-	1,   // 50: platform.admin.v1.Replay.state:type_name -> platform.admin.v1.ReplayState
-	54,  // 51: platform.admin.v1.Replay.pools:type_name -> platform.admin.v1.ReplayPool
-	89,  // 52: platform.admin.v1.Replay.created_at:type_name -> google.protobuf.Timestamp
-	89,  // 53: platform.admin.v1.Replay.finished_at:type_name -> google.protobuf.Timestamp
-	89,  // 54: platform.admin.v1.Replay.from:type_name -> google.protobuf.Timestamp
-	89,  // 55: platform.admin.v1.Replay.to:type_name -> google.protobuf.Timestamp
-	89,  // 56: platform.admin.v1.ReplayEventsRequest.from:type_name -> google.protobuf.Timestamp
-	89,  // 57: platform.admin.v1.ReplayEventsRequest.to:type_name -> google.protobuf.Timestamp
-	55,  // 58: platform.admin.v1.ReplayEventsResponse.replay:type_name -> platform.admin.v1.Replay
-	55,  // 59: platform.admin.v1.GetReplayResponse.replay:type_name -> platform.admin.v1.Replay
-	55,  // 60: platform.admin.v1.ListReplaysResponse.replays:type_name -> platform.admin.v1.Replay
-	55,  // 61: platform.admin.v1.CancelReplayResponse.replay:type_name -> platform.admin.v1.Replay
-	89,  // 62: platform.admin.v1.FailureFilter.from:type_name -> google.protobuf.Timestamp
-	89,  // 63: platform.admin.v1.FailureFilter.to:type_name -> google.protobuf.Timestamp
-	90,  // 64: platform.admin.v1.FailedEvent.headers:type_name -> google.protobuf.Struct
-	89,  // 65: platform.admin.v1.FailedEvent.first_failed_at:type_name -> google.protobuf.Timestamp
-	89,  // 66: platform.admin.v1.FailedEvent.failed_at:type_name -> google.protobuf.Timestamp
-	89,  // 67: platform.admin.v1.FailedEvent.resolved_at:type_name -> google.protobuf.Timestamp
-	89,  // 68: platform.admin.v1.FailedEvent.edited_at:type_name -> google.protobuf.Timestamp
-	89,  // 69: platform.admin.v1.FailedEvent.updated_at:type_name -> google.protobuf.Timestamp
-	89,  // 70: platform.admin.v1.FailedEventEdit.edited_at:type_name -> google.protobuf.Timestamp
-	87,  // 71: platform.admin.v1.FailureGroup.key:type_name -> platform.admin.v1.FailureGroup.KeyEntry
-	89,  // 72: platform.admin.v1.FailureGroup.first_failed_at:type_name -> google.protobuf.Timestamp
-	89,  // 73: platform.admin.v1.FailureGroup.last_failed_at:type_name -> google.protobuf.Timestamp
-	2,   // 74: platform.admin.v1.FailureRetry.state:type_name -> platform.admin.v1.FailureRetryState
-	89,  // 75: platform.admin.v1.FailureRetry.created_at:type_name -> google.protobuf.Timestamp
-	89,  // 76: platform.admin.v1.FailureRetry.finished_at:type_name -> google.protobuf.Timestamp
-	64,  // 77: platform.admin.v1.FailureRetry.filter:type_name -> platform.admin.v1.FailureFilter
-	89,  // 78: platform.admin.v1.ListFailureGroupsRequest.from:type_name -> google.protobuf.Timestamp
-	89,  // 79: platform.admin.v1.ListFailureGroupsRequest.to:type_name -> google.protobuf.Timestamp
-	67,  // 80: platform.admin.v1.ListFailureGroupsResponse.groups:type_name -> platform.admin.v1.FailureGroup
-	64,  // 81: platform.admin.v1.ListFailedEventsRequest.filter:type_name -> platform.admin.v1.FailureFilter
-	65,  // 82: platform.admin.v1.ListFailedEventsResponse.failures:type_name -> platform.admin.v1.FailedEvent
-	65,  // 83: platform.admin.v1.GetFailedEventResponse.failure:type_name -> platform.admin.v1.FailedEvent
-	66,  // 84: platform.admin.v1.GetFailedEventResponse.edits:type_name -> platform.admin.v1.FailedEventEdit
-	64,  // 85: platform.admin.v1.RetryFailedEventsRequest.filter:type_name -> platform.admin.v1.FailureFilter
-	68,  // 86: platform.admin.v1.RetryFailedEventsResponse.retry:type_name -> platform.admin.v1.FailureRetry
-	68,  // 87: platform.admin.v1.GetFailureRetryResponse.retry:type_name -> platform.admin.v1.FailureRetry
-	68,  // 88: platform.admin.v1.ListFailureRetriesResponse.retries:type_name -> platform.admin.v1.FailureRetry
-	68,  // 89: platform.admin.v1.CancelFailureRetryResponse.retry:type_name -> platform.admin.v1.FailureRetry
-	64,  // 90: platform.admin.v1.DiscardFailedEventsRequest.filter:type_name -> platform.admin.v1.FailureFilter
-	3,   // 91: platform.admin.v1.DiscardFailedEventsRequest.parked:type_name -> platform.admin.v1.DiscardParked
-	65,  // 92: platform.admin.v1.EditFailedEventResponse.failure:type_name -> platform.admin.v1.FailedEvent
-	66,  // 93: platform.admin.v1.EditFailedEventResponse.edits:type_name -> platform.admin.v1.FailedEventEdit
-	10,  // 94: platform.admin.v1.AdminService.ListServices:input_type -> platform.admin.v1.ListServicesRequest
-	12,  // 95: platform.admin.v1.AdminService.ListPools:input_type -> platform.admin.v1.ListPoolsRequest
-	14,  // 96: platform.admin.v1.AdminService.PausePool:input_type -> platform.admin.v1.PausePoolRequest
-	16,  // 97: platform.admin.v1.AdminService.ResumePool:input_type -> platform.admin.v1.ResumePoolRequest
-	19,  // 98: platform.admin.v1.AdminService.SetPoolLimits:input_type -> platform.admin.v1.SetPoolLimitsRequest
-	21,  // 99: platform.admin.v1.AdminService.GetPoolLimits:input_type -> platform.admin.v1.GetPoolLimitsRequest
-	24,  // 100: platform.admin.v1.AdminService.PauseAll:input_type -> platform.admin.v1.PauseAllRequest
-	26,  // 101: platform.admin.v1.AdminService.ResumeAll:input_type -> platform.admin.v1.ResumeAllRequest
-	28,  // 102: platform.admin.v1.AdminService.LookupEvent:input_type -> platform.admin.v1.LookupEventRequest
-	30,  // 103: platform.admin.v1.AdminService.GetHorizon:input_type -> platform.admin.v1.GetHorizonRequest
-	32,  // 104: platform.admin.v1.AdminService.SetHorizon:input_type -> platform.admin.v1.SetHorizonRequest
-	34,  // 105: platform.admin.v1.AdminService.AdviseHorizon:input_type -> platform.admin.v1.AdviseHorizonRequest
-	39,  // 106: platform.admin.v1.AdminService.RunPurge:input_type -> platform.admin.v1.RunPurgeRequest
-	41,  // 107: platform.admin.v1.AdminService.ListPurgeRuns:input_type -> platform.admin.v1.ListPurgeRunsRequest
-	43,  // 108: platform.admin.v1.AdminService.ListFailedMessages:input_type -> platform.admin.v1.ListFailedMessagesRequest
-	45,  // 109: platform.admin.v1.AdminService.RetryFailedMessages:input_type -> platform.admin.v1.RetryFailedMessagesRequest
-	47,  // 110: platform.admin.v1.AdminService.DescribeService:input_type -> platform.admin.v1.DescribeServiceRequest
-	50,  // 111: platform.admin.v1.AdminService.ListAudit:input_type -> platform.admin.v1.ListAuditRequest
-	52,  // 112: platform.admin.v1.AdminService.ReloadConfig:input_type -> platform.admin.v1.ReloadConfigRequest
-	56,  // 113: platform.admin.v1.AdminService.ReplayEvents:input_type -> platform.admin.v1.ReplayEventsRequest
-	58,  // 114: platform.admin.v1.AdminService.GetReplay:input_type -> platform.admin.v1.GetReplayRequest
-	60,  // 115: platform.admin.v1.AdminService.ListReplays:input_type -> platform.admin.v1.ListReplaysRequest
-	62,  // 116: platform.admin.v1.AdminService.CancelReplay:input_type -> platform.admin.v1.CancelReplayRequest
-	69,  // 117: platform.admin.v1.AdminService.ListFailureGroups:input_type -> platform.admin.v1.ListFailureGroupsRequest
-	71,  // 118: platform.admin.v1.AdminService.ListFailedEvents:input_type -> platform.admin.v1.ListFailedEventsRequest
-	73,  // 119: platform.admin.v1.AdminService.GetFailedEvent:input_type -> platform.admin.v1.GetFailedEventRequest
-	75,  // 120: platform.admin.v1.AdminService.RetryFailedEvents:input_type -> platform.admin.v1.RetryFailedEventsRequest
-	77,  // 121: platform.admin.v1.AdminService.GetFailureRetry:input_type -> platform.admin.v1.GetFailureRetryRequest
-	79,  // 122: platform.admin.v1.AdminService.ListFailureRetries:input_type -> platform.admin.v1.ListFailureRetriesRequest
-	81,  // 123: platform.admin.v1.AdminService.CancelFailureRetry:input_type -> platform.admin.v1.CancelFailureRetryRequest
-	83,  // 124: platform.admin.v1.AdminService.DiscardFailedEvents:input_type -> platform.admin.v1.DiscardFailedEventsRequest
-	85,  // 125: platform.admin.v1.AdminService.EditFailedEvent:input_type -> platform.admin.v1.EditFailedEventRequest
-	11,  // 126: platform.admin.v1.AdminService.ListServices:output_type -> platform.admin.v1.ListServicesResponse
-	13,  // 127: platform.admin.v1.AdminService.ListPools:output_type -> platform.admin.v1.ListPoolsResponse
-	15,  // 128: platform.admin.v1.AdminService.PausePool:output_type -> platform.admin.v1.PausePoolResponse
-	17,  // 129: platform.admin.v1.AdminService.ResumePool:output_type -> platform.admin.v1.ResumePoolResponse
-	20,  // 130: platform.admin.v1.AdminService.SetPoolLimits:output_type -> platform.admin.v1.SetPoolLimitsResponse
-	22,  // 131: platform.admin.v1.AdminService.GetPoolLimits:output_type -> platform.admin.v1.GetPoolLimitsResponse
-	25,  // 132: platform.admin.v1.AdminService.PauseAll:output_type -> platform.admin.v1.PauseAllResponse
-	27,  // 133: platform.admin.v1.AdminService.ResumeAll:output_type -> platform.admin.v1.ResumeAllResponse
-	29,  // 134: platform.admin.v1.AdminService.LookupEvent:output_type -> platform.admin.v1.LookupEventResponse
-	31,  // 135: platform.admin.v1.AdminService.GetHorizon:output_type -> platform.admin.v1.GetHorizonResponse
-	33,  // 136: platform.admin.v1.AdminService.SetHorizon:output_type -> platform.admin.v1.SetHorizonResponse
-	35,  // 137: platform.admin.v1.AdminService.AdviseHorizon:output_type -> platform.admin.v1.AdviseHorizonResponse
-	40,  // 138: platform.admin.v1.AdminService.RunPurge:output_type -> platform.admin.v1.RunPurgeResponse
-	42,  // 139: platform.admin.v1.AdminService.ListPurgeRuns:output_type -> platform.admin.v1.ListPurgeRunsResponse
-	44,  // 140: platform.admin.v1.AdminService.ListFailedMessages:output_type -> platform.admin.v1.ListFailedMessagesResponse
-	46,  // 141: platform.admin.v1.AdminService.RetryFailedMessages:output_type -> platform.admin.v1.RetryFailedMessagesResponse
-	48,  // 142: platform.admin.v1.AdminService.DescribeService:output_type -> platform.admin.v1.DescribeServiceResponse
-	51,  // 143: platform.admin.v1.AdminService.ListAudit:output_type -> platform.admin.v1.ListAuditResponse
-	53,  // 144: platform.admin.v1.AdminService.ReloadConfig:output_type -> platform.admin.v1.ReloadConfigResponse
-	57,  // 145: platform.admin.v1.AdminService.ReplayEvents:output_type -> platform.admin.v1.ReplayEventsResponse
-	59,  // 146: platform.admin.v1.AdminService.GetReplay:output_type -> platform.admin.v1.GetReplayResponse
-	61,  // 147: platform.admin.v1.AdminService.ListReplays:output_type -> platform.admin.v1.ListReplaysResponse
-	63,  // 148: platform.admin.v1.AdminService.CancelReplay:output_type -> platform.admin.v1.CancelReplayResponse
-	70,  // 149: platform.admin.v1.AdminService.ListFailureGroups:output_type -> platform.admin.v1.ListFailureGroupsResponse
-	72,  // 150: platform.admin.v1.AdminService.ListFailedEvents:output_type -> platform.admin.v1.ListFailedEventsResponse
-	74,  // 151: platform.admin.v1.AdminService.GetFailedEvent:output_type -> platform.admin.v1.GetFailedEventResponse
-	76,  // 152: platform.admin.v1.AdminService.RetryFailedEvents:output_type -> platform.admin.v1.RetryFailedEventsResponse
-	78,  // 153: platform.admin.v1.AdminService.GetFailureRetry:output_type -> platform.admin.v1.GetFailureRetryResponse
-	80,  // 154: platform.admin.v1.AdminService.ListFailureRetries:output_type -> platform.admin.v1.ListFailureRetriesResponse
-	82,  // 155: platform.admin.v1.AdminService.CancelFailureRetry:output_type -> platform.admin.v1.CancelFailureRetryResponse
-	84,  // 156: platform.admin.v1.AdminService.DiscardFailedEvents:output_type -> platform.admin.v1.DiscardFailedEventsResponse
-	86,  // 157: platform.admin.v1.AdminService.EditFailedEvent:output_type -> platform.admin.v1.EditFailedEventResponse
-	126, // [126:158] is the sub-list for method output_type
-	94,  // [94:126] is the sub-list for method input_type
-	94,  // [94:94] is the sub-list for extension type_name
-	94,  // [94:94] is the sub-list for extension extendee
-	0,   // [0:94] is the sub-list for field type_name
+	14,  // 17: platform.admin.v1.ListDelayQueuesResponse.delay_queues:type_name -> platform.admin.v1.DelayQueue
+	91,  // 18: platform.admin.v1.DelayQueue.delay:type_name -> google.protobuf.Duration
+	5,   // 19: platform.admin.v1.ListPoolsResponse.pools:type_name -> platform.admin.v1.Pool
+	5,   // 20: platform.admin.v1.PausePoolResponse.pool:type_name -> platform.admin.v1.Pool
+	5,   // 21: platform.admin.v1.ResumePoolResponse.pool:type_name -> platform.admin.v1.Pool
+	92,  // 22: platform.admin.v1.PoolLimits.updated_at:type_name -> google.protobuf.Timestamp
+	21,  // 23: platform.admin.v1.SetPoolLimitsResponse.limits:type_name -> platform.admin.v1.PoolLimits
+	21,  // 24: platform.admin.v1.GetPoolLimitsResponse.limits:type_name -> platform.admin.v1.PoolLimits
+	92,  // 25: platform.admin.v1.ServicePause.updated_at:type_name -> google.protobuf.Timestamp
+	26,  // 26: platform.admin.v1.PauseAllResponse.services:type_name -> platform.admin.v1.ServicePause
+	26,  // 27: platform.admin.v1.ResumeAllResponse.services:type_name -> platform.admin.v1.ServicePause
+	6,   // 28: platform.admin.v1.LookupEventResponse.results:type_name -> platform.admin.v1.LookupResult
+	7,   // 29: platform.admin.v1.GetHorizonResponse.horizon:type_name -> platform.admin.v1.Horizon
+	91,  // 30: platform.admin.v1.SetHorizonRequest.horizon:type_name -> google.protobuf.Duration
+	7,   // 31: platform.admin.v1.SetHorizonResponse.horizon:type_name -> platform.admin.v1.Horizon
+	91,  // 32: platform.admin.v1.AdviseHorizonRequest.window:type_name -> google.protobuf.Duration
+	39,  // 33: platform.admin.v1.AdviseHorizonResponse.advice:type_name -> platform.admin.v1.HorizonAdvice
+	91,  // 34: platform.admin.v1.HorizonAdvice.window:type_name -> google.protobuf.Duration
+	40,  // 35: platform.admin.v1.HorizonAdvice.sources:type_name -> platform.admin.v1.DuplicateAgeSource
+	41,  // 36: platform.admin.v1.HorizonAdvice.archives:type_name -> platform.admin.v1.ArchiveReach
+	91,  // 37: platform.admin.v1.HorizonAdvice.horizon:type_name -> google.protobuf.Duration
+	91,  // 38: platform.admin.v1.HorizonAdvice.advised:type_name -> google.protobuf.Duration
+	91,  // 39: platform.admin.v1.HorizonAdvice.min_horizon:type_name -> google.protobuf.Duration
+	91,  // 40: platform.admin.v1.DuplicateAgeSource.p99:type_name -> google.protobuf.Duration
+	91,  // 41: platform.admin.v1.DuplicateAgeSource.p999:type_name -> google.protobuf.Duration
+	91,  // 42: platform.admin.v1.DuplicateAgeSource.max:type_name -> google.protobuf.Duration
+	91,  // 43: platform.admin.v1.ArchiveReach.archive:type_name -> google.protobuf.Duration
+	8,   // 44: platform.admin.v1.RunPurgeResponse.run:type_name -> platform.admin.v1.PurgeRun
+	8,   // 45: platform.admin.v1.ListPurgeRunsResponse.runs:type_name -> platform.admin.v1.PurgeRun
+	9,   // 46: platform.admin.v1.ListFailedMessagesResponse.messages:type_name -> platform.admin.v1.FailedMessage
+	91,  // 47: platform.admin.v1.DescribeServiceResponse.retry_span:type_name -> google.protobuf.Duration
+	8,   // 48: platform.admin.v1.DescribeServiceResponse.last_run:type_name -> platform.admin.v1.PurgeRun
+	92,  // 49: platform.admin.v1.AuditEntry.at:type_name -> google.protobuf.Timestamp
+	93,  // 50: platform.admin.v1.AuditEntry.detail:type_name -> google.protobuf.Struct
+	52,  // 51: platform.admin.v1.ListAuditResponse.entries:type_name -> platform.admin.v1.AuditEntry
+	1,   // 52: platform.admin.v1.Replay.state:type_name -> platform.admin.v1.ReplayState
+	57,  // 53: platform.admin.v1.Replay.pools:type_name -> platform.admin.v1.ReplayPool
+	92,  // 54: platform.admin.v1.Replay.created_at:type_name -> google.protobuf.Timestamp
+	92,  // 55: platform.admin.v1.Replay.finished_at:type_name -> google.protobuf.Timestamp
+	92,  // 56: platform.admin.v1.Replay.from:type_name -> google.protobuf.Timestamp
+	92,  // 57: platform.admin.v1.Replay.to:type_name -> google.protobuf.Timestamp
+	92,  // 58: platform.admin.v1.ReplayEventsRequest.from:type_name -> google.protobuf.Timestamp
+	92,  // 59: platform.admin.v1.ReplayEventsRequest.to:type_name -> google.protobuf.Timestamp
+	58,  // 60: platform.admin.v1.ReplayEventsResponse.replay:type_name -> platform.admin.v1.Replay
+	58,  // 61: platform.admin.v1.GetReplayResponse.replay:type_name -> platform.admin.v1.Replay
+	58,  // 62: platform.admin.v1.ListReplaysResponse.replays:type_name -> platform.admin.v1.Replay
+	58,  // 63: platform.admin.v1.CancelReplayResponse.replay:type_name -> platform.admin.v1.Replay
+	92,  // 64: platform.admin.v1.FailureFilter.from:type_name -> google.protobuf.Timestamp
+	92,  // 65: platform.admin.v1.FailureFilter.to:type_name -> google.protobuf.Timestamp
+	93,  // 66: platform.admin.v1.FailedEvent.headers:type_name -> google.protobuf.Struct
+	92,  // 67: platform.admin.v1.FailedEvent.first_failed_at:type_name -> google.protobuf.Timestamp
+	92,  // 68: platform.admin.v1.FailedEvent.failed_at:type_name -> google.protobuf.Timestamp
+	92,  // 69: platform.admin.v1.FailedEvent.resolved_at:type_name -> google.protobuf.Timestamp
+	92,  // 70: platform.admin.v1.FailedEvent.edited_at:type_name -> google.protobuf.Timestamp
+	92,  // 71: platform.admin.v1.FailedEvent.updated_at:type_name -> google.protobuf.Timestamp
+	92,  // 72: platform.admin.v1.FailedEventEdit.edited_at:type_name -> google.protobuf.Timestamp
+	90,  // 73: platform.admin.v1.FailureGroup.key:type_name -> platform.admin.v1.FailureGroup.KeyEntry
+	92,  // 74: platform.admin.v1.FailureGroup.first_failed_at:type_name -> google.protobuf.Timestamp
+	92,  // 75: platform.admin.v1.FailureGroup.last_failed_at:type_name -> google.protobuf.Timestamp
+	2,   // 76: platform.admin.v1.FailureRetry.state:type_name -> platform.admin.v1.FailureRetryState
+	92,  // 77: platform.admin.v1.FailureRetry.created_at:type_name -> google.protobuf.Timestamp
+	92,  // 78: platform.admin.v1.FailureRetry.finished_at:type_name -> google.protobuf.Timestamp
+	67,  // 79: platform.admin.v1.FailureRetry.filter:type_name -> platform.admin.v1.FailureFilter
+	92,  // 80: platform.admin.v1.ListFailureGroupsRequest.from:type_name -> google.protobuf.Timestamp
+	92,  // 81: platform.admin.v1.ListFailureGroupsRequest.to:type_name -> google.protobuf.Timestamp
+	70,  // 82: platform.admin.v1.ListFailureGroupsResponse.groups:type_name -> platform.admin.v1.FailureGroup
+	67,  // 83: platform.admin.v1.ListFailedEventsRequest.filter:type_name -> platform.admin.v1.FailureFilter
+	68,  // 84: platform.admin.v1.ListFailedEventsResponse.failures:type_name -> platform.admin.v1.FailedEvent
+	68,  // 85: platform.admin.v1.GetFailedEventResponse.failure:type_name -> platform.admin.v1.FailedEvent
+	69,  // 86: platform.admin.v1.GetFailedEventResponse.edits:type_name -> platform.admin.v1.FailedEventEdit
+	67,  // 87: platform.admin.v1.RetryFailedEventsRequest.filter:type_name -> platform.admin.v1.FailureFilter
+	71,  // 88: platform.admin.v1.RetryFailedEventsResponse.retry:type_name -> platform.admin.v1.FailureRetry
+	71,  // 89: platform.admin.v1.GetFailureRetryResponse.retry:type_name -> platform.admin.v1.FailureRetry
+	71,  // 90: platform.admin.v1.ListFailureRetriesResponse.retries:type_name -> platform.admin.v1.FailureRetry
+	71,  // 91: platform.admin.v1.CancelFailureRetryResponse.retry:type_name -> platform.admin.v1.FailureRetry
+	67,  // 92: platform.admin.v1.DiscardFailedEventsRequest.filter:type_name -> platform.admin.v1.FailureFilter
+	3,   // 93: platform.admin.v1.DiscardFailedEventsRequest.parked:type_name -> platform.admin.v1.DiscardParked
+	68,  // 94: platform.admin.v1.EditFailedEventResponse.failure:type_name -> platform.admin.v1.FailedEvent
+	69,  // 95: platform.admin.v1.EditFailedEventResponse.edits:type_name -> platform.admin.v1.FailedEventEdit
+	10,  // 96: platform.admin.v1.AdminService.ListServices:input_type -> platform.admin.v1.ListServicesRequest
+	15,  // 97: platform.admin.v1.AdminService.ListPools:input_type -> platform.admin.v1.ListPoolsRequest
+	12,  // 98: platform.admin.v1.AdminService.ListDelayQueues:input_type -> platform.admin.v1.ListDelayQueuesRequest
+	17,  // 99: platform.admin.v1.AdminService.PausePool:input_type -> platform.admin.v1.PausePoolRequest
+	19,  // 100: platform.admin.v1.AdminService.ResumePool:input_type -> platform.admin.v1.ResumePoolRequest
+	22,  // 101: platform.admin.v1.AdminService.SetPoolLimits:input_type -> platform.admin.v1.SetPoolLimitsRequest
+	24,  // 102: platform.admin.v1.AdminService.GetPoolLimits:input_type -> platform.admin.v1.GetPoolLimitsRequest
+	27,  // 103: platform.admin.v1.AdminService.PauseAll:input_type -> platform.admin.v1.PauseAllRequest
+	29,  // 104: platform.admin.v1.AdminService.ResumeAll:input_type -> platform.admin.v1.ResumeAllRequest
+	31,  // 105: platform.admin.v1.AdminService.LookupEvent:input_type -> platform.admin.v1.LookupEventRequest
+	33,  // 106: platform.admin.v1.AdminService.GetHorizon:input_type -> platform.admin.v1.GetHorizonRequest
+	35,  // 107: platform.admin.v1.AdminService.SetHorizon:input_type -> platform.admin.v1.SetHorizonRequest
+	37,  // 108: platform.admin.v1.AdminService.AdviseHorizon:input_type -> platform.admin.v1.AdviseHorizonRequest
+	42,  // 109: platform.admin.v1.AdminService.RunPurge:input_type -> platform.admin.v1.RunPurgeRequest
+	44,  // 110: platform.admin.v1.AdminService.ListPurgeRuns:input_type -> platform.admin.v1.ListPurgeRunsRequest
+	46,  // 111: platform.admin.v1.AdminService.ListFailedMessages:input_type -> platform.admin.v1.ListFailedMessagesRequest
+	48,  // 112: platform.admin.v1.AdminService.RetryFailedMessages:input_type -> platform.admin.v1.RetryFailedMessagesRequest
+	50,  // 113: platform.admin.v1.AdminService.DescribeService:input_type -> platform.admin.v1.DescribeServiceRequest
+	53,  // 114: platform.admin.v1.AdminService.ListAudit:input_type -> platform.admin.v1.ListAuditRequest
+	55,  // 115: platform.admin.v1.AdminService.ReloadConfig:input_type -> platform.admin.v1.ReloadConfigRequest
+	59,  // 116: platform.admin.v1.AdminService.ReplayEvents:input_type -> platform.admin.v1.ReplayEventsRequest
+	61,  // 117: platform.admin.v1.AdminService.GetReplay:input_type -> platform.admin.v1.GetReplayRequest
+	63,  // 118: platform.admin.v1.AdminService.ListReplays:input_type -> platform.admin.v1.ListReplaysRequest
+	65,  // 119: platform.admin.v1.AdminService.CancelReplay:input_type -> platform.admin.v1.CancelReplayRequest
+	72,  // 120: platform.admin.v1.AdminService.ListFailureGroups:input_type -> platform.admin.v1.ListFailureGroupsRequest
+	74,  // 121: platform.admin.v1.AdminService.ListFailedEvents:input_type -> platform.admin.v1.ListFailedEventsRequest
+	76,  // 122: platform.admin.v1.AdminService.GetFailedEvent:input_type -> platform.admin.v1.GetFailedEventRequest
+	78,  // 123: platform.admin.v1.AdminService.RetryFailedEvents:input_type -> platform.admin.v1.RetryFailedEventsRequest
+	80,  // 124: platform.admin.v1.AdminService.GetFailureRetry:input_type -> platform.admin.v1.GetFailureRetryRequest
+	82,  // 125: platform.admin.v1.AdminService.ListFailureRetries:input_type -> platform.admin.v1.ListFailureRetriesRequest
+	84,  // 126: platform.admin.v1.AdminService.CancelFailureRetry:input_type -> platform.admin.v1.CancelFailureRetryRequest
+	86,  // 127: platform.admin.v1.AdminService.DiscardFailedEvents:input_type -> platform.admin.v1.DiscardFailedEventsRequest
+	88,  // 128: platform.admin.v1.AdminService.EditFailedEvent:input_type -> platform.admin.v1.EditFailedEventRequest
+	11,  // 129: platform.admin.v1.AdminService.ListServices:output_type -> platform.admin.v1.ListServicesResponse
+	16,  // 130: platform.admin.v1.AdminService.ListPools:output_type -> platform.admin.v1.ListPoolsResponse
+	13,  // 131: platform.admin.v1.AdminService.ListDelayQueues:output_type -> platform.admin.v1.ListDelayQueuesResponse
+	18,  // 132: platform.admin.v1.AdminService.PausePool:output_type -> platform.admin.v1.PausePoolResponse
+	20,  // 133: platform.admin.v1.AdminService.ResumePool:output_type -> platform.admin.v1.ResumePoolResponse
+	23,  // 134: platform.admin.v1.AdminService.SetPoolLimits:output_type -> platform.admin.v1.SetPoolLimitsResponse
+	25,  // 135: platform.admin.v1.AdminService.GetPoolLimits:output_type -> platform.admin.v1.GetPoolLimitsResponse
+	28,  // 136: platform.admin.v1.AdminService.PauseAll:output_type -> platform.admin.v1.PauseAllResponse
+	30,  // 137: platform.admin.v1.AdminService.ResumeAll:output_type -> platform.admin.v1.ResumeAllResponse
+	32,  // 138: platform.admin.v1.AdminService.LookupEvent:output_type -> platform.admin.v1.LookupEventResponse
+	34,  // 139: platform.admin.v1.AdminService.GetHorizon:output_type -> platform.admin.v1.GetHorizonResponse
+	36,  // 140: platform.admin.v1.AdminService.SetHorizon:output_type -> platform.admin.v1.SetHorizonResponse
+	38,  // 141: platform.admin.v1.AdminService.AdviseHorizon:output_type -> platform.admin.v1.AdviseHorizonResponse
+	43,  // 142: platform.admin.v1.AdminService.RunPurge:output_type -> platform.admin.v1.RunPurgeResponse
+	45,  // 143: platform.admin.v1.AdminService.ListPurgeRuns:output_type -> platform.admin.v1.ListPurgeRunsResponse
+	47,  // 144: platform.admin.v1.AdminService.ListFailedMessages:output_type -> platform.admin.v1.ListFailedMessagesResponse
+	49,  // 145: platform.admin.v1.AdminService.RetryFailedMessages:output_type -> platform.admin.v1.RetryFailedMessagesResponse
+	51,  // 146: platform.admin.v1.AdminService.DescribeService:output_type -> platform.admin.v1.DescribeServiceResponse
+	54,  // 147: platform.admin.v1.AdminService.ListAudit:output_type -> platform.admin.v1.ListAuditResponse
+	56,  // 148: platform.admin.v1.AdminService.ReloadConfig:output_type -> platform.admin.v1.ReloadConfigResponse
+	60,  // 149: platform.admin.v1.AdminService.ReplayEvents:output_type -> platform.admin.v1.ReplayEventsResponse
+	62,  // 150: platform.admin.v1.AdminService.GetReplay:output_type -> platform.admin.v1.GetReplayResponse
+	64,  // 151: platform.admin.v1.AdminService.ListReplays:output_type -> platform.admin.v1.ListReplaysResponse
+	66,  // 152: platform.admin.v1.AdminService.CancelReplay:output_type -> platform.admin.v1.CancelReplayResponse
+	73,  // 153: platform.admin.v1.AdminService.ListFailureGroups:output_type -> platform.admin.v1.ListFailureGroupsResponse
+	75,  // 154: platform.admin.v1.AdminService.ListFailedEvents:output_type -> platform.admin.v1.ListFailedEventsResponse
+	77,  // 155: platform.admin.v1.AdminService.GetFailedEvent:output_type -> platform.admin.v1.GetFailedEventResponse
+	79,  // 156: platform.admin.v1.AdminService.RetryFailedEvents:output_type -> platform.admin.v1.RetryFailedEventsResponse
+	81,  // 157: platform.admin.v1.AdminService.GetFailureRetry:output_type -> platform.admin.v1.GetFailureRetryResponse
+	83,  // 158: platform.admin.v1.AdminService.ListFailureRetries:output_type -> platform.admin.v1.ListFailureRetriesResponse
+	85,  // 159: platform.admin.v1.AdminService.CancelFailureRetry:output_type -> platform.admin.v1.CancelFailureRetryResponse
+	87,  // 160: platform.admin.v1.AdminService.DiscardFailedEvents:output_type -> platform.admin.v1.DiscardFailedEventsResponse
+	89,  // 161: platform.admin.v1.AdminService.EditFailedEvent:output_type -> platform.admin.v1.EditFailedEventResponse
+	129, // [129:162] is the sub-list for method output_type
+	96,  // [96:129] is the sub-list for method input_type
+	96,  // [96:96] is the sub-list for extension type_name
+	96,  // [96:96] is the sub-list for extension extendee
+	0,   // [0:96] is the sub-list for field type_name
 }
 
 func init() { file_platform_admin_v1_admin_proto_init() }
@@ -6917,7 +7103,7 @@ func file_platform_admin_v1_admin_proto_init() {
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_platform_admin_v1_admin_proto_rawDesc), len(file_platform_admin_v1_admin_proto_rawDesc)),
 			NumEnums:      4,
-			NumMessages:   84,
+			NumMessages:   87,
 			NumExtensions: 0,
 			NumServices:   1,
 		},

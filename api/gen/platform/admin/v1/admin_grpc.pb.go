@@ -25,6 +25,7 @@ const _ = grpc.SupportPackageIsVersion9
 const (
 	AdminService_ListServices_FullMethodName        = "/platform.admin.v1.AdminService/ListServices"
 	AdminService_ListPools_FullMethodName           = "/platform.admin.v1.AdminService/ListPools"
+	AdminService_ListDelayQueues_FullMethodName     = "/platform.admin.v1.AdminService/ListDelayQueues"
 	AdminService_PausePool_FullMethodName           = "/platform.admin.v1.AdminService/PausePool"
 	AdminService_ResumePool_FullMethodName          = "/platform.admin.v1.AdminService/ResumePool"
 	AdminService_SetPoolLimits_FullMethodName       = "/platform.admin.v1.AdminService/SetPoolLimits"
@@ -79,6 +80,12 @@ type AdminServiceClient interface {
 	// ListPools lists the worker pools, of every service or of one, with their
 	// state and counters. Role: read.
 	ListPools(ctx context.Context, in *ListPoolsRequest, opts ...grpc.CallOption) (*ListPoolsResponse, error)
+	// ListDelayQueues lists the retry delay queues this daemon's pools use,
+	// with the messages waiting in each. A delay queue is shared by every pool
+	// of the broker's vhost that retries after that delay (one queue per
+	// distinct delay, named `platformd.retry.<delay>`), so its depth counts
+	// the retries of other daemons' pools too. Role: read.
+	ListDelayQueues(ctx context.Context, in *ListDelayQueuesRequest, opts ...grpc.CallOption) (*ListDelayQueuesResponse, error)
 	// PausePool pauses a pool: it stops taking new messages once its in-flight
 	// work is done. The pause is persisted and holds across restarts and across
 	// every daemon sharing the service database. Pausing a paused pool is a
@@ -231,6 +238,16 @@ func (c *adminServiceClient) ListPools(ctx context.Context, in *ListPoolsRequest
 	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
 	out := new(ListPoolsResponse)
 	err := c.cc.Invoke(ctx, AdminService_ListPools_FullMethodName, in, out, cOpts...)
+	if err != nil {
+		return nil, err
+	}
+	return out, nil
+}
+
+func (c *adminServiceClient) ListDelayQueues(ctx context.Context, in *ListDelayQueuesRequest, opts ...grpc.CallOption) (*ListDelayQueuesResponse, error) {
+	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
+	out := new(ListDelayQueuesResponse)
+	err := c.cc.Invoke(ctx, AdminService_ListDelayQueues_FullMethodName, in, out, cOpts...)
 	if err != nil {
 		return nil, err
 	}
@@ -559,6 +576,12 @@ type AdminServiceServer interface {
 	// ListPools lists the worker pools, of every service or of one, with their
 	// state and counters. Role: read.
 	ListPools(context.Context, *ListPoolsRequest) (*ListPoolsResponse, error)
+	// ListDelayQueues lists the retry delay queues this daemon's pools use,
+	// with the messages waiting in each. A delay queue is shared by every pool
+	// of the broker's vhost that retries after that delay (one queue per
+	// distinct delay, named `platformd.retry.<delay>`), so its depth counts
+	// the retries of other daemons' pools too. Role: read.
+	ListDelayQueues(context.Context, *ListDelayQueuesRequest) (*ListDelayQueuesResponse, error)
 	// PausePool pauses a pool: it stops taking new messages once its in-flight
 	// work is done. The pause is persisted and holds across restarts and across
 	// every daemon sharing the service database. Pausing a paused pool is a
@@ -703,6 +726,9 @@ func (UnimplementedAdminServiceServer) ListServices(context.Context, *ListServic
 func (UnimplementedAdminServiceServer) ListPools(context.Context, *ListPoolsRequest) (*ListPoolsResponse, error) {
 	return nil, status.Error(codes.Unimplemented, "method ListPools not implemented")
 }
+func (UnimplementedAdminServiceServer) ListDelayQueues(context.Context, *ListDelayQueuesRequest) (*ListDelayQueuesResponse, error) {
+	return nil, status.Error(codes.Unimplemented, "method ListDelayQueues not implemented")
+}
 func (UnimplementedAdminServiceServer) PausePool(context.Context, *PausePoolRequest) (*PausePoolResponse, error) {
 	return nil, status.Error(codes.Unimplemented, "method PausePool not implemented")
 }
@@ -846,6 +872,24 @@ func _AdminService_ListPools_Handler(srv interface{}, ctx context.Context, dec f
 	}
 	handler := func(ctx context.Context, req interface{}) (interface{}, error) {
 		return srv.(AdminServiceServer).ListPools(ctx, req.(*ListPoolsRequest))
+	}
+	return interceptor(ctx, in, info, handler)
+}
+
+func _AdminService_ListDelayQueues_Handler(srv interface{}, ctx context.Context, dec func(interface{}) error, interceptor grpc.UnaryServerInterceptor) (interface{}, error) {
+	in := new(ListDelayQueuesRequest)
+	if err := dec(in); err != nil {
+		return nil, err
+	}
+	if interceptor == nil {
+		return srv.(AdminServiceServer).ListDelayQueues(ctx, in)
+	}
+	info := &grpc.UnaryServerInfo{
+		Server:     srv,
+		FullMethod: AdminService_ListDelayQueues_FullMethodName,
+	}
+	handler := func(ctx context.Context, req interface{}) (interface{}, error) {
+		return srv.(AdminServiceServer).ListDelayQueues(ctx, req.(*ListDelayQueuesRequest))
 	}
 	return interceptor(ctx, in, info, handler)
 }
@@ -1404,6 +1448,10 @@ var AdminService_ServiceDesc = grpc.ServiceDesc{
 		{
 			MethodName: "ListPools",
 			Handler:    _AdminService_ListPools_Handler,
+		},
+		{
+			MethodName: "ListDelayQueues",
+			Handler:    _AdminService_ListDelayQueues_Handler,
 		},
 		{
 			MethodName: "PausePool",

@@ -1,0 +1,181 @@
+package workers
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"slices"
+	"time"
+
+	amqp "github.com/rabbitmq/amqp091-go"
+
+	"github.com/platformd/platformd/internal/broker"
+	"github.com/platformd/platformd/internal/config"
+)
+
+// drainOldRetryQueues moves what an older version left in the pool's own
+// delay queues (broker.OldRetryQueue, for the pool's delays and the
+// default ones) into the shared delay queues of the same delays, once, at
+// start, and deletes each old queue once it is empty. A message is acked
+// in the old queue only after its copy in the shared one is confirmed:
+// nothing is lost, and a crash in between leaves it in both, its second
+// run a duplicate the dedup step skips. A moved message waits its delay
+// again from the start. Old queues that do not exist are the usual case.
+func (p *Pool) drainOldRetryQueues(ctx context.Context) {
+	delays := slices.Clone(p.cfg.RetryDelays)
+	for _, d := range config.RetryDelaysDefault() {
+		if !slices.Contains(delays, d) {
+			delays = append(delays, d)
+		}
+	}
+	pub := broker.NewPublisher(p.deps.Publish, drainChunk)
+	defer pub.Close()
+	total := 0
+	for _, d := range delays {
+		name := broker.OldRetryQueue(p.cfg.Queue, d)
+		n, err := p.drainOldRetryQueue(ctx, pub, name, d)
+		total += n
+		if err != nil {
+			if ctx.Err() == nil {
+				p.log.WarnContext(ctx, "workers: old delay queue not moved to the shared one", slog.String("queue", name),
+					slog.String("delay_queue", broker.DelayQueue(d)), slog.Int("moved", n), slog.Any("error", err))
+			}
+			continue
+		}
+		if n > 0 {
+			p.log.InfoContext(ctx, "workers: old delay queue moved to the shared one", slog.String("queue", name),
+				slog.String("delay_queue", broker.DelayQueue(d)), slog.Int("moved", n))
+		}
+	}
+	p.testSignals.OldRetryDrained.Signal(total)
+}
+
+// drainOldRetryQueue moves the messages of the old delay queue name (of
+// delay d) to d's shared delay queue, routed by the pool's queue name, in
+// confirmed chunks, then deletes it if it is empty. It works on channels
+// of its own: a missing queue, like a 406, closes the channel it is asked
+// on.
+func (p *Pool) drainOldRetryQueue(ctx context.Context, pub *broker.Publisher, name string, d time.Duration) (int, error) {
+	ch, err := p.deps.Consume.Channel(ctx)
+	if err != nil {
+		return 0, err
+	}
+	defer func() { _ = ch.Close() }()
+	if _, err := ch.QueueDeclarePassive(name, true, false, false, false, nil); err != nil {
+		var aerr *amqp.Error
+		if errors.As(err, &aerr) && aerr.Code == amqp.NotFound {
+			return 0, nil
+		}
+		return 0, err
+	}
+	shared := broker.Topology{QueueType: p.cfg.QueueType, RetryDelays: []time.Duration{d}}
+	if err := shared.DeclareDelays(ctx, p.deps.Consume, p.log); err != nil {
+		return 0, err
+	}
+	moved := 0
+	for ctx.Err() == nil {
+		out := make([]broker.Outgoing, 0, drainChunk)
+		var last uint64
+		for len(out) < drainChunk {
+			m, ok, err := ch.Get(name, false)
+			if err != nil {
+				return moved, fmt.Errorf("get from %s: %w", name, err)
+			}
+			if !ok {
+				break
+			}
+			out = append(out, broker.Outgoing{Exchange: broker.DelayQueue(d), RoutingKey: p.cfg.Queue, Msg: broker.CopyOf(&m)})
+			last = m.DeliveryTag
+		}
+		if len(out) == 0 {
+			return moved, p.deleteOldRetryQueue(ctx, ch, name, d)
+		}
+		pctx, cancel := context.WithTimeout(ctx, SettleTimeoutDefault)
+		err := errors.Join(pub.Publish(pctx, out)...)
+		cancel()
+		if err != nil {
+			// Back to the old queue, all of the chunk: the copies that
+			// were confirmed come back once more, as duplicates.
+			_ = ch.Nack(last, true, true)
+			return moved, err
+		}
+		if err := ch.Ack(last, true); err != nil {
+			return moved, fmt.Errorf("ack moved messages: %w", err)
+		}
+		moved += len(out)
+	}
+	return moved, ctx.Err()
+}
+
+// deleteOldRetryQueue deletes the old delay queue name once it is empty.
+// A classic queue is deleted only if empty, by the broker; a quorum queue
+// cannot be (if-empty on one closes the connection, 540), so it is checked
+// empty and unused first, then deleted: a message an older daemon still
+// running sends to it in between would be lost, and is logged.
+func (p *Pool) deleteOldRetryQueue(ctx context.Context, ch *amqp.Channel, name string, d time.Duration) error {
+	// The old queue's own arguments with the classic type are accepted
+	// only by a classic queue: that tells its type without a management
+	// API.
+	_, err := ch.QueueDeclare(name, true, false, false, false, oldRetryArgs(amqp.QueueTypeClassic, p.cfg.Queue, d))
+	if err == nil {
+		if _, err := ch.QueueDelete(name, false, true, false); err != nil {
+			return fmt.Errorf("delete %s if empty: %w", name, err)
+		}
+		return nil
+	}
+	qch, err := p.deps.Consume.Channel(ctx)
+	if err != nil {
+		return err
+	}
+	defer func() { _ = qch.Close() }()
+	q, err := qch.QueueDeclarePassive(name, true, false, false, false, nil)
+	if err != nil {
+		return fmt.Errorf("inspect %s: %w", name, err)
+	}
+	if q.Messages > 0 || q.Consumers > 0 {
+		return fmt.Errorf("%s not deleted: %d messages, %d consumers", name, q.Messages, q.Consumers)
+	}
+	n, err := qch.QueueDelete(name, false, false, false)
+	if err != nil {
+		return fmt.Errorf("delete %s: %w", name, err)
+	}
+	if n > 0 {
+		p.log.ErrorContext(ctx, "workers: old delay queue received messages while being deleted; they are lost",
+			slog.String("queue", name), slog.Int("messages", n))
+	}
+	return nil
+}
+
+// oldRetryArgs are the arguments an older version declared its delay
+// queue of delay for queue with.
+func oldRetryArgs(queueType, queue string, delay time.Duration) amqp.Table {
+	args := amqp.Table{
+		amqp.QueueTypeArg:           queueType,
+		"x-message-ttl":             delay.Milliseconds(),
+		"x-dead-letter-exchange":    "",
+		"x-dead-letter-routing-key": queue,
+	}
+	if queueType == amqp.QueueTypeQuorum {
+		args["x-dead-letter-strategy"] = "at-least-once"
+		args["x-overflow"] = "reject-publish"
+	}
+	return args
+}
+
+// QueueDepths reads the depths of the named queues (the shared delay
+// queues, for the admin API) on the pool's consuming connection, which
+// never publishes and so is not blocked by a broker alarm. It is safe for
+// concurrent use.
+func (p *Pool) QueueDepths(ctx context.Context, names []string) []broker.QueueDepth {
+	return broker.QueueDepths(ctx, p.deps.Consume, names)
+}
+
+// redeclareDelays declares the pool's shared delay queues again, after a
+// retry copy found one missing (an operator deleted it while the pool ran).
+func (p *Pool) redeclareDelays(ctx context.Context) {
+	p.log.WarnContext(ctx, "workers: a retry delay queue is missing, declaring the pool's again", slog.Any("delays", p.cfg.RetryDelays))
+	if err := p.cfg.Topology.DeclareDelays(ctx, p.deps.Consume, p.log); err != nil && ctx.Err() == nil {
+		p.log.WarnContext(ctx, "workers: retry delay queues not declared", slog.Any("error", err))
+	}
+}
