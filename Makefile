@@ -110,10 +110,10 @@ fuzz: ## fuzz the envelope decoder (FuzzDecode) for FUZZTIME
 	$(GO) test -run='^$$' -fuzz=FuzzDecode -fuzztime=$(FUZZTIME) ./internal/envelope/
 
 .PHONY: chaos
-chaos: services ## chaos suite (test/chaos, ~2-3 min, its tests in parallel; restarts PostgreSQL once, alone), if present
+chaos: services ## chaos suite (test/chaos, ~3 min, its tests in parallel; restarts PostgreSQL and the broker once each, alone), if present
 	@if [ -d test/chaos ]; then \
-		echo 'CHAOS_PG_RESTART=1 $(GO) test -race -count=1 -v -parallel 6 -run . -timeout 10m ./test/chaos/...'; \
-		CHAOS_PG_RESTART=1 $(GO) test -race -count=1 -v -parallel 6 -run . -timeout 10m ./test/chaos/...; \
+		echo 'CHAOS_PG_RESTART=1 CHAOS_BROKER_RESTART=1 $(GO) test -race -count=1 -v -parallel 6 -run . -timeout 10m ./test/chaos/...'; \
+		CHAOS_PG_RESTART=1 CHAOS_BROKER_RESTART=1 $(GO) test -race -count=1 -v -parallel 6 -run . -timeout 10m ./test/chaos/...; \
 	else \
 		echo 'chaos: no suite yet'; \
 	fi

@@ -79,11 +79,32 @@ DROP TABLE applied;
 // queue ends empty. Two pools with different delays share the 4s queue.
 func TestChaosDelayedRetriesSurviveSIGKILL(t *testing.T) {
 	t.Parallel() // a world of its own: see doc.go
-	e := newEnv(t)
-	n := 300 // per service: fail twice, then apply
+	n := 300     // per service: fail twice, then apply
 	if testing.Short() {
 		n = 100
 	}
+	delayedRetries(t, n, false)
+}
+
+// TestChaosDelayedRetriesSurviveABrokerRestart is the same run with the
+// broker restarted too, after each SIGKILL, while the retries wait in the
+// shared delay queues (quorum queues: on disk, their TTL running on): none
+// is lost, each comes back to its own pool once. The restart (rabbitmqctl
+// stop_app, start_app: every connection of the node closed, every queue
+// recovered from disk) hits every user of the broker, so it runs only with
+// CHAOS_BROKER_RESTART=1, and not in parallel with the other tests.
+func TestChaosDelayedRetriesSurviveABrokerRestart(t *testing.T) {
+	if os.Getenv("CHAOS_BROKER_RESTART") != "1" {
+		t.Skip("set CHAOS_BROKER_RESTART=1 to restart the broker (it affects every user of the node)")
+	}
+	delayedRetries(t, 100, true)
+}
+
+// delayedRetries is the delayed retries' run: n events per service that
+// fail twice and then apply, n/2 that apply at once, two SIGKILLs while
+// retries wait, each followed by a broker restart if restartBroker.
+func delayedRetries(t *testing.T, n int, restartBroker bool) {
+	e := newEnv(t)
 	plain := n / 2 // per service: apply at once, the load beside
 	migrations := filepath.Join(e.dir, "migrations")
 	if err := os.MkdirAll(migrations, 0o700); err != nil {
@@ -104,7 +125,7 @@ func TestChaosDelayedRetriesSurviveSIGKILL(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	defer conn.Close()
+	defer func() { _ = conn.Close() }()
 	ch, err := conn.Channel()
 	if err != nil {
 		t.Fatal(err)
@@ -151,6 +172,10 @@ func TestChaosDelayedRetriesSurviveSIGKILL(t *testing.T) {
 		waiting := e.queueDepths(conn, waitIn...)
 		d.kill()
 		t.Logf("SIGKILL with %d retries waiting in %v", waiting, waitIn)
+		if restartBroker {
+			conn = e.restartBroker(conn)
+			t.Logf("broker restarted: %d retries still waiting in %v", e.queueDepths(conn, waitIn...), waitIn)
+		}
 		// Daemon down: the delay queues still dead-letter into the pools'
 		// queues.
 		if !waitUntil(time.Minute, func() bool { return e.queueDepths(conn, waitIn...) == 0 }) {
@@ -198,8 +223,38 @@ func TestChaosDelayedRetriesSurviveSIGKILL(t *testing.T) {
 	if !waitUntil(30*time.Second, func() bool { return sum(e.vhostDepths()) == 0 }) {
 		t.Errorf("queues not empty at the end: %v", e.vhostDepths())
 	}
-	t.Logf("chaos: %d events per service (%d retried twice), 2 SIGKILLs with retries waiting in the shared delay queues: each applied once in its own service, none lost; queues: %v",
-		n+plain, n, e.vhostDepths())
+	restarts := ""
+	if restartBroker {
+		restarts = ", each followed by a broker restart,"
+	}
+	t.Logf("chaos: %d events per service (%d retried twice), 2 SIGKILLs%s with retries waiting in the shared delay queues: each applied once in its own service, none lost; queues: %v",
+		n+plain, n, restarts, e.vhostDepths())
+}
+
+// restartBroker restarts the RabbitMQ application of the main node (its
+// Erlang VM stays up): every connection closes, every queue is recovered
+// from its data. It returns a new connection to the test's vhost in place
+// of conn.
+func (e *env) restartBroker(conn *amqp.Connection) *amqp.Connection {
+	e.t.Helper()
+	_ = conn.Close()
+	start := time.Now()
+	e.t.Cleanup(func() { _, _ = rabbitmqctl("start_app") }) // never leave the node stopped
+	for _, args := range [][]string{{"stop_app"}, {"start_app"}, {"await_startup"}} {
+		if out, err := rabbitmqctl(args...); err != nil {
+			e.t.Fatalf("broker restart: %v: %s", err, out)
+		}
+	}
+	var next *amqp.Connection
+	if !waitUntil(time.Minute, func() bool {
+		c, err := e.dialAMQP()
+		next = c
+		return err == nil
+	}) {
+		e.t.Fatal("broker not back a minute after its restart")
+	}
+	e.t.Logf("broker restarted in %.1fs", time.Since(start).Seconds())
+	return next
 }
 
 // vhostDepths returns the messages (ready and unacknowledged) of every

@@ -14,13 +14,15 @@
 //
 // Each test has its own RabbitMQ vhost, databases, exchange, queues and
 // ports, so forced closes and terminated sessions hit only that test: the
-// tests run in parallel (make chaos: -parallel 6), but for the two whose
-// fault is a whole server: TestChaosPostgresRestart runs alone before the
-// others (Go runs a package's sequential tests first), and
+// tests run in parallel (make chaos: -parallel 6), but for the three whose
+// fault is a whole server: TestChaosPostgresRestart and
+// TestChaosDelayedRetriesSurviveABrokerRestart run alone before the others
+// (Go runs a package's sequential tests first), and
 // TestChaosBrokerCluster alone in a step of its own (make chaos-cluster).
 // Environment: TEST_DATABASE_URL and TEST_AMQP_URL as for the unit tests;
 // CHAOS_SEED fixes the random seed (logged by every test);
 // CHAOS_PG_RESTART=1 enables the test that restarts the PostgreSQL cluster
-// (it affects every other user of the server); CHAOS_DAEMON_RACE=1 builds
-// the daemon with -race. -short shrinks volumes.
+// (it affects every other user of the server); CHAOS_BROKER_RESTART=1 the
+// one that restarts the main RabbitMQ node's application (every user of
+// the node); CHAOS_DAEMON_RACE=1 builds the daemon with -race. -short shrinks volumes.
 package chaos

@@ -1074,7 +1074,7 @@ func (x *ListServicesResponse) GetServices() []*Service {
 	return nil
 }
 
-// ListPoolsRequest is the request of ListPools.
+// ListDelayQueuesRequest is the request of ListDelayQueues.
 type ListDelayQueuesRequest struct {
 	state         protoimpl.MessageState `protogen:"open.v1"`
 	unknownFields protoimpl.UnknownFields
@@ -1111,6 +1111,7 @@ func (*ListDelayQueuesRequest) Descriptor() ([]byte, []int) {
 	return file_platform_admin_v1_admin_proto_rawDescGZIP(), []int{8}
 }
 
+// ListDelayQueuesResponse is the response of ListDelayQueues.
 type ListDelayQueuesResponse struct {
 	state protoimpl.MessageState `protogen:"open.v1"`
 	// delay_queues are the delay queues of every retry delay of this daemon's
@@ -1243,6 +1244,7 @@ func (x *DelayQueue) GetError() string {
 	return ""
 }
 
+// ListPoolsRequest is the request of ListPools.
 type ListPoolsRequest struct {
 	state protoimpl.MessageState `protogen:"open.v1"`
 	// service restricts the list to one service's pools; empty lists every
