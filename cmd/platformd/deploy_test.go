@@ -312,11 +312,13 @@ func registeredFamilies(t *testing.T) map[string][]string {
 // Grafana dashboard and the alert rules query is one platformd exports:
 // on its live /metrics, or (for a vector not used yet) declared by
 // internal/metrics; and that every label a selector matches on is one of
-// that family's (or a target label Prometheus adds).
+// that family's (or a target label Prometheus adds). The daemon is the
+// release binary, the one the deploy artifacts run, with the shop's
+// effects as SQL handlers.
 func TestDeployMetricNames(t *testing.T) {
 	t.Parallel()
 	e := newEnv(t)
-	d := e.start(t, e.config(t, ""))
+	d := e.start(t, e.sqlConfig(t))
 	e.publishOrders(t, 6, 2)
 	cli, ctx := adminClient(t, e.adminAddr, adminToken)
 	_, err := cli.RunPurge(ctx, &adminv1.RunPurgeRequest{Service: "stock"})
