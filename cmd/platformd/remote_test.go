@@ -191,7 +191,7 @@ services:
 	return path
 }
 
-// A remote handler end to end through the stock binary: a duplicated
+// A remote handler end to end through the release binary: a duplicated
 // workload applied once, asked once per event; a poison event fails
 // alone with its text; a transient error retried and applied once; the
 // handler down for a while under load (3 s here, the 30 s

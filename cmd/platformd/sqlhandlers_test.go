@@ -134,7 +134,7 @@ func (p *publisher) publish(id uuid.UUID, name string, payload any, headers amqp
 	return body
 }
 
-// SQL handlers end to end through the stock binary: a duplicated workload
+// SQL handlers end to end through the release binary: a duplicated workload
 // applied once; bad payloads rows of the failure store (one each) as
 // permanent with their SQLSTATE while the others commit; a SIGKILL mid-stream and the broker's
 // redelivery; a replay; the versioned upsert under shuffled versions.
