@@ -5,6 +5,7 @@
 //	platformd run -config F      migrate, then consume until SIGINT/SIGTERM
 //	platformd migrate -config F  apply migrations to every service database
 //	platformd check -config F    validate the configuration only
+//	platformd try -config F ...  one event through a handler, rolled back
 //
 // This is the release binary: it registers no Go handler. Services are
 // hosted by the SQL handlers (sql_handlers) and remote handlers

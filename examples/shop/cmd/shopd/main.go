@@ -6,6 +6,7 @@
 //	shopd run -config examples/shop/platformd.yaml
 //	shopd migrate -config F
 //	shopd check -config F
+//	shopd try -config F -handler stock.reserve -event FILE
 //
 // It is also the model of a team's own binary: it imports only the public
 // packages (consumer, daemon, and the shop's handlers), registers the
