@@ -6,6 +6,8 @@ import (
 	"maps"
 	"net/http"
 	"os"
+	"os/exec"
+	"path/filepath"
 	"reflect"
 	"regexp"
 	"slices"
@@ -20,6 +22,8 @@ import (
 
 	adminv1 "github.com/platformd/platformd/api/gen/platform/admin/v1"
 	"github.com/platformd/platformd/internal/metrics"
+	"github.com/platformd/platformd/internal/testdb"
+	"github.com/platformd/platformd/internal/testenv"
 )
 
 // notDaemonMetrics are names a query may use that platformd itself does not
@@ -312,11 +316,13 @@ func registeredFamilies(t *testing.T) map[string][]string {
 // Grafana dashboard and the alert rules query is one platformd exports:
 // on its live /metrics, or (for a vector not used yet) declared by
 // internal/metrics; and that every label a selector matches on is one of
-// that family's (or a target label Prometheus adds).
+// that family's (or a target label Prometheus adds). The daemon is the
+// release binary, the one the deploy artifacts run, with the shop's
+// effects as SQL handlers.
 func TestDeployMetricNames(t *testing.T) {
 	t.Parallel()
 	e := newEnv(t)
-	d := e.start(t, e.config(t, ""))
+	d := e.start(t, e.sqlConfig(t))
 	e.publishOrders(t, 6, 2)
 	cli, ctx := adminClient(t, e.adminAddr, adminToken)
 	_, err := cli.RunPurge(ctx, &adminv1.RunPurgeRequest{Service: "stock"})
@@ -425,4 +431,46 @@ func TestDashboardCovers(t *testing.T) {
 		require.False(t, ids[p.ID], "panel id %d twice", p.ID)
 		ids[p.ID] = true
 	}
+}
+
+// The Helm chart's sample config is one the release binary runs: with its
+// migration files laid out as the chart mounts them
+// (/etc/platformd/migrations/<service>/<file>, next to the config), the
+// release binary's migrate applies them to an empty service database and
+// prepares the sample's SQL handlers against it. (The chart's rendering and
+// `check` are deploy/helmcheck's; this is the part that needs PostgreSQL.)
+func TestHelmSampleMigratesOnTheReleaseBinary(t *testing.T) {
+	t.Parallel()
+	raw, err := os.ReadFile("../../deploy/helm/platformd/values.yaml")
+	require.NoError(t, err)
+	var values struct {
+		Config     map[string]any               `yaml:"config"`
+		Migrations map[string]map[string]string `yaml:"migrations"`
+	}
+	require.NoError(t, yaml.Unmarshal(raw, &values))
+	require.NotEmpty(t, values.Migrations)
+
+	etc := filepath.Join(t.TempDir(), "etc", "platformd")
+	for service, files := range values.Migrations {
+		require.NoError(t, os.MkdirAll(filepath.Join(etc, "migrations", service), 0o700))
+		for name, text := range files {
+			require.NoError(t, os.WriteFile(filepath.Join(etc, "migrations", service, name), []byte(text), 0o600))
+		}
+	}
+	tokens := filepath.Join(etc, "tokens")
+	require.NoError(t, os.MkdirAll(tokens, 0o700))
+	for _, name := range []string{"admin-token", "read-token"} {
+		require.NoError(t, os.WriteFile(filepath.Join(tokens, name), []byte(strings.Repeat(name, 4)), 0o600))
+	}
+	cfg, err := yaml.Marshal(values.Config)
+	require.NoError(t, err)
+	path := filepath.Join(etc, "platformd.yaml")
+	require.NoError(t, os.WriteFile(path, []byte(strings.ReplaceAll(string(cfg), "/etc/platformd/tokens/", tokens+"/")), 0o600))
+
+	dsn := testdb.New(t, "e2e_helm_stock")
+	cmd := exec.Command(binary, "migrate", "-config", path)
+	cmd.Env = append(os.Environ(), "PLATFORMD_STOCK_DB="+dsn, "PLATFORMD_AMQP_URL="+testenv.AMQPURL())
+	out, err := cmd.CombinedOutput()
+	require.NoError(t, err, "release binary, migrate of the chart's sample:\n%s", out)
+	require.Zero(t, count(t, dsn, `SELECT count(*) FROM reservation`), "the chart's migration made the sample's table")
 }

@@ -20,10 +20,11 @@ import (
 
 // TestImageRunsUnderPodman builds the image as `make image` does, runs it
 // with podman against the local PostgreSQL and RabbitMQ, and sees it serve
-// grpc.health.v1 and process messages. It needs a machine that can run
-// containers: without podman, or when podman cannot start a container
-// (no usable OCI runtime or cgroups, as in some sandboxes), it skips and
-// says why. scripts/services.sh does not install podman; the image itself
+// grpc.health.v1 and process messages (through SQL handlers: the image
+// holds the release binary, which has no Go handler). It needs a machine
+// that can run containers: without podman, or when podman cannot start a
+// container (no usable OCI runtime or cgroups, as in some sandboxes), it
+// skips and says why. scripts/services.sh does not install podman; the image itself
 // is checked everywhere by deploy/image's tests.
 func TestImageRunsUnderPodman(t *testing.T) {
 	podman, err := exec.LookPath("podman")
@@ -54,13 +55,18 @@ func TestImageRunsUnderPodman(t *testing.T) {
 	}
 	t.Cleanup(func() { _ = exec.Command(podman, "rmi", "-f", tag).Run() })
 
-	// The config, readable by the image's non-root user.
-	cfg := e.config(t, "")
+	// The config, readable by the image's non-root user: the shop as SQL
+	// handlers, since the release binary in the image has no Go handler.
+	// Its migrations folders are absolute paths of this checkout, mounted
+	// at the same place.
+	cfg := e.sqlConfig(t)
 	raw, err := os.ReadFile(cfg)
 	require.NoError(t, err)
 	mounted := filepath.Join(dir, "platformd.yaml")
 	require.NoError(t, os.WriteFile(mounted, raw, 0o644))
 	require.NoError(t, os.Chmod(mounted, 0o644))
+	migrations, err := filepath.Abs(filepath.Join("..", "..", "examples", "shop", "migrations"))
+	require.NoError(t, err)
 
 	name := "platformd-test-" + e.suffix
 	args := []string{}
@@ -74,7 +80,7 @@ func TestImageRunsUnderPodman(t *testing.T) {
 	require.NoError(t, syscall.Getrlimit(syscall.RLIMIT_NOFILE, &nofile))
 	args = append(args, "run", "-d", "--name", name, "--network", "host",
 		"--ulimit", fmt.Sprintf("nofile=%d:%d", nofile.Max, nofile.Max), "--ulimit", "nproc=4096:4096",
-		"-v", mounted+":/etc/platformd/platformd.yaml:ro", tag)
+		"-v", mounted+":/etc/platformd/platformd.yaml:ro", "-v", migrations+":"+migrations+":ro", tag)
 	out, err = exec.Command(podman, args...).CombinedOutput()
 	if err != nil {
 		t.Skipf("podman cannot run a container on this machine (%v): %s", err, strings.TrimSpace(string(out)))

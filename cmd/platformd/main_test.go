@@ -41,7 +41,12 @@ import (
 	"github.com/platformd/platformd/internal/testdb"
 )
 
-var binary, ctlBinary, grpcurlBinary string
+// binary is the release binary (this package's main: no Go handler);
+// shopBinary is the example shop's daemon (examples/shop/cmd/shopd: the
+// same command line with the shop's Go handlers). A test runs the one its
+// config needs: SQL and remote handlers run through binary, which is the
+// point of those tests; the shop's Go handlers need shopBinary.
+var binary, shopBinary, ctlBinary, grpcurlBinary string
 
 func TestMain(m *testing.M) {
 	dir, err := os.MkdirTemp("", "platformd-e2e")
@@ -49,10 +54,12 @@ func TestMain(m *testing.M) {
 		panic(err)
 	}
 	binary = filepath.Join(dir, "platformd")
+	shopBinary = filepath.Join(dir, "shopd")
 	ctlBinary = filepath.Join(dir, "platformctl")
 	grpcurlBinary = filepath.Join(dir, "grpcurl")
 	for _, b := range [][]string{
 		{"build", "-race", "-o", binary, "."},
+		{"build", "-race", "-o", shopBinary, "../../examples/shop/cmd/shopd"},
 		{"build", "-o", ctlBinary, "../platformctl"},
 		// grpcurl is pinned in a tool module of its own.
 		{"build", "-modfile=../../tools/grpcurl/go.mod", "-o", grpcurlBinary, "github.com/fullstorydev/grpcurl/cmd/grpcurl"},
@@ -93,6 +100,10 @@ type env struct {
 	stockDSN, shipDSN  string
 	exchange, suffix   string
 	adminAddr, metrics string
+	// bin is the binary that can run the config last written: shopBinary
+	// after config (the shop's Go handlers), binary after sqlConfig and
+	// remoteConfig.
+	bin string
 }
 
 func newEnv(t *testing.T) *env {
@@ -121,9 +132,12 @@ func newEnv(t *testing.T) *env {
 	return e
 }
 
+// config writes the shop's config (its Go handlers, run by shopBinary)
+// with extra appended, and returns its path.
 func (e *env) config(t *testing.T, extra string) string {
 	t.Helper()
 	e.adminAddr, e.metrics = freePort(t), freePort(t)
+	e.bin = shopBinary
 	cfg := fmt.Sprintf(`log: {level: info, format: json}
 admin:
   listen: %s
@@ -169,7 +183,7 @@ type daemon struct {
 
 func (e *env) start(t *testing.T, cfgPath string) *daemon {
 	t.Helper()
-	d := &daemon{cmd: exec.Command(binary, "run", "-config", cfgPath), stderr: &lockedWriter{buf: &bytes.Buffer{}}, done: make(chan error, 1)}
+	d := &daemon{cmd: exec.Command(e.bin, "run", "-config", cfgPath), stderr: &lockedWriter{buf: &bytes.Buffer{}}, done: make(chan error, 1)}
 	d.cmd.Stderr = d.stderr
 	require.NoError(t, d.cmd.Start())
 	go func() { d.done <- d.cmd.Wait() }()
@@ -381,8 +395,8 @@ services:
 `
 	path := filepath.Join(dir, "bad.yaml")
 	require.NoError(t, os.WriteFile(path, []byte(bad), 0o600))
-	for _, cmd := range []string{"run", "check"} {
-		out, err := exec.Command(binary, cmd, "-config", path).CombinedOutput()
+	for _, args := range [][]string{{binary, "run"}, {binary, "check"}, {shopBinary, "run"}, {shopBinary, "check"}} {
+		out, err := exec.Command(args[0], args[1], "-config", path).CombinedOutput()
 		var exitErr *exec.ExitError
 		require.ErrorAs(t, err, &exitErr)
 		require.Equal(t, 2, exitErr.ExitCode(), string(out))

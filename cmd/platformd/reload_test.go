@@ -425,12 +425,12 @@ func TestServiceDatabaseAwayDoesNotStopTheOthers(t *testing.T) {
 	e := newEnv(t)
 	path := e.config(t, "")
 	// Migrate both first (a fresh database), then forbid stock's.
-	out, code := exitCode(t, "migrate", "-config", path)
+	out, code := exitCodeOf(t, e.bin, "migrate", "-config", path)
 	require.Zero(t, code, out)
 	setConnections(t, e.stockDSN, false)
 	t.Cleanup(func() { setConnections(t, e.stockDSN, true) })
 
-	d := &daemon{cmd: exec.Command(binary, "run", "-config", path), stderr: &lockedWriter{buf: &bytes.Buffer{}}, done: make(chan error, 1)}
+	d := &daemon{cmd: exec.Command(e.bin, "run", "-config", path), stderr: &lockedWriter{buf: &bytes.Buffer{}}, done: make(chan error, 1)}
 	d.cmd.Stderr = d.stderr
 	require.NoError(t, d.cmd.Start())
 	go func() { d.done <- d.cmd.Wait() }()

@@ -106,7 +106,7 @@ func readAsks(t *testing.T, path string) map[string][]ask {
 	return out
 }
 
-// The PHP example for real: the stock binary runs examples/billing-php's
+// The PHP example for real: the release binary runs examples/billing-php's
 // own platformd.yaml against php -S serving handler.php; a duplicated
 // workload, the daemon SIGKILLed in the middle and started again: one
 // invoice per order, and the handler's own log shows that an event was

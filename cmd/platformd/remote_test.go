@@ -1,6 +1,7 @@
 package main_test
 
 import (
+	"cmp"
 	"encoding/json"
 	"fmt"
 	"net"
@@ -130,11 +131,13 @@ func (h *stockHandler) askedAbout() map[string][]int {
 	return out
 }
 
-// remoteConfig is e.config's daemon with the stock service's effect as a
-// remote handler served at addr.
+// remoteConfig is e.config's shop for the release binary: the stock
+// service's effect as a remote handler served at url, shipping's as the
+// SQL handler of examples/shop-sql.
 func (e *env) remoteConfig(t *testing.T, url, timeout string) string {
 	t.Helper()
 	e.adminAddr, e.metrics = freePort(t), freePort(t)
+	e.bin = binary
 	migrations, err := filepath.Abs(filepath.Join("..", "..", "examples", "shop", "migrations"))
 	require.NoError(t, err)
 	cfg := fmt.Sprintf(`log: {level: info, format: json}
@@ -169,20 +172,26 @@ services:
         retry: {delays: [1s, 2s]}
   - name: shipping
     database: %[11]q
+    migrations: %[7]s/shipping
+    sql_handlers:
+      - name: shipping.track_status_sql
+        events: [order.order.status_changed.v1]
+        sql:
+          - %[12]s
     pools:
       - name: shipping-events-%[8]s
         queue: e2e.shipping.%[8]s
         queue_type: quorum
         bindings: [order.order.status_changed.v1]
-        handlers: [shipping.track_status]
+        handlers: [shipping.track_status_sql]
         retry: {delays: [1s]}
-`, e.adminAddr, adminToken, e.metrics, testenv.AMQPURL(), e.exchange, e.stockDSN, migrations, e.suffix, url, timeout, e.shipDSN)
+`, e.adminAddr, adminToken, e.metrics, testenv.AMQPURL(), e.exchange, e.stockDSN, migrations, e.suffix, url, timeout, e.shipDSN, trackSQL)
 	path := filepath.Join(e.dir, "platformd-remote.yaml")
 	require.NoError(t, os.WriteFile(path, []byte(cfg), 0o600))
 	return path
 }
 
-// A remote handler end to end through the stock binary: a duplicated
+// A remote handler end to end through the release binary: a duplicated
 // workload applied once, asked once per event; a poison event fails
 // alone with its text; a transient error retried and applied once; the
 // handler down for a while under load (3 s here, the issue's 30 s
@@ -333,18 +342,21 @@ func TestRemoteHandlerMistakesRefuseToStart(t *testing.T) {
 		name, old, new, want string
 		code                 int
 		cmd                  string
+		bin                  string // the release binary when empty
 	}{
-		{"NoURL", "        url: http://127.0.0.1:1/handle\n", "", "services[0].remote_handlers[0].url: must not be empty", 2, "check"},
-		{"BadURL", "url: http://127.0.0.1:1/handle", "url: 127.0.0.1:1/handle", "services[0].remote_handlers[0].url: invalid URL", 2, "check"},
-		{"NameTaken", "name: stock.reserve_remote", "name: stock.reserve", `services[0].remote_handlers[0].name: handler name "stock.reserve" is taken by a Go handler`, 2, "check"},
+		{"NoURL", "        url: http://127.0.0.1:1/handle\n", "", "services[0].remote_handlers[0].url: must not be empty", 2, "check", ""},
+		{"BadURL", "url: http://127.0.0.1:1/handle", "url: 127.0.0.1:1/handle", "services[0].remote_handlers[0].url: invalid URL", 2, "check", ""},
+		// The shop's daemon has a Go handler of that name; the release
+		// binary has none (TestReleaseBinaryHasNoShop).
+		{"NameTaken", "name: stock.reserve_remote", "name: stock.reserve", `services[0].remote_handlers[0].name: handler name "stock.reserve" is taken by a Go handler`, 2, "check", shopBinary},
 		{"WrongColumn", "product_id, quantity, created_at)", "product_id, quantty, created_at)",
-			`services[0].remote_handlers[0].statements.reserve: does not prepare: 42703 column \"quantty\" of relation`, 1, "migrate"},
+			`services[0].remote_handlers[0].statements.reserve: does not prepare: 42703 column \"quantty\" of relation`, 1, "migrate", ""},
 	} {
 		t.Run(tt.name, func(t *testing.T) {
 			require.Equal(t, 1, strings.Count(string(data), tt.old))
 			path := filepath.Join(e.dir, tt.name+".yaml")
 			require.NoError(t, os.WriteFile(path, []byte(strings.Replace(string(data), tt.old, tt.new, 1)), 0o600))
-			out, code := exitCode(t, tt.cmd, "-config", path)
+			out, code := exitCodeOf(t, cmp.Or(tt.bin, binary), tt.cmd, "-config", path)
 			require.Equal(t, tt.code, code, out)
 			require.Contains(t, out, tt.want)
 		})

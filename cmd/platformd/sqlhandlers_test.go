@@ -41,11 +41,12 @@ const (
             WHERE order_status.version < EXCLUDED.version`
 )
 
-// sqlConfig is e.config's shop with SQL handlers only: the stock binary
-// runs it with no Go handler of the shop.
+// sqlConfig is e.config's shop with SQL handlers only: the release binary
+// runs it, with no Go handler of the shop.
 func (e *env) sqlConfig(t *testing.T) string {
 	t.Helper()
 	e.adminAddr, e.metrics = freePort(t), freePort(t)
+	e.bin = binary
 	migrations, err := filepath.Abs(filepath.Join("..", "..", "examples", "shop", "migrations"))
 	require.NoError(t, err)
 	cfg := fmt.Sprintf(`log: {level: info, format: json}
@@ -133,7 +134,7 @@ func (p *publisher) publish(id uuid.UUID, name string, payload any, headers amqp
 	return body
 }
 
-// SQL handlers end to end through the stock binary: a duplicated workload
+// SQL handlers end to end through the release binary: a duplicated workload
 // applied once; bad payloads rows of the failure store (one each) as
 // permanent with their SQLSTATE while the others commit; a SIGKILL mid-stream and the broker's
 // redelivery; a replay; the versioned upsert under shuffled versions.
@@ -299,10 +300,16 @@ func metric(t *testing.T, addr, sample string) float64 {
 	return 0
 }
 
-// exitCode runs the binary and returns its output and exit code.
+// exitCode runs the release binary and returns its output and exit code.
 func exitCode(t *testing.T, args ...string) (string, int) {
 	t.Helper()
-	out, err := exec.Command(binary, args...).CombinedOutput()
+	return exitCodeOf(t, binary, args...)
+}
+
+// exitCodeOf runs bin and returns its output and exit code.
+func exitCodeOf(t *testing.T, bin string, args ...string) (string, int) {
+	t.Helper()
+	out, err := exec.Command(bin, args...).CombinedOutput()
 	var exitErr *exec.ExitError
 	if errors.As(err, &exitErr) {
 		return string(out), exitErr.ExitCode()
@@ -346,18 +353,26 @@ func TestSQLHandlerMistakesRefused(t *testing.T) {
 `
 	path := filepath.Join(dir, "bad.yaml")
 	require.NoError(t, os.WriteFile(path, []byte(bad), 0o600))
-	for _, cmd := range []string{"check", "run", "migrate"} {
-		out, code := exitCode(t, cmd, "-config", path)
-		require.Equal(t, 2, code, out)
-		for _, want := range []string{
-			"services[0].sql_handlers[0].sql[0]: unknown parameter @paylod",
-			"services[0].sql_handlers[0].sql[1]: empty statement",
-			"services[0].sql_handlers[0].sql[2]: COMMIT is not allowed in a SQL handler",
-			`services[0].sql_handlers[1].name: duplicate handler name "billing.open_invoice" (also services[0].sql_handlers[0])`,
-			"services[0].sql_handlers[2].events: at least one event name is required",
-			`services[0].sql_handlers[3].name: handler name "stock.reserve" is taken by a Go handler of this binary`,
-		} {
-			require.Contains(t, out, want, "platformd %s", cmd)
+	const taken = `services[0].sql_handlers[3].name: handler name "stock.reserve" is taken by a Go handler of this binary`
+	for _, bin := range []string{binary, shopBinary} {
+		for _, cmd := range []string{"check", "run", "migrate"} {
+			out, code := exitCodeOf(t, bin, cmd, "-config", path)
+			require.Equal(t, 2, code, out)
+			for _, want := range []string{
+				"services[0].sql_handlers[0].sql[0]: unknown parameter @paylod",
+				"services[0].sql_handlers[0].sql[1]: empty statement",
+				"services[0].sql_handlers[0].sql[2]: COMMIT is not allowed in a SQL handler",
+				`services[0].sql_handlers[1].name: duplicate handler name "billing.open_invoice" (also services[0].sql_handlers[0])`,
+				"services[0].sql_handlers[2].events: at least one event name is required",
+			} {
+				require.Contains(t, out, want, "%s %s", bin, cmd)
+			}
+			// The name is taken only where the shop's Go handlers are.
+			if bin == shopBinary {
+				require.Contains(t, out, taken, "%s %s", bin, cmd)
+			} else {
+				require.NotContains(t, out, "services[0].sql_handlers[3]", "%s %s", bin, cmd)
+			}
 		}
 	}
 }

@@ -172,7 +172,7 @@ func TestTraceAcrossTheOutbox(t *testing.T) {
 	require.NoError(t, d.terminate(t))
 }
 
-// A SQL handler's outbox message joins the event's trace too: the stock
+// A SQL handler's outbox message joins the event's trace too: the release
 // binary runs the shop's reservation in SQL plus a statement publishing
 // with @traceparent, and the row it writes (the relay is off, so it stays)
 // carries the stock delivery span's context, in the producer's trace.

@@ -228,6 +228,9 @@ func TestHelmTemplate(t *testing.T) {
 			}
 			require.Equal(t, "/etc/platformd/platformd.yaml", mounts["config"])
 			require.Equal(t, "/etc/platformd/tokens", mounts["tokens"])
+			// The services' migration files beside the config, where its
+			// relative `migrations: migrations/<service>` points.
+			require.Equal(t, "/etc/platformd/migrations", mounts["migrations"])
 			var tokenSecret string
 			for _, v := range pod.Spec.Volumes {
 				switch v.Name {

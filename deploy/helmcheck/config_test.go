@@ -12,7 +12,10 @@ import (
 
 // TestChartConfigIsValid: the platformd.yaml the chart mounts is one
 // platformd accepts (`platformd check`), with the environment its env
-// Secret gives and the token files its token Secret mounts.
+// Secret gives, the token files its token Secret mounts and the migration
+// files its ConfigMap mounts, each laid out where the pod sees it. The
+// binary is the release one, as in the image: the chart's handlers must be
+// ones it can run.
 func TestChartConfigIsValid(t *testing.T) {
 	dir := t.TempDir()
 	bin := filepath.Join(dir, "platformd")
@@ -34,8 +37,13 @@ func TestChartConfigIsValid(t *testing.T) {
 		t.Run(name, func(t *testing.T) {
 			m := decodeAll(t, render(t, vals))
 			cfg := strings.ReplaceAll(m.configMap.Data["platformd.yaml"], "/etc/platformd/tokens/", tokenDir+"/")
-			path := filepath.Join(dir, name+".yaml")
+			// The pod's /etc/platformd: the config, and the ConfigMap's
+			// files its volumes project below it.
+			root := filepath.Join(dir, name)
+			path := filepath.Join(root, "etc", "platformd", "platformd.yaml")
+			require.NoError(t, os.MkdirAll(filepath.Dir(path), 0o700))
 			require.NoError(t, os.WriteFile(path, []byte(cfg), 0o600))
+			require.Positive(t, writeProjected(t, root, m), "the chart mounts its migration files")
 			cmd := exec.Command(bin, "check", "-config", path)
 			cmd.Env = os.Environ()
 			for k, v := range env {
@@ -45,4 +53,36 @@ func TestChartConfigIsValid(t *testing.T) {
 			require.NoError(t, err, "platformd check of the chart's config:\n%s\n%s", out, cfg)
 		})
 	}
+}
+
+// writeProjected writes under root the files that the Deployment's
+// ConfigMap volumes with items project (path by path, as the kubelet
+// does), and returns how many.
+func writeProjected(t *testing.T, root string, m *manifests) int {
+	t.Helper()
+	pod := m.deployment.Spec.Template.Spec
+	mounts := map[string]string{}
+	for _, vm := range pod.Containers[0].VolumeMounts {
+		if vm.SubPath == "" {
+			mounts[vm.Name] = vm.MountPath
+		}
+	}
+	n := 0
+	for _, v := range pod.Volumes {
+		if v.ConfigMap == nil || len(v.ConfigMap.Items) == 0 {
+			continue
+		}
+		require.Equal(t, m.configMap.Name, v.ConfigMap.Name)
+		at, ok := mounts[v.Name]
+		require.True(t, ok, "volume %s is mounted", v.Name)
+		for _, it := range v.ConfigMap.Items {
+			data, ok := m.configMap.Data[it.Key]
+			require.True(t, ok, "ConfigMap key %s", it.Key)
+			p := filepath.Join(root, at, it.Path)
+			require.NoError(t, os.MkdirAll(filepath.Dir(p), 0o700))
+			require.NoError(t, os.WriteFile(p, []byte(data), 0o600))
+			n++
+		}
+	}
+	return n
 }

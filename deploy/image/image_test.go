@@ -164,11 +164,16 @@ func TestImage(t *testing.T) {
 	}
 	require.Equal(t, "0", cgo)
 
-	// The daemon from the image validates the shop's config.
+	// The daemon from the image validates the shop's config with SQL
+	// handlers; it has no Go handler, so the Go shop's config (whose
+	// daemon is examples/shop/cmd/shopd) names unknown handlers.
 	extracted := filepath.Join(dir, "platformd")
 	require.NoError(t, os.WriteFile(extracted, bin, 0o755))
-	out, err := exec.Command(extracted, "check", "-config", "../../examples/shop/platformd.yaml").CombinedOutput()
+	out, err := exec.Command(extracted, "check", "-config", "../../examples/shop-sql/platformd.yaml").CombinedOutput()
 	require.NoError(t, err, "platformd check:\n%s", out)
+	out, err = exec.Command(extracted, "check", "-config", "../../examples/shop/platformd.yaml").CombinedOutput()
+	require.Error(t, err)
+	require.Contains(t, string(out), `unknown handler "stock.reserve"`)
 
 	// The docker-archive tarball holds the same config (podman/docker load).
 	ti, err := tarball.ImageFromPath(tarPath, nil)

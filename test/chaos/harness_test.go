@@ -59,7 +59,9 @@ func TestMain(m *testing.M) {
 		if os.Getenv("CHAOS_DAEMON_RACE") == "1" {
 			args = append(args, "-race")
 		}
-		args = append(args, "github.com/platformd/platformd/cmd/platformd")
+		// The shop's daemon: the chaos tests run the shop's Go handlers,
+		// which the release binary (cmd/platformd) does not register.
+		args = append(args, "github.com/platformd/platformd/examples/shop/cmd/shopd")
 		goCmd := os.Getenv("GO")
 		if goCmd == "" {
 			goCmd = "go"

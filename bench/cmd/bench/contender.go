@@ -265,14 +265,14 @@ func (b *bench) platformdCommand(c contender, profile string) (argv []string, mo
 	case c.Alt:
 		return []string{b.o.altBin}, "binary " + b.o.altBin
 	case c.SkipDedup:
-		return []string{b.bins["platformd-nodedup"]}, "binary built from ./cmd/platformd -tags platformd_nodedup"
+		return []string{b.bins["platformd-nodedup"]}, "binary built from " + shopdPkg + " -tags platformd_nodedup"
 	case profile != "":
 		return []string{b.self, roleArg, "platformd", "-cpuprofile", profile + ".cpu.pprof",
 			"-memprofile", profile + ".allocs.pprof", "--"}, "daemon.Main in the bench binary, pprof on (drains)"
 	case b.o.platformdBin != "":
 		return []string{b.o.platformdBin}, "binary " + b.o.platformdBin
 	default:
-		return []string{b.bins["platformd"]}, "binary built from ./cmd/platformd"
+		return []string{b.bins["platformd"]}, "binary built from " + shopdPkg
 	}
 }
 

@@ -9,9 +9,11 @@
 //
 // The contenders: raw (consume and ack, no database), the seed port (the
 // article's one transaction per message, N workers), peer (a Watermill
-// router, built from bench/peer, its own Go module), and the platformd
-// binary built from ./cmd/platformd with batch size 1, with its default
-// batch, and with the dedup insert switched off.
+// router, built from bench/peer, its own Go module), and platformd as the
+// shop's daemon built from ./examples/shop/cmd/shopd (the release binary,
+// ./cmd/platformd, plus the shop's Go handlers the workloads need) with
+// batch size 1, with its default batch, and with the dedup insert switched
+// off.
 package main
 
 import (
@@ -123,7 +125,7 @@ func parseFlags(args []string) (*options, error) {
 	fs.BoolVar(&o.checkpoint, "checkpoint", true, "CHECKPOINT and sync(2) before each drain and latency phase so no contender pays for the previous one's dirty pages")
 	fs.DurationVar(&o.drainTimeout, "drain-timeout", 10*time.Minute, "give up on a drain after this long")
 	fs.BoolVar(&o.keep, "keep", false, "keep the bench database and queues")
-	fs.StringVar(&o.platformdBin, "platformd-bin", "", "platformd binary to run (default: built from ./cmd/platformd)")
+	fs.StringVar(&o.platformdBin, "platformd-bin", "", "platformd binary to run, one with the shop's handlers (default: built from ./examples/shop/cmd/shopd)")
 	fs.StringVar(&o.pprofDir, "pprof", "", "run platformd as daemon.Main inside the bench binary with CPU and allocation profiles written to this directory")
 	fs.BoolVar(&o.strict, "strict", false, "exit 3 when a target is missed")
 	fs.StringVar(&o.probe, "commit-probe", probePoll, "how the latency phase sees commits: poll (a trigger-fed table read every 2 ms) or notify (LISTEN/NOTIFY, which serialises commits)")
@@ -192,7 +194,7 @@ func runRole(ctx context.Context, role string, args []string) int {
 	case "remote-handler":
 		err = runRemoteHandler(ctx, args)
 	case "platformd":
-		return runProfiledPlatformd(args) //nolint:contextcheck // daemon.Main owns its signal context, as in cmd/platformd
+		return runProfiledPlatformd(args) //nolint:contextcheck // daemon.Main owns its signal context, as in the shop's daemon
 	default:
 		err = fmt.Errorf("unknown role %q", role)
 	}
@@ -368,6 +370,10 @@ func run(ctx context.Context, o *options) (int, error) {
 	return 0, nil
 }
 
+// shopdPkg is the package the platformd contenders run: the shop's
+// daemon, the release daemon with the shop's Go handlers registered.
+const shopdPkg = "./examples/shop/cmd/shopd"
+
 // build compiles the peer (its own module) and platformd.
 func (b *bench) build(ctx context.Context, selected []contender) error {
 	root, err := repoRoot()
@@ -390,14 +396,16 @@ func (b *bench) build(ctx context.Context, selected []contender) error {
 		b.bins["peer"] = out
 	}
 	// Built even with -pprof: only the drains run profiled, the latency
-	// phase runs the binary.
+	// phase runs the binary. The shop's daemon: the workloads run the
+	// shop's Go handlers, which the release binary does not register (it
+	// runs the SQL and remote contenders' configs as well).
 	if need[kindPlatformd] && b.o.platformdBin == "" {
 		out := filepath.Join(b.tmp, "platformd")
-		fmt.Println("building ./cmd/platformd...")
-		cmd := exec.CommandContext(ctx, goCmd, "build", "-o", out, "./cmd/platformd")
+		fmt.Println("building " + shopdPkg + "...")
+		cmd := exec.CommandContext(ctx, goCmd, "build", "-o", out, shopdPkg)
 		cmd.Dir = root
 		if msg, err := cmd.CombinedOutput(); err != nil {
-			return fmt.Errorf("build ./cmd/platformd: %w\n%s", err, msg)
+			return fmt.Errorf("build %s: %w\n%s", shopdPkg, err, msg)
 		}
 		b.bins["platformd"] = out
 	}
@@ -405,11 +413,11 @@ func (b *bench) build(ctx context.Context, selected []contender) error {
 	// has no way to skip the dedup insert.
 	if slices.ContainsFunc(selected, func(c contender) bool { return c.Kind == kindPlatformd && c.SkipDedup }) {
 		out := filepath.Join(b.tmp, "platformd-nodedup")
-		fmt.Println("building ./cmd/platformd with -tags platformd_nodedup...")
-		cmd := exec.CommandContext(ctx, goCmd, "build", "-tags", "platformd_nodedup", "-o", out, "./cmd/platformd")
+		fmt.Println("building " + shopdPkg + " with -tags platformd_nodedup...")
+		cmd := exec.CommandContext(ctx, goCmd, "build", "-tags", "platformd_nodedup", "-o", out, shopdPkg)
 		cmd.Dir = root
 		if msg, err := cmd.CombinedOutput(); err != nil {
-			return fmt.Errorf("build ./cmd/platformd -tags platformd_nodedup: %w\n%s", err, msg)
+			return fmt.Errorf("build %s -tags platformd_nodedup: %w\n%s", shopdPkg, err, msg)
 		}
 		b.bins["platformd-nodedup"] = out
 	}

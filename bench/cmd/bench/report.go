@@ -28,8 +28,9 @@ type machineInfo struct {
 // contenderReport is everything measured for one contender.
 type contenderReport struct {
 	contender
-	// Mode says how platformd ran: the binary built from ./cmd/platformd,
-	// or daemon.Main inside the bench binary with pprof on.
+	// Mode says how platformd ran: the binary built from the shop's daemon
+	// (./examples/shop/cmd/shopd), or daemon.Main inside the bench binary
+	// with pprof on.
 	Mode        string         `json:"mode,omitempty"`
 	Rounds      []drainResult  `json:"rounds"`
 	MsgsPerSec  spread         `json:"msgs_per_sec"`

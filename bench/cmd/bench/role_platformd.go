@@ -9,9 +9,9 @@ import (
 	"github.com/platformd/platformd/internal/daemon"
 )
 
-// runProfiledPlatformd is cmd/platformd's main with pprof around it: the
-// same daemon.Main over the same registry, so the profile is of the code
-// as shipped. It writes a CPU profile of the whole run and an allocation
+// runProfiledPlatformd is the shop's daemon's main (examples/shop/cmd/shopd)
+// with pprof around it: the same daemon.Main over the same registry, so the
+// profile is of the code the other platformd contenders run. It writes a CPU profile of the whole run and an allocation
 // profile at exit.
 func runProfiledPlatformd(args []string) int {
 	fs := flag.NewFlagSet("platformd-pprof", flag.ExitOnError)

@@ -39,3 +39,8 @@ app.kubernetes.io/managed-by: {{ .Release.Service }}
 {{- default "default" .Values.serviceAccount.name -}}
 {{- end -}}
 {{- end -}}
+
+{{/* The ConfigMap key of one migration file: (list service file). */}}
+{{- define "platformd.migrationKey" -}}
+{{- printf "migration.%s.%s" (index . 0) (index . 1) -}}
+{{- end -}}

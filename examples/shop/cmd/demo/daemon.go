@@ -44,17 +44,19 @@ func goCommand() string {
 	return "go"
 }
 
-// buildDaemon builds ./cmd/platformd into dir, with tag platformd_testhooks
-// (the demo kills a run between an outbox confirm and its delete), and
-// returns the binary's path.
+// buildDaemon builds the shop's daemon (./examples/shop/cmd/shopd: the
+// platformd command line with the shop's Go handlers; the release binary
+// has none) into dir, with tag platformd_testhooks (the demo kills a run
+// between an outbox confirm and its delete), and returns the binary's
+// path. It runs the SQL shop's config as well.
 func buildDaemon(ctx context.Context, root, dir string) (string, error) {
-	bin := filepath.Join(dir, "platformd")
-	cmd := exec.CommandContext(ctx, goCommand(), "build", "-tags", "platformd_testhooks", "-o", bin, "./cmd/platformd")
+	bin := filepath.Join(dir, "shopd")
+	cmd := exec.CommandContext(ctx, goCommand(), "build", "-tags", "platformd_testhooks", "-o", bin, "./examples/shop/cmd/shopd")
 	cmd.Dir = root
 	// Static, as the release binary (make image) is built.
 	cmd.Env = append(os.Environ(), "CGO_ENABLED=0")
 	if out, err := cmd.CombinedOutput(); err != nil {
-		return "", fmt.Errorf("go build -tags platformd_testhooks ./cmd/platformd: %w\n%s", err, out)
+		return "", fmt.Errorf("go build -tags platformd_testhooks ./examples/shop/cmd/shopd: %w\n%s", err, out)
 	}
 	return bin, nil
 }
