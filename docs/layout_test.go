@@ -87,3 +87,31 @@ func TestLayoutNamesEveryPackage(t *testing.T) {
 		}
 	}
 }
+
+// The design lives in the repository (docs/contracts.md and the guides):
+// no file may send a reader to a design document a clone does not have.
+func TestNoFileCitesAnOutsideDesignDocument(t *testing.T) {
+	needle := "DESIGN" + ".md"
+	err := filepath.WalkDir("..", func(path string, d fs.DirEntry, err error) error {
+		if err != nil {
+			return err
+		}
+		if d.IsDir() {
+			if name := d.Name(); path != ".." && (strings.HasPrefix(name, ".") || name == "node_modules") {
+				return filepath.SkipDir
+			}
+			return nil
+		}
+		b, err := os.ReadFile(path)
+		if err != nil {
+			return err
+		}
+		if strings.Contains(string(b), needle) {
+			t.Errorf("%s names %s", strings.TrimPrefix(path, "../"), needle)
+		}
+		return nil
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+}

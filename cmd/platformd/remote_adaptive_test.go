@@ -41,7 +41,7 @@ func (c *capacityHandler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 }
 
 // A remote handler with concurrency: adaptive, end to end through the
-// stock binary: eight workers call a dependency that serves three calls at
+// release binary: eight workers call a dependency that serves three calls at
 // once and answers 429 beyond. The limit comes down to what it serves and
 // stays under it (a 429 halves it, the level that overloaded it is
 // remembered), so refusals stay a small part of the calls; every event is

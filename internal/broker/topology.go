@@ -17,7 +17,7 @@ const (
 	ReasonBeyondHorizon    = "beyond_horizon"
 )
 
-// Headers of the topology contract (DESIGN.md).
+// Headers of the topology contract (docs/contracts.md, "Topology").
 const (
 	HeaderAttempt               = "x-attempt"
 	HeaderFailureReason         = "x-failure-reason"

@@ -8,6 +8,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/platformd/platformd/internal/testenv"
+
 	"github.com/google/uuid"
 	amqp "github.com/rabbitmq/amqp091-go"
 	"github.com/stretchr/testify/require"
@@ -99,7 +101,7 @@ func TestDeclareDelaysSharedAcrossQueueTypes(t *testing.T) {
 // deleteDelays deletes the shared delay queues and exchanges of delays, on
 // a connection of its own (the test's are closed by then).
 func deleteDelays(t *testing.T, delays []time.Duration) {
-	conn, err := amqp.Dial(amqpURL())
+	conn, err := amqp.Dial(testenv.AMQPURL())
 	require.NoError(t, err)
 	defer func() { _ = conn.Close() }()
 	ch, err := conn.Channel()

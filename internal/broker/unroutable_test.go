@@ -4,6 +4,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/platformd/platformd/internal/testenv"
+
 	"github.com/google/uuid"
 	amqp "github.com/rabbitmq/amqp091-go"
 	"github.com/stretchr/testify/require"
@@ -17,7 +19,7 @@ func TestDeclareUnroutable(t *testing.T) {
 	exchange := "unroutable-test-" + uuid.NewString()[:8]
 	require.Equal(t, exchange+".unroutable", UnroutableExchange(exchange))
 	require.Equal(t, exchange+".unroutable", UnroutableQueue(exchange))
-	conn, err := amqp.Dial(amqpURL())
+	conn, err := amqp.Dial(testenv.AMQPURL())
 	require.NoError(t, err)
 	t.Cleanup(func() { _ = conn.Close() })
 	ch, err := conn.Channel()

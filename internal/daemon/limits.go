@@ -16,8 +16,8 @@ import (
 	"github.com/platformd/platformd/internal/workers"
 )
 
-// Live limits (DESIGN.md, Limits): the kill switch and a pool's limits,
-// stored in the service database, announced by NOTIFY and applied by every
+// Live limits (docs/operations.md, "Limits"): the kill switch and a pool's
+// limits, stored in the service database, announced by NOTIFY and applied by every
 // daemon running the service; a pool's rate is shared out by the daemons
 // whose heartbeat on the pool is recent.
 

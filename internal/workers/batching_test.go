@@ -10,6 +10,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/platformd/platformd/internal/testenv"
+
 	"github.com/prometheus/client_golang/prometheus/testutil"
 	amqp "github.com/rabbitmq/amqp091-go"
 	"github.com/stretchr/testify/require"
@@ -217,7 +219,7 @@ func TestPoolHeldAcksSurviveBrokerFaults(t *testing.T) {
 	const distinct, copies = 1500, 150
 	b.backlog(p, distinct, copies)
 
-	vhost := b.url[len(amqpURL()):]
+	vhost := b.url[len(testenv.AMQPURL()):]
 	for range 2 {
 		// Each close lands mid-drain, after progress since the last one:
 		// every worker is held in a batch's handler, its transaction open

@@ -6,13 +6,14 @@ import (
 	"fmt"
 	"io"
 	"log/slog"
-	"os"
 	"os/exec"
 	"strings"
 	"sync"
 	"sync/atomic"
 	"testing"
 	"time"
+
+	"github.com/platformd/platformd/internal/testenv"
 
 	"github.com/google/uuid"
 	"github.com/jackc/pgx/v5"
@@ -37,13 +38,6 @@ func TestMain(m *testing.M) {
 		goleak.IgnoreTopFunction("github.com/jackc/pgx/v5/pgxpool.(*Pool).backgroundHealthCheck"),
 		goleak.IgnoreTopFunction("internal/poll.runtime_pollWait"), // amqp091 heartbeat reader of a closing conn
 	)
-}
-
-func amqpURL() string {
-	if u := os.Getenv("TEST_AMQP_URL"); u != "" {
-		return u
-	}
-	return "amqp://guest:guest@127.0.0.1:5672/"
 }
 
 // bundle is one pool under test: its own scratch database, exchange and
@@ -87,7 +81,7 @@ func withVhost(b *bundle) {
 	rabbitmqctl(b.t, "add_vhost", vhost)
 	rabbitmqctl(b.t, "set_permissions", "-p", vhost, "guest", ".*", ".*", ".*")
 	b.t.Cleanup(func() { rabbitmqctl(b.t, "delete_vhost", vhost) })
-	b.url = strings.TrimSuffix(amqpURL(), "/") + "/" + vhost
+	b.url = strings.TrimSuffix(testenv.AMQPURL(), "/") + "/" + vhost
 }
 
 func rabbitmqctl(t testing.TB, args ...string) string {
@@ -102,7 +96,7 @@ func newBundle(t testing.TB, opts ...bundleOpt) *bundle {
 	ctx := context.Background()
 	suffix := uuid.NewString()[:8]
 	b := &bundle{
-		t: t, ctx: ctx, url: amqpURL(),
+		t: t, ctx: ctx, url: testenv.AMQPURL(),
 		exchange: "t.events." + suffix, queue: "t.stock." + suffix,
 		reg:      consumer.NewRegistry(),
 		metrics:  metrics.New(),

@@ -11,8 +11,9 @@ import (
 	"golang.org/x/time/rate"
 )
 
-// limits are a pool's live limits (DESIGN.md, Limits): its rate, shared
-// across the daemons running it, and its concurrency changed at runtime.
+// limits are a pool's live limits (docs/operations.md, "Limits"): its
+// rate, shared across the daemons running it, and its concurrency changed
+// at runtime.
 // The hot path pays one atomic load (Pool.lim) when no rate is set.
 type limits struct {
 	mu sync.Mutex

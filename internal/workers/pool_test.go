@@ -9,6 +9,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/platformd/platformd/internal/testenv"
+
 	"github.com/google/uuid"
 	"github.com/prometheus/client_golang/prometheus/testutil"
 	amqp "github.com/rabbitmq/amqp091-go"
@@ -257,7 +259,7 @@ func TestPoolRecoversFromBrokerAndDatabaseFaults(t *testing.T) {
 	if testing.Short() {
 		n = 600
 	}
-	vhost := b.url[len(amqpURL()):]
+	vhost := b.url[len(testenv.AMQPURL()):]
 	done := make(chan int)
 	go func() { done <- b.publishResilient(n, 0.1) }()
 	faults := 0

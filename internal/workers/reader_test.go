@@ -10,6 +10,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/platformd/platformd/internal/testenv"
+
 	"github.com/google/uuid"
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgconn"
@@ -157,7 +159,7 @@ func TestPoolPartitionedSurvivesBrokerFaultsAndPause(t *testing.T) {
 	const keys, perKey = 10, 100
 	k := newKeyed(t, "/k", withVhost)
 	p := k.start("test.keyed")
-	vhost := k.url[len(amqpURL()):]
+	vhost := k.url[len(testenv.AMQPURL()):]
 	k.backlogKeyed(p, keys, perKey)
 	applied := func() int { return k.count(`SELECT count(*) FROM applied`) }
 	k.waitFor("a quarter applied", func() bool { return applied() >= keys*perKey/4 })

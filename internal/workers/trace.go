@@ -17,8 +17,8 @@ import (
 	"github.com/platformd/platformd/internal/broker"
 )
 
-// Attributes of a delivery span beyond the messaging conventions' (DESIGN.md,
-// "Tracing (OpenTelemetry)").
+// Attributes of a delivery span beyond the messaging conventions'
+// (docs/tracing.md).
 const (
 	AttrService = attribute.Key("platformd.service")
 	AttrPool    = attribute.Key("platformd.pool")
