@@ -20,7 +20,7 @@ import (
 type SQLStatement string
 
 // SQLHandlerConfig is a handler declared as SQL statements
-// (services[].sql_handlers[]), run by the stock binary with no Go code.
+// (services[].sql_handlers[]), run by the release binary with no Go code.
 // Its statements run in order, for each new event of a batch, inside the
 // batch's transaction, with the named parameters of package sqlhandler.
 type SQLHandlerConfig struct {

@@ -17,7 +17,7 @@ import (
 
 // The whole demo with billing in PHP (-billing-php): the shop plus a
 // billing service whose handler is examples/billing-php/handler.php
-// served by php -S and called by the stock binary as a remote handler,
+// served by php -S and called by the shop's daemon as a remote handler,
 // through the relay kill, the broker redelivery after a SIGKILL and the
 // replay: the same exactly-once report, and one invoice per order. It
 // skips without php unless CI is set.

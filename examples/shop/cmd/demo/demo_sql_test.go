@@ -20,7 +20,7 @@ import (
 )
 
 // The whole demo, for real, on the shop declared with SQL handlers only
-// (examples/shop-sql/platformd.yaml) and run by the stock binary: a relay
+// (examples/shop-sql/platformd.yaml) and run by the shop's daemon: a relay
 // killed between confirm and delete (its republishes), a broker
 // redelivery after a connection loss and SIGKILL, a replay, the outbox
 // chain through stock's SQL announcement to shipping's parcels, and the
