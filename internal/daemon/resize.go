@@ -128,7 +128,7 @@ func (s *service) resizePoolsLocked(ctx context.Context, p *poolPlan) []string {
 		if !s.up.Load() {
 			// Taken at its start, from the config and what is stored.
 			sp.pool.SetLimits(pc.Limits.Rate, pc.Limits.Burst)
-			sp.pool.SetConcurrency(pc.Concurrency)
+			sp.pool.SetConcurrency(pc.Concurrency) //nolint:contextcheck // not running: stored for its start
 			continue
 		}
 		rctx, cancel := context.WithTimeout(ctx, limitsReadTimeout)
