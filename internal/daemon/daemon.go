@@ -519,4 +519,3 @@ func (d *Daemon) WaitServing(ctx context.Context) error {
 	}
 	return nil
 }
-
