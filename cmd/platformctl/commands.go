@@ -278,6 +278,7 @@ mistakes changes nothing; every mistake is printed with its key path.`,
 					{"services added", resp.GetServicesAdded()}, {"services removed", resp.GetServicesRemoved()},
 					{"services restarted", resp.GetServicesRestarted()}, {"pools added", resp.GetPoolsAdded()},
 					{"pools removed", resp.GetPoolsRemoved()}, {"pools restarted", resp.GetPoolsRestarted()},
+					{"services resized", resp.GetServicesResized()}, {"pools resized", resp.GetPoolsResized()},
 					{"pools unchanged", resp.GetPoolsUnchanged()},
 				} {
 					if len(r.names) > 0 {

@@ -310,4 +310,8 @@ type ReloadResult struct {
 	ServicesAdded, ServicesRemoved, ServicesRestarted []string
 	PoolsAdded, PoolsRemoved, PoolsRestarted          []string
 	PoolsUnchanged                                    []string
+	// ServicesResized are the services whose database pool was resized
+	// in place; PoolsResized the pools whose concurrency or limits
+	// changed in place. Neither restarted.
+	ServicesResized, PoolsResized []string
 }

@@ -168,6 +168,6 @@ func (s *Server) ReloadConfig(ctx context.Context, _ *adminv1.ReloadConfigReques
 	return &adminv1.ReloadConfigResponse{
 		ServicesAdded: r.ServicesAdded, ServicesRemoved: r.ServicesRemoved, ServicesRestarted: r.ServicesRestarted,
 		PoolsAdded: r.PoolsAdded, PoolsRemoved: r.PoolsRemoved, PoolsRestarted: r.PoolsRestarted,
-		PoolsUnchanged: r.PoolsUnchanged,
+		PoolsUnchanged: r.PoolsUnchanged, ServicesResized: r.ServicesResized, PoolsResized: r.PoolsResized,
 	}, nil
 }

@@ -47,10 +47,9 @@ const (
 type DatabasePoolConfig struct {
 	// MaxConns is the most connections of the pool, the control session
 	// not included (default: the sum of the service's pools' concurrency
-	// plus DatabasePoolSpareConns). Set, a reload that changes it restarts
-	// the service on a pool of the new size; derived, it follows the
-	// pools' concurrency only when the service starts (a reload that
-	// changes a pool restarts that pool alone).
+	// plus DatabasePoolSpareConns). A reload that changes it, set or
+	// derived (a pool's concurrency changed), resizes the service's pool
+	// in place: nothing restarts.
 	MaxConns int `yaml:"max_conns"`
 	// MaxConnsSet is true when the config sets max_conns (not derived).
 	MaxConnsSet bool `yaml:"-"`

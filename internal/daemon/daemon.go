@@ -18,7 +18,6 @@ import (
 
 	"github.com/google/uuid"
 	"github.com/jackc/pgx/v5"
-	"github.com/jackc/pgx/v5/pgxpool"
 
 	"github.com/platformd/platformd/consumer"
 	"github.com/platformd/platformd/internal/admin"
@@ -26,6 +25,7 @@ import (
 	"github.com/platformd/platformd/internal/config"
 	"github.com/platformd/platformd/internal/connbudget"
 	"github.com/platformd/platformd/internal/console"
+	"github.com/platformd/platformd/internal/dbpool"
 	"github.com/platformd/platformd/internal/dedup"
 	"github.com/platformd/platformd/internal/metrics"
 	"github.com/platformd/platformd/internal/migrate"
@@ -443,7 +443,7 @@ func (d *Daemon) stopStages() [][]startstop.Stopper {
 // lock the hot path takes, and only stores its answer. Refreshes run one
 // at a time, each bounded by its context.
 type horizonCache struct {
-	db       *pgxpool.Pool
+	db       dbpool.DB
 	service  string
 	def, min time.Duration
 	log      *slog.Logger
@@ -456,7 +456,7 @@ type horizonCache struct {
 
 // newHorizonCache returns the horizon cache of service on db, holding no
 // horizon until its first refresh.
-func newHorizonCache(db *pgxpool.Pool, service string, def, min time.Duration, log *slog.Logger) *horizonCache {
+func newHorizonCache(db dbpool.DB, service string, def, min time.Duration, log *slog.Logger) *horizonCache {
 	return &horizonCache{db: db, service: service, def: def, min: min, log: log, refreshing: make(chan struct{}, 1)}
 }
 
@@ -519,4 +519,3 @@ func (d *Daemon) WaitServing(ctx context.Context) error {
 	}
 	return nil
 }
-

@@ -12,6 +12,7 @@ import (
 	"github.com/platformd/platformd/internal/admin"
 	"github.com/platformd/platformd/internal/config"
 	"github.com/platformd/platformd/internal/connbudget"
+	"github.com/platformd/platformd/internal/dbpool"
 	"github.com/platformd/platformd/internal/dedup"
 	"github.com/platformd/platformd/internal/state"
 )
@@ -117,7 +118,7 @@ func horizonInForce(ctx context.Context, db dedup.Querier, h time.Duration) time
 
 // processedEventHorizon adds the partition figures to a service's
 // horizon: the horizon in force and the partitions' width.
-func processedEventHorizon(ctx context.Context, db *pgxpool.Pool, info admin.HorizonInfo) admin.HorizonInfo {
+func processedEventHorizon(ctx context.Context, db dbpool.DB, info admin.HorizonInfo) admin.HorizonInfo {
 	info.InForce = info.Horizon
 	if l, err := dedup.DetectLayout(ctx, db); err == nil && l == dedup.LayoutPartitioned {
 		info.InForce, info.PartitionWidth = dedup.HorizonInForce(l, info.Horizon), dedup.PartitionWidth
@@ -127,7 +128,7 @@ func processedEventHorizon(ctx context.Context, db *pgxpool.Pool, info admin.Hor
 
 // purgeableAt is when a row of id processed at is purgeable from db's
 // processed_event.
-func purgeableAt(ctx context.Context, db *pgxpool.Pool, id [16]byte, at time.Time, h time.Duration) time.Time {
+func purgeableAt(ctx context.Context, db dbpool.DB, id [16]byte, at time.Time, h time.Duration) time.Time {
 	l, err := dedup.DetectLayout(ctx, db)
 	if err != nil {
 		l = dedup.LayoutPlain

@@ -31,11 +31,21 @@ import (
 //     the keys;
 //   - otherwise new services start (their migrations first), removed ones
 //     drain and stop, services whose own settings changed (database,
-//     database_mode, database_pool, horizons, purge, outbox, migrations)
-//     restart on a new database pool, and within the others
-//     new pools start, removed ones drain and stop and changed ones (their
-//     settings, or the SQL of a handler they run) restart alone; unchanged
-//     pools are not touched: no reconnect, no lost or repeated work.
+//     database_mode, horizons, purge, outbox, migrations) restart on a new
+//     database pool, and within the others new pools start, removed ones
+//     drain and stop and changed ones (their settings, or the SQL of a
+//     handler they run) restart alone; unchanged pools are not touched: no
+//     reconnect, no lost or repeated work;
+//   - two changes apply in place, restarting nothing (resize.go): a
+//     service's database_pool (a pool of the new size is swapped in under
+//     the service, the old one closed once its connections come back),
+//     and a pool's concurrency or limits block (applied to the running
+//     pool as SetPoolLimits applies them; a limit an operator stored with
+//     SetPoolLimits stays in force over the config's). A concurrency
+//     change that would change each worker's prefetch (an explicit
+//     prefetch, or one capped by max_unacked_bytes), or of a partitioned
+//     pool (its keys are spread over a fixed set of workers), restarts
+//     that pool alone instead.
 //
 // The reload is logged, counted (platformd_config_reloads_total{result})
 // and audited in the database of every service it leaves running. actor
@@ -74,8 +84,9 @@ func (d *Daemon) Reload(ctx context.Context, actor string) (admin.ReloadResult, 
 	}
 	d.log.InfoContext(ctx, "daemon: config reloaded", slog.String("actor", actor), slog.Duration("took", time.Since(start)),
 		slog.Any("services_added", res.ServicesAdded), slog.Any("services_removed", res.ServicesRemoved),
-		slog.Any("services_restarted", res.ServicesRestarted), slog.Any("pools_added", res.PoolsAdded),
-		slog.Any("pools_removed", res.PoolsRemoved), slog.Any("pools_restarted", res.PoolsRestarted),
+		slog.Any("services_restarted", res.ServicesRestarted), slog.Any("services_resized", res.ServicesResized),
+		slog.Any("pools_added", res.PoolsAdded), slog.Any("pools_removed", res.PoolsRemoved),
+		slog.Any("pools_restarted", res.PoolsRestarted), slog.Any("pools_resized", res.PoolsResized),
 		slog.Int("pools_unchanged", len(res.PoolsUnchanged)))
 	d.auditReload(ctx, actor, res)
 	d.testSignals.ReloadApplied.Signal(res)
@@ -148,10 +159,15 @@ type reloadPlan struct {
 
 // poolPlan is what a reload changes in the pools of a service that stays.
 type poolPlan struct {
-	add       []config.PoolConfig
-	remove    []string
-	restart   []config.PoolConfig
+	add     []config.PoolConfig
+	remove  []string
+	restart []config.PoolConfig
+	// resize are the running pools whose concurrency or limits change,
+	// applied in place.
+	resize    []config.PoolConfig
 	unchanged []string
+	// resizeDB is true when the service's database pool changes size.
+	resizeDB bool
 }
 
 // changed reports whether the plan changes any pool.
@@ -173,43 +189,39 @@ func (d *Daemon) planReload(old, cfg *config.Config) *reloadPlan {
 		switch {
 		case !ok:
 			plan.add = append(plan.add, sc)
-		case !reflect.DeepEqual(serviceSettings(s.config()), serviceSettings(sc)) || dbPoolResized(s, sc):
+		case !reflect.DeepEqual(serviceSettings(s.config()), serviceSettings(sc)):
 			plan.restart = append(plan.restart, s)
 		default:
-			plan.pools[sc.Name] = planPools(old, s.config(), cfg, sc)
+			p := planPools(old, s, cfg, sc)
+			p.resizeDB = s.dbPoolChanged(sc)
+			plan.pools[sc.Name] = p
 		}
 	}
 	return plan
 }
 
-// serviceSettings is a service's config without its pools and SQL
-// handlers: what, changed, restarts the whole service.
+// serviceSettings is a service's config without its pools, SQL handlers
+// and database_pool: what, changed, restarts the whole service. The
+// database pool is resized in place (resizeDB), whether its max_conns is
+// set or derived from the pools' concurrency.
 func serviceSettings(sc config.ServiceConfig) config.ServiceConfig {
 	sc.Pools, sc.SQLHandlers = nil, nil
-	// max_conns is compared by dbPoolResized: derived from the pools'
-	// concurrency, it changes with them, and a changed pool restarts
-	// alone, not its service.
-	sc.DatabasePool.MaxConns, sc.DatabasePool.MaxConnsSet = 0, false
+	sc.DatabasePool = config.DatabasePoolConfig{}
 	return sc
 }
 
-// dbPoolResized reports whether a reload to sc resizes s's database pool:
-// max_conns set (in sc, or in the config in force) to another size than
-// the pool's. A pgxpool cannot be resized in place and every part of the
-// service holds it, so the service restarts on a new one, as for a
-// changed database_mode, min_conns or max_idle (serviceSettings). A
-// derived max_conns alone never restarts the service: its pool keeps the
-// size it started with.
-func dbPoolResized(s *service, sc config.ServiceConfig) bool {
-	if !s.config().DatabasePool.MaxConnsSet && !sc.DatabasePool.MaxConnsSet {
-		return false
+// planPools compares the pools of s in the config in force, old, and in
+// cfg (sc, s's). A pool changes when its settings do or when a SQL handler
+// it runs does; one whose only change is its concurrency or limits is
+// resized in place when resizable.
+func planPools(old *config.Config, s *service, cfg *config.Config, sc config.ServiceConfig) *poolPlan {
+	was := s.config()
+	perWorker := func(name string) int {
+		if wp, ok := s.pool(name); ok {
+			return wp.WorkerPrefetch()
+		}
+		return 0
 	}
-	return int32(max(sc.DatabasePool.MaxConns, 2)) != s.db.Config().MaxConns //nolint:gosec // validated: at most 1000
-}
-
-// planPools compares a service's pools in the config in force and in cfg.
-// A pool changes when its settings do or when a SQL handler it runs does.
-func planPools(old *config.Config, was config.ServiceConfig, cfg *config.Config, sc config.ServiceConfig) *poolPlan {
 	p := &poolPlan{}
 	for _, pc := range was.Pools {
 		if !slices.ContainsFunc(sc.Pools, func(n config.PoolConfig) bool { return n.Name == pc.Name }) {
@@ -221,10 +233,14 @@ func planPools(old *config.Config, was config.ServiceConfig, cfg *config.Config,
 		switch {
 		case i < 0:
 			p.add = append(p.add, pc)
-		case !reflect.DeepEqual(was.Pools[i], pc) || !reflect.DeepEqual(sqlHandlersOf(old, was.Pools[i]), sqlHandlersOf(cfg, pc)):
+		case !reflect.DeepEqual(sqlHandlersOf(old, was.Pools[i]), sqlHandlersOf(cfg, pc)):
 			p.restart = append(p.restart, pc)
-		default:
+		case reflect.DeepEqual(was.Pools[i], pc):
 			p.unchanged = append(p.unchanged, pc.Name)
+		case resizable(was.Pools[i], pc, perWorker(pc.Name), old.Broker.MaxBodyBytes):
+			p.resize = append(p.resize, pc)
+		default:
+			p.restart = append(p.restart, pc)
 		}
 	}
 	return p
@@ -342,7 +358,20 @@ func (d *Daemon) applyReload(ctx context.Context, cfg *config.Config, reg *consu
 	for _, sc := range cfg.Services {
 		s, kept := running[sc.Name]
 		if p, ok := plan.pools[sc.Name]; ok {
-			notStarted := s.attach(ctx, sc, reg, p)
+			if p.resizeDB {
+				switch resized, err := s.resizeDB(ctx, sc); {
+				case err != nil:
+					// Validated already: only a DSN pgx cannot parse gets
+					// here. The pool in force stays; the next reload finds
+					// it the wrong size and tries again.
+					d.log.ErrorContext(ctx, "daemon: reload: database pool not resized", slog.String("service", sc.Name), slog.Any("error", err))
+					failed = append(failed, fmt.Errorf("service %s: database pool not resized: %w", sc.Name, err))
+				case resized:
+					res.ServicesResized = append(res.ServicesResized, sc.Name)
+				}
+			}
+			notStarted, resized := s.attach(ctx, sc, reg, p)
+			res.PoolsResized = append(res.PoolsResized, resized...)
 			for _, err := range notStarted {
 				failed = append(failed, err)
 			}
@@ -386,7 +415,7 @@ func (d *Daemon) applyReload(ctx context.Context, cfg *config.Config, reg *consu
 	d.cfg, d.services = cfg, services
 	d.mu.Unlock()
 	for _, l := range [][]string{res.ServicesAdded, res.ServicesRemoved, res.ServicesRestarted,
-		res.PoolsAdded, res.PoolsRemoved, res.PoolsRestarted, res.PoolsUnchanged} {
+		res.PoolsAdded, res.PoolsRemoved, res.PoolsRestarted, res.PoolsUnchanged, res.ServicesResized, res.PoolsResized} {
 		slices.Sort(l)
 	}
 	if len(failed) > 0 {
@@ -435,13 +464,16 @@ func (s *service) detach(p *poolPlan) {
 	}
 }
 
-// attach is the second half, once every service's detach is done: the new
-// and changed pools start (once the service is up; before, its bring-up
-// starts them). It returns the pools that could not be built, by name.
-func (s *service) attach(ctx context.Context, sc config.ServiceConfig, reg *consumer.Registry, p *poolPlan) map[string]error {
+// attach is the second half, once every service's detach is done: the
+// pools resized in place take their new concurrency and limits, and the
+// new and changed pools start (once the service is up; before, its bring-up
+// starts them). It returns the pools that could not be built, by name, and
+// the pools resized.
+func (s *service) attach(ctx context.Context, sc config.ServiceConfig, reg *consumer.Registry, p *poolPlan) (map[string]error, []string) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	s.setConfig(sc, reg)
+	resized := s.resizePoolsLocked(ctx, p) // resize.go
 	var started []*servicePool
 	notStarted := map[string]error{}
 	for _, pc := range append(slices.Clone(p.add), p.restart...) {
@@ -467,7 +499,7 @@ func (s *service) attach(ctx context.Context, sc config.ServiceConfig, reg *cons
 	slices.SortFunc(all, func(a, b *servicePool) int { return order[a.cfg.Name] - order[b.cfg.Name] })
 	s.pools = all
 	if !s.up.Load() {
-		return notStarted // the bring-up starts every pool of s.pools
+		return notStarted, resized // the bring-up starts every pool of s.pools
 	}
 	for _, sp := range started {
 		// Bounded as at start: s.mu is held, and admin calls wait on it.
@@ -481,7 +513,7 @@ func (s *service) attach(ctx context.Context, sc config.ServiceConfig, reg *cons
 		_ = sp.pool.Start(ctx)
 		s.d.testSignals.PoolStarted.Signal(sp.cfg.Name)
 	}
-	return notStarted
+	return notStarted, resized
 }
 
 // auditReload records an applied reload in every service's database.
@@ -490,6 +522,7 @@ func (d *Daemon) auditReload(ctx context.Context, actor string, res admin.Reload
 		"services_added": res.ServicesAdded, "services_removed": res.ServicesRemoved,
 		"services_restarted": res.ServicesRestarted, "pools_added": res.PoolsAdded,
 		"pools_removed": res.PoolsRemoved, "pools_restarted": res.PoolsRestarted,
+		"services_resized": res.ServicesResized, "pools_resized": res.PoolsResized,
 	}
 	for _, s := range d.serviceList() {
 		actx, cancel := context.WithTimeout(context.WithoutCancel(ctx), auditTimeout)

@@ -17,6 +17,7 @@ import (
 	"github.com/platformd/platformd/internal/broker"
 	"github.com/platformd/platformd/internal/config"
 	"github.com/platformd/platformd/internal/connbudget"
+	"github.com/platformd/platformd/internal/dbpool"
 	"github.com/platformd/platformd/internal/dedup"
 	"github.com/platformd/platformd/internal/failure"
 	"github.com/platformd/platformd/internal/outbox"
@@ -66,9 +67,12 @@ type service struct {
 	// conf is the service's config and handlers, replaced as one by a
 	// reload that changes its pools (setConfig) while admin calls, the
 	// bring-up and the health loop read them (config, registry).
-	conf    atomic.Pointer[serviceConf]
-	d       *Daemon
-	db      *pgxpool.Pool
+	conf atomic.Pointer[serviceConf]
+	d    *Daemon
+	// db is the service's database pool, which every part of the service
+	// uses through the handle: a reload that changes database_pool
+	// replaces the pool under it (resize.go) and nothing restarts.
+	db      *dbpool.Handle
 	horizon *horizonCache
 	// ctl is the service's control session: one connection for its
 	// notifications, health pings, pause-state reads and leases (see
@@ -90,6 +94,11 @@ type service struct {
 	// pools (their rate is shared out by member); set once, by memberName.
 	member     string
 	memberOnce sync.Once
+
+	// dbMu guards unregisterDB, the budget registration of the database
+	// pool in force, and serialises resizes of it.
+	dbMu         sync.Mutex
+	unregisterDB func()
 
 	up      atomic.Bool           // brought up: its pools, relay and scheduler run
 	downErr atomic.Pointer[error] // why it is not up, or its database's last error
@@ -129,24 +138,11 @@ type servicePool struct {
 // newService builds a service (not started) over its own database pool;
 // reg holds every handler its pools name.
 func (d *Daemon) newService(ctx context.Context, sc config.ServiceConfig, reg *consumer.Registry, migrate bool) (*service, error) {
-	// The pool follows the work: up to the pools' concurrency (plus spare
-	// for a relay pass, a purge, an admin call), nothing kept while idle;
-	// config.DatabasePoolConfig. The control session (session.go) comes on
-	// top.
-	dp := sc.DatabasePool
-	if dp.MaxConns == 0 { // a config built in Go, without the defaults
-		dp.MaxConns = config.DatabasePoolSpareConns
-		for _, p := range sc.Pools {
-			dp.MaxConns += p.Concurrency
-		}
-	}
-	db, err := dedup.Connect(ctx, sc.Database, dedup.PoolConfig{
-		MaxConns: int32(max(dp.MaxConns, 2)), MinConns: int32(dp.MinConns), MaxConnIdleTime: dp.MaxIdle, //nolint:gosec // validated: at most 1000
-		Pooler: sc.Pooler(), Budget: d.budget,
-	})
+	pool, err := d.connectService(ctx, sc)
 	if err != nil {
-		return nil, fmt.Errorf("service %s: %w", sc.Name, err)
+		return nil, err
 	}
+	db := dbpool.New(pool)
 	s := &service{name: sc.Name, d: d, db: db, migrate: migrate}
 	s.setConfig(sc, reg)
 	poll := HorizonRefreshDefault
@@ -168,6 +164,37 @@ func (d *Daemon) newService(ctx context.Context, sc config.ServiceConfig, reg *c
 	notYet := errors.New("starting")
 	s.downErr.Store(&notYet)
 	return s, nil
+}
+
+// dbPoolSize is the size of a service's database pool under sc: the
+// pool follows the work, up to the pools' concurrency (plus spare for a
+// relay pass, a purge, an admin call), nothing kept while idle
+// (config.DatabasePoolConfig). The control session (session.go) comes on
+// top.
+func dbPoolSize(sc config.ServiceConfig) dedup.PoolConfig {
+	dp := sc.DatabasePool
+	if dp.MaxConns == 0 { // a config built in Go, without the defaults
+		dp.MaxConns = config.DatabasePoolSpareConns
+		for _, p := range sc.Pools {
+			dp.MaxConns += p.Concurrency
+		}
+	}
+	return dedup.PoolConfig{
+		MaxConns: int32(max(dp.MaxConns, 2)), MinConns: int32(dp.MinConns), MaxConnIdleTime: dp.MaxIdle, //nolint:gosec // validated: at most 1000
+		Pooler: sc.Pooler(),
+	}
+}
+
+// connectService builds a database pool for the service configured as sc
+// (no connection is opened before one is needed).
+func (d *Daemon) connectService(ctx context.Context, sc config.ServiceConfig) (*pgxpool.Pool, error) {
+	pc := dbPoolSize(sc)
+	pc.Budget = d.budget
+	pool, err := dedup.Connect(ctx, sc.Database, pc)
+	if err != nil {
+		return nil, fmt.Errorf("service %s: %w", sc.Name, err)
+	}
+	return pool, nil
 }
 
 // newPool builds one pool of s (not started).
@@ -227,8 +254,9 @@ func (s *service) newPool(pc config.PoolConfig) (*servicePool, error) {
 func (s *service) Start(ctx context.Context) error {
 	return s.StartFunc(func() (func(), error) {
 		runCtx, cancel := context.WithCancel(context.WithoutCancel(ctx))
-		// Its idle connections may go to another service's waiting dial.
-		unregister := s.d.budget.Register(s.db)
+		// Its idle connections may go to another service's waiting dial
+		// (the pool in force: resizeDB registers its replacement).
+		s.registerDB(s.db.Pool())
 		health := startstop.NewLoop(s.watchHealth)
 		lims := startstop.NewLoop(s.watchLimits) // limits.go
 		s.subscribe()
@@ -316,7 +344,7 @@ func (s *service) Start(ctx context.Context) error {
 			}
 			s.mu.RUnlock()
 			closeRemoteHandlers(s.registry(), serviceHandlers(s.config()))
-			unregister()
+			s.registerDB(nil)
 			s.db.Close()
 			s.d.setServiceHealth(s.name, false)
 			s.d.testSignals.ServiceDown.Signal(s.name)

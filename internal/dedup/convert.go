@@ -8,9 +8,9 @@ import (
 	"time"
 
 	"github.com/jackc/pgx/v5"
-	"github.com/jackc/pgx/v5/pgxpool"
 
 	"github.com/platformd/platformd/internal/config"
+	"github.com/platformd/platformd/internal/dbpool"
 	"github.com/platformd/platformd/internal/dbutil"
 	"github.com/platformd/platformd/internal/query"
 )
@@ -26,7 +26,7 @@ var ErrLayoutMismatch = errors.New("processed_event layout differs from the conf
 // there, when that is newer: a day the purge dropped is never made again)
 // to ahead days ahead. It is
 // what migrate and run do for every service; safe to call concurrently.
-func EnsureLayout(ctx context.Context, db *pgxpool.Pool, want Layout, horizon time.Duration, ahead int) error {
+func EnsureLayout(ctx context.Context, db dbpool.DB, want Layout, horizon time.Duration, ahead int) error {
 	have, err := DetectLayout(ctx, db)
 	if err != nil {
 		return err
@@ -113,7 +113,7 @@ var ErrNonV7Rows = errors.New("processed_event holds non-v7 ids inside the horiz
 // consumer batch longer than its statement_timeout waiting on the lock
 // fails and is redelivered (nothing is lost); pause the service's pools
 // for tables of millions of rows.
-func ConvertLayout(ctx context.Context, db *pgxpool.Pool, to Layout, p ConvertParams) (ConvertResult, error) {
+func ConvertLayout(ctx context.Context, db dbpool.DB, to Layout, p ConvertParams) (ConvertResult, error) {
 	res := ConvertResult{To: to}
 	err := dbutil.WithTx(ctx, db, dbutil.ReadCommitted, func(ctx context.Context, tx pgx.Tx) error {
 		res = ConvertResult{To: to}

@@ -7,9 +7,9 @@ import (
 	"time"
 
 	"github.com/jackc/pgx/v5"
-	"github.com/jackc/pgx/v5/pgxpool"
 
 	"github.com/platformd/platformd/internal/config"
+	"github.com/platformd/platformd/internal/dbpool"
 	"github.com/platformd/platformd/internal/dbutil"
 	"github.com/platformd/platformd/internal/query"
 )
@@ -28,7 +28,7 @@ const PartitionDetachTimeoutDefault = time.Minute
 // the rows of the partitions dropped (pg_class.reltuples once the table
 // was analyzed, else an exact count); Chunks counts the partitions. res
 // comes with the horizon in force and the cutoff, from Purge.
-func purgePartitions(ctx context.Context, db *pgxpool.Pool, p PurgeParams, res PurgeResult) (PurgeResult, error) {
+func purgePartitions(ctx context.Context, db dbpool.DB, p PurgeParams, res PurgeResult) (PurgeResult, error) {
 	// DETACH ... CONCURRENTLY cannot run in a transaction block, so the
 	// lock is a session lock, on a connection held for the run and closed
 	// rather than returned to the pool if the unlock fails.

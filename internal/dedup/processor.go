@@ -11,12 +11,12 @@ import (
 
 	"github.com/google/uuid"
 	"github.com/jackc/pgx/v5"
-	"github.com/jackc/pgx/v5/pgxpool"
 	"go.opentelemetry.io/otel/attribute"
 	"go.opentelemetry.io/otel/trace"
 
 	"github.com/platformd/platformd/consumer"
 	"github.com/platformd/platformd/internal/batchscope"
+	"github.com/platformd/platformd/internal/dbpool"
 	"github.com/platformd/platformd/internal/dbutil"
 	"github.com/platformd/platformd/internal/failure"
 	"github.com/platformd/platformd/internal/query"
@@ -95,7 +95,7 @@ type task struct {
 }
 
 // NewProcessor returns a Processor over db.
-func NewProcessor(db *pgxpool.Pool, cfg ProcessorConfig) *Processor {
+func NewProcessor(db dbpool.DB, cfg ProcessorConfig) *Processor {
 	p := &Processor{db: db, routes: cfg.Routes, obs: cfg.Observer, retries: cmp.Or(cfg.ConflictRetries, ConflictRetriesDefault),
 		tr: newTracer(cfg), resolvedBy: cfg.ResolvedBy}
 	if p.obs == nil {

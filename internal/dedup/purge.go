@@ -8,9 +8,9 @@ import (
 	"time"
 
 	"github.com/jackc/pgx/v5"
-	"github.com/jackc/pgx/v5/pgxpool"
 
 	"github.com/platformd/platformd/internal/config"
+	"github.com/platformd/platformd/internal/dbpool"
 	"github.com/platformd/platformd/internal/dbutil"
 )
 
@@ -88,7 +88,7 @@ type PurgeResult struct {
 // itself and with consumers. A partitioned processed_event (read from the
 // catalog at every run) is purged by dropping its expired partitions
 // instead (see purgePartitions).
-func Purge(ctx context.Context, db *pgxpool.Pool, p PurgeParams) (PurgeResult, error) {
+func Purge(ctx context.Context, db dbpool.DB, p PurgeParams) (PurgeResult, error) {
 	res := PurgeResult{HorizonInForce: p.Horizon}
 	if p.Horizon <= 0 {
 		return res, fmt.Errorf("dedup: purge: horizon must be positive, got %s", p.Horizon)
@@ -158,7 +158,7 @@ func Purge(ctx context.Context, db *pgxpool.Pool, p PurgeParams) (PurgeResult, e
 	}
 }
 
-func runPurgeChunk(ctx context.Context, db *pgxpool.Pool, from, cutoff time.Time, batch int, timeout time.Duration) (int64, *time.Time, error) {
+func runPurgeChunk(ctx context.Context, db dbpool.DB, from, cutoff time.Time, batch int, timeout time.Duration) (int64, *time.Time, error) {
 	if err := ctx.Err(); err != nil {
 		return 0, nil, err
 	}

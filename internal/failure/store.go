@@ -10,8 +10,8 @@ import (
 
 	"github.com/google/uuid"
 	"github.com/jackc/pgx/v5"
-	"github.com/jackc/pgx/v5/pgxpool"
 
+	"github.com/platformd/platformd/internal/dbpool"
 	"github.com/platformd/platformd/internal/dbutil"
 	"github.com/platformd/platformd/internal/query"
 )
@@ -19,14 +19,14 @@ import (
 // Store reads and writes one service database's failures. It is safe for
 // concurrent use.
 type Store struct {
-	db *pgxpool.Pool
+	db dbpool.DB
 }
 
 // NewStore returns the store of the service database db.
-func NewStore(db *pgxpool.Pool) *Store { return &Store{db: db} }
+func NewStore(db dbpool.DB) *Store { return &Store{db: db} }
 
 // DB returns the service database the store is over.
-func (s *Store) DB() *pgxpool.Pool { return s.db }
+func (s *Store) DB() dbpool.DB { return s.db }
 
 // Entry is one delivery's failure as the workers write it.
 type Entry struct {

@@ -17,6 +17,7 @@ import (
 
 	"github.com/platformd/platformd/internal/broker"
 	"github.com/platformd/platformd/internal/config"
+	"github.com/platformd/platformd/internal/dbpool"
 	"github.com/platformd/platformd/internal/envelope"
 	"github.com/platformd/platformd/internal/lease"
 	"github.com/platformd/platformd/internal/metrics"
@@ -66,7 +67,7 @@ type Config struct {
 	// Service is the service's name (metrics, logs, lock).
 	Service string
 	// DB is the service database.
-	DB *pgxpool.Pool
+	DB dbpool.DB
 	// Broker is the publishing connection.
 	Broker *broker.Conn
 	// Exchange is broker.exchange.

@@ -10,6 +10,8 @@ import (
 
 	"github.com/jackc/pgx/v5/pgxpool"
 	"github.com/stretchr/testify/require"
+
+	"github.com/platformd/platformd/internal/dbpool"
 )
 
 // benchRows is the archive's size (REPLAY_BENCH_ROWS, default 1M).
@@ -22,7 +24,7 @@ func benchRows() int {
 
 // backendCPU returns the CPU time the PostgreSQL backend serving db's one
 // connection has used (the server runs on this machine: /proc).
-func backendCPU(b *testing.B, db *pgxpool.Pool) time.Duration {
+func backendCPU(b *testing.B, db dbpool.DB) time.Duration {
 	b.Helper()
 	var pid int
 	require.NoError(b, db.QueryRow(context.Background(), `SELECT pg_backend_pid()`).Scan(&pid))
@@ -89,7 +91,7 @@ func BenchmarkDryRun(b *testing.B) {
 			Horizon: 336 * time.Hour, Quarantine: true})
 	}
 	sel := Selection{EventNames: []string{"order.order.placed.v1"}, From: time.Now().Add(-time.Hour)}
-	dbs := []*pgxpool.Pool{producer, targets[0].DB, targets[1].DB, targets[2].DB}
+	dbs := []dbpool.DB{producer, targets[0].DB, targets[1].DB, targets[2].DB}
 	var cpu time.Duration
 	b.ResetTimer()
 	for b.Loop() {

@@ -11,9 +11,9 @@ import (
 
 	"github.com/google/uuid"
 	"github.com/jackc/pgx/v5"
-	"github.com/jackc/pgx/v5/pgxpool"
 
 	"github.com/platformd/platformd/internal/config"
+	"github.com/platformd/platformd/internal/dbpool"
 )
 
 // States of a replay, as platform.replay stores them.
@@ -146,7 +146,7 @@ type Target struct {
 	// Bindings are the pool's binding keys.
 	Bindings []string
 	// DB is the service's database; only read.
-	DB *pgxpool.Pool
+	DB dbpool.DB
 	// Horizon is the service's horizon in force (0: none).
 	Horizon time.Duration
 	// Quarantine is true when the service quarantines events beyond its

@@ -12,11 +12,11 @@ import (
 
 	"github.com/google/uuid"
 	"github.com/jackc/pgx/v5"
-	"github.com/jackc/pgx/v5/pgxpool"
 	"github.com/prometheus/client_golang/prometheus"
 	amqp "github.com/rabbitmq/amqp091-go"
 
 	"github.com/platformd/platformd/internal/broker"
+	"github.com/platformd/platformd/internal/dbpool"
 	"github.com/platformd/platformd/internal/lease"
 	"github.com/platformd/platformd/internal/outbox"
 	"github.com/platformd/platformd/internal/query"
@@ -69,7 +69,7 @@ type RunnerConfig struct {
 	// Service is the producer service.
 	Service string
 	// DB is the producer's database (archive and platform.replay).
-	DB *pgxpool.Pool
+	DB dbpool.DB
 	// Broker is the publishing connection.
 	Broker *broker.Conn
 	// Exchange is broker.exchange.

@@ -12,9 +12,9 @@ import (
 	"time"
 
 	"github.com/go-co-op/gocron/v2"
-	"github.com/jackc/pgx/v5/pgxpool"
 
 	"github.com/platformd/platformd/internal/config"
+	"github.com/platformd/platformd/internal/dbpool"
 	"github.com/platformd/platformd/internal/dedup"
 	"github.com/platformd/platformd/internal/lease"
 	"github.com/platformd/platformd/internal/metrics"
@@ -85,7 +85,7 @@ type ServiceConfig struct {
 	// "purge:<Name>" and "rows:<Name>".
 	Name string
 	// DB is the service's database.
-	DB *pgxpool.Pool
+	DB dbpool.DB
 	// ControlFunc, when set, runs the purge lease's statements (the daemon
 	// runs them on the service's control session); else they run on DB.
 	ControlFunc func(ctx context.Context, fn func(context.Context, lease.Querier) error) error

@@ -20,8 +20,8 @@ import (
 	"time"
 
 	"github.com/jackc/pgx/v5"
-	"github.com/jackc/pgx/v5/pgxpool"
 
+	"github.com/platformd/platformd/internal/dbpool"
 	"github.com/platformd/platformd/internal/startstop"
 )
 
@@ -48,7 +48,7 @@ type Config struct {
 	// DB is the service's pool: the session's connection is taken from it
 	// (and then leaves it), and Do falls back to it while there is no
 	// session.
-	DB *pgxpool.Pool
+	DB dbpool.DB
 	// NoListen runs without a session: no LISTEN, Do on the pool,
 	// subscribers polled (a transaction-mode pooler).
 	NoListen bool

@@ -7,8 +7,8 @@ import (
 	"time"
 
 	"github.com/jackc/pgx/v5"
-	"github.com/jackc/pgx/v5/pgxpool"
 
+	"github.com/platformd/platformd/internal/dbpool"
 	"github.com/platformd/platformd/internal/dbutil"
 )
 
@@ -75,14 +75,14 @@ func GetHorizon(ctx context.Context, db Querier, service string, def, min time.D
 // delivered on commit. actor is a name for the audit trail (an admin
 // token's name), never a secret. Concurrent calls for one service are
 // serialized, so each audit row's old horizon is the one it replaced.
-func SetHorizon(ctx context.Context, db *pgxpool.Pool, service string, h, min time.Duration, force bool, actor string) (Horizon, error) {
+func SetHorizon(ctx context.Context, db dbpool.DB, service string, h, min time.Duration, force bool, actor string) (Horizon, error) {
 	return SetHorizonAudited(ctx, db, service, h, min, force, actor, nil)
 }
 
 // SetHorizonAudited is SetHorizon with more to say in the audit_log
 // entry's detail (e.g. the duplicate age a forced horizon is under);
 // detail's keys never replace SetHorizon's own.
-func SetHorizonAudited(ctx context.Context, db *pgxpool.Pool, service string, h, min time.Duration, force bool, actor string, detail map[string]any) (Horizon, error) {
+func SetHorizonAudited(ctx context.Context, db dbpool.DB, service string, h, min time.Duration, force bool, actor string, detail map[string]any) (Horizon, error) {
 	h = h.Truncate(time.Microsecond)
 	if h <= 0 {
 		return Horizon{}, fmt.Errorf("state: set horizon of %s to %s: %w", service, h, ErrInvalidHorizon)

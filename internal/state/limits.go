@@ -6,8 +6,8 @@ import (
 	"time"
 
 	"github.com/jackc/pgx/v5"
-	"github.com/jackc/pgx/v5/pgxpool"
 
+	"github.com/platformd/platformd/internal/dbpool"
 	"github.com/platformd/platformd/internal/dbutil"
 )
 
@@ -66,7 +66,7 @@ func GetServicePause(ctx context.Context, db Querier, service string) (ServicePa
 // log (AuditServicePause or AuditServiceResume) and announces it on
 // ChannelPool with an empty payload (every pool re-reads its state), in one
 // transaction.
-func SetServicePaused(ctx context.Context, db *pgxpool.Pool, service string, paused bool, reason, actor string) (ServicePause, error) {
+func SetServicePaused(ctx context.Context, db dbpool.DB, service string, paused bool, reason, actor string) (ServicePause, error) {
 	st, err := dbutil.WithTxV(ctx, db, dbutil.ReadCommitted, func(ctx context.Context, tx pgx.Tx) (ServicePause, error) {
 		r, err := upsertServicePause.One(ctx, tx, setServicePauseParams{Service: service, Paused: paused, Reason: reason, Actor: actor})
 		if err != nil {
@@ -145,7 +145,7 @@ func GetPoolLimits(ctx context.Context, db Querier, pool string) (PoolLimits, bo
 // keeps the stored one), records it in the audit log (AuditPoolLimits) and
 // announces it on ChannelLimits, in one transaction, and returns what is
 // stored.
-func SetPoolLimits(ctx context.Context, db *pgxpool.Pool, l PoolLimits) (PoolLimits, error) {
+func SetPoolLimits(ctx context.Context, db dbpool.DB, l PoolLimits) (PoolLimits, error) {
 	st, err := dbutil.WithTxV(ctx, db, dbutil.ReadCommitted, func(ctx context.Context, tx pgx.Tx) (PoolLimits, error) {
 		r, err := upsertPoolLimits.One(ctx, tx, l)
 		if err != nil {

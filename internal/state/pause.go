@@ -6,8 +6,8 @@ import (
 	"time"
 
 	"github.com/jackc/pgx/v5"
-	"github.com/jackc/pgx/v5/pgxpool"
 
+	"github.com/platformd/platformd/internal/dbpool"
 	"github.com/platformd/platformd/internal/dbutil"
 )
 
@@ -42,7 +42,7 @@ func GetPoolState(ctx context.Context, db Querier, pool string) (PoolState, erro
 // Setting the state it already has only refreshes reason, time and actor.
 // Every call is recorded in platform.audit_log (AuditPoolPause or
 // AuditPoolResume) in the same transaction.
-func SetPoolPaused(ctx context.Context, db *pgxpool.Pool, pool string, paused bool, reason, actor string) (PoolState, error) {
+func SetPoolPaused(ctx context.Context, db dbpool.DB, pool string, paused bool, reason, actor string) (PoolState, error) {
 	st := PoolState{Pool: pool}
 	err := dbutil.WithTx(ctx, db, dbutil.ReadCommitted, func(ctx context.Context, tx pgx.Tx) error {
 		r, err := upsertPoolState.One(ctx, tx, setPoolParams{Pool: pool, Paused: paused, Reason: reason, Actor: actor})

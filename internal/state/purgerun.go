@@ -7,8 +7,8 @@ import (
 	"time"
 
 	"github.com/jackc/pgx/v5"
-	"github.com/jackc/pgx/v5/pgxpool"
 
+	"github.com/platformd/platformd/internal/dbpool"
 	"github.com/platformd/platformd/internal/query"
 )
 
@@ -61,7 +61,7 @@ type PurgeRun struct {
 // StartPurgeRun records the start of a purge of service (started_at is the
 // database's now()) and returns the run's id. trigger is TriggerSchedule or
 // TriggerAdmin; daemon identifies the daemon instance running it.
-func StartPurgeRun(ctx context.Context, db *pgxpool.Pool, service, trigger string, dryRun bool, daemon string) (int64, error) {
+func StartPurgeRun(ctx context.Context, db dbpool.DB, service, trigger string, dryRun bool, daemon string) (int64, error) {
 	if trigger != TriggerSchedule && trigger != TriggerAdmin {
 		return 0, fmt.Errorf("state: start purge run of %s: unknown trigger %q", service, trigger)
 	}
@@ -76,7 +76,7 @@ func StartPurgeRun(ctx context.Context, db *pgxpool.Pool, service, trigger strin
 // clock_timestamp()) with its cutoff (NULL when zero), the rows deleted and
 // runErr's text (NULL when nil), and returns the finished run. A run that is
 // unknown or already finished is ErrPurgeRunNotFound.
-func FinishPurgeRun(ctx context.Context, db *pgxpool.Pool, id int64, cutoff time.Time, deleted int64, runErr error) (PurgeRun, error) {
+func FinishPurgeRun(ctx context.Context, db dbpool.DB, id int64, cutoff time.Time, deleted int64, runErr error) (PurgeRun, error) {
 	var (
 		c       *time.Time
 		errText *string
@@ -100,7 +100,7 @@ func FinishPurgeRun(ctx context.Context, db *pgxpool.Pool, id int64, cutoff time
 
 // ListPurgeRuns returns at most limit runs of service (ListPurgeRunsLimitDefault
 // when limit is not positive), newest first, running ones included.
-func ListPurgeRuns(ctx context.Context, db *pgxpool.Pool, service string, limit int) ([]PurgeRun, error) {
+func ListPurgeRuns(ctx context.Context, db dbpool.DB, service string, limit int) ([]PurgeRun, error) {
 	if limit <= 0 {
 		limit = ListPurgeRunsLimitDefault
 	}
@@ -117,14 +117,14 @@ func ListPurgeRuns(ctx context.Context, db *pgxpool.Pool, service string, limit 
 
 // LastPurge returns the last finished, successful run of service that
 // deleted (not a dry run), by finish time; false when there is none.
-func LastPurge(ctx context.Context, db *pgxpool.Pool, service string) (PurgeRun, bool, error) {
+func LastPurge(ctx context.Context, db dbpool.DB, service string) (PurgeRun, bool, error) {
 	return findPurgeRun(ctx, db, lastPurge, service, "last purge")
 }
 
 // PrunePurgeRuns deletes the finished runs of service beyond its newest
 // keep finished ones (PurgeRunsKeepDefault when keep is not positive) and
 // returns how many it deleted. Runs still going are never deleted.
-func PrunePurgeRuns(ctx context.Context, db *pgxpool.Pool, service string, keep int) (int64, error) {
+func PrunePurgeRuns(ctx context.Context, db dbpool.DB, service string, keep int) (int64, error) {
 	if keep <= 0 {
 		keep = PurgeRunsKeepDefault
 	}
@@ -138,13 +138,13 @@ func PrunePurgeRuns(ctx context.Context, db *pgxpool.Pool, service string, keep 
 // LastFinishedPurge returns the newest finished run of service that was not
 // a dry run, failed or not (its Error says), by finish time; false when
 // there is none. It is what an operator asks: did the last purge work?
-func LastFinishedPurge(ctx context.Context, db *pgxpool.Pool, service string) (PurgeRun, bool, error) {
+func LastFinishedPurge(ctx context.Context, db dbpool.DB, service string) (PurgeRun, bool, error) {
 	return findPurgeRun(ctx, db, lastFinishedPurge, service, "last finished purge")
 }
 
 // findPurgeRun runs q, a query for one run of service that may find none
 // (LastPurge, LastFinishedPurge); what names the run in errors.
-func findPurgeRun(ctx context.Context, db *pgxpool.Pool, q *query.Row[serviceParams, purgeRunRow], service, what string) (PurgeRun, bool, error) {
+func findPurgeRun(ctx context.Context, db dbpool.DB, q *query.Row[serviceParams, purgeRunRow], service, what string) (PurgeRun, bool, error) {
 	r, ok, err := q.Find(ctx, db, serviceParams{Service: service})
 	if err != nil {
 		return PurgeRun{}, false, fmt.Errorf("state: %s of %s: %w", what, service, err)

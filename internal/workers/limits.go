@@ -1,6 +1,7 @@
 package workers
 
 import (
+	"cmp"
 	"context"
 	"log/slog"
 	"math"
@@ -242,3 +243,24 @@ func (p *Pool) workerCount() int64 { return p.conc.Load() }
 // consumer cancelled and what it held settled), or ctx ends; it returns at
 // once for a pool not paused.
 func (p *Pool) WaitQuiesced(ctx context.Context) (Info, error) { return p.waitQuiesced(ctx) }
+
+// WorkerPrefetch returns the prefetch of each worker of an unpartitioned
+// pool of concurrency workers whose prefetch in all is prefetch (0: a
+// batch of batchSize per worker), as NewPool sets it: the total shared out,
+// rounded up, at least one. SetConcurrency keeps it for the workers it
+// starts, so a caller can tell whether a new concurrency leaves it as is.
+func WorkerPrefetch(prefetch, concurrency, batchSize int) int {
+	concurrency, batchSize = cmp.Or(max(concurrency, 0), 1), cmp.Or(max(batchSize, 0), 1)
+	if prefetch <= 0 {
+		prefetch = batchSize * concurrency
+	}
+	prefetch = max(prefetch, concurrency)
+	return max((prefetch+concurrency-1)/concurrency, 1)
+}
+
+// WorkerPrefetch returns the prefetch each of the pool's unpartitioned
+// workers consumes with: fixed when the pool is built, kept by
+// SetConcurrency for the workers it starts. Safe for concurrent use.
+func (p *Pool) WorkerPrefetch() int {
+	return WorkerPrefetch(p.cfg.Prefetch, p.cfg.Concurrency, p.cfg.BatchSize)
+}

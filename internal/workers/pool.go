@@ -11,12 +11,12 @@ import (
 	"time"
 
 	"github.com/go-json-experiment/json/jsontext"
-	"github.com/jackc/pgx/v5/pgxpool"
 	"go.opentelemetry.io/otel/trace"
 	"golang.org/x/time/rate"
 
 	"github.com/platformd/platformd/internal/broker"
 	"github.com/platformd/platformd/internal/config"
+	"github.com/platformd/platformd/internal/dbpool"
 	"github.com/platformd/platformd/internal/dedup"
 	"github.com/platformd/platformd/internal/failure"
 	"github.com/platformd/platformd/internal/metrics"
@@ -95,7 +95,7 @@ type PoolConfig struct {
 type Deps struct {
 	Processor *dedup.Processor
 	// DB is the service database (pause state).
-	DB *pgxpool.Pool
+	DB dbpool.DB
 	// ReadStateFunc, when set, reads the pool's stored pause state instead
 	// of a query on DB (the daemon runs it on the service's control
 	// session, so that an idle pool holds no pooled connection).

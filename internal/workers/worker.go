@@ -51,7 +51,7 @@ type worker struct {
 }
 
 func newWorker(p *Pool, id int) *worker {
-	prefetch := max((p.cfg.Prefetch+p.cfg.Concurrency-1)/p.cfg.Concurrency, 1)
+	prefetch := WorkerPrefetch(p.cfg.Prefetch, p.cfg.Concurrency, p.cfg.BatchSize)
 	t := time.NewTimer(time.Hour)
 	t.Stop()
 	return &worker{

@@ -7,6 +7,8 @@
 // inject faults: SIGKILL, forced broker connection closes, terminated
 // PostgreSQL backends, a PostgreSQL restart (CHAOS_PG_RESTART=1), a network
 // black hole between a daemon and its databases (an in-process TCP proxy),
+// a PgBouncer of the test's own in front of a `database_mode: pooler`
+// service, shut down and crashed mid-run,
 // pause/resume and purges through the admin API, and bad input interleaved
 // with the good. A checker then reads the databases and their failure
 // stores (platform.failed_event) and asserts that every good event was

@@ -3685,8 +3685,15 @@ type ReloadConfigResponse struct {
 	PoolsRestarted []string `protobuf:"bytes,6,rep,name=pools_restarted,json=poolsRestarted,proto3" json:"pools_restarted,omitempty"`
 	// pools_unchanged are the pools the reload did not touch.
 	PoolsUnchanged []string `protobuf:"bytes,7,rep,name=pools_unchanged,json=poolsUnchanged,proto3" json:"pools_unchanged,omitempty"`
-	unknownFields  protoimpl.UnknownFields
-	sizeCache      protoimpl.SizeCache
+	// services_resized are the services whose database pool (its
+	// database_pool block) was resized in place: nothing of theirs
+	// restarted.
+	ServicesResized []string `protobuf:"bytes,8,rep,name=services_resized,json=servicesResized,proto3" json:"services_resized,omitempty"`
+	// pools_resized are the pools whose concurrency or limits changed in
+	// place, without a restart.
+	PoolsResized  []string `protobuf:"bytes,9,rep,name=pools_resized,json=poolsResized,proto3" json:"pools_resized,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
 }
 
 func (x *ReloadConfigResponse) Reset() {
@@ -3764,6 +3771,20 @@ func (x *ReloadConfigResponse) GetPoolsRestarted() []string {
 func (x *ReloadConfigResponse) GetPoolsUnchanged() []string {
 	if x != nil {
 		return x.PoolsUnchanged
+	}
+	return nil
+}
+
+func (x *ReloadConfigResponse) GetServicesResized() []string {
+	if x != nil {
+		return x.ServicesResized
+	}
+	return nil
+}
+
+func (x *ReloadConfigResponse) GetPoolsResized() []string {
+	if x != nil {
+		return x.PoolsResized
 	}
 	return nil
 }
@@ -6537,7 +6558,7 @@ const file_platform_admin_v1_admin_proto_rawDesc = "" +
 	"\x11ListAuditResponse\x127\n" +
 	"\aentries\x18\x01 \x03(\v2\x1d.platform.admin.v1.AuditEntryR\aentries\x121\n" +
 	"\x14unavailable_services\x18\x02 \x03(\tR\x13unavailableServices\"\x15\n" +
-	"\x13ReloadConfigRequest\"\xaf\x02\n" +
+	"\x13ReloadConfigRequest\"\xff\x02\n" +
 	"\x14ReloadConfigResponse\x12%\n" +
 	"\x0eservices_added\x18\x01 \x03(\tR\rservicesAdded\x12)\n" +
 	"\x10services_removed\x18\x02 \x03(\tR\x0fservicesRemoved\x12-\n" +
@@ -6546,7 +6567,9 @@ const file_platform_admin_v1_admin_proto_rawDesc = "" +
 	"poolsAdded\x12#\n" +
 	"\rpools_removed\x18\x05 \x03(\tR\fpoolsRemoved\x12'\n" +
 	"\x0fpools_restarted\x18\x06 \x03(\tR\x0epoolsRestarted\x12'\n" +
-	"\x0fpools_unchanged\x18\a \x03(\tR\x0epoolsUnchanged\"\xcd\x01\n" +
+	"\x0fpools_unchanged\x18\a \x03(\tR\x0epoolsUnchanged\x12)\n" +
+	"\x10services_resized\x18\b \x03(\tR\x0fservicesResized\x12#\n" +
+	"\rpools_resized\x18\t \x03(\tR\fpoolsResized\"\xcd\x01\n" +
 	"\n" +
 	"ReplayPool\x12\x12\n" +
 	"\x04pool\x18\x01 \x01(\tR\x04pool\x12\x18\n" +
