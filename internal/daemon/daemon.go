@@ -16,6 +16,8 @@ import (
 	"sync/atomic"
 	"time"
 
+	"github.com/platformd/platformd/internal/query"
+
 	"github.com/google/uuid"
 	"github.com/jackc/pgx/v5"
 
@@ -29,7 +31,6 @@ import (
 	"github.com/platformd/platformd/internal/dedup"
 	"github.com/platformd/platformd/internal/metrics"
 	"github.com/platformd/platformd/internal/migrate"
-	"github.com/platformd/platformd/internal/session"
 	"github.com/platformd/platformd/internal/startstop"
 	"github.com/platformd/platformd/internal/state"
 	"github.com/platformd/platformd/internal/tracing"
@@ -470,7 +471,7 @@ func (c *horizonCache) refresh(ctx context.Context) { c.refreshOn(ctx, c.db) }
 // refreshOn re-reads the horizon through q (the pool, or the service's
 // control session), one refresh at a time: a late answer never overwrites
 // a newer one, and get never waits for a refresh.
-func (c *horizonCache) refreshOn(ctx context.Context, q session.Querier) {
+func (c *horizonCache) refreshOn(ctx context.Context, q query.Querier) {
 	select {
 	case c.refreshing <- struct{}{}:
 		defer func() { <-c.refreshing }()

@@ -7,10 +7,11 @@ import (
 	"log/slog"
 	"time"
 
+	"github.com/platformd/platformd/internal/query"
+
 	"github.com/platformd/platformd/internal/admin"
 	"github.com/platformd/platformd/internal/config"
 	"github.com/platformd/platformd/internal/lease"
-	"github.com/platformd/platformd/internal/session"
 	"github.com/platformd/platformd/internal/startstop"
 	"github.com/platformd/platformd/internal/state"
 	"github.com/platformd/platformd/internal/workers"
@@ -41,7 +42,7 @@ func (s *service) watchLimits(ctx context.Context) {
 			return
 		}
 		n++
-		_ = s.ctl.Do(ctx, func(ctx context.Context, q session.Querier) error {
+		_ = s.ctl.Do(ctx, func(ctx context.Context, q query.Querier) error {
 			if err := s.heartbeatPools(ctx, q); err != nil {
 				return err
 			}
@@ -67,7 +68,7 @@ func (s *service) memberName() string {
 
 // heartbeatPools records that this daemon runs each of the service's
 // pools and gives each its count of members (its share of the rate).
-func (s *service) heartbeatPools(ctx context.Context, q session.Querier) error {
+func (s *service) heartbeatPools(ctx context.Context, q query.Querier) error {
 	member := s.memberName()
 	for _, p := range s.workerPools() {
 		members, err := state.HeartbeatPoolMember(ctx, q, p.Name(), member)
@@ -81,7 +82,7 @@ func (s *service) heartbeatPools(ctx context.Context, q session.Querier) error {
 
 // refreshLimitsOn reads the stored limits of pool (every pool when "")
 // and applies them, the config's where none are stored.
-func (s *service) refreshLimitsOn(ctx context.Context, q session.Querier, pool string) {
+func (s *service) refreshLimitsOn(ctx context.Context, q query.Querier, pool string) {
 	for _, p := range s.workerPools() {
 		if pool != "" && pool != p.Name() {
 			continue
@@ -104,14 +105,14 @@ func applyLimits(p *workers.Pool, l admin.PoolLimitsInfo) {
 }
 
 // limitsOf returns p's limits in force: stored, else its config's.
-func (s *service) limitsOf(ctx context.Context, q state.Querier, p *workers.Pool) (admin.PoolLimitsInfo, error) {
+func (s *service) limitsOf(ctx context.Context, q query.Querier, p *workers.Pool) (admin.PoolLimitsInfo, error) {
 	pc, _ := s.poolConfig(p.Name())
 	pc.Name = p.Name()
 	return limitsIn(ctx, q, pc)
 }
 
 // limitsIn returns the limits in force of the pool configured as pc.
-func limitsIn(ctx context.Context, q state.Querier, pc config.PoolConfig) (admin.PoolLimitsInfo, error) {
+func limitsIn(ctx context.Context, q query.Querier, pc config.PoolConfig) (admin.PoolLimitsInfo, error) {
 	out := admin.PoolLimitsInfo{Pool: pc.Name, Rate: pc.Limits.Rate, Burst: pc.Limits.Burst, Concurrency: pc.Concurrency}
 	st, found, err := state.GetPoolLimits(ctx, q, pc.Name)
 	if err != nil {
@@ -156,7 +157,7 @@ func (s *service) poolConfig(name string) (config.PoolConfig, bool) {
 // subscribeLimits applies limits announced by any daemon sharing the
 // service database.
 func (s *service) subscribeLimits() {
-	s.ctl.Subscribe(state.ChannelLimits, func(ctx context.Context, q session.Querier, payload string) {
+	s.ctl.Subscribe(state.ChannelLimits, func(ctx context.Context, q query.Querier, payload string) {
 		if !s.up.Load() {
 			return
 		}
@@ -246,7 +247,7 @@ func (b *backend) KillSwitches(ctx context.Context) ([]admin.ServicePause, error
 	var out []admin.ServicePause
 	for _, s := range b.d.serviceList() {
 		var sp state.ServicePause
-		err := s.ctl.Do(ctx, func(ctx context.Context, q session.Querier) error {
+		err := s.ctl.Do(ctx, func(ctx context.Context, q query.Querier) error {
 			var err error
 			sp, err = state.GetServicePause(ctx, q, s.name)
 			return err

@@ -3,9 +3,9 @@ package daemon
 import (
 	"context"
 
-	"github.com/platformd/platformd/internal/lease"
+	"github.com/platformd/platformd/internal/query"
+
 	"github.com/platformd/platformd/internal/outbox"
-	"github.com/platformd/platformd/internal/session"
 )
 
 // TestOutboxKillAfterConfirmEnv, set to N > 0, makes a daemon built with
@@ -39,6 +39,6 @@ func (s *service) startRelay(ctx context.Context) error {
 
 // control runs fn on the service's control session (see package session):
 // the relay's and the purge's leases, and an idle relay's look for rows.
-func (s *service) control(ctx context.Context, fn func(context.Context, lease.Querier) error) error {
-	return s.ctl.Do(ctx, func(ctx context.Context, q session.Querier) error { return fn(ctx, q) })
+func (s *service) control(ctx context.Context, fn func(context.Context, query.Querier) error) error {
+	return s.ctl.Do(ctx, func(ctx context.Context, q query.Querier) error { return fn(ctx, q) })
 }

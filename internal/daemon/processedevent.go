@@ -6,6 +6,8 @@ import (
 	"log/slog"
 	"time"
 
+	"github.com/platformd/platformd/internal/query"
+
 	"github.com/jackc/pgx/v5/pgxpool"
 
 	"github.com/platformd/platformd/consumer"
@@ -108,7 +110,7 @@ func ConvertProcessedEvent(ctx context.Context, cfg *config.Config, reg *consume
 // horizonInForce is h as the purge applies it to the service's table
 // (rounded up to whole partitions when partitioned); h when the layout
 // cannot be read.
-func horizonInForce(ctx context.Context, db dedup.Querier, h time.Duration) time.Duration {
+func horizonInForce(ctx context.Context, db query.Querier, h time.Duration) time.Duration {
 	l, err := dedup.DetectLayout(ctx, db)
 	if err != nil {
 		return h

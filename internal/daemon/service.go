@@ -282,7 +282,7 @@ func (s *service) Start(ctx context.Context) error {
 			case <-runCtx.Done():
 				return
 			}
-			_ = s.ctl.Do(runCtx, func(ctx context.Context, q session.Querier) error {
+			_ = s.ctl.Do(runCtx, func(ctx context.Context, q query.Querier) error {
 				s.horizon.refreshOn(ctx, q)
 				s.refreshLimitsOn(ctx, q, "") // before the pools consume
 				// Counted among the pools' members before consuming: a
@@ -457,7 +457,7 @@ func (s *service) watchHealth(ctx context.Context) {
 	var warned time.Time // when the database's refusal was last logged
 	check := func(ctx context.Context) {
 		pctx, cancel := context.WithTimeout(ctx, healthCheckTimeout)
-		err := s.ctl.Do(pctx, func(ctx context.Context, q session.Querier) error {
+		err := s.ctl.Do(pctx, func(ctx context.Context, q query.Querier) error {
 			_, err := ping.Run(ctx, q, query.NoParams{})
 			return err
 		})
@@ -516,10 +516,10 @@ func (s *service) downError() error {
 // sharing the service database, on its control session; with no
 // notification, the session's poll re-reads both now and then.
 func (s *service) subscribe() {
-	s.ctl.Subscribe(state.ChannelHorizon, func(ctx context.Context, q session.Querier, _ string) {
+	s.ctl.Subscribe(state.ChannelHorizon, func(ctx context.Context, q query.Querier, _ string) {
 		s.horizon.refreshOn(ctx, q)
 	})
-	s.ctl.Subscribe(state.ChannelPool, func(ctx context.Context, _ session.Querier, payload string) {
+	s.ctl.Subscribe(state.ChannelPool, func(ctx context.Context, _ query.Querier, payload string) {
 		if !s.up.Load() {
 			return // the pools read their state as they start
 		}
@@ -532,7 +532,7 @@ func (s *service) subscribe() {
 		}
 	})
 	s.subscribeLimits()
-	s.ctl.Subscribe(outbox.Channel, func(context.Context, session.Querier, string) {
+	s.ctl.Subscribe(outbox.Channel, func(context.Context, query.Querier, string) {
 		if r := s.outboxRelay(); r != nil {
 			r.Wake()
 		}
@@ -543,7 +543,7 @@ func (s *service) subscribe() {
 // service's kill switch) on the control session.
 func (s *service) readPoolState(ctx context.Context, pool string) (state.PoolState, error) {
 	var st state.PoolState
-	err := s.ctl.Do(ctx, func(ctx context.Context, q session.Querier) error {
+	err := s.ctl.Do(ctx, func(ctx context.Context, q query.Querier) error {
 		var err error
 		st, err = state.GetEffectivePoolState(ctx, q, s.name, pool)
 		return err

@@ -59,14 +59,10 @@ const PartitionWidth = 24 * time.Hour
 // (the platform migrations have not run).
 var ErrNoTable = errors.New("dedup: processed_event does not exist")
 
-// Querier is what dedup's functions need of a connection, a pool or a
-// transaction (package query's).
-type Querier = query.Querier
-
 // DetectLayout reads processed_event's layout from the catalog (one
 // indexed lookup: cheap enough for every purge run and horizon refresh).
 // It is safe for concurrent use.
-func DetectLayout(ctx context.Context, db Querier) (Layout, error) {
+func DetectLayout(ctx context.Context, db query.Querier) (Layout, error) {
 	kind, _, err := detectLayout.Find(ctx, db, query.NoParams{})
 	if err != nil {
 		return 0, fmt.Errorf("dedup: detect processed_event layout: %w", err)

@@ -48,7 +48,7 @@ func floorDay(t time.Time) time.Time { return t.UTC().Truncate(PartitionWidth) }
 
 // ListPartitions returns processed_event's partitions, oldest first. It is
 // safe for concurrent use.
-func ListPartitions(ctx context.Context, db Querier) ([]Partition, error) {
+func ListPartitions(ctx context.Context, db query.Querier) ([]Partition, error) {
 	var out []Partition
 	err := listPartitions.Each(ctx, db, query.NoParams{}, func(r partitionRow) error {
 		m := boundRE.FindStringSubmatch(r.Bound)
@@ -69,7 +69,7 @@ func ListPartitions(ctx context.Context, db Querier) ([]Partition, error) {
 // PartitionSpan returns the time range the attached partitions cover,
 // from the oldest's From to the newest's To (gaps included), and false
 // when there is none.
-func PartitionSpan(ctx context.Context, db Querier) (from, to time.Time, ok bool, err error) {
+func PartitionSpan(ctx context.Context, db query.Querier) (from, to time.Time, ok bool, err error) {
 	parts, err := ListPartitions(ctx, db)
 	if err != nil {
 		return from, to, false, err

@@ -6,6 +6,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/platformd/platformd/internal/query"
+
 	"github.com/google/uuid"
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgconn"
@@ -287,7 +289,7 @@ func TestPurgePartitionsDropsExpired(t *testing.T) {
 	require.Zero(t, again.Deleted)
 }
 
-func mustCount(t *testing.T, q dedup.Querier, sql string) int {
+func mustCount(t *testing.T, q query.Querier, sql string) int {
 	t.Helper()
 	var n int
 	require.NoError(t, q.QueryRow(context.Background(), sql).Scan(&n))

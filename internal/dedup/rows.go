@@ -21,7 +21,7 @@ import (
 //
 // For a partitioned processed_event the estimate is the sum of its
 // partitions' estimates.
-func EstimateRows(ctx context.Context, db Querier) (int64, error) {
+func EstimateRows(ctx context.Context, db query.Querier) (int64, error) {
 	var (
 		total int64
 		known bool

@@ -98,7 +98,7 @@ type RunnerConfig struct {
 	// poll for an open retry, its lease) on the service's control
 	// session, so that an idle runner holds no pooled connection;
 	// default: on the store's database pool.
-	ControlFunc func(ctx context.Context, fn func(context.Context, lease.Querier) error) error
+	ControlFunc func(ctx context.Context, fn func(context.Context, query.Querier) error) error
 }
 
 // RunnerTestSignals are a runner's internal events that tests wait on
@@ -139,7 +139,7 @@ func NewRunner(cfg RunnerConfig) (*Runner, error) {
 	cfg.UnhostedTimeout = cmp.Or(cfg.UnhostedTimeout, RunnerUnhostedTimeoutDefault)
 	if cfg.ControlFunc == nil {
 		db := cfg.Store.db
-		cfg.ControlFunc = func(ctx context.Context, fn func(context.Context, lease.Querier) error) error { return fn(ctx, db) }
+		cfg.ControlFunc = func(ctx context.Context, fn func(context.Context, query.Querier) error) error { return fn(ctx, db) }
 	}
 	l, err := lease.New(lease.Config{Name: RetryLeaseName, TTL: cfg.LeaseTTL, RetryEvery: cfg.LockRetry, DoFunc: cfg.ControlFunc, Logger: cfg.Logger})
 	if err != nil {
@@ -195,7 +195,7 @@ func (r *Runner) run(ctx context.Context) {
 	var backoff startstop.Backoff
 	for ctx.Err() == nil {
 		var open bool
-		err := r.cfg.ControlFunc(ctx, func(ctx context.Context, q lease.Querier) error {
+		err := r.cfg.ControlFunc(ctx, func(ctx context.Context, q query.Querier) error {
 			var err error
 			open, err = anyOpenRetry.One(ctx, q, query.NoParams{})
 			return err

@@ -29,6 +29,8 @@ import (
 	"strconv"
 	"sync"
 	"time"
+
+	"github.com/platformd/platformd/internal/query"
 )
 
 // Defaults of Config.
@@ -61,10 +63,10 @@ type Config struct {
 	// holds it (default RetryEveryDefault).
 	RetryEvery time.Duration
 	// DB runs the statements when DoFunc is nil.
-	DB Querier
+	DB query.Querier
 	// DoFunc, when set, runs the statements instead (e.g. on a service's
 	// control session).
-	DoFunc func(ctx context.Context, fn func(context.Context, Querier) error) error
+	DoFunc func(ctx context.Context, fn func(context.Context, query.Querier) error) error
 	// Logger receives take-overs and losses (default: discarded).
 	Logger *slog.Logger
 }
@@ -94,7 +96,7 @@ func New(cfg Config) (*Lease, error) {
 	}
 	if cfg.DoFunc == nil {
 		db := cfg.DB
-		cfg.DoFunc = func(ctx context.Context, fn func(context.Context, Querier) error) error { return fn(ctx, db) }
+		cfg.DoFunc = func(ctx context.Context, fn func(context.Context, query.Querier) error) error { return fn(ctx, db) }
 	}
 	log := cmp.Or(cfg.Logger, slog.New(slog.DiscardHandler))
 	return &Lease{cfg: cfg, log: log.With(slog.String("lease", cfg.Name), slog.String("holder", cfg.Holder))}, nil
@@ -137,7 +139,7 @@ func (l *Lease) margin() time.Duration { return l.cfg.TTL / 5 }
 // holder's, and reports whether this holder now holds it.
 func (l *Lease) TryAcquire(ctx context.Context) (bool, error) {
 	sent := time.Now()
-	ok, err := do(ctx, l, "acquire", func(ctx context.Context, q Querier, p leaseParams) (bool, error) {
+	ok, err := do(ctx, l, "acquire", func(ctx context.Context, q query.Querier, p leaseParams) (bool, error) {
 		_, ok, err := acquireLease.Find(ctx, q, p)
 		return ok, err
 	})
@@ -175,7 +177,7 @@ func (l *Lease) Renew(ctx context.Context) (bool, error) {
 // take-over (a record of progress written after the work's context ended)
 // runs its statements in tx after a true Fence. It holds nothing between
 // transactions (it works through a transaction-mode pooler).
-func (l *Lease) Fence(ctx context.Context, tx Querier) (bool, error) {
+func (l *Lease) Fence(ctx context.Context, tx query.Querier) (bool, error) {
 	_, ok, err := fenceLease.Find(ctx, tx, l.params())
 	if err != nil {
 		return false, fmt.Errorf("lease %s: fence: %w", l.cfg.Name, err)
@@ -199,7 +201,7 @@ type Holding struct {
 // be stale as soon as it is read (TryAcquire decides).
 func (l *Lease) Current(ctx context.Context) (Holding, bool, error) {
 	// No row (nobody holds it) leaves row zero: a holder is never empty.
-	row, err := do(ctx, l, "current", func(ctx context.Context, q Querier, p leaseParams) (holdingRow, error) {
+	row, err := do(ctx, l, "current", func(ctx context.Context, q query.Querier, p leaseParams) (holdingRow, error) {
 		r, _, err := currentLease.Find(ctx, q, p)
 		return r, err
 	})
@@ -221,9 +223,9 @@ func (l *Lease) Release(ctx context.Context) error {
 
 // do runs one of the lease's statements through DoFunc with the lease's
 // params, its error named after the lease and what it did.
-func do[R any](ctx context.Context, l *Lease, what string, stmt func(context.Context, Querier, leaseParams) (R, error)) (R, error) {
+func do[R any](ctx context.Context, l *Lease, what string, stmt func(context.Context, query.Querier, leaseParams) (R, error)) (R, error) {
 	var r R
-	err := l.cfg.DoFunc(ctx, func(ctx context.Context, q Querier) error {
+	err := l.cfg.DoFunc(ctx, func(ctx context.Context, q query.Querier) error {
 		var err error
 		r, err = stmt(ctx, q, l.params())
 		return err

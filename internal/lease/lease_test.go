@@ -9,6 +9,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/platformd/platformd/internal/query"
+
 	"github.com/jackc/pgx/v5/pgxpool"
 	"github.com/stretchr/testify/require"
 	"go.uber.org/goleak"
@@ -58,7 +60,7 @@ func startElector(t *testing.T, db *pgxpool.Pool, holder string, work func(ctx c
 	e := &elector{done: make(chan struct{})}
 	var err error
 	e.l, err = lease.New(lease.Config{Name: "test", Holder: holder, TTL: ttl, RetryEvery: 20 * time.Millisecond,
-		DoFunc: func(ctx context.Context, fn func(context.Context, lease.Querier) error) error {
+		DoFunc: func(ctx context.Context, fn func(context.Context, query.Querier) error) error {
 			if e.cut.Load() {
 				return errors.New("cut off")
 			}

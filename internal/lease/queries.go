@@ -9,12 +9,6 @@ import (
 // errors show. The database's clock (clock_timestamp()) alone decides
 // expiry.
 
-// Querier runs statements: a *pgxpool.Pool, a connection, a pgx.Tx or a
-// control session's querier. The lease needs Exec and QueryRow; Query is
-// there so that the function a DoFunc runs can serve its other users too
-// (the relay, the scheduler).
-type Querier = query.Querier
-
 // leaseParams name the lease and its holder; TTL is the lease's life in
 // milliseconds (acquire and renew only).
 type leaseParams struct {

@@ -11,6 +11,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/platformd/platformd/internal/query"
+
 	"github.com/platformd/platformd/internal/testenv"
 
 	"github.com/google/uuid"
@@ -21,7 +23,6 @@ import (
 
 	"github.com/platformd/platformd/internal/broker"
 	"github.com/platformd/platformd/internal/dedup"
-	"github.com/platformd/platformd/internal/lease"
 	"github.com/platformd/platformd/internal/metrics"
 	"github.com/platformd/platformd/internal/migrate"
 	"github.com/platformd/platformd/internal/session"
@@ -175,13 +176,13 @@ func (b *bundle) relayWith(mod func(*Config), before func(*Relay, *session.Sessi
 	// statements on a control session of its own.
 	ctl := session.New(session.Config{DB: b.db, Logger: b.logger})
 	if cfg.ControlFunc == nil {
-		cfg.ControlFunc = func(ctx context.Context, fn func(context.Context, lease.Querier) error) error {
-			return ctl.Do(ctx, func(ctx context.Context, q session.Querier) error { return fn(ctx, q) })
+		cfg.ControlFunc = func(ctx context.Context, fn func(context.Context, query.Querier) error) error {
+			return ctl.Do(ctx, func(ctx context.Context, q query.Querier) error { return fn(ctx, q) })
 		}
 	}
 	r, err := New(cfg)
 	require.NoError(b.t, err)
-	ctl.Subscribe(Channel, func(context.Context, session.Querier, string) { r.Wake() })
+	ctl.Subscribe(Channel, func(context.Context, query.Querier, string) { r.Wake() })
 	if before != nil {
 		before(r, ctl)
 	}

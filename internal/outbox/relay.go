@@ -86,7 +86,7 @@ type Config struct {
 	// connection: the daemon runs them on the service's control session,
 	// so that an idle relay holds no pooled connection. A pass that has
 	// rows to publish always runs on a pooled connection.
-	ControlFunc func(ctx context.Context, fn func(context.Context, lease.Querier) error) error
+	ControlFunc func(ctx context.Context, fn func(context.Context, query.Querier) error) error
 	// HoldMin and HoldMax bound the backoff of a returned or invalid row
 	// (defaults HoldMinDefault, HoldMaxDefault).
 	HoldMin, HoldMax time.Duration
@@ -184,7 +184,7 @@ func New(cfg Config) (*Relay, error) {
 	}
 	if cfg.ControlFunc == nil {
 		db := cfg.DB
-		r.cfg.ControlFunc = func(ctx context.Context, fn func(context.Context, lease.Querier) error) error { return fn(ctx, db) }
+		r.cfg.ControlFunc = func(ctx context.Context, fn func(context.Context, query.Querier) error) error { return fn(ctx, db) }
 	}
 	l, err := lease.New(lease.Config{Name: LeaseName, TTL: cfg.LeaseTTL, RetryEvery: cfg.LockRetry,
 		DoFunc: r.cfg.ControlFunc, Logger: r.log})
@@ -247,7 +247,7 @@ func (r *Relay) Wake() {
 
 // Stats returns the rows waiting in the outbox and the age of the oldest,
 // read from the database now.
-func Stats(ctx context.Context, db lease.Querier) (pending int64, oldest time.Duration, err error) {
+func Stats(ctx context.Context, db query.Querier) (pending int64, oldest time.Duration, err error) {
 	r, err := countPending.One(ctx, db, query.NoParams{})
 	if err != nil {
 		return 0, 0, fmt.Errorf("outbox stats: %w", err)
@@ -264,7 +264,7 @@ func Stats(ctx context.Context, db lease.Querier) (pending int64, oldest time.Du
 func (r *Relay) refreshStats(ctx context.Context) (int64, error) {
 	var n int64
 	var age time.Duration
-	stats := func(ctx context.Context, q lease.Querier) error {
+	stats := func(ctx context.Context, q query.Querier) error {
 		var err error
 		n, age, err = Stats(ctx, q)
 		return err

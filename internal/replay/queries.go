@@ -15,9 +15,6 @@ import (
 // each target service's processed_event (owned by package dedup), for
 // queries of its own.
 
-// Querier runs statements: a *pgxpool.Pool, a connection or a pgx.Tx.
-type Querier = query.Querier
-
 // platform.replay.
 
 type createParams struct {

@@ -9,6 +9,8 @@ import (
 	"sync"
 	"time"
 
+	"github.com/platformd/platformd/internal/query"
+
 	"github.com/google/uuid"
 	"github.com/jackc/pgx/v5"
 
@@ -89,7 +91,7 @@ func EventTime(id uuid.UUID, occurredAt time.Time) time.Time {
 // Select reads the events s matches from the producer's archive, among
 // those published within the last keep, in event_id order, and for each
 // of s's names how many events it matched.
-func Select(ctx context.Context, db Querier, s Selection, keep time.Duration) ([]Item, []int, error) {
+func Select(ctx context.Context, db query.Querier, s Selection, keep time.Duration) ([]Item, []int, error) {
 	ids := make([][16]byte, len(s.EventIDs))
 	for i, id := range s.EventIDs {
 		ids[i] = id

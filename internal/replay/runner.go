@@ -93,7 +93,7 @@ type RunnerConfig struct {
 	// ControlFunc, when set, runs the runner's small statements (its
 	// lease, an idle runner's look for running replays), e.g. on the
 	// service's control session; by default they run on DB.
-	ControlFunc func(ctx context.Context, fn func(context.Context, lease.Querier) error) error
+	ControlFunc func(ctx context.Context, fn func(context.Context, query.Querier) error) error
 	Logger      *slog.Logger
 }
 
@@ -124,7 +124,7 @@ func NewRunner(cfg RunnerConfig) (*Runner, error) {
 	cfg.ChunkEvery = cmp.Or(cfg.ChunkEvery, ChunkEveryDefault)
 	if cfg.ControlFunc == nil {
 		db := cfg.DB
-		cfg.ControlFunc = func(ctx context.Context, fn func(context.Context, lease.Querier) error) error { return fn(ctx, db) }
+		cfg.ControlFunc = func(ctx context.Context, fn func(context.Context, query.Querier) error) error { return fn(ctx, db) }
 	}
 	log := cfg.Logger.With(slog.String("service", cfg.Service))
 	l, err := lease.New(lease.Config{Name: LeaseName, TTL: cfg.LeaseTTL, RetryEvery: cfg.LockRetry, DoFunc: cfg.ControlFunc, Logger: log})
@@ -219,7 +219,7 @@ func (r *Runner) run(ctx context.Context) {
 // runner takes no lease and no pooled connection.
 func (r *Runner) anyRunning(ctx context.Context) (bool, error) {
 	var running bool
-	err := r.cfg.ControlFunc(ctx, func(ctx context.Context, q lease.Querier) error {
+	err := r.cfg.ControlFunc(ctx, func(ctx context.Context, q query.Querier) error {
 		var err error
 		running, err = anyRunning.One(ctx, q, query.NoParams{})
 		return err

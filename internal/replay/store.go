@@ -7,6 +7,8 @@ import (
 	"fmt"
 	"time"
 
+	"github.com/platformd/platformd/internal/query"
+
 	"github.com/google/uuid"
 	"github.com/jackc/pgx/v5"
 
@@ -81,7 +83,7 @@ func (row recordRow) record() (Record, error) {
 }
 
 // Get reads one replay; ErrNotFound when there is none of that id.
-func Get(ctx context.Context, db Querier, id uuid.UUID) (Record, error) {
+func Get(ctx context.Context, db query.Querier, id uuid.UUID) (Record, error) {
 	row, found, err := getReplay.Find(ctx, db, idParams{ID: id})
 	if err != nil {
 		return Record{}, fmt.Errorf("replay: get: %w", err)
@@ -97,7 +99,7 @@ func Get(ctx context.Context, db Querier, id uuid.UUID) (Record, error) {
 }
 
 // List reads the newest replays, at most limit.
-func List(ctx context.Context, db Querier, limit int) ([]Record, error) {
+func List(ctx context.Context, db query.Querier, limit int) ([]Record, error) {
 	var out []Record
 	err := listReplays.Each(ctx, db, limitParams{Limit: limit}, func(row recordRow) error {
 		r, err := row.record()

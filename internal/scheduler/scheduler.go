@@ -11,6 +11,8 @@ import (
 	"sync"
 	"time"
 
+	"github.com/platformd/platformd/internal/query"
+
 	"github.com/go-co-op/gocron/v2"
 
 	"github.com/platformd/platformd/internal/config"
@@ -88,7 +90,7 @@ type ServiceConfig struct {
 	DB dbpool.DB
 	// ControlFunc, when set, runs the purge lease's statements (the daemon
 	// runs them on the service's control session); else they run on DB.
-	ControlFunc func(ctx context.Context, fn func(context.Context, lease.Querier) error) error
+	ControlFunc func(ctx context.Context, fn func(context.Context, query.Querier) error) error
 	// LeaseTTL is the purge lease's life after each renewal (default
 	// lease.TTLDefault).
 	LeaseTTL time.Duration
@@ -534,7 +536,7 @@ func (s *Scheduler) observe(service string, dryRun bool, deleted int64, took tim
 }
 
 // control runs fn through ControlFunc when set, else on DB.
-func (sc *ServiceConfig) control(ctx context.Context, fn func(context.Context, lease.Querier) error) error {
+func (sc *ServiceConfig) control(ctx context.Context, fn func(context.Context, query.Querier) error) error {
 	if sc.ControlFunc != nil {
 		return sc.ControlFunc(ctx, fn)
 	}
@@ -549,7 +551,7 @@ func (s *Scheduler) estimateRows(ctx context.Context, svc *ServiceConfig) {
 	}
 	defer s.runs.Done()
 	var n int64
-	err := svc.control(ctx, func(ctx context.Context, q lease.Querier) error {
+	err := svc.control(ctx, func(ctx context.Context, q query.Querier) error {
 		var err error
 		n, err = dedup.EstimateRows(ctx, q) // partitioned: the sum of the partitions'
 		return err

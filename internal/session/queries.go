@@ -10,11 +10,6 @@ import (
 // (package query): "session.listen" is what pg_stat_activity and the
 // errors show. The statements run through Do are their callers'.
 
-// Querier runs statements: the session's connection, or the pool. A
-// statement's rows must be read and closed before the function given to Do
-// returns.
-type Querier = query.Querier
-
 // setApplicationName names the session apart in pg_stat_activity;
 // set_config takes the name as an argument where SET takes none.
 var setApplicationName = query.NewExec("session.set_application_name", `SELECT set_config('application_name', $1, false)`,

@@ -19,6 +19,8 @@ import (
 	"sync"
 	"time"
 
+	"github.com/platformd/platformd/internal/query"
+
 	"github.com/jackc/pgx/v5"
 
 	"github.com/platformd/platformd/internal/dbpool"
@@ -64,7 +66,7 @@ type Config struct {
 // a (re)connection and every poll period (re-read what may have changed).
 // It runs on the session's goroutine with q, the session's connection (or
 // the pool): it must not call Do, and must not block long.
-type Func func(ctx context.Context, q Querier, payload string)
+type Func func(ctx context.Context, q query.Querier, payload string)
 
 // Session is a service database's control session. It follows startstop's
 // lifecycle; Do, Listening and Err are safe for concurrent use.
@@ -90,7 +92,7 @@ type Session struct {
 
 type request struct {
 	ctx  context.Context
-	fn   func(context.Context, Querier) error
+	fn   func(context.Context, query.Querier) error
 	done chan error
 }
 
@@ -153,8 +155,8 @@ func (s *Session) Err() error {
 // notifications, or on the pool while there is no session. It returns fn's
 // error. fn gets ctx; its statements must be short (notifications wait
 // meanwhile).
-func (s *Session) Do(ctx context.Context, fn func(context.Context, Querier) error) error {
-	if q, ok := ctx.Value(onSessionKey{}).(Querier); ok {
+func (s *Session) Do(ctx context.Context, fn func(context.Context, query.Querier) error) error {
+	if q, ok := ctx.Value(onSessionKey{}).(query.Querier); ok {
 		return fn(ctx, q) // called by a subscriber or a Do function: already on it
 	}
 	s.mu.Lock()
@@ -172,7 +174,7 @@ func (s *Session) Do(ctx context.Context, fn func(context.Context, Querier) erro
 }
 
 // onSessionKey marks the context of what runs on the session's goroutine
-// (subscribers, Do functions), with the Querier they run on: a Do from
+// (subscribers, Do functions), with the query.Querier they run on: a Do from
 // there runs at once instead of waiting for the session.
 type onSessionKey struct{}
 
@@ -300,7 +302,7 @@ func (s *Session) serve(conn *pgx.Conn, q []*request) error {
 func (s *Session) onSession(ctx context.Context, conn *pgx.Conn, fn func(context.Context) error) error {
 	ctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), StatementTimeout)
 	defer cancel()
-	return fn(context.WithValue(ctx, onSessionKey{}, Querier(conn)))
+	return fn(context.WithValue(ctx, onSessionKey{}, query.Querier(conn)))
 }
 
 // requeue puts back Do calls not yet run, for lose to answer.
@@ -329,7 +331,7 @@ func (s *Session) notifyAll(ctx context.Context, conn *pgx.Conn) {
 	for _, ch := range s.chs {
 		for _, fn := range s.subs[ch] {
 			if conn == nil {
-				fn(context.WithValue(ctx, onSessionKey{}, Querier(s.cfg.DB)), s.cfg.DB, "")
+				fn(context.WithValue(ctx, onSessionKey{}, query.Querier(s.cfg.DB)), s.cfg.DB, "")
 				continue
 			}
 			_ = s.onSession(ctx, conn, func(ctx context.Context) error { fn(ctx, conn, ""); return nil })

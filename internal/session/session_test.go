@@ -5,6 +5,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/platformd/platformd/internal/query"
+
 	"github.com/jackc/pgx/v5/pgxpool"
 	"github.com/stretchr/testify/require"
 	"go.uber.org/goleak"
@@ -25,7 +27,7 @@ func newDB(t *testing.T) *pgxpool.Pool {
 
 func backendPID(ctx context.Context, s *Session) (int32, error) {
 	var pid int32
-	err := s.Do(ctx, func(ctx context.Context, q Querier) error {
+	err := s.Do(ctx, func(ctx context.Context, q query.Querier) error {
 		return q.QueryRow(ctx, `SELECT pg_backend_pid()`).Scan(&pid)
 	})
 	return pid, err
@@ -42,7 +44,7 @@ func TestSessionOneConnection(t *testing.T) {
 	s := New(Config{DB: db, Poll: time.Hour})
 	got := make(chan string, 10)
 	for _, ch := range []string{"a", "b"} {
-		s.Subscribe(ch, func(_ context.Context, _ Querier, payload string) {
+		s.Subscribe(ch, func(_ context.Context, _ query.Querier, payload string) {
 			if payload != "" {
 				got <- ch + ":" + payload
 			}
@@ -88,7 +90,7 @@ func TestSessionNoListen(t *testing.T) {
 	db := newDB(t)
 	s := New(Config{DB: db, NoListen: true, Poll: 20 * time.Millisecond})
 	polled := make(chan struct{}, 100)
-	s.Subscribe("a", func(context.Context, Querier, string) {
+	s.Subscribe("a", func(context.Context, query.Querier, string) {
 		select {
 		case polled <- struct{}{}:
 		default:

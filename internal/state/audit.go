@@ -6,6 +6,8 @@ import (
 	"encoding/json"
 	"fmt"
 	"time"
+
+	"github.com/platformd/platformd/internal/query"
 )
 
 // Audited actions (AuditEntry.Action, platform.audit_log.action).
@@ -78,7 +80,7 @@ type AuditEntry struct {
 // AppendAudit records one entry in platform.audit_log through q (in q's
 // transaction, if q is one). actor is a token name, never a secret; a nil
 // detail is stored as {}. It is safe for concurrent use.
-func AppendAudit(ctx context.Context, q Querier, actor, action, target string, detail map[string]any) error {
+func AppendAudit(ctx context.Context, q query.Querier, actor, action, target string, detail map[string]any) error {
 	if detail == nil {
 		detail = map[string]any{}
 	}
@@ -95,7 +97,7 @@ func AppendAudit(ctx context.Context, q Querier, actor, action, target string, d
 // ListAudit returns at most limit entries of q's platform.audit_log
 // (ListAuditLimitDefault when limit is not positive), newest first. It is
 // safe for concurrent use.
-func ListAudit(ctx context.Context, q Querier, limit int) ([]AuditEntry, error) {
+func ListAudit(ctx context.Context, q query.Querier, limit int) ([]AuditEntry, error) {
 	if limit <= 0 {
 		limit = ListAuditLimitDefault
 	}

@@ -8,6 +8,8 @@ import (
 	"sort"
 	"sync"
 	"time"
+
+	"github.com/platformd/platformd/internal/query"
 )
 
 // DuplicateAgeBuckets is the number of buckets of a platform.duplicate_age
@@ -167,7 +169,7 @@ type duplicateAgeRow struct {
 // Flush adds what was noted since the last Flush to platform.duplicate_age
 // in one statement (nothing when nothing was noted). On an error what it
 // tried to write is kept for the next Flush.
-func (a *DuplicateAges) Flush(ctx context.Context, db Querier) error {
+func (a *DuplicateAges) Flush(ctx context.Context, db query.Querier) error {
 	a.flushMu.Lock()
 	defer a.flushMu.Unlock()
 	a.mu.Lock()
@@ -254,7 +256,7 @@ func SortedDuplicateAges(m map[string]*DuplicateAgeStats) []DuplicateAgeStats {
 // ReadDuplicateAges returns, by source, the duplicate ages stored in
 // platform.duplicate_age for days on or after since (a date, UTC), over
 // every pool (pools nil) or the pools named. It is safe for concurrent use.
-func ReadDuplicateAges(ctx context.Context, db Querier, since time.Time, pools []string) (map[string]*DuplicateAgeStats, error) {
+func ReadDuplicateAges(ctx context.Context, db query.Querier, since time.Time, pools []string) (map[string]*DuplicateAgeStats, error) {
 	out := map[string]*DuplicateAgeStats{}
 	err := readDuplicateAges.Each(ctx, db, readDuplicateAgesParams{Since: since.UTC().Format(time.DateOnly), Pools: pools},
 		func(r duplicateAgeStoredRow) error {

@@ -6,6 +6,8 @@ import (
 	"fmt"
 	"time"
 
+	"github.com/platformd/platformd/internal/query"
+
 	"github.com/jackc/pgx/v5"
 
 	"github.com/platformd/platformd/internal/dbpool"
@@ -50,7 +52,7 @@ type Horizon struct {
 // GetHorizon returns the horizon stored for service, or def (Stored false,
 // UpdatedBy HorizonUpdatedByConfig) when none is stored. min is reported as
 // MinHorizon. It is safe for concurrent use.
-func GetHorizon(ctx context.Context, db Querier, service string, def, min time.Duration) (Horizon, error) {
+func GetHorizon(ctx context.Context, db query.Querier, service string, def, min time.Duration) (Horizon, error) {
 	h := Horizon{Service: service, MinHorizon: min}
 	r, ok, err := getHorizon.Find(ctx, db, serviceParams{Service: service})
 	if err != nil {

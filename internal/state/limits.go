@@ -5,6 +5,8 @@ import (
 	"fmt"
 	"time"
 
+	"github.com/platformd/platformd/internal/query"
+
 	"github.com/jackc/pgx/v5"
 
 	"github.com/platformd/platformd/internal/dbpool"
@@ -53,7 +55,7 @@ type setServicePauseParams struct {
 
 // GetServicePause returns service's stored kill switch; one never set is
 // not paused (zero UpdatedAt).
-func GetServicePause(ctx context.Context, db Querier, service string) (ServicePause, error) {
+func GetServicePause(ctx context.Context, db query.Querier, service string) (ServicePause, error) {
 	r, _, err := getServicePause.Find(ctx, db, serviceParams{Service: service})
 	r.Service = service
 	if err != nil {
@@ -96,7 +98,7 @@ const KillSwitchReasonPrefix = "pause-all: "
 // GetEffectivePoolState returns pool's pause state in force: paused when
 // the pool is, or when its service's kill switch holds (the reason is then
 // the kill switch's, after KillSwitchReasonPrefix).
-func GetEffectivePoolState(ctx context.Context, db Querier, service, pool string) (PoolState, error) {
+func GetEffectivePoolState(ctx context.Context, db query.Querier, service, pool string) (PoolState, error) {
 	st, err := GetPoolState(ctx, db, pool)
 	if err != nil {
 		return st, err
@@ -132,7 +134,7 @@ func (r *PoolLimits) dest() []any {
 
 // GetPoolLimits returns pool's stored limits, and false when none were
 // ever stored (the config's apply).
-func GetPoolLimits(ctx context.Context, db Querier, pool string) (PoolLimits, bool, error) {
+func GetPoolLimits(ctx context.Context, db query.Querier, pool string) (PoolLimits, bool, error) {
 	r, ok, err := getPoolLimits.Find(ctx, db, poolParams{Pool: pool})
 	r.Pool = pool
 	if err != nil {
@@ -171,7 +173,7 @@ type memberParams struct {
 
 // HeartbeatPoolMember records that member (a daemon) runs pool now and
 // returns how many daemons run it (at least 1).
-func HeartbeatPoolMember(ctx context.Context, db Querier, pool, member string) (int, error) {
+func HeartbeatPoolMember(ctx context.Context, db query.Querier, pool, member string) (int, error) {
 	n, err := heartbeatMember.One(ctx, db, memberParams{Pool: pool, Member: member})
 	if err != nil {
 		return 1, fmt.Errorf("state: heartbeat of pool %s: %w", pool, err)
@@ -181,7 +183,7 @@ func HeartbeatPoolMember(ctx context.Context, db Querier, pool, member string) (
 
 // LeavePool deletes member's row of pool (and rows stale for an hour), so
 // that the others take its share at once.
-func LeavePool(ctx context.Context, db Querier, pool, member string) error {
+func LeavePool(ctx context.Context, db query.Querier, pool, member string) error {
 	if _, err := deleteMember.Run(ctx, db, memberParams{Pool: pool, Member: member}); err != nil {
 		return fmt.Errorf("state: leave pool %s: %w", pool, err)
 	}

@@ -5,6 +5,8 @@ import (
 	"fmt"
 	"time"
 
+	"github.com/platformd/platformd/internal/query"
+
 	"github.com/jackc/pgx/v5"
 
 	"github.com/platformd/platformd/internal/dbpool"
@@ -29,7 +31,7 @@ type PoolState struct {
 
 // GetPoolState returns the stored state of pool; a pool never paused is
 // running (Paused false, zero UpdatedAt).
-func GetPoolState(ctx context.Context, db Querier, pool string) (PoolState, error) {
+func GetPoolState(ctx context.Context, db query.Querier, pool string) (PoolState, error) {
 	r, _, err := getPoolState.Find(ctx, db, poolParams{Pool: pool})
 	if err != nil {
 		return PoolState{Pool: pool}, fmt.Errorf("state: get pool %s: %w", pool, err)

@@ -11,10 +11,6 @@ import (
 // purge_run), each named (package query): "state.upsert_horizon" is what
 // pg_stat_activity and the errors show.
 
-// Querier runs statements: a *pgxpool.Pool, a connection or a pgx.Tx, so
-// that an action and its audit entry can share a transaction.
-type Querier = query.Querier
-
 // notifyParams announce Payload on Channel, delivered on commit.
 type notifyParams struct{ Channel, Payload string }
 
