@@ -28,7 +28,7 @@ func (s *service) startRelay(ctx context.Context) error {
 		Service: s.name, DB: s.db, Broker: d.outboxConn, Exchange: d.cfg.Broker.Exchange,
 		BatchSize: o.BatchSize, Poll: o.Poll, MaxBodyBytes: d.cfg.Broker.MaxBodyBytes, Archive: o.Archive > 0,
 		Unroutable: o.Unroutable,
-		Metrics:    d.metrics, Logger: d.log, TestAfterConfirmFunc: d.killHook,
+		Metrics:    d.metrics, Logger: d.log, Test: outbox.RelayTest{AfterConfirmFunc: d.killHook},
 		ControlFunc: s.control,
 	})
 	if err != nil {

@@ -86,7 +86,7 @@ func TestArchiveCrashBetweenConfirmAndDelete(t *testing.T) {
 	b.relay(func(c *Config) {
 		c.BatchSize = 20
 		c.Archive = true
-		c.TestAfterConfirmFunc = cr.afterConfirm
+		c.Test.AfterConfirmFunc = cr.afterConfirm
 	})
 	got := receive(t, deliveries, n, 30*time.Second)
 	waitFor(t, 10*time.Second, "every row to be archived", func() bool { return b.pending() == 0 && len(b.archived()) == n })

@@ -90,11 +90,11 @@ func BenchmarkOutboxThroughput(b *testing.B) {
 		var once sync.Once
 		var confirmed int
 		r, err := New(Config{Service: "bench", DB: bb.db, Broker: bb.broker, Exchange: bb.exchange, Metrics: bb.metrics, Logger: bb.logger,
-			TestAfterConfirmFunc: func(ids []uuid.UUID) {
+			Test: RelayTest{AfterConfirmFunc: func(ids []uuid.UUID) {
 				if confirmed += len(ids); confirmed >= rows {
 					once.Do(func() { close(done) })
 				}
-			}})
+			}}})
 		require.NoError(b, err)
 		b.StartTimer()
 		start = time.Now()
@@ -133,7 +133,7 @@ func BenchmarkOutboxLatency(b *testing.B) {
 	done := make(chan struct{})
 	var once sync.Once
 	r, err := New(Config{Service: "bench", DB: bb.db, Broker: bb.broker, Exchange: bb.exchange, Metrics: bb.metrics, Logger: bb.logger,
-		TestAfterConfirmFunc: func(ids []uuid.UUID) {
+		Test: RelayTest{AfterConfirmFunc: func(ids []uuid.UUID) {
 			now := time.Now()
 			mu.Lock()
 			defer mu.Unlock()
@@ -145,7 +145,7 @@ func BenchmarkOutboxLatency(b *testing.B) {
 			if len(confirmed) == b.N {
 				once.Do(func() { close(done) })
 			}
-		}})
+		}}})
 	require.NoError(b, err)
 	require.NoError(b, r.Start(ctx))
 	defer r.Stop()

@@ -182,6 +182,7 @@ func (b *bundle) relayWith(mod func(*Config), before func(*Relay, *session.Sessi
 	}
 	r, err := New(cfg)
 	require.NoError(b.t, err)
+	r.TestSignals().Active.Init(b.t) // waitActive's
 	ctl.Subscribe(Channel, func(context.Context, query.Querier, string) { r.Wake() })
 	if before != nil {
 		before(r, ctl)
@@ -261,6 +262,16 @@ func (b *bundle) pending() int {
 	return int(n)
 }
 
+// waitActive waits on the relay's Active signal until the relay is
+// active (want) or not: each state change signals, so the loop wakes on
+// every one and stops at the first that leaves the relay as wanted.
+func waitActive(t testing.TB, r *Relay, want bool) {
+	t.Helper()
+	for r.Active() != want {
+		r.TestSignals().Active.WaitOrTimeout()
+	}
+}
+
 // waitFor polls cond every 20 ms until it holds or timeout passes.
 func waitFor(t testing.TB, timeout time.Duration, what string, cond func() bool) {
 	t.Helper()
@@ -273,7 +284,7 @@ func waitFor(t testing.TB, timeout time.Duration, what string, cond func() bool)
 	}
 }
 
-// crash is a relay's TestAfterConfirmFunc that kills the relay's sessions
+// crash is a relay's Test.AfterConfirmFunc that kills the relay's sessions
 // (the pass's among them, as if the process died) right after the first
 // batch's confirms, before their delete; inFlight then returns that
 // batch's ids. each, when set, runs at every batch's confirms first.

@@ -22,14 +22,14 @@ func TestRelayLeaseTakenOver(t *testing.T) {
 	deliveries := b.consume()
 	const ttl = 900 * time.Millisecond
 	r := b.relay(func(c *Config) { c.LeaseTTL = ttl; c.Poll = 50 * time.Millisecond })
-	waitFor(t, 10*time.Second, "the relay to become active", r.Active)
+	waitActive(t, r, true)
 	var first uuid.UUID
 	require.NoError(t, b.check.QueryRow(ctx, `SELECT platform.publish('test.lease', '{}')`).Scan(&first))
 	receiveIDs(t, deliveries, 10*time.Second, first.String())
 
 	_, err := b.check.Exec(ctx, `UPDATE platform.lease SET holder = 'other', expires_at = clock_timestamp() + interval '1 hour' WHERE name = $1`, LeaseName)
 	require.NoError(t, err)
-	waitFor(t, 5*time.Second, "the relay to step down", func() bool { return !r.Active() })
+	waitActive(t, r, false)
 	var held uuid.UUID
 	require.NoError(t, b.check.QueryRow(ctx, `SELECT platform.publish('test.lease', '{}')`).Scan(&held))
 	quiet(t, deliveries, 3*ttl)

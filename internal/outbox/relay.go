@@ -110,9 +110,18 @@ type Config struct {
 	Metrics *metrics.Metrics
 	Logger  *slog.Logger
 
-	// TestAfterConfirmFunc, for tests only, runs after a batch's confirms
-	// and before its rows are deleted, with the confirmed ids.
-	TestAfterConfirmFunc func(ids []uuid.UUID)
+	// Test holds the relay's test-only knobs; its zero value is
+	// production's.
+	Test RelayTest
+}
+
+// RelayTest are a relay's test-only knobs, in one place (River's
+// Config.Test): they act inside the relay where a test signal
+// (RelayTestSignals) only reports.
+type RelayTest struct {
+	// AfterConfirmFunc runs after a batch's confirms and before its rows
+	// are deleted, with the confirmed ids (to kill the daemon there).
+	AfterConfirmFunc func(ids []uuid.UUID)
 }
 
 // Relay publishes one service's outbox. It follows startstop's lifecycle;
@@ -127,6 +136,8 @@ type Relay struct {
 	publishedTotal            prometheus.Counter
 	heldReturned, heldInvalid prometheus.Counter
 	kept, dropped             prometheus.Counter
+
+	testSignals RelayTestSignals
 
 	warns warnLimiter // run goroutine only
 	// unroutableDeclared is true once the unroutable exchange and queue
@@ -301,9 +312,11 @@ func (r *Relay) run(ctx, work context.Context) {
 		defer stop()
 		r.isActive.Store(true)
 		r.active.Set(1)
+		r.testSignals.Active.Signal(true)
 		defer func() {
 			r.isActive.Store(false)
 			r.active.Set(0)
+			r.testSignals.Active.Signal(false)
 		}()
 		r.log.InfoContext(ctx, "outbox: relay active")
 		r.relay(lctx, pctx)
@@ -489,7 +502,7 @@ func (r *Relay) pass(ctx context.Context, conn *pgxpool.Conn) (int, error, error
 	if len(confirmed) == 0 {
 		return len(rows), pubErr, nil
 	}
-	if f := r.cfg.TestAfterConfirmFunc; f != nil {
+	if f := r.cfg.Test.AfterConfirmFunc; f != nil {
 		f(confirmed)
 	}
 	ids := make([][16]byte, len(confirmed))
@@ -507,6 +520,7 @@ func (r *Relay) pass(ctx context.Context, conn *pgxpool.Conn) (int, error, error
 		return len(rows), pubErr, fmt.Errorf("outbox: delete %d published rows: %w", len(ids), err)
 	}
 	r.publishedTotal.Add(float64(len(confirmed)))
+	r.testSignals.Deleted.Signal(len(confirmed))
 	return len(rows), pubErr, nil
 }
 

@@ -34,7 +34,7 @@ func TestRelayLifecycle(t *testing.T) {
 
 	r = b.relay(nil)
 	require.ErrorIs(t, r.Start(context.Background()), startstop.ErrStarted)
-	waitFor(t, 10*time.Second, "the relay to become active", r.Active)
+	waitActive(t, r, true)
 	r.Stop()
 	r.Stop()
 	require.False(t, r.Active())
@@ -181,7 +181,7 @@ func TestRelayWakesOnNotify(t *testing.T) {
 		listening = &ctl.TestSignals().Listening
 		listening.Init(t)
 	})
-	waitFor(t, 10*time.Second, "the relay to become active", r.Active)
+	waitActive(t, r, true)
 	listening.WaitOrTimeout() // the control session LISTENs
 	for i := range 3 {
 		start := time.Now()
@@ -237,7 +237,7 @@ func TestRelayCrashBetweenConfirmAndDelete(t *testing.T) {
 	cr := &crash{b: b, t: t}
 	b.relay(func(c *Config) {
 		c.BatchSize = 20
-		c.TestAfterConfirmFunc = cr.afterConfirm
+		c.Test.AfterConfirmFunc = cr.afterConfirm
 	})
 	got := receive(t, deliveries, n, 30*time.Second)
 	waitFor(t, 10*time.Second, "every row to be deleted", func() bool { return b.pending() == 0 })
@@ -267,7 +267,7 @@ func TestRelayOneActive(t *testing.T) {
 	ctx := context.Background()
 	deliveries := b.consume()
 	r1 := b.relay(nil)
-	waitFor(t, 10*time.Second, "the first relay to become active", r1.Active)
+	waitActive(t, r1, true)
 	// A second service entry on the same database: the outbox table is
 	// the database's, so it stands by too.
 	r2 := b.relayWith(func(c *Config) { c.Service = "svc-alias" }, func(r *Relay, _ *session.Session) {
@@ -290,7 +290,7 @@ func TestRelayOneActive(t *testing.T) {
 	receiveIDs(t, deliveries, 10*time.Second, publish(10)...)
 	r1.Stop()
 	start := time.Now()
-	waitFor(t, 5*time.Second, "the standby to take over", r2.Active)
+	waitActive(t, r2, true)
 	t.Logf("takeover after %s", time.Since(start))
 	receiveIDs(t, deliveries, 10*time.Second, publish(10)...)
 	quiet(t, deliveries, 300*time.Millisecond) // a graceful stop deletes what it confirmed: no copy
@@ -320,7 +320,7 @@ func TestRelayDatabaseFault(t *testing.T) {
 	}
 	receiveIDs(t, deliveries, 60*time.Second, ids...)
 	waitFor(t, 20*time.Second, "the outbox to empty", func() bool { return b.pending() == 0 })
-	waitFor(t, 10*time.Second, "the relay to be active again", r.Active)
+	waitActive(t, r, true)
 }
 
 // TestRelayBrokerFault force-closes every broker connection of the test's
@@ -331,7 +331,7 @@ func TestRelayBrokerFault(t *testing.T) {
 	b := setup(t, withVhost)
 	ctx := context.Background()
 	r := b.relay(func(c *Config) { c.BatchSize = 20 })
-	waitFor(t, 10*time.Second, "the relay to become active", r.Active)
+	waitActive(t, r, true)
 	var ids []string
 	for i := range 150 {
 		var id uuid.UUID
