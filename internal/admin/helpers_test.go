@@ -1,7 +1,6 @@
 package admin_test
 
 import (
-	"bytes"
 	"context"
 	"crypto/ecdsa"
 	"crypto/elliptic"
@@ -15,9 +14,10 @@ import (
 	"net"
 	"os"
 	"path/filepath"
-	"sync"
 	"testing"
 	"time"
+
+	"github.com/platformd/platformd/internal/testlog"
 
 	"github.com/stretchr/testify/require"
 	"google.golang.org/grpc"
@@ -47,31 +47,13 @@ func defaultTokens() []admin.Token {
 	}
 }
 
-// syncBuffer is a bytes.Buffer safe for concurrent use, for captured logs.
-type syncBuffer struct {
-	mu  sync.Mutex
-	buf bytes.Buffer
-}
-
-func (b *syncBuffer) Write(p []byte) (int, error) {
-	b.mu.Lock()
-	defer b.mu.Unlock()
-	return b.buf.Write(p)
-}
-
-func (b *syncBuffer) String() string {
-	b.mu.Lock()
-	defer b.mu.Unlock()
-	return b.buf.String()
-}
-
 // testBundle is a running admin server on loopback and a client of it.
 type testBundle struct {
 	backend *admintest.Backend
 	server  *admin.Server
 	conn    *grpc.ClientConn
 	client  adminv1.AdminServiceClient
-	logs    *syncBuffer
+	logs    *testlog.Buffer
 }
 
 // setupOpts changes setup's defaults.
@@ -89,7 +71,7 @@ func setup(t *testing.T, opts setupOpts) *testBundle {
 		cfg = *opts.cfg
 	}
 	cfg.Listen = "127.0.0.1:0"
-	logs := &syncBuffer{}
+	logs := &testlog.Buffer{}
 	logger := slog.New(slog.NewTextHandler(logs, &slog.HandlerOptions{Level: slog.LevelDebug}))
 	backend := admintest.New()
 	server, err := admin.NewServer(cfg, backend, logger)

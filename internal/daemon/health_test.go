@@ -1,36 +1,18 @@
 package daemon
 
 import (
-	"bytes"
 	"context"
 	"log/slog"
 	"strings"
-	"sync"
 	"testing"
+
+	"github.com/platformd/platformd/internal/testlog"
 
 	"github.com/jackc/pgx/v5"
 	"github.com/stretchr/testify/require"
 
 	"github.com/platformd/platformd/internal/testdb"
 )
-
-// syncBuffer is a log sink safe for concurrent writers.
-type syncBuffer struct {
-	mu sync.Mutex
-	b  bytes.Buffer
-}
-
-func (s *syncBuffer) Write(p []byte) (int, error) {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.Write(p)
-}
-
-func (s *syncBuffer) String() string {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.String()
-}
 
 // A service whose database refuses its connections says so: at warn in
 // the log, with PostgreSQL's reason, and in ListServices; and at info once
@@ -44,7 +26,7 @@ func TestServiceDatabaseRefusalIsLogged(t *testing.T) {
 	e := newReloadEnv(t, dsn)
 	e.write(t, "", "")
 	cfg, full, cat := loadShop(t, e.path)
-	logs := &syncBuffer{}
+	logs := &testlog.Buffer{}
 	logger := slog.New(slog.NewTextHandler(logs, &slog.HandlerOptions{Level: slog.LevelInfo}))
 	require.NoError(t, Migrate(ctx, cfg, full, false, logger))
 	sigs := e.signals(t)

@@ -1,7 +1,6 @@
 package outbox
 
 import (
-	"bytes"
 	"context"
 	"log/slog"
 	"os/exec"
@@ -10,6 +9,8 @@ import (
 	"sync/atomic"
 	"testing"
 	"time"
+
+	"github.com/platformd/platformd/internal/testlog"
 
 	"github.com/platformd/platformd/internal/query"
 
@@ -37,30 +38,6 @@ func TestMain(m *testing.M) {
 	)
 }
 
-// syncBuffer is a log sink safe for concurrent writes.
-type syncBuffer struct {
-	mu sync.Mutex
-	b  bytes.Buffer
-}
-
-func (s *syncBuffer) Write(p []byte) (int, error) {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.Write(p)
-}
-
-func (s *syncBuffer) String() string {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.String()
-}
-
-func (s *syncBuffer) count(sub string) int {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return strings.Count(s.b.String(), sub)
-}
-
 // bundle is one service database with the platform migrations, the test's
 // own exchange and queue on the broker, and relays built on them.
 type bundle struct {
@@ -74,7 +51,7 @@ type bundle struct {
 	vhost    string
 	broker   *broker.Conn
 	metrics  *metrics.Metrics
-	logs     *syncBuffer
+	logs     *testlog.Buffer
 	logger   *slog.Logger
 	amqpConn *amqp.Connection
 	ch       *amqp.Channel
@@ -105,7 +82,7 @@ func rabbitmqctl(t testing.TB, args ...string) {
 func setup(t testing.TB, opts ...setupOpt) *bundle {
 	t.Helper()
 	ctx := context.Background()
-	b := &bundle{t: t, logs: &syncBuffer{}, metrics: metrics.New(), url: testenv.AMQPURL()}
+	b := &bundle{t: t, logs: &testlog.Buffer{}, metrics: metrics.New(), url: testenv.AMQPURL()}
 	for _, o := range opts {
 		o(b)
 	}

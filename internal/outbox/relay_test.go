@@ -217,7 +217,7 @@ func TestRelayHoldsInvalidRows(t *testing.T) {
 	waitFor(t, 10*time.Second, "the three invalid rows to be held twice", func() bool { return testutil.ToFloat64(held) >= 6 })
 	quiet(t, deliveries, 300*time.Millisecond)
 	require.Equal(t, 3, b.pending())
-	require.Zero(t, b.logs.count("relay pass failed"), "no select failed, no connection closed")
+	require.Zero(t, b.logs.Count("relay pass failed"), "no select failed, no connection closed")
 }
 
 // TestRelayCrashBetweenConfirmAndDelete ends the relay's session after a
@@ -256,7 +256,7 @@ func TestRelayCrashBetweenConfirmAndDelete(t *testing.T) {
 		want[id.String()] = true
 	}
 	require.Equal(t, want, copies, "the copies are the confirmed rows that were not deleted")
-	require.GreaterOrEqual(t, b.logs.count("relay pass failed"), 1)
+	require.GreaterOrEqual(t, b.logs.Count("relay pass failed"), 1)
 }
 
 // TestRelayOneActive runs two relays on one service database: one is
@@ -365,5 +365,5 @@ func TestRelayBrokerFault(t *testing.T) {
 		}
 	}
 	require.Empty(t, missing, "rows lost across broker faults")
-	require.GreaterOrEqual(t, b.logs.count("broker reconnected"), 1, "the faults were seen")
+	require.GreaterOrEqual(t, b.logs.Count("broker reconnected"), 1, "the faults were seen")
 }

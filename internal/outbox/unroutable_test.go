@@ -123,8 +123,8 @@ func TestRelayKeepsUnroutableRows(t *testing.T) {
 	require.InDelta(t, len(want), testutil.ToFloat64(m.Unroutable.WithLabelValues("svc", metrics.UnroutableKept)), 0)
 	require.InDelta(t, 0, testutil.ToFloat64(m.Unroutable.WithLabelValues("svc", metrics.UnroutableDropped)), 0)
 	require.InDelta(t, len(want)+len(bound), testutil.ToFloat64(m.Published.WithLabelValues("svc")), 0)
-	require.Equal(t, 2, b.logs.count("keeps them in the unroutable queue"), "one line per event name per minute:\n%s", b.logs.String())
-	require.Zero(t, b.logs.count("row held back"))
+	require.Equal(t, 2, b.logs.Count("keeps them in the unroutable queue"), "one line per event name per minute:\n%s", b.logs.String())
+	require.Zero(t, b.logs.Count("row held back"))
 }
 
 // TestRelayDropsUnroutableRows: with outbox.unroutable drop, the rows no
@@ -156,7 +156,7 @@ func TestRelayDropsUnroutableRows(t *testing.T) {
 	require.InDelta(t, n, testutil.ToFloat64(m.Unroutable.WithLabelValues("svc", metrics.UnroutableDropped)), 0)
 	require.InDelta(t, 0, testutil.ToFloat64(m.Unroutable.WithLabelValues("svc", metrics.UnroutableKept)), 0)
 	require.False(t, b.queueExists(broker.UnroutableQueue(b.exchange)), "drop keeps nothing")
-	require.Equal(t, 1, b.logs.count("their rows were deleted"), "one line per event name per minute:\n%s", b.logs.String())
+	require.Equal(t, 1, b.logs.Count("their rows were deleted"), "one line per event name per minute:\n%s", b.logs.String())
 }
 
 // TestRelayUnroutableQueueDeclaredAgain: an operator deleted the unroutable

@@ -1,13 +1,13 @@
 package workers
 
 import (
-	"bytes"
 	"io"
 	"log/slog"
 	"strings"
-	"sync"
 	"testing"
 	"time"
+
+	"github.com/platformd/platformd/internal/testlog"
 
 	"github.com/google/uuid"
 	amqp "github.com/rabbitmq/amqp091-go"
@@ -15,24 +15,6 @@ import (
 
 	"github.com/platformd/platformd/internal/broker"
 )
-
-// syncBuffer is a log sink safe for the pool's goroutines.
-type syncBuffer struct {
-	mu sync.Mutex
-	b  bytes.Buffer
-}
-
-func (s *syncBuffer) Write(p []byte) (int, error) {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.Write(p)
-}
-
-func (s *syncBuffer) String() string {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.String()
-}
 
 // vhostQueues lists the queues of the vhost of url (rabbitmqctl: no
 // management plugin needed).
@@ -194,7 +176,7 @@ func TestTwoPoolsInTwoDaemonsShareDelayQueues(t *testing.T) {
 	b := newBundle(t, func(b *bundle) { b.url = a.url })
 	b.cfg.QueueType = amqp.QueueTypeClassic
 	b.cfg.RetryDelays = []time.Duration{time.Second, 2 * time.Second}
-	var logs syncBuffer
+	var logs testlog.Buffer
 	for _, x := range []*bundle{a, b} {
 		x.logger = slog.New(slog.NewTextHandler(io.MultiWriter(&logs, testWriter{t}), &slog.HandlerOptions{Level: slog.LevelInfo}))
 	}
