@@ -18,7 +18,12 @@ import (
 
 	"github.com/jackc/pgx/v5"
 	"github.com/stretchr/testify/require"
+	"go.uber.org/goleak"
 )
+
+// TestMain fails the package if a run of the demo leaves a goroutine
+// behind (its proxy, its daemon watcher, its connections).
+func TestMain(m *testing.M) { goleak.VerifyTestMain(m) }
 
 // testDatabaseURL is the PostgreSQL the tests create their databases on.
 func testDatabaseURL() string {
