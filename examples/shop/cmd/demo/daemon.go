@@ -1,5 +1,9 @@
 package main
 
+// This file runs the shop's daemon, examples/shop/cmd/shopd, built plainly
+// (no build tag: the very program a team ships) as a child process: start,
+// SIGTERM, SIGKILL, one-off commands such as migrate, and its log.
+
 import (
 	"bufio"
 	"bytes"
@@ -9,8 +13,6 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
-	"regexp"
-	"strconv"
 	"strings"
 	"syscall"
 	"time"
@@ -46,17 +48,17 @@ func goCommand() string {
 
 // buildDaemon builds the shop's daemon (./examples/shop/cmd/shopd: the
 // platformd command line with the shop's Go handlers; the release binary
-// has none) into dir, with tag platformd_testhooks (the demo kills a run
-// between an outbox confirm and its delete), and returns the binary's
-// path. It runs the SQL shop's config as well.
+// has none) into dir, as a team builds its own binary: no build tag, no
+// test hook. It returns the binary's path. It runs the SQL shop's config
+// as well.
 func buildDaemon(ctx context.Context, root, dir string) (string, error) {
 	bin := filepath.Join(dir, "shopd")
-	cmd := exec.CommandContext(ctx, goCommand(), "build", "-tags", "platformd_testhooks", "-o", bin, "./examples/shop/cmd/shopd")
+	cmd := exec.CommandContext(ctx, goCommand(), "build", "-o", bin, "./examples/shop/cmd/shopd")
 	cmd.Dir = root
 	// Static, as the release binary (make image) is built.
 	cmd.Env = append(os.Environ(), "CGO_ENABLED=0")
 	if out, err := cmd.CombinedOutput(); err != nil {
-		return "", fmt.Errorf("go build -tags platformd_testhooks ./examples/shop/cmd/shopd: %w\n%s", err, out)
+		return "", fmt.Errorf("go build ./examples/shop/cmd/shopd: %w\n%s", err, out)
 	}
 	return bin, nil
 }
@@ -175,28 +177,6 @@ func (d *daemon) stop(grace time.Duration) error {
 		d.kill()
 		return fmt.Errorf("platformd did not exit within %s of SIGTERM; killed it%s", grace, d.tail())
 	}
-}
-
-// killedRowsRE finds the row count in the log line of a daemon that killed
-// itself between an outbox confirm and its delete.
-var killedRowsRE = regexp.MustCompile(`killing itself between outbox confirm and delete.* rows=(\d+)`)
-
-// killedRows returns the rows of the last batch the daemon confirmed and
-// did not delete before it killed itself, from its log; -1 if not found.
-func (d *daemon) killedRows() int {
-	data, err := os.ReadFile(d.logPath)
-	if err != nil {
-		return -1
-	}
-	m := killedRowsRE.FindAllSubmatch(data, -1)
-	if len(m) == 0 {
-		return -1
-	}
-	n, err := strconv.Atoi(string(m[len(m)-1][1]))
-	if err != nil {
-		return -1
-	}
-	return n
 }
 
 // tail returns the last lines of the log, indented, for error messages.

@@ -5,20 +5,16 @@ import (
 	"context"
 	"os"
 	"os/exec"
-	"strings"
 	"testing"
 	"time"
 
-	"github.com/google/uuid"
 	"github.com/stretchr/testify/require"
-
-	"github.com/platformd/platformd/internal/testdb"
 )
 
 // The whole demo with billing in PHP (-billing-php): the shop plus a
 // billing service whose handler is examples/billing-php/handler.php
 // served by php -S and called by the shop's daemon as a remote handler,
-// through the relay kill, the broker redelivery after a SIGKILL and the
+// through the simulated relay crash, the broker redelivery after a SIGKILL and the
 // replay: the same exactly-once report, and one invoice per order. It
 // skips without php unless CI is set.
 func TestDemoWithBillingPHP(t *testing.T) {
@@ -28,26 +24,16 @@ func TestDemoWithBillingPHP(t *testing.T) {
 		}
 		t.Skip("php is not installed (scripts/services.sh installs Debian's php-cli)")
 	}
-	vhost := "demo-php-" + uuid.NewString()[:8]
-	for _, args := range [][]string{{"add_vhost", vhost}, {"set_permissions", "-p", vhost, "guest", ".*", ".*", ".*"}} {
-		out, err := exec.Command("rabbitmqctl", args...).CombinedOutput()
-		require.NoError(t, err, "rabbitmqctl %v: %s", args, out)
-	}
-	t.Cleanup(func() { _ = exec.Command("rabbitmqctl", "delete_vhost", vhost).Run() })
-	amqpURL := "amqp://guest:guest@127.0.0.1:5672/" + vhost
-	if u := strings.TrimSpace(testAMQPURL()); u != "" {
-		amqpURL = strings.TrimSuffix(u, "/") + "/" + vhost
-	}
-	t.Setenv("PLATFORMD_AMQP_URL", amqpURL)
-	t.Setenv("PLATFORMD_ORDER_DB", testdb.New(t, "demo_php_order"))
-	t.Setenv("PLATFORMD_STOCK_DB", testdb.New(t, "demo_php_stock"))
-	t.Setenv("PLATFORMD_SHIPPING_DB", testdb.New(t, "demo_php_shipping"))
-	t.Setenv("PLATFORMD_BILLING_DB", testdb.New(t, "demo_php_billing"))
+	t.Setenv("PLATFORMD_AMQP_URL", newVhost(t, "demo-php"))
+	t.Setenv("PLATFORMD_ORDER_DB", newDatabase(t, "demo_php_order"))
+	t.Setenv("PLATFORMD_STOCK_DB", newDatabase(t, "demo_php_stock"))
+	t.Setenv("PLATFORMD_SHIPPING_DB", newDatabase(t, "demo_php_shipping"))
+	t.Setenv("PLATFORMD_BILLING_DB", newDatabase(t, "demo_php_billing"))
 	t.Setenv("PLATFORMD_ADMIN_LISTEN", freeAddr(t))
 	t.Setenv("PLATFORMD_METRICS_LISTEN", freeAddr(t))
 	t.Setenv("BILLING_HANDLER_URL", "http://"+freeAddr(t)+"/handle")
 
-	o := options{orders: 300, relayKills: 1, replayShare: 0.05, kills: 1, timeout: 3 * time.Minute, seed: 11,
+	o := options{orders: 300, relayCrashes: 1, replayShare: 0.05, kills: 1, timeout: 3 * time.Minute, seed: 11,
 		billingPHP: true, resultsDir: t.TempDir()}
 	var out bytes.Buffer
 	require.NoError(t, run(context.Background(), o, &out), out.String())

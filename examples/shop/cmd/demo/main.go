@@ -3,8 +3,10 @@
 // reaches the consumer several times for the three ordinary reasons the seed
 // lists. `make demo` runs it from the repository root.
 //
-// It builds platformd, creates and migrates the order, stock and shipping
-// databases, starts the daemon, and then, as the shop's order service,
+// It builds the shop's daemon (examples/shop/cmd/shopd, platformd with the
+// shop's Go handlers) as a team builds its own, without any build tag,
+// creates and migrates the order, stock and shipping databases, starts the
+// daemon, and then, as the shop's order service,
 // writes orders to the order database, each in one transaction with its
 // events (order.order.placed.v1, order.order.status_changed.v1) as rows of
 // platform.outbox with a producer-set UUID v7 event_id (a plain INSERT, as a
@@ -12,12 +14,15 @@
 // back. platformd's relay publishes the committed rows; stock reserves and
 // announces each order through its own outbox (stock.stock.reserved.v1),
 // and shipping tracks statuses and prepares one parcel per order.
-// Meanwhile the demo provokes the three causes of duplicates for real:
+// Meanwhile the demo provokes the three causes of duplicates (the first
+// simulated, the other two for real):
 //
-//   - relay republish: platformd, built with tag platformd_testhooks, runs
-//     with PLATFORMD_TEST_OUTBOX_KILL_AFTER_CONFIRM and SIGKILLs itself after a
-//     batch of outbox rows was confirmed by the broker and before the rows
-//     were deleted; restarted, its relay publishes them again;
+//   - relay republish: a relay that crashes after the broker confirmed a
+//     batch of outbox rows and before it deleted them publishes them again
+//     when it restarts. The demo simulates what that crash leaves behind:
+//     once the relay has published and deleted a batch of rows, it writes
+//     the same rows (event_id, event_name, payload) into platform.outbox
+//     again, with SQL, and the relay publishes them a second time;
 //   - broker redelivery: mid-stream, platformd loses its broker connection
 //     (it reaches RabbitMQ through a small proxy in the demo, which starts
 //     dropping what platformd sends): it keeps committing the deliveries it
@@ -34,12 +39,12 @@
 // When the queues are drained it stops platformd with SIGTERM, checks the
 // databases against what it sent (reservations and parcels per order, each
 // order's final status, one processed_event row per event, nothing of the
-// rolled-back orders) and prints a short report. Only this run's orders and events are checked, so it can run
-// again and again. It exits non-zero if anything was applied twice or lost.
+// rolled-back orders) and prints a short report. Only this run's orders and
+// events are checked, so it can run again and again. It exits non-zero if anything was applied twice or lost.
 //
 // Usage:
 //
-//	go run ./examples/shop/cmd/demo [-orders 2000] [-relay-kills 1]
+//	go run ./examples/shop/cmd/demo [-orders 2000] [-relay-crashes 1]
 //	    [-replay-share 0.05] [-kills 1] [-timeout 2m] [-config F] [-keep-running]
 //	    [-billing-php]
 //
@@ -47,6 +52,13 @@
 // PHP (examples/billing-php/handler.php, served by php -S and called by
 // platformd as a remote handler, examples/shop-php/platformd.yaml): the
 // report then also counts one invoice per order.
+//
+// The demo uses only what any program may: the public packages (daemon,
+// to validate the config; examples/shop), SQL on the documented tables,
+// the AMQP protocol, and platformd's /metrics text. Its files are named
+// for their concern: run.go (the steps), services.go (set-up), faults.go
+// (the duplicates provoked), progress.go (the waits), verify.go and
+// report.go (the check), and their helpers.
 package main
 
 import (
@@ -63,12 +75,12 @@ import (
 
 // options are the command-line flags.
 type options struct {
-	orders      int
-	relayKills  int
-	replayShare float64
-	kills       int
-	config      string
-	keepRunning bool
+	orders       int
+	relayCrashes int
+	replayShare  float64
+	kills        int
+	config       string
+	keepRunning  bool
 	// billingPHP runs the shop with billing in PHP (examples/shop-php):
 	// the demo serves examples/billing-php/handler.php with php -S.
 	billingPHP bool
@@ -90,7 +102,7 @@ func mainRC(args []string, stdout, stderr io.Writer) int {
 	fs.SetOutput(stderr)
 	var o options
 	fs.IntVar(&o.orders, "orders", 2000, "orders to place (each with 1-3 lines and 1-3 status changes)")
-	fs.IntVar(&o.relayKills, "relay-kills", 1, "times platformd SIGKILLs itself between an outbox confirm and its delete, and is restarted (0 to 5)")
+	fs.IntVar(&o.relayCrashes, "relay-crashes", 1, "times the demo simulates a relay crash between the broker's confirm and the rows' delete: it writes a batch of published outbox rows again, and the relay republishes them (0 to 5)")
 	fs.Float64Var(&o.replayShare, "replay-share", 0.05, "share of the events replayed with header x-replay after the stream (0 to 1)")
 	fs.IntVar(&o.kills, "kills", 1, "times platformd loses its broker connection mid-stream, is SIGKILLed and restarted (0 to 5)")
 	fs.StringVar(&o.config, "config", "", "platformd config (default examples/shop/platformd.yaml in the repository; examples/shop-sql/platformd.yaml runs the same shop with SQL handlers)")
@@ -143,8 +155,8 @@ func (o options) validate() error {
 	switch {
 	case o.orders < 1 || o.orders > 1_000_000:
 		return fmt.Errorf("-orders %d: must be between 1 and 1000000", o.orders)
-	case o.relayKills < 0 || o.relayKills > 5:
-		return fmt.Errorf("-relay-kills %d: must be between 0 and 5", o.relayKills)
+	case o.relayCrashes < 0 || o.relayCrashes > 5:
+		return fmt.Errorf("-relay-crashes %d: must be between 0 and 5", o.relayCrashes)
 	case o.replayShare < 0 || o.replayShare > 1:
 		return fmt.Errorf("-replay-share %g: must be between 0 and 1", o.replayShare)
 	case o.kills < 0 || o.kills > 5:

@@ -1,5 +1,8 @@
 package main
 
+// This file serves billing's remote handler in PHP
+// (examples/billing-php/handler.php) with php -S, for -billing-php.
+
 import (
 	"context"
 	"errors"
@@ -11,20 +14,18 @@ import (
 	"path/filepath"
 	"syscall"
 	"time"
-
-	"github.com/platformd/platformd/internal/config"
 )
 
 // startPHP serves examples/billing-php/handler.php with PHP's built-in
 // server (PHP_CLI_SERVER_WORKERS=4) at the address of the config's
 // billing remote handler, its output appended to logPath's folder, and
 // returns a function that stops it.
-func startPHP(ctx context.Context, root string, cfg *config.Config, logPath string) (func(), error) {
+func startPHP(ctx context.Context, root string, cfg *shopConfig, logPath string) (func(), error) {
 	php, err := exec.LookPath("php")
 	if err != nil {
 		return nil, errors.New("-billing-php needs php (Debian's php-cli; scripts/services.sh installs it)")
 	}
-	s, _ := cfg.Service(billingService)
+	s, _ := cfg.service(billingService)
 	if len(s.RemoteHandlers) == 0 {
 		return nil, fmt.Errorf("-billing-php: service %s has no remote handler", billingService)
 	}

@@ -1,5 +1,9 @@
 package main
 
+// This file plans the run: the orders and their events the demo writes,
+// kept in memory to check the databases afterwards, and the envelope each
+// event travels in.
+
 import (
 	"encoding/json"
 	"fmt"
@@ -9,7 +13,6 @@ import (
 	"github.com/google/uuid"
 
 	"github.com/platformd/platformd/examples/shop"
-	"github.com/platformd/platformd/internal/envelope"
 )
 
 // statuses are the successive statuses of an order: version v has
@@ -104,6 +107,15 @@ func share(n int, f float64) int {
 	return min(n, int(f*float64(n)+0.5))
 }
 
+// envelopeJSON is the documented envelope (docs/contracts.md) of every
+// message: replay tooling sends it as the relay does.
+type envelopeJSON struct {
+	EventID    string          `json:"event_id"`
+	EventName  string          `json:"event_name"`
+	OccurredAt string          `json:"occurred_at"`
+	Payload    json.RawMessage `json:"payload"`
+}
+
 // newEvent encodes one envelope with a fresh UUID v7: the producer sets the
 // id when it writes its outbox row, never the consumer.
 func newEvent(name string, payload any) (*event, error) {
@@ -115,7 +127,7 @@ func newEvent(name string, payload any) (*event, error) {
 	if err != nil {
 		return nil, fmt.Errorf("encode %s payload: %w", name, err)
 	}
-	body, err := envelope.Encode(envelope.Envelope{EventID: id, EventName: name, OccurredAt: time.Now(), Payload: raw})
+	body, err := json.Marshal(envelopeJSON{EventID: id.String(), EventName: name, OccurredAt: time.Now().UTC().Format(time.RFC3339Nano), Payload: raw})
 	if err != nil {
 		return nil, fmt.Errorf("encode %s envelope: %w", name, err)
 	}

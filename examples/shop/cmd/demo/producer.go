@@ -1,5 +1,8 @@
 package main
 
+// This file publishes events straight to the exchange, as replay tooling
+// does: persistent, mandatory, with publisher confirms.
+
 import (
 	"context"
 	"errors"

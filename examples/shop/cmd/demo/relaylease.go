@@ -1,5 +1,9 @@
 package main
 
+// This file explains a wait the newcomer would otherwise take for a hang:
+// after a SIGKILL, the outbox relays wait for the killed run's leases
+// (platform.lease) to expire before they publish again.
+
 import (
 	"context"
 	"errors"
@@ -10,9 +14,10 @@ import (
 
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgxpool"
-
-	"github.com/platformd/platformd/internal/outbox"
 )
+
+// relayLeaseName is the platform.lease row of a service's outbox relay.
+const relayLeaseName = "platformd.outbox"
 
 // relayLeaseWait explains outbox rows that do not move after a SIGKILL:
 // each outbox's relay runs only on the daemon holding its lease, a row of
@@ -33,7 +38,7 @@ func (dm *demo) relayLeaseWait(ctx context.Context) (string, error) {
 		var left, life float64
 		err := o.db.QueryRow(ctx, `SELECT holder, extract(epoch FROM expires_at - clock_timestamp())::float8,
 			extract(epoch FROM expires_at - renewed_at)::float8
-			FROM platform.lease WHERE name = $1 AND expires_at > clock_timestamp()`, outbox.LeaseName).Scan(&holder, &left, &life)
+			FROM platform.lease WHERE name = $1 AND expires_at > clock_timestamp()`, relayLeaseName).Scan(&holder, &left, &life)
 		if errors.Is(err, pgx.ErrNoRows) {
 			continue
 		}

@@ -1,5 +1,7 @@
 package main
 
+// This file ties platformd's process to the demo's on Linux.
+
 import "syscall"
 
 // sysProcAttr puts platformd in a process group of its own (a Ctrl-C in the

@@ -2,6 +2,8 @@
 
 package main
 
+// This file is the fallback of sysproc_linux.go on other systems.
+
 import "syscall"
 
 // sysProcAttr: the demo is written for Linux; elsewhere platformd stays in

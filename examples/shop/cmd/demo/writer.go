@@ -1,5 +1,8 @@
 package main
 
+// This file is the shop's order service, the producer: orders and their
+// events written in one transaction, the events as platform.outbox rows.
+
 import (
 	"context"
 	"encoding/json"
