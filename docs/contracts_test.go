@@ -18,6 +18,9 @@ import (
 	"github.com/platformd/platformd/internal/config"
 	"github.com/platformd/platformd/internal/failure"
 	"github.com/platformd/platformd/internal/migrate"
+	"github.com/platformd/platformd/internal/outbox"
+	"github.com/platformd/platformd/internal/replay"
+	"github.com/platformd/platformd/internal/scheduler"
 	"github.com/platformd/platformd/internal/testdb"
 	"github.com/platformd/platformd/migrations"
 )
@@ -181,4 +184,16 @@ type catalog map[string][]string
 func (c catalog) HandlerEvents(name string) ([]string, bool) {
 	ev, ok := c[name]
 	return ev, ok
+}
+
+// The lease rows other programs may watch are named in the tables
+// section as the code names them.
+func TestContractsNameTheLeases(t *testing.T) {
+	tables := section(t, contracts(t), "## Tables")
+	named := spans(tables)
+	for _, name := range []string{outbox.LeaseName, scheduler.PurgeLockName("<service>"), replay.LeaseName, failure.RetryLeaseName} {
+		if !slices.Contains(named, name) {
+			t.Errorf("contracts.md, Tables: lease %s is not named", name)
+		}
+	}
 }
