@@ -56,9 +56,8 @@ type Conn struct {
 	nodes  []brokerNode
 	name   string
 	logger *slog.Logger
-	// OnReconnectFunc, when set, is called after each successful redial
-	// (not the first dial).
-	OnReconnectFunc func()
+
+	testSignals ConnTestSignals
 
 	connected *prometheus.GaugeVec // nil: no metrics
 	node      atomic.Pointer[string]
@@ -211,9 +210,7 @@ func (c *Conn) dialRoundLocked(ctx context.Context) (*amqp.Connection, error) {
 		c.sock.Store(&sock)
 		c.watch(conn, n.addr)
 		if c.dialed {
-			if c.OnReconnectFunc != nil {
-				c.OnReconnectFunc()
-			}
+			c.testSignals.Reconnected.Signal(n.addr)
 			c.logger.InfoContext(ctx, "workers: broker reconnected", slog.String("connection", c.name),
 				slog.String("node", n.addr), slog.String("previous_node", prev))
 		} else {
@@ -309,6 +306,7 @@ func (c *Conn) watch(conn *amqp.Connection, addr string) {
 			c.connected.WithLabelValues(c.name, addr).Set(0)
 		}
 		c.nodeMu.Unlock()
+		c.testSignals.Lost.Signal(addr)
 		if e != nil {
 			c.logger.Warn("workers: broker connection lost", slog.String("connection", c.name),
 				slog.String("node", addr), slog.Any("error", e))

@@ -104,8 +104,9 @@ func TestConnFailsOverToTheNextNode(t *testing.T) {
 	conn := NewConn([]string{a.URL(), b.URL(), c.URL()}, "test-failover", m, slog.New(slog.DiscardHandler))
 	defer conn.Close()
 	conn.next = 0 // deterministic: a first
-	reconnects := 0
-	conn.OnReconnectFunc = func() { reconnects++ }
+	sig := conn.TestSignals()
+	sig.Reconnected.Init(t)
+	sig.Lost.Init(t)
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
 
@@ -116,11 +117,11 @@ func TestConnFailsOverToTheNextNode(t *testing.T) {
 	again, err := conn.Get(ctx)
 	require.NoError(t, err)
 	require.Same(t, c1, again, "a live connection is handed out again")
-	require.Zero(t, reconnects)
+	sig.Reconnected.RequireEmpty()
 
 	b.Down()
-	require.Eventually(t, func() bool { return conn.Node() == "" }, 10*time.Second, 10*time.Millisecond,
-		"Node must say at once that the connection is gone")
+	require.Equal(t, b.Addr(), sig.Lost.WaitOrTimeout())
+	require.Empty(t, conn.Node(), "Node says at once that the connection is gone")
 	require.InDelta(t, 0.0, connectedGauge(t, m, "test-failover", b.Addr()), 0)
 	b.Up() // back already: the next node is still c
 	c2, err := conn.Get(ctx)
@@ -128,7 +129,8 @@ func TestConnFailsOverToTheNextNode(t *testing.T) {
 	require.NotSame(t, c1, c2)
 	require.Equal(t, c.Addr(), conn.Node(), "after b's loss: the next node, c")
 	require.InDelta(t, 1.0, connectedGauge(t, m, "test-failover", c.Addr()), 0)
-	require.Equal(t, 1, reconnects)
+	require.Equal(t, c.Addr(), sig.Reconnected.WaitOrTimeout())
+	sig.Reconnected.RequireEmpty()
 	ch, err := c2.Channel()
 	require.NoError(t, err, "a real broker behind the new node")
 	require.NoError(t, ch.Close())
@@ -136,7 +138,8 @@ func TestConnFailsOverToTheNextNode(t *testing.T) {
 	// Every node down: Get waits (backoff) until one is back.
 	c.Down()
 	b.Down()
-	require.Eventually(t, func() bool { return conn.Node() == "" }, 10*time.Second, 10*time.Millisecond)
+	require.Equal(t, c.Addr(), sig.Lost.WaitOrTimeout())
+	require.Empty(t, conn.Node())
 	go func() {
 		time.Sleep(500 * time.Millisecond) //nolint:forbidigo // the scenario: a node back after half a second, which Get must wait for
 		a.Up()
@@ -146,9 +149,10 @@ func TestConnFailsOverToTheNextNode(t *testing.T) {
 	require.NoError(t, err)
 	require.GreaterOrEqual(t, time.Since(start), 400*time.Millisecond)
 	require.Equal(t, a.Addr(), conn.Node())
-	require.Equal(t, 2, reconnects)
+	require.Equal(t, a.Addr(), sig.Reconnected.WaitOrTimeout())
 	require.NoError(t, c3.Close())
-	require.Eventually(t, func() bool { return conn.Node() == "" }, 10*time.Second, 10*time.Millisecond)
+	require.Equal(t, a.Addr(), sig.Lost.WaitOrTimeout())
+	require.Empty(t, conn.Node())
 
 	// Closed: Get fails and no longer dials.
 	conn.Close()
