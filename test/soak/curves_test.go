@@ -198,11 +198,11 @@ func (w *world) pgPIDs() []int {
 
 // verdict is one series' judgement over the last two thirds of the run.
 type verdict struct {
-	name, unit                string
-	slopePerMin, growth, tol  float64
-	median                    float64
-	points                    int
-	growing                   bool
+	name, unit               string
+	slopePerMin, growth, tol float64
+	median                   float64
+	points                   int
+	growing                  bool
 }
 
 // judge fits a least-squares line to each series over the last two
