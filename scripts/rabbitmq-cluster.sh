@@ -46,6 +46,7 @@
 #   RABBITMQ_CLUSTER_NODE_PREFIX  node names are PREFIX1..3@localhost (default rabbit-c)
 #   RABBITMQ_CLUSTER_IP_PREFIX  node N's distribution connections leave from PREFIX N (default 127.0.0.1: 127.0.0.11..13)
 #   RABBITMQ_CLUSTER_CHAIN      the iptables chain of the partitions (default PLATFORMD-RMQ-CLUSTER)
+#   RABBITMQ_CLUSTER_EXTRA_CONF lines added to every node's rabbitmq.conf (default none)
 #   RABBITMQ_CLUSTER_TIMEOUT    seconds to wait for a node to boot (default 120)
 #   RABBITMQ_CLUSTER_PARTITION  iptables or cookie: the partition method (default iptables when it works)
 #   RABBITMQ_CLUSTER_REJOIN     seconds a node has to run again after a heal before its VM is restarted (default 60)
@@ -174,6 +175,7 @@ disk_free_limit.absolute = 64MiB
 cluster_partition_handling = pause_minority
 log.file.level = info
 log.console = false
+${RABBITMQ_CLUSTER_EXTRA_CONF:-}
 EOF
 		echo '[].' >"$dir/advanced.config"
 	done

@@ -70,14 +70,17 @@ func (f *faulter) next() string {
 	return k
 }
 
-// run injects a fault every 20-40 s until ctx ends.
+// run injects a fault every 20-40 s, start to start (at once after one
+// that outlasted its gap), until ctx ends.
 func (f *faulter) run(ctx context.Context) {
+	last := time.Now()
 	for {
 		select {
 		case <-ctx.Done():
 			return
-		case <-time.After(f.between(20*time.Second, 40*time.Second)):
+		case <-time.After(time.Until(last.Add(f.between(20*time.Second, 40*time.Second)))):
 		}
+		last = time.Now()
 		if ctx.Err() != nil {
 			return
 		}
@@ -92,7 +95,7 @@ func (f *faulter) run(ctx context.Context) {
 		if ft.err != nil {
 			status = "error: " + ft.err.Error()
 		}
-		f.logf("fault %-18s %s (%s, %.1fs) %s", kind, ft.detail, status, ft.end.Sub(ft.start).Seconds(), "")
+		f.logf("fault %-18s %s (%s, %.1fs)", kind, ft.detail, status, ft.end.Sub(ft.start).Seconds())
 	}
 }
 

@@ -29,7 +29,7 @@ func writeSVG(path string, samples []sample, faults, marks []fault, verdicts []v
 		gap              = 28.0
 	)
 	width := left + plotW + right
-	height := top + float64(len(panels))*(panelH+gap) + 30
+	height := top + float64(len(panels))*(panelH+gap) + 40
 	t0, t1 := samples[0].at, samples[len(samples)-1].at
 	span := t1.Sub(t0).Seconds()
 	x := func(t time.Time) float64 { return left + plotW*t.Sub(t0).Seconds()/span }
@@ -106,7 +106,7 @@ func writeSVG(path string, samples []sample, faults, marks []fault, verdicts []v
 	}
 	fmt.Fprintf(&b, `<text x="%.0f" y="%.0f">0</text><text x="%.0f" y="%.0f" text-anchor="end">%s</text>`+"\n",
 		left, bottom+16, left+plotW, bottom+16, t1.Sub(t0).Round(time.Second))
-	fmt.Fprintf(&b, `<text x="%.0f" y="%.0f" fill="#666">red: faults; grey dashes: restarts of daemon b; shaded: the last two thirds, where slopes are fitted</text>`+"\n", left, bottom+16)
+	fmt.Fprintf(&b, `<text x="%.0f" y="%.0f" fill="#666">time since the start; red: faults; grey dashes: restarts of daemon b; shaded: the last two thirds, where slopes are fitted</text>`+"\n", left, bottom+32)
 	b.WriteString("</svg>\n")
 	return os.WriteFile(path, []byte(b.String()), 0o644)
 }
