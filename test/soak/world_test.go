@@ -100,7 +100,9 @@ func newWorld(t *testing.T) *world {
 func (w *world) script(args ...string) (string, error) {
 	ctx, cancel := context.WithTimeout(context.Background(), 4*time.Minute)
 	defer cancel()
-	out, err := exec.CommandContext(ctx, "bash", append([]string{clusterScript}, args...)...).CombinedOutput()
+	cmd := exec.CommandContext(ctx, "bash", append([]string{clusterScript}, args...)...)
+	cmd.WaitDelay = 5 * time.Second // a node started by it must not hold the pipe
+	out, err := cmd.CombinedOutput()
 	if err != nil {
 		return string(out), fmt.Errorf("rabbitmq-cluster.sh %s: %w: %s", strings.Join(args, " "), err, strings.TrimSpace(string(out)))
 	}
@@ -171,10 +173,19 @@ func (w *world) pgCtl(args ...string) error {
 	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
 	defer cancel()
 	argv := append([]string{filepath.Join(w.pgBin, "pg_ctl"), "-D", w.pgData, "-w", "-t", "90"}, args...)
+	if len(args) > 0 && (args[0] == "start" || args[0] == "restart") {
+		// The server's output to its log: a server writing to pg_ctl's
+		// stdout holds the pipe open, and CombinedOutput then waits for
+		// its end for as long as the server lives (the soak's first
+		// find, in its own harness).
+		argv = append(argv, "-l", filepath.Join(w.dir, "postgresql.log"))
+	}
 	if w.pgUser != "" {
 		argv = append([]string{"runuser", "-u", w.pgUser, "--"}, argv...)
 	}
-	out, err := exec.CommandContext(ctx, argv[0], argv[1:]...).CombinedOutput()
+	cmd := exec.CommandContext(ctx, argv[0], argv[1:]...)
+	cmd.WaitDelay = 5 * time.Second
+	out, err := cmd.CombinedOutput()
 	if err != nil {
 		return fmt.Errorf("pg_ctl %s: %w: %s", strings.Join(args, " "), err, strings.TrimSpace(string(out)))
 	}
