@@ -358,7 +358,7 @@ func (w *world) drained(ctx context.Context) string {
 			left = append(left, fmt.Sprintf("%s outbox %d", db, n))
 		}
 	}
-	out, err := w.ctl("list_queues", "-q", "--no-table-headers", "name", "messages")
+	out, err := w.ctl(ctx, "list_queues", "-q", "--no-table-headers", "name", "messages")
 	if err != nil {
 		return err.Error()
 	}

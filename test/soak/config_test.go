@@ -24,12 +24,6 @@ const (
 	tapQueue      = "soak.tap"
 )
 
-// queues are every pool's queue, by pool.
-var queues = map[string]string{
-	poolStock: "soak.stock", poolShipping: "soak.shipping", poolBilling: "soak.billing",
-	poolInvoices: "soak.ledger.invoices", poolLedgerSeq: "soak.ledger.status",
-}
-
 // Service databases on the private server.
 var serviceDBs = []string{"order", "stock", "shipping", "billing", "ledger"}
 

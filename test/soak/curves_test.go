@@ -75,7 +75,7 @@ func (s *sampler) take(ctx context.Context) {
 		if ents, err := os.ReadDir(fmt.Sprintf("/proc/%d/fd", pid)); err == nil {
 			v["fds_"+d.name] = float64(len(ents))
 		}
-		if r, err := d.scrape(); err == nil {
+		if r, err := d.scrape(ctx); err == nil {
 			v["goroutines_"+d.name] = r.goroutines
 		}
 	}
@@ -86,7 +86,7 @@ func (s *sampler) take(ctx context.Context) {
 	}
 	cancel()
 	v["broker_conns"], v["broker_channels"] = math.NaN(), math.NaN()
-	if out, err := s.w.ctl("-q", "eval", `io:format("~p ~p~n", [length(rabbit_networking:connections()), length(rabbit_channel:list())]).`); err == nil {
+	if out, err := s.w.ctl(ctx, "-q", "eval", `io:format("~p ~p~n", [length(rabbit_networking:connections()), length(rabbit_channel:list())]).`); err == nil {
 		f := strings.Fields(out)
 		if len(f) >= 2 {
 			c, err1 := strconv.Atoi(f[0])

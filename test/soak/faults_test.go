@@ -136,7 +136,7 @@ func (f *faulter) bounce(ctx context.Context, d *daemon, sig syscall.Signal, pau
 	case <-ctx.Done():
 	case <-time.After(pause):
 	}
-	errs = append(errs, d.start())
+	errs = append(errs, d.start(context.WithoutCancel(ctx)))
 	return errors.Join(errs...)
 }
 
@@ -149,14 +149,14 @@ func (f *faulter) daemon() *daemon {
 }
 
 // call runs an admin RPC on a running daemon (the other on failure).
-func (f *faulter) call(first *daemon, fn func(ctx context.Context, c adminv1.AdminServiceClient) error) error {
+func (f *faulter) call(ctx context.Context, first *daemon, fn func(ctx context.Context, c adminv1.AdminServiceClient) error) error {
 	var last error
 	for _, d := range []*daemon{first, f.other(first)} {
 		if !d.running() {
 			continue
 		}
-		ctx, cancel := f.w.adminCtx()
-		last = fn(ctx, d.admin())
+		cctx, cancel := f.w.adminCtx(ctx)
+		last = fn(cctx, d.admin())
 		cancel()
 		if last == nil {
 			return nil
@@ -183,8 +183,11 @@ func (f *faulter) wait(ctx context.Context, d time.Duration) {
 }
 
 // inject runs one fault of kind to its end (what it broke restored).
-func (f *faulter) inject(ctx context.Context, kind string) (string, error) {
+func (f *faulter) inject(runCtx context.Context, kind string) (string, error) {
 	w := f.w
+	// A fault that the run's end interrupts still restores what it broke:
+	// only its waits end with the run.
+	ctx := context.WithoutCancel(runCtx)
 	switch kind {
 	case "daemon-sigkill", "daemon-sigterm":
 		d := f.daemon()
@@ -192,18 +195,18 @@ func (f *faulter) inject(ctx context.Context, kind string) (string, error) {
 		if kind == "daemon-sigterm" {
 			sig = syscall.SIGTERM
 		}
-		return "daemon " + d.name, f.bounce(ctx, d, sig, f.between(time.Second, 5*time.Second))
+		return "daemon " + d.name, f.bounce(runCtx, d, sig, f.between(time.Second, 5*time.Second))
 	case "daemon-reload":
 		f.a.opMu.Lock()
 		defer f.a.opMu.Unlock()
 		f.conc = 5 - f.conc // 3 <-> 2
 		f.a.writeConfig(f.conc)
 		if !f.a.running() {
-			return "daemon a down", f.a.start()
+			return "daemon a down", f.a.start(ctx)
 		}
 		return fmt.Sprintf("daemon a: stock-events concurrency %d", f.conc), f.a.signal(syscall.SIGHUP)
 	case "pg-restart":
-		return "private PostgreSQL, pg_ctl restart -m fast", w.pgCtl("restart", "-m", "fast")
+		return "private PostgreSQL, pg_ctl restart -m fast", w.pgCtl(ctx, "restart", "-m", "fast")
 	case "pg-terminate":
 		cctx, cancel := context.WithTimeout(ctx, 20*time.Second)
 		defer cancel()
@@ -213,35 +216,35 @@ func (f *faulter) inject(ctx context.Context, kind string) (string, error) {
 	case "node-stop", "node-kill":
 		n := 1 + f.intn(3)
 		w.setOff(n, true)
-		_, err := w.script(kind, strconv.Itoa(n))
-		f.wait(ctx, f.between(8*time.Second, 20*time.Second))
-		_, err2 := w.script("node-start", strconv.Itoa(n))
+		_, err := w.script(ctx, kind, strconv.Itoa(n))
+		f.wait(runCtx, f.between(8*time.Second, 20*time.Second))
+		_, err2 := w.script(ctx, "node-start", strconv.Itoa(n))
 		w.setOff(n, false)
 		return fmt.Sprintf("node %d", n), errors.Join(err, err2)
 	case "node-partition":
 		n := 1 + f.intn(3)
 		w.setOff(n, true)
-		_, err := w.script("partition", strconv.Itoa(n))
-		f.wait(ctx, f.between(20*time.Second, 30*time.Second))
-		_, err2 := w.script("heal")
+		_, err := w.script(ctx, "partition", strconv.Itoa(n))
+		f.wait(runCtx, f.between(20*time.Second, 30*time.Second))
+		_, err2 := w.script(ctx, "heal")
 		w.setOff(n, false)
 		return fmt.Sprintf("node %d", n), errors.Join(err, err2)
 	case "acks-lost":
 		for _, p := range f.a.proxies {
 			p.Freeze()
 		}
-		f.wait(ctx, f.between(5*time.Second, 10*time.Second))
+		f.wait(runCtx, f.between(5*time.Second, 10*time.Second))
 		for _, p := range f.a.proxies {
 			p.Cut()
 			p.Heal()
 		}
 		return "daemon a's broker connections: acks held, then cut", nil
 	case "connections-closed":
-		_, err := w.ctl("close_all_connections", "soak: forced close")
+		_, err := w.ctl(ctx, "close_all_connections", "soak: forced close")
 		return "every broker connection", err
 	case "remote-down":
 		w.remote.stop()
-		f.wait(ctx, f.between(8*time.Second, 15*time.Second))
+		f.wait(runCtx, f.between(8*time.Second, 15*time.Second))
 		return "python handler stopped", w.remote.start()
 	case "remote-slow", "remote-500":
 		mode := "slow"
@@ -251,12 +254,12 @@ func (f *faulter) inject(ctx context.Context, kind string) (string, error) {
 		if err := w.remote.setMode(mode); err != nil {
 			return "", err
 		}
-		f.wait(ctx, f.between(6*time.Second, 12*time.Second))
+		f.wait(runCtx, f.between(6*time.Second, 12*time.Second))
 		return "python handler " + mode, w.remote.setMode("ok")
 	case "purge":
 		svc := []string{"stock", "shipping", "billing", "ledger"}[f.intn(4)]
 		var got *adminv1.RunPurgeResponse
-		err := f.call(f.daemon(), func(ctx context.Context, c adminv1.AdminServiceClient) error {
+		err := f.call(ctx, f.daemon(), func(ctx context.Context, c adminv1.AdminServiceClient) error {
 			var err error
 			got, err = c.RunPurge(ctx, &adminv1.RunPurgeRequest{Service: svc})
 			return err
@@ -265,7 +268,7 @@ func (f *faulter) inject(ctx context.Context, kind string) (string, error) {
 	case "replay":
 		var got *adminv1.ReplayEventsResponse
 		now := time.Now()
-		err := f.call(f.daemon(), func(ctx context.Context, c adminv1.AdminServiceClient) error {
+		err := f.call(ctx, f.daemon(), func(ctx context.Context, c adminv1.AdminServiceClient) error {
 			var err error
 			got, err = c.ReplayEvents(ctx, &adminv1.ReplayEventsRequest{Service: "order", EventNames: []string{evPlaced},
 				From: timestamppb.New(now.Add(-3 * time.Minute)), To: timestamppb.New(now.Add(-30 * time.Second)), Rate: 100})
@@ -274,7 +277,7 @@ func (f *faulter) inject(ctx context.Context, kind string) (string, error) {
 		return fmt.Sprintf("order's placed events of 3m-30s ago: %d matched", got.GetReplay().GetMatched()), err
 	case "failed-retry":
 		var got *adminv1.RetryFailedEventsResponse
-		err := f.call(f.daemon(), func(ctx context.Context, c adminv1.AdminServiceClient) error {
+		err := f.call(ctx, f.daemon(), func(ctx context.Context, c adminv1.AdminServiceClient) error {
 			var err error
 			got, err = c.RetryFailedEvents(ctx, &adminv1.RetryFailedEventsRequest{
 				Filter: &adminv1.FailureFilter{Service: "billing", State: "failed"}})
@@ -284,12 +287,12 @@ func (f *faulter) inject(ctx context.Context, kind string) (string, error) {
 	case "pool-pause":
 		pool := []string{poolStock, poolShipping, poolBilling, poolInvoices}[f.intn(4)]
 		by := f.daemon()
-		err := f.call(by, func(ctx context.Context, c adminv1.AdminServiceClient) error {
+		err := f.call(ctx, by, func(ctx context.Context, c adminv1.AdminServiceClient) error {
 			_, err := c.PausePool(ctx, &adminv1.PausePoolRequest{Pool: pool, Reason: "soak"})
 			return err
 		})
-		f.wait(ctx, f.between(5*time.Second, 10*time.Second))
-		err2 := f.call(f.other(by), func(ctx context.Context, c adminv1.AdminServiceClient) error {
+		f.wait(runCtx, f.between(5*time.Second, 10*time.Second))
+		err2 := f.call(ctx, f.other(by), func(ctx context.Context, c adminv1.AdminServiceClient) error {
 			_, err := c.ResumePool(ctx, &adminv1.ResumePoolRequest{Pool: pool})
 			return err
 		})
@@ -300,20 +303,20 @@ func (f *faulter) inject(ctx context.Context, kind string) (string, error) {
 
 // healAll leaves everything running: nodes up and joined, PostgreSQL up,
 // the handler answering, both daemons running, every pool resumed.
-func (f *faulter) healAll() error {
+func (f *faulter) healAll(ctx context.Context) error {
 	w := f.w
 	var errs []error
-	if _, err := w.script("heal"); err != nil {
+	if _, err := w.script(ctx, "heal"); err != nil {
 		errs = append(errs, err)
 	}
 	for n := 1; n <= 3; n++ {
-		if _, err := w.script("node-start", strconv.Itoa(n)); err != nil {
+		if _, err := w.script(ctx, "node-start", strconv.Itoa(n)); err != nil {
 			errs = append(errs, err)
 		}
 		w.setOff(n, false)
 	}
-	if err := w.pgCtl("status"); err != nil {
-		errs = append(errs, w.pgCtl("start"))
+	if err := w.pgCtl(ctx, "status"); err != nil {
+		errs = append(errs, w.pgCtl(ctx, "start"))
 	}
 	errs = append(errs, w.remote.setMode("ok"), w.remote.start())
 	for _, p := range f.a.proxies {
@@ -321,12 +324,12 @@ func (f *faulter) healAll() error {
 	}
 	for _, d := range []*daemon{f.a, f.b} {
 		d.opMu.Lock()
-		errs = append(errs, d.start())
+		errs = append(errs, d.start(ctx))
 		d.opMu.Unlock()
 	}
 	for _, pool := range []string{poolStock, poolShipping, poolBilling, poolInvoices, poolLedgerSeq} {
 		d := f.a
-		err := f.call(d, func(ctx context.Context, c adminv1.AdminServiceClient) error {
+		err := f.call(ctx, d, func(ctx context.Context, c adminv1.AdminServiceClient) error {
 			_, err := c.ResumePool(ctx, &adminv1.ResumePoolRequest{Pool: pool})
 			return err
 		})

@@ -79,6 +79,9 @@ func TestSoak(t *testing.T) {
 		t.Fatalf("platformd migrate: %v\n%s", err, out)
 	}
 	ctx := context.Background()
+	if err := w.openDBs(ctx); err != nil {
+		t.Fatal(err)
+	}
 	if err := w.seed(ctx); err != nil {
 		t.Fatal(err)
 	}
@@ -90,7 +93,7 @@ func TestSoak(t *testing.T) {
 	defer stopTap()
 	go tp.run(tapCtx)
 	for _, d := range []*daemon{a, b} {
-		if err := d.start(); err != nil {
+		if err := d.start(ctx); err != nil {
 			t.Fatal(err)
 		}
 	}
@@ -133,14 +136,14 @@ func TestSoak(t *testing.T) {
 	stopProducer()
 	prodWG.Wait()
 	logf("load and faults stopped: %d events written; healing", prod.count())
-	if err := ft.healAll(); err != nil {
+	if err := ft.healAll(ctx); err != nil {
 		logf("heal: %v", err)
 	}
 
 	// Quiesce: until nothing waits anywhere, twice in a row; billing's
 	// failures from the faults are retried as an operator would.
 	retry := func() {
-		_ = ft.call(a, func(ctx context.Context, c adminv1.AdminServiceClient) error {
+		_ = ft.call(ctx, a, func(ctx context.Context, c adminv1.AdminServiceClient) error {
 			_, err := c.RetryFailedEvents(ctx, &adminv1.RetryFailedEventsRequest{Filter: &adminv1.FailureFilter{Service: "billing", State: "failed"}})
 			return err
 		})

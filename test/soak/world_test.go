@@ -78,7 +78,7 @@ func newWorld(t *testing.T) *world {
 		pgData: mustEnv(t, "SOAK_PG_DATA"), pgBin: mustEnv(t, "SOAK_PG_BIN"), pgUser: os.Getenv("SOAK_PG_USER"),
 		token: "soak-" + randomHex(16), pools: map[string]*pgxpool.Pool{}, off: map[int]bool{},
 	}
-	out, err := w.script("urls")
+	out, err := w.script(context.Background(), "urls")
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -97,8 +97,8 @@ func newWorld(t *testing.T) *world {
 }
 
 // script runs the cluster script.
-func (w *world) script(args ...string) (string, error) {
-	ctx, cancel := context.WithTimeout(context.Background(), 4*time.Minute)
+func (w *world) script(ctx context.Context, args ...string) (string, error) {
+	ctx, cancel := context.WithTimeout(ctx, 4*time.Minute)
 	defer cancel()
 	cmd := exec.CommandContext(ctx, "bash", append([]string{clusterScript}, args...)...)
 	cmd.WaitDelay = 5 * time.Second // a node started by it must not hold the pipe
@@ -111,7 +111,7 @@ func (w *world) script(args ...string) (string, error) {
 
 // ctl runs rabbitmqctl on the first node not stopped or cut on purpose
 // that answers.
-func (w *world) ctl(args ...string) (string, error) {
+func (w *world) ctl(ctx context.Context, args ...string) (string, error) {
 	var out string
 	var err error
 	for n := 1; n <= 3; n++ {
@@ -121,7 +121,7 @@ func (w *world) ctl(args ...string) (string, error) {
 		if off {
 			continue
 		}
-		if out, err = w.script(append([]string{"ctl", strconv.Itoa(n)}, args...)...); err == nil {
+		if out, err = w.script(ctx, append([]string{"ctl", strconv.Itoa(n)}, args...)...); err == nil {
 			return out, nil
 		}
 	}
@@ -147,30 +147,41 @@ func (w *world) dsn(db string) string {
 	return u.String()
 }
 
-// db is the harness's own pool on a database (created on first use).
+// openDBs opens the harness's own pool on every service database (once
+// migrate has created them).
+func (w *world) openDBs(ctx context.Context) error {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	for _, name := range serviceDBs {
+		cfg, err := pgxpool.ParseConfig(w.dsn(name))
+		if err != nil {
+			return fmt.Errorf("db %s: %w", name, err)
+		}
+		cfg.ConnConfig.RuntimeParams["application_name"] = "soak-harness"
+		cfg.MaxConns = 4
+		p, err := pgxpool.NewWithConfig(ctx, cfg)
+		if err != nil {
+			return fmt.Errorf("db %s: %w", name, err)
+		}
+		w.pools[name] = p
+	}
+	return nil
+}
+
+// db is the harness's pool on a service database (openDBs opened it).
 func (w *world) db(name string) *pgxpool.Pool {
 	w.mu.Lock()
 	defer w.mu.Unlock()
-	if p, ok := w.pools[name]; ok {
-		return p
+	p, ok := w.pools[name]
+	if !ok {
+		panic("soak: no pool on database " + name)
 	}
-	cfg, err := pgxpool.ParseConfig(w.dsn(name))
-	if err != nil {
-		w.t.Fatalf("db %s: %v", name, err)
-	}
-	cfg.ConnConfig.RuntimeParams["application_name"] = "soak-harness"
-	cfg.MaxConns = 4
-	p, err := pgxpool.NewWithConfig(context.Background(), cfg)
-	if err != nil {
-		w.t.Fatalf("db %s: %v", name, err)
-	}
-	w.pools[name] = p
 	return p
 }
 
 // pgCtl runs pg_ctl on the private server, as its owner.
-func (w *world) pgCtl(args ...string) error {
-	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+func (w *world) pgCtl(ctx context.Context, args ...string) error {
+	ctx, cancel := context.WithTimeout(ctx, 2*time.Minute)
 	defer cancel()
 	argv := append([]string{filepath.Join(w.pgBin, "pg_ctl"), "-D", w.pgData, "-w", "-t", "90"}, args...)
 	if len(args) > 0 && (args[0] == "start" || args[0] == "restart") {
@@ -257,7 +268,7 @@ func (d *daemon) pid() int {
 func (d *daemon) running() bool { return d.pid() != 0 }
 
 // start starts the daemon and waits for its admin API to serve.
-func (d *daemon) start() error {
+func (d *daemon) start(ctx context.Context) error {
 	d.mu.Lock()
 	if d.cmd != nil {
 		d.mu.Unlock()
@@ -294,6 +305,8 @@ func (d *daemon) start() error {
 		d.mu.Unlock()
 		close(exited)
 	}()
+	// The scraper lives as long as this run of the daemon, not the call.
+	bg := context.WithoutCancel(ctx)
 	go func() {
 		tick := time.NewTicker(time.Second)
 		defer tick.Stop()
@@ -302,7 +315,7 @@ func (d *daemon) start() error {
 			case <-exited:
 				return
 			case <-tick.C:
-				if s, err := d.scrape(); err == nil {
+				if s, err := d.scrape(bg); err == nil {
 					d.mu.Lock()
 					d.stats[run-1] = s.dups
 					d.mu.Unlock()
@@ -312,19 +325,22 @@ func (d *daemon) start() error {
 	}()
 	deadline := time.Now().Add(2 * time.Minute)
 	for {
+		if err := ctx.Err(); err != nil {
+			return fmt.Errorf("daemon %s: start: %w", d.name, err)
+		}
 		select {
 		case <-exited:
 			return fmt.Errorf("daemon %s exited during start (log %s)", d.name, d.logPath)
 		default:
 		}
-		ctx, cancel := context.WithTimeout(context.Background(), 2*time.Second)
-		resp, err := grpc_health_v1.NewHealthClient(d.client()).Check(ctx, &grpc_health_v1.HealthCheckRequest{})
+		cctx, cancel := context.WithTimeout(ctx, 2*time.Second)
+		resp, err := grpc_health_v1.NewHealthClient(d.client()).Check(cctx, &grpc_health_v1.HealthCheckRequest{})
 		cancel()
 		if err == nil && resp.GetStatus() == grpc_health_v1.HealthCheckResponse_SERVING {
 			return nil
 		}
 		if time.Now().After(deadline) {
-			return fmt.Errorf("daemon %s: not serving after 2m: %v", d.name, err)
+			return fmt.Errorf("daemon %s: not serving after 2m: %w", d.name, err)
 		}
 		time.Sleep(200 * time.Millisecond)
 	}
@@ -372,8 +388,8 @@ func (d *daemon) client() *grpc.ClientConn {
 func (d *daemon) admin() adminv1.AdminServiceClient { return adminv1.NewAdminServiceClient(d.client()) }
 
 // adminCtx is a 30 s context carrying the admin token.
-func (w *world) adminCtx() (context.Context, context.CancelFunc) {
-	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+func (w *world) adminCtx(ctx context.Context) (context.Context, context.CancelFunc) {
+	ctx, cancel := context.WithTimeout(ctx, 30*time.Second)
 	return metadata.AppendToOutgoingContext(ctx, "authorization", "Bearer "+w.token), cancel
 }
 
@@ -388,9 +404,9 @@ var (
 	labelRE  = regexp.MustCompile(`(\w+)="([^"]*)"`)
 )
 
-func (d *daemon) scrape() (scrapeResult, error) {
+func (d *daemon) scrape(ctx context.Context) (scrapeResult, error) {
 	r := scrapeResult{dups: dupSnapshot{bySource: map[string]float64{}, byOutcome: map[string]float64{}}}
-	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Second)
+	ctx, cancel := context.WithTimeout(ctx, 3*time.Second)
 	defer cancel()
 	req, _ := http.NewRequestWithContext(ctx, http.MethodGet, "http://"+d.metricsAddr+"/metrics", nil)
 	resp, err := http.DefaultClient.Do(req)
