@@ -137,6 +137,10 @@ chaos-all: services ## chaos, with the cluster's nodes starting beside it, then 
 
 # The soak owns its PostgreSQL and RabbitMQ cluster (it restarts and kills
 # them): scripts/soak.sh starts and removes them. Not part of `make test`.
+SOAK_DURATION ?= 60m## how long `make soak`'s load and faults last
+SOAK_SEED ?=## `make soak`'s random seed (empty: the clock; the run's log says it, to replay it)
+SOAK_BREAK ?=## nodedup: `make soak` runs a daemon built without the dedup insert, which must fail
+export SOAK_DURATION SOAK_SEED SOAK_BREAK
 .PHONY: soak
 soak: ## an hour (SOAK_DURATION) of random faults under load on private services: nothing lost, nothing applied twice, nothing growing (SOAK_SEED replays, SOAK_BREAK=nodedup must fail)
 	@bash scripts/soak.sh

@@ -52,6 +52,8 @@ type report struct {
 	applications        int // (event, service) pairs checked
 	twice, lost, wrong  int
 	outOfOrder          int
+	tapMissing          int // published events the tap never saw
+	tapUnknown          int // tapped events nobody published
 	failuresExplained   int
 	failuresUnexplained int
 	problems            []string
@@ -103,7 +105,7 @@ func (w *world) failures(ctx context.Context) ([]failedRow, error) {
 }
 
 // check reads everything and judges the run.
-func (w *world) check(ctx context.Context, produced []*sent, faults []fault) (*report, error) {
+func (w *world) check(ctx context.Context, produced []*sent, faults []fault, tapped map[uuid.UUID]string) (*report, error) {
 	r := &report{}
 	published, err := counts(ctx, w.db("order"), `SELECT event_id, 1 FROM platform.outbox_archive`)
 	if err != nil {
@@ -225,6 +227,28 @@ func (w *world) check(ctx context.Context, produced []*sent, faults []fault) (*r
 	}
 	rows.Close()
 	r.chain = len(chainIDs)
+
+	// The tap: every event published (the two archives) went through the
+	// exchange, and nothing else did.
+	known := map[uuid.UUID]bool{}
+	for id := range published {
+		known[id] = true
+	}
+	for _, id := range chainIDs {
+		known[id] = true
+	}
+	for id := range known {
+		if _, ok := tapped[id]; !ok {
+			r.tapMissing++
+			r.problem("not on the tap: %s, confirmed to its relay, never routed by the exchange", id)
+		}
+	}
+	for id, name := range tapped {
+		if !known[id] {
+			r.tapUnknown++
+			r.problem("unknown on the tap: %s %s, published by nobody the soak knows", name, id)
+		}
+	}
 	for _, ev := range placed {
 		if !ev.poison && inv[ev.id] > 0 {
 			account("billing-outbox", ev.id, "its invoice.opened", chain[ev.id], 1)
@@ -364,7 +388,7 @@ func (w *world) drained(ctx context.Context) string {
 	}
 	for _, line := range strings.Split(out, "\n") {
 		f := strings.Fields(line)
-		if len(f) != 2 || f[0] == tapQueue {
+		if len(f) != 2 { // the tap too: the checker reads all it saw
 			continue
 		}
 		if n, err := strconv.Atoi(f[1]); err == nil && n > 0 {

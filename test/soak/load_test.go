@@ -274,7 +274,18 @@ func (tp *tap) consume(ctx context.Context) error {
 	}
 }
 
-// drained reports whether the tap's queue is empty (asked of the broker).
+// events returns the name of every event the tap saw, by id.
+func (tp *tap) events() map[uuid.UUID]string {
+	tp.mu.Lock()
+	defer tp.mu.Unlock()
+	out := make(map[uuid.UUID]string, len(tp.names))
+	for id, n := range tp.names {
+		out[id] = n
+	}
+	return out
+}
+
+// seen counts the events the tap saw and their copies.
 func (tp *tap) seen() (events, copies int) {
 	tp.mu.Lock()
 	defer tp.mu.Unlock()

@@ -182,7 +182,7 @@ func TestSoak(t *testing.T) {
 	faults, marks := ft.snapshot()
 	cctx, cancel := context.WithTimeout(ctx, 5*time.Minute)
 	defer cancel()
-	rep, err := w.check(cctx, prod.snapshot(), faults)
+	rep, err := w.check(cctx, prod.snapshot(), faults, tp.events())
 	if err != nil {
 		t.Fatalf("checker: %v", err)
 	}
@@ -226,8 +226,9 @@ func TestSoak(t *testing.T) {
 	logf("duplicates skipped by source (metrics, lower bound): %v; outcomes: %v", dups, outcomes)
 	logf("producer: %d events, %d uncertain inserts, %d republished copies; tap: %d events in %d copies",
 		len(prod.snapshot()), prod.failures, prod.republished, tapEvents, tapCopies)
-	logf("checked %d events and %d chained invoices in %d (event, service) applications: twice %d, lost %d, wrong %d, out of order %d; failures explained %d, unexplained %d",
-		rep.events, rep.chain, rep.applications, rep.twice, rep.lost, rep.wrong, rep.outOfOrder, rep.failuresExplained, rep.failuresUnexplained)
+	logf("checked %d events and %d chained invoices in %d (event, service) applications: twice %d, lost %d, wrong %d, out of order %d; failures explained %d, unexplained %d; tap: %d missing, %d unknown",
+		rep.events, rep.chain, rep.applications, rep.twice, rep.lost, rep.wrong, rep.outOfOrder, rep.failuresExplained, rep.failuresUnexplained,
+		rep.tapMissing, rep.tapUnknown)
 	var leaks []string
 	for _, v := range verdicts {
 		state := "flat"
