@@ -30,7 +30,7 @@ var series = []struct {
 	{"db_conns", "", "database connections", 0.25, 8},
 	{"broker_conns", "", "broker connections and channels", 0.25, 5},
 	{"broker_channels", "", "broker connections and channels", 0.25, 15},
-	{"broker_mem", "MiB", "broker memory (private)", 0.25, 96},
+	{"broker_mem", "MiB", "broker memory (largest node, as its VM counts it)", 0.25, 64},
 	{"pg_mem", "MiB", "PostgreSQL memory (private)", 0.25, 64},
 }
 
@@ -85,18 +85,27 @@ func (s *sampler) take(ctx context.Context) {
 		v["db_conns"] = float64(n)
 	}
 	cancel()
-	v["broker_conns"], v["broker_channels"] = math.NaN(), math.NaN()
-	if out, err := s.w.ctl(ctx, "-q", "eval", `io:format("~p ~p~n", [length(rabbit_networking:connections()), length(rabbit_channel:list())]).`); err == nil {
+	// The broker's memory as each node's VM counts it (erlang:memory),
+	// the largest node's: an Erlang VM's resident size is a high-water
+	// mark its allocators keep, and a node restarted by a fault starts
+	// low and climbs back, which a sum over the nodes would show as
+	// growth.
+	v["broker_conns"], v["broker_channels"], v["broker_mem"] = math.NaN(), math.NaN(), math.NaN()
+	if out, err := s.w.ctl(ctx, "-q", "eval", `io:format("~p ~p ~p~n", [length(rabbit_networking:connections()), length(rabbit_channel:list()), `+
+		`lists:max([0 | [M || N <- rabbit_nodes:all_running(), M <- [rpc:call(N, erlang, memory, [total], 5000)], is_integer(M)]])]).`); err == nil {
 		f := strings.Fields(out)
-		if len(f) >= 2 {
+		if len(f) >= 3 {
 			c, err1 := strconv.Atoi(f[0])
 			ch, err2 := strconv.Atoi(f[1])
+			m, err3 := strconv.ParseFloat(f[2], 64)
 			if err1 == nil && err2 == nil {
 				v["broker_conns"], v["broker_channels"] = float64(c), float64(ch)
 			}
+			if err3 == nil && m > 0 {
+				v["broker_mem"] = m / (1 << 20)
+			}
 		}
 	}
-	v["broker_mem"] = sumAnon(s.w.brokerPIDs())
 	v["pg_mem"] = sumAnon(s.w.pgPIDs())
 	s.mu.Lock()
 	s.samples = append(s.samples, sample{at: time.Now(), v: v})
@@ -144,24 +153,6 @@ func sumAnon(pids []int) float64 {
 	return sum / 1024
 }
 
-// brokerPIDs are the cluster nodes' Erlang VMs.
-func (w *world) brokerPIDs() []int {
-	var out []int
-	base := os.Getenv("RABBITMQ_CLUSTER_DIR")
-	for n := 1; n <= 3; n++ {
-		b, err := os.ReadFile(filepath.Join(base, fmt.Sprintf("c%d", n), "rabbit.pid"))
-		if err != nil {
-			continue
-		}
-		if pid, err := strconv.Atoi(strings.TrimSpace(string(b))); err == nil {
-			if _, err := os.Stat(fmt.Sprintf("/proc/%d", pid)); err == nil {
-				out = append(out, pid)
-			}
-		}
-	}
-	return out
-}
-
 // pgPIDs are the private server's postmaster and its children.
 func (w *world) pgPIDs() []int {
 	b, err := os.ReadFile(filepath.Join(w.pgData, "postmaster.pid"))
@@ -201,12 +192,17 @@ type verdict struct {
 	name, unit               string
 	slopePerMin, growth, tol float64
 	median                   float64
+	step                     float64 // last third's median less the middle third's
 	points                   int
 	growing                  bool
 }
 
 // judge fits a least-squares line to each series over the last two
-// thirds of the samples.
+// thirds of the samples. A curve grows when that line climbs more than
+// its tolerance over the window and its level rose too: the median of
+// the last third above the middle third's by half the tolerance. The
+// slope alone is fooled by a restart's recovery (a daemon or a node a
+// fault restarted climbs back to where it was); the step alone by noise.
 func judge(samples []sample) []verdict {
 	var out []verdict
 	if len(samples) < 3 {
@@ -230,7 +226,19 @@ func judge(samples []sample) []verdict {
 			v.growth = v.slopePerMin * (xs[len(xs)-1] - xs[0])
 			v.median = median(ys)
 			v.tol = math.Max(s.rel*v.median, s.floor)
-			v.growing = v.growth > v.tol
+			var mid, last []float64
+			cut := xs[0] + (xs[len(xs)-1]-xs[0])/2
+			for i, x := range xs {
+				if x < cut {
+					mid = append(mid, ys[i])
+				} else {
+					last = append(last, ys[i])
+				}
+			}
+			if len(mid) > 0 && len(last) > 0 {
+				v.step = median(last) - median(mid)
+			}
+			v.growing = v.growth > v.tol && v.step > v.tol/2
 		}
 		out = append(out, v)
 	}

@@ -39,7 +39,8 @@ func verdictOf(t *testing.T, vs []verdict, name string) verdict {
 
 // TestJudgeFlagsGrowth: a daemon whose RSS climbs 5 MiB a minute for an
 // hour is a leak; one that climbs at start-up and then stays (with noise
-// and a restart's dip) is not.
+// and a restart's dip) is not, nor a broker node climbing back to its
+// level after a restart.
 func TestJudgeFlagsGrowth(t *testing.T) {
 	leak := judge(curve("rss_a", 60, func(m float64) float64 { return 40 + 5*m }))
 	if v := verdictOf(t, leak, "rss_a"); !v.growing || v.slopePerMin < 4.9 || v.slopePerMin > 5.1 {
@@ -56,6 +57,17 @@ func TestJudgeFlagsGrowth(t *testing.T) {
 	}))
 	if v := verdictOf(t, flat, "rss_a"); v.growing {
 		t.Fatalf("flat curve judged growing: %+v", v)
+	}
+	// A node restarted early in the window climbs back to its level: the
+	// line climbs, the level does not.
+	recovery := judge(curve("broker_mem", 60, func(m float64) float64 {
+		if m >= 21 && m < 31 {
+			return 100 + 20*(m-21)
+		}
+		return 300
+	}))
+	if v := verdictOf(t, recovery, "broker_mem"); v.growing || v.growth <= v.tol {
+		t.Fatalf("recovery after a restart: %+v, want a slope past tolerance judged flat", v)
 	}
 	// No readings: no verdict of growth either.
 	if v := verdictOf(t, leak, "pg_mem"); v.growing || v.points != 0 {

@@ -236,8 +236,8 @@ func TestSoak(t *testing.T) {
 			state = "GROWING"
 			leaks = append(leaks, v.name)
 		}
-		logf("curve %-16s %s: slope %+.3f%s/min over the last two thirds (%d points), growth %.1f, tolerance %.1f, median %.1f",
-			v.name, state, v.slopePerMin, v.unit, v.points, v.growth, v.tol, v.median)
+		logf("curve %-16s %s: slope %+.3f%s/min over the last two thirds (%d points), growth %.1f, step %+.1f, tolerance %.1f, median %.1f",
+			v.name, state, v.slopePerMin, v.unit, v.points, v.growth, v.step, v.tol, v.median)
 	}
 	for _, p := range rep.problems {
 		logf("PROBLEM %s", p)
