@@ -135,6 +135,16 @@ chaos-all: services ## chaos, with the cluster's nodes starting beside it, then 
 		{ bash scripts/rabbitmq-cluster.sh stop; exit 1; }
 	@$(MAKE) --no-print-directory chaos-cluster
 
+# The soak owns its PostgreSQL and RabbitMQ cluster (it restarts and kills
+# them): scripts/soak.sh starts and removes them. Not part of `make test`.
+SOAK_DURATION ?= 60m## how long `make soak`'s load and faults last
+SOAK_SEED ?=## `make soak`'s random seed (empty: the clock; the run's log says it, to replay it)
+SOAK_BREAK ?=## nodedup: `make soak` runs a daemon built without the dedup insert, which must fail
+export SOAK_DURATION SOAK_SEED SOAK_BREAK
+.PHONY: soak
+soak: ## an hour (SOAK_DURATION) of random faults under load on private services: nothing lost, nothing applied twice, nothing growing (SOAK_SEED replays, SOAK_BREAK=nodedup must fail)
+	@bash scripts/soak.sh
+
 .PHONY: verify
 # go vet is not run apart: golangci-lint's govet runs every analyzer of the
 # go vet of our Go version (its default set is cmd/vet's list), so `vet`

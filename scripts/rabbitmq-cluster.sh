@@ -43,9 +43,17 @@
 # Environment:
 #   RABBITMQ_CLUSTER_DIR        data, logs and cookie (default /tmp/platformd-rabbitmq-cluster)
 #   RABBITMQ_CLUSTER_PORT_BASE  AMQP ports are base+1..3, distribution ports base+20001..3 (default 5700)
+#   RABBITMQ_CLUSTER_NODE_PREFIX  node names are PREFIX1..3@localhost (default rabbit-c)
+#   RABBITMQ_CLUSTER_IP_PREFIX  node N's distribution connections leave from PREFIX N (default 127.0.0.1: 127.0.0.11..13)
+#   RABBITMQ_CLUSTER_CHAIN      the iptables chain of the partitions (default PLATFORMD-RMQ-CLUSTER)
+#   RABBITMQ_CLUSTER_EXTRA_CONF lines added to every node's rabbitmq.conf (default none)
 #   RABBITMQ_CLUSTER_TIMEOUT    seconds to wait for a node to boot (default 120)
 #   RABBITMQ_CLUSTER_PARTITION  iptables or cookie: the partition method (default iptables when it works)
 #   RABBITMQ_CLUSTER_REJOIN     seconds a node has to run again after a heal before its VM is restarted (default 60)
+#
+# A second cluster beside the first (the soak's, scripts/soak.sh) sets all of
+# DIR, PORT_BASE, NODE_PREFIX, IP_PREFIX and CHAIN to values of its own: it
+# then shares nothing with the first but epmd, where its nodes' names differ.
 #
 # A node that boots hung: RabbitMQ 3.10.8 (Debian 12's) on Erlang 25.1 or
 # later can hang in its boot when it rejoins after a partition, for good:
@@ -64,7 +72,9 @@ TIMEOUT="${RABBITMQ_CLUSTER_TIMEOUT:-120}"
 REJOIN="${RABBITMQ_CLUSTER_REJOIN:-60}"
 HANG_SIGN='Global hang workaround'
 NODES=(1 2 3)
-CHAIN=PLATFORMD-RMQ-CLUSTER
+NODE_PREFIX="${RABBITMQ_CLUSTER_NODE_PREFIX:-rabbit-c}"
+IP_PREFIX="${RABBITMQ_CLUSTER_IP_PREFIX:-127.0.0.1}"
+CHAIN="${RABBITMQ_CLUSTER_CHAIN:-PLATFORMD-RMQ-CLUSTER}"
 
 say() { printf 'rabbitmq-cluster: %s\n' "$*"; }
 die() {
@@ -78,10 +88,10 @@ RMQ_BIN=/usr/lib/rabbitmq/bin
 [ -x "$RMQ_BIN/rabbitmq-server" ] || RMQ_BIN="$(dirname "$(command -v rabbitmq-server || echo /nonexistent/x)")"
 [ -x "$RMQ_BIN/rabbitmq-server" ] || die "rabbitmq-server not found (run scripts/services.sh first)"
 
-node_name() { printf 'rabbit-c%s@localhost' "$1"; }
+node_name() { printf '%s%s@localhost' "$NODE_PREFIX" "$1"; }
 amqp_port() { printf '%s' $((PORT_BASE + $1)); }
 dist_port() { printf '%s' $((PORT_BASE + 20000 + $1)); }
-node_ip() { printf '127.0.0.1%s' "$1"; }
+node_ip() { printf '%s%s' "$IP_PREFIX" "$1"; }
 node_dir() { printf '%s/c%s' "$BASE" "$1"; }
 
 check_node() {
@@ -165,6 +175,7 @@ disk_free_limit.absolute = 64MiB
 cluster_partition_handling = pause_minority
 log.file.level = info
 log.console = false
+${RABBITMQ_CLUSTER_EXTRA_CONF:-}
 EOF
 		echo '[].' >"$dir/advanced.config"
 	done
