@@ -56,6 +56,10 @@ type Conn struct {
 	nodes  []brokerNode
 	name   string
 	logger *slog.Logger
+	// OnReconnectFunc, when set, is called after each successful redial
+	// (not the first dial): the pool consuming on the connection counts
+	// its reconnects with it. Set before the connection is shared.
+	OnReconnectFunc func()
 
 	testSignals ConnTestSignals
 
@@ -210,6 +214,9 @@ func (c *Conn) dialRoundLocked(ctx context.Context) (*amqp.Connection, error) {
 		c.sock.Store(&sock)
 		c.watch(conn, n.addr)
 		if c.dialed {
+			if c.OnReconnectFunc != nil {
+				c.OnReconnectFunc()
+			}
 			c.testSignals.Reconnected.Signal(n.addr)
 			c.logger.InfoContext(ctx, "workers: broker reconnected", slog.String("connection", c.name),
 				slog.String("node", n.addr), slog.String("previous_node", prev))
