@@ -130,7 +130,7 @@ func (r *remoteHandler) start() error {
 		if time.Now().After(deadline) {
 			return fmt.Errorf("remote handler not answering after 30s: %w", err)
 		}
-		time.Sleep(100 * time.Millisecond)
+		time.Sleep(100 * time.Millisecond) //nolint:forbidigo // a bounded poll of the handler's port (30 s deadline above)
 	}
 }
 

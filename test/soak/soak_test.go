@@ -169,11 +169,11 @@ func TestSoak(t *testing.T) {
 			retry()
 			nextRetry = time.Now().Add(time.Minute)
 		}
-		time.Sleep(5 * time.Second)
+		time.Sleep(5 * time.Second) //nolint:forbidigo // the drain check's pace: a bounded poll of the pools and the failure store
 	}
 	logf("drained: %v %s", drainedOK, left)
 	// The tap's last copies, then the last samples.
-	time.Sleep(3 * time.Second)
+	time.Sleep(3 * time.Second) //nolint:forbidigo // the tap's last copies in flight: a grace the scenario allows, not a wait for a result
 	stopTap()
 	smp.take(ctx)
 	stopSampler()

@@ -342,7 +342,7 @@ func (d *daemon) start(ctx context.Context) error {
 		if time.Now().After(deadline) {
 			return fmt.Errorf("daemon %s: not serving after 2m: %w", d.name, err)
 		}
-		time.Sleep(200 * time.Millisecond)
+		time.Sleep(200 * time.Millisecond) //nolint:forbidigo // a bounded poll of a subprocess's health (2 min deadline above)
 	}
 }
 
