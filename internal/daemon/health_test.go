@@ -2,6 +2,7 @@ package daemon
 
 import (
 	"context"
+	"errors"
 	"log/slog"
 	"strings"
 	"testing"
@@ -65,4 +66,26 @@ func TestServiceDatabaseRefusalIsLogged(t *testing.T) {
 	sigs.Health.WaitUntil("the recovery logged", func() bool {
 		return strings.Contains(logs.String(), "daemon: service database answers again")
 	})
+}
+
+// A failing health check warns once per reason: again at once when the
+// reason changes (the session killed, then the database refusing new
+// ones), not again while it stays the same, and its recovery at info.
+func TestHealthWarnsAgainWhenTheReasonChanges(t *testing.T) {
+	logs := &testlog.Buffer{}
+	s := &service{name: "stock", d: &Daemon{log: slog.New(slog.NewTextHandler(logs, nil))}}
+	ctx := context.Background()
+	killed := errors.New("FATAL: terminating connection due to administrator command (SQLSTATE 57P01)")
+	refused := errors.New(`FATAL: database "stock" is not currently accepting connections (SQLSTATE 55000)`)
+	const warn = "service database health check failed"
+	w := s.reportHealth(ctx, killed, healthWarned{})
+	w = s.reportHealth(ctx, killed, w)
+	require.Equal(t, 1, logs.Count(warn), "the same reason: once")
+	w = s.reportHealth(ctx, refused, w)
+	w = s.reportHealth(ctx, refused, w)
+	require.Equal(t, 2, logs.Count(warn), "a new reason: at once, then once")
+	require.Equal(t, 1, logs.Count("not currently accepting connections"))
+	w = s.reportHealth(ctx, nil, w)
+	require.Equal(t, 1, logs.Count("service database answers again"))
+	require.True(t, w.at.IsZero())
 }

@@ -454,7 +454,7 @@ func (s *service) watchHealth(ctx context.Context) {
 	case <-ctx.Done():
 		return
 	}
-	var warned time.Time // when the database's refusal was last logged
+	var warned healthWarned // the database's refusal last logged
 	check := func(ctx context.Context) {
 		pctx, cancel := context.WithTimeout(ctx, healthCheckTimeout)
 		err := s.ctl.Do(pctx, func(ctx context.Context, q query.Querier) error {
@@ -483,21 +483,29 @@ func (s *service) watchHealth(ctx context.Context) {
 // health check says so again at warn.
 const healthWarnEvery = time.Minute
 
+// healthWarned is the failed health check last logged: when, and why.
+type healthWarned struct {
+	at     time.Time // zero: not failing
+	reason string
+}
+
 // reportHealth logs a failed health check at warn (why: refused, "too
-// many clients", unreachable), the first time and then every
-// healthWarnEvery while it lasts, and its recovery at info; warned is when
-// it last warned (zero: not failing), and the new value is returned.
-func (s *service) reportHealth(ctx context.Context, err error, warned time.Time) time.Time {
+// many clients", unreachable): the first time, whenever its reason
+// changes (the session killed first, then the database refusing new ones:
+// the second is what the operator must see), and every healthWarnEvery
+// while it lasts; and its recovery at info. It returns what it last
+// logged.
+func (s *service) reportHealth(ctx context.Context, err error, warned healthWarned) healthWarned {
 	switch {
-	case err == nil && !warned.IsZero():
+	case err == nil && !warned.at.IsZero():
 		s.d.log.InfoContext(ctx, "daemon: service database answers again", slog.String("service", s.name))
-		return time.Time{}
+		return healthWarned{}
 	case err == nil:
 		return warned
-	case warned.IsZero() || time.Since(warned) >= healthWarnEvery:
+	case warned.at.IsZero() || err.Error() != warned.reason || time.Since(warned.at) >= healthWarnEvery:
 		s.d.log.WarnContext(ctx, "daemon: service database health check failed; its pools wait for it",
 			slog.String("service", s.name), slog.Any("error", err))
-		return time.Now()
+		return healthWarned{at: time.Now(), reason: err.Error()}
 	default:
 		return warned
 	}
