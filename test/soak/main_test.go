@@ -38,7 +38,9 @@ func TestMain(m *testing.M) {
 			fmt.Fprintf(os.Stderr, "soak: SOAK_BREAK=%q: want empty or nodedup\n", os.Getenv("SOAK_BREAK"))
 			return 2
 		}
-		args = append(args, "github.com/platformd/platformd/cmd/platformd")
+		// The shop's daemon: the soak runs the shop's Go handlers beside
+		// SQL and remote ones, and the release binary registers none.
+		args = append(args, "github.com/platformd/platformd/examples/shop/cmd/shopd")
 		goCmd := os.Getenv("GO")
 		if goCmd == "" {
 			goCmd = "go"
