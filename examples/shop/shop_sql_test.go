@@ -36,7 +36,7 @@ type side struct {
 
 func connect(t *testing.T, dsn string) *pgxpool.Pool {
 	t.Helper()
-	db, err := dedup.Connect(context.Background(), dsn, dedup.PoolConfig{})
+	db, err := dedup.Connect(context.Background(), dsn, dedup.ConnectConfig{})
 	require.NoError(t, err)
 	t.Cleanup(db.Close)
 	return db

@@ -37,7 +37,7 @@ func shopDB(t *testing.T, handler string) *pgxpool.Pool {
 	sets, err := migrate.Sets(reg, []string{handler})
 	require.NoError(t, err)
 	require.NoError(t, migrate.Apply(ctx, dsn, sets, slog.New(slog.NewTextHandler(io.Discard, nil))))
-	db, err := dedup.Connect(ctx, dsn, dedup.PoolConfig{})
+	db, err := dedup.Connect(ctx, dsn, dedup.ConnectConfig{})
 	require.NoError(t, err)
 	t.Cleanup(db.Close)
 	return db

@@ -32,7 +32,7 @@ func wantLayout(s config.ServiceConfig) dedup.Layout {
 // connections under budget (nil: none), and reads the service's horizon
 // (as stored, or configured); the caller closes the pool.
 func layoutDB(ctx context.Context, s config.ServiceConfig, budget *connbudget.Budget) (*pgxpool.Pool, time.Duration, error) {
-	db, err := dedup.Connect(ctx, s.Database, dedup.PoolConfig{MaxConns: 2, ApplicationName: "platformd-migrate", Pooler: s.Pooler(), Budget: budget})
+	db, err := dedup.Connect(ctx, s.Database, dedup.ConnectConfig{MaxConns: 2, ApplicationName: "platformd-migrate", Pooler: s.Pooler(), Budget: budget})
 	if err != nil {
 		return nil, 0, err
 	}

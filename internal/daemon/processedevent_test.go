@@ -61,7 +61,7 @@ func TestMigrateProcessedEventCommand(t *testing.T) {
 	require.Equal(t, 0, code, out)
 
 	ctx := context.Background()
-	db, err := dedup.Connect(ctx, dsn, dedup.PoolConfig{MaxConns: 2})
+	db, err := dedup.Connect(ctx, dsn, dedup.ConnectConfig{MaxConns: 2})
 	require.NoError(t, err)
 	t.Cleanup(db.Close)
 	layout := func() dedup.Layout {
@@ -132,7 +132,7 @@ func TestHorizonInForcePartitioned(t *testing.T) {
 	code, out := runMain(t, "migrate", "-config", cfg)
 	require.Equal(t, 0, code, out)
 	ctx := context.Background()
-	db, err := dedup.Connect(ctx, dsn, dedup.PoolConfig{MaxConns: 2})
+	db, err := dedup.Connect(ctx, dsn, dedup.ConnectConfig{MaxConns: 2})
 	require.NoError(t, err)
 	t.Cleanup(db.Close)
 
@@ -149,7 +149,7 @@ func TestHorizonInForcePartitioned(t *testing.T) {
 	plain := testdb.New(t, t.Name()+"_plain")
 	code, out = runMain(t, "migrate", "-config", writeConfig(t, t.TempDir(), "plain", plain, ""))
 	require.Equal(t, 0, code, out)
-	pdb, err := dedup.Connect(ctx, plain, dedup.PoolConfig{MaxConns: 2})
+	pdb, err := dedup.Connect(ctx, plain, dedup.ConnectConfig{MaxConns: 2})
 	require.NoError(t, err)
 	t.Cleanup(pdb.Close)
 	info = processedEventHorizon(ctx, pdb, admin.HorizonInfo{Service: "stock", Horizon: 30 * time.Hour})

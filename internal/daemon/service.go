@@ -171,7 +171,7 @@ func (d *Daemon) newService(ctx context.Context, sc config.ServiceConfig, reg *c
 // relay pass, a purge, an admin call), nothing kept while idle
 // (config.DatabasePoolConfig). The control session (session.go) comes on
 // top.
-func dbPoolSize(sc config.ServiceConfig) dedup.PoolConfig {
+func dbPoolSize(sc config.ServiceConfig) dedup.ConnectConfig {
 	dp := sc.DatabasePool
 	if dp.MaxConns == 0 { // a config built in Go, without the defaults
 		dp.MaxConns = config.DatabasePoolSpareConns
@@ -179,7 +179,7 @@ func dbPoolSize(sc config.ServiceConfig) dedup.PoolConfig {
 			dp.MaxConns += p.Concurrency
 		}
 	}
-	return dedup.PoolConfig{
+	return dedup.ConnectConfig{
 		MaxConns: int32(max(dp.MaxConns, 2)), MinConns: int32(dp.MinConns), MaxConnIdleTime: dp.MaxIdle, //nolint:gosec // validated: at most 1000
 		Pooler: sc.Pooler(),
 	}
@@ -218,7 +218,7 @@ func (s *service) newPool(pc config.PoolConfig) (*servicePool, error) {
 	}
 	instrumentRemoteHandlers(s.registry(), pc.Handlers, d.metrics, d.tracer())
 	consume := broker.NewConn(d.cfg.Broker.Addresses(), "platformd-"+pc.Name, d.metrics, d.log)
-	pool, err := workers.NewPool(workers.PoolConfig{
+	pool, err := workers.NewPool(workers.Config{
 		Name: pc.Name, Service: s.name,
 		Topology: broker.Topology{
 			Exchange: d.cfg.Broker.Exchange, Queue: pc.Queue, QueueType: pc.QueueType,
@@ -406,7 +406,7 @@ func (s *service) declareTopology(ctx context.Context) {
 func (s *service) startScheduler(ctx context.Context) error {
 	c := s.config()
 	sched, err := scheduler.New(scheduler.Config{
-		Services: []scheduler.ServiceConfig{{
+		Services: []scheduler.Service{{
 			Name: s.name, DB: s.db, DefaultHorizon: c.Horizon, MinHorizon: c.MinHorizon,
 			Every: c.Purge.Every, BatchSize: c.Purge.BatchSize, Ahead: c.ProcessedEvent.Ahead,
 			ControlFunc:      s.control,

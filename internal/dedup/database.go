@@ -20,8 +20,8 @@ const (
 	IdleInTransactionTimeoutDefault = 15 * time.Second
 )
 
-// PoolConfig configures Connect.
-type PoolConfig struct {
+// ConnectConfig configures Connect.
+type ConnectConfig struct {
 	// MaxConns is the pool size (default 8).
 	MaxConns int32
 	// MinConns is how many connections the pool keeps open while idle
@@ -47,7 +47,7 @@ type PoolConfig struct {
 }
 
 // Connect opens a pgx pool on dsn with platformd's session settings.
-func Connect(ctx context.Context, dsn string, pc PoolConfig) (*pgxpool.Pool, error) {
+func Connect(ctx context.Context, dsn string, pc ConnectConfig) (*pgxpool.Pool, error) {
 	cfg, err := pgxpool.ParseConfig(dsn)
 	if err != nil {
 		return nil, fmt.Errorf("dedup: parse database url: %w", err)

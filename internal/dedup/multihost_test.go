@@ -42,7 +42,7 @@ func TestMultiHostDatabase(t *testing.T) {
 	sets, err := migrate.Sets(reg, []string{shop.HandlerStockReserve})
 	require.NoError(t, err)
 	require.NoError(t, migrate.Apply(ctx, multi, sets, slog.New(slog.NewTextHandler(io.Discard, nil))))
-	db, err := dedup.Connect(ctx, multi, dedup.PoolConfig{MaxConns: 2})
+	db, err := dedup.Connect(ctx, multi, dedup.ConnectConfig{MaxConns: 2})
 	require.NoError(t, err)
 	defer db.Close()
 	routes, err := dedup.RoutesFor(reg, []string{shop.HandlerStockReserve})

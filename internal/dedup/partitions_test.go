@@ -173,7 +173,7 @@ func TestPartitionedRefusalsNeedNoSecondConnection(t *testing.T) {
 	b := setup(t)
 	ctx := context.Background()
 	now := b.partitioned(t)
-	one, err := dedup.Connect(ctx, b.dsn, dedup.PoolConfig{MaxConns: 1})
+	one, err := dedup.Connect(ctx, b.dsn, dedup.ConnectConfig{MaxConns: 1})
 	require.NoError(t, err)
 	t.Cleanup(one.Close)
 	routes, err := dedup.RoutesFor(b.reg, []string{shop.HandlerStockReserve})

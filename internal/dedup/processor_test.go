@@ -69,7 +69,7 @@ func setup(t testing.TB) *testBundle {
 	sets, err := migrate.Sets(b.reg, []string{shop.HandlerStockReserve})
 	require.NoError(t, err)
 	require.NoError(t, migrate.Apply(ctx, b.dsn, sets, slog.New(slog.NewTextHandler(io.Discard, nil))))
-	b.db, err = dedup.Connect(ctx, b.dsn, dedup.PoolConfig{MaxConns: 8})
+	b.db, err = dedup.Connect(ctx, b.dsn, dedup.ConnectConfig{MaxConns: 8})
 	require.NoError(t, err)
 	t.Cleanup(b.db.Close)
 	return b
@@ -633,7 +633,7 @@ func TestConnectSessionSettings(t *testing.T) {
 		require.Equal(t, want, got, setting)
 	}
 	// A session idle inside a transaction is cut by the server.
-	db, err := dedup.Connect(ctx, b.dsn, dedup.PoolConfig{IdleInTransactionTimeout: 200 * time.Millisecond})
+	db, err := dedup.Connect(ctx, b.dsn, dedup.ConnectConfig{IdleInTransactionTimeout: 200 * time.Millisecond})
 	require.NoError(t, err)
 	defer db.Close()
 	tx, err := db.Begin(ctx)

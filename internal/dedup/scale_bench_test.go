@@ -138,7 +138,7 @@ func runPurgeScale(tb testing.TB, rows int, partitioned bool, window time.Durati
 	sets, err := migrate.Sets(reg, []string{shop.HandlerStockReserve})
 	require.NoError(tb, err)
 	require.NoError(tb, migrate.Apply(ctx, dsn, sets, slog.New(slog.NewTextHandler(io.Discard, nil))))
-	db, err := dedup.Connect(ctx, dsn, dedup.PoolConfig{MaxConns: int32(workers + 4), StatementTimeout: time.Hour})
+	db, err := dedup.Connect(ctx, dsn, dedup.ConnectConfig{MaxConns: int32(workers + 4), StatementTimeout: time.Hour})
 	require.NoError(tb, err)
 	defer db.Close()
 	var now time.Time

@@ -121,7 +121,7 @@ func BenchmarkDedupRowShapes(b *testing.B) {
 			continue
 		}
 		dsn := testdb.New(b, "shape")
-		db, err := dedup.Connect(ctx, dsn, dedup.PoolConfig{MaxConns: 2})
+		db, err := dedup.Connect(ctx, dsn, dedup.ConnectConfig{MaxConns: 2})
 		require.NoError(b, err)
 		b.Cleanup(db.Close)
 		_, err = db.Exec(ctx, sc.ddl)

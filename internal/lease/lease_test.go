@@ -35,7 +35,7 @@ func newDB(t *testing.T) *pgxpool.Pool {
 	sets, err := migrate.Sets(consumer.NewRegistry(), nil)
 	require.NoError(t, err)
 	require.NoError(t, migrate.Apply(ctx, dsn, sets, slog.New(slog.NewTextHandler(io.Discard, nil))))
-	db, err := dedup.Connect(ctx, dsn, dedup.PoolConfig{MaxConns: 6})
+	db, err := dedup.Connect(ctx, dsn, dedup.ConnectConfig{MaxConns: 6})
 	require.NoError(t, err)
 	t.Cleanup(db.Close)
 	_, err = db.Exec(ctx, `CREATE TABLE work_log (id bigserial PRIMARY KEY, holder text NOT NULL, at timestamptz NOT NULL DEFAULT clock_timestamp())`)

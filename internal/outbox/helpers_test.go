@@ -90,10 +90,10 @@ func setup(t testing.TB, opts ...setupOpt) *bundle {
 	b.dsn = testdb.New(t, "outbox")
 	require.NoError(t, migrate.Apply(ctx, b.dsn, []migrate.Set{{Name: migrate.PlatformSetName, FS: migrations.Platform()}}, b.logger))
 	var err error
-	b.db, err = dedup.Connect(ctx, b.dsn, dedup.PoolConfig{MaxConns: 8})
+	b.db, err = dedup.Connect(ctx, b.dsn, dedup.ConnectConfig{MaxConns: 8})
 	require.NoError(t, err)
 	t.Cleanup(b.db.Close)
-	b.check, err = dedup.Connect(ctx, b.dsn, dedup.PoolConfig{MaxConns: 4, ApplicationName: "outbox-test"})
+	b.check, err = dedup.Connect(ctx, b.dsn, dedup.ConnectConfig{MaxConns: 4, ApplicationName: "outbox-test"})
 	require.NoError(t, err)
 	t.Cleanup(b.check.Close)
 

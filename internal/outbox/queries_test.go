@@ -18,7 +18,7 @@ import (
 func TestRelayErrorsNameTheQuery(t *testing.T) {
 	ctx := context.Background()
 	// A database without the platform schema: every statement fails.
-	db, err := dedup.Connect(ctx, testdb.New(t, "outbox"), dedup.PoolConfig{MaxConns: 2})
+	db, err := dedup.Connect(ctx, testdb.New(t, "outbox"), dedup.ConnectConfig{MaxConns: 2})
 	require.NoError(t, err)
 	t.Cleanup(db.Close)
 

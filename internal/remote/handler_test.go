@@ -87,7 +87,7 @@ func setup(t *testing.T) *bundle {
 	b := &bundle{t: t, dsn: testdb.New(t, t.Name())}
 	require.NoError(t, migrate.Apply(ctx, b.dsn, []migrate.Set{{Name: migrate.PlatformSetName, FS: migrations.Platform()}},
 		slog.New(slog.DiscardHandler)))
-	db, err := dedup.Connect(ctx, b.dsn, dedup.PoolConfig{})
+	db, err := dedup.Connect(ctx, b.dsn, dedup.ConnectConfig{})
 	require.NoError(t, err)
 	t.Cleanup(db.Close)
 	b.db = db

@@ -31,7 +31,7 @@ func database(t testing.TB, prefix string) *pgxpool.Pool {
 	ctx := context.Background()
 	dsn := testdb.New(t, prefix)
 	require.NoError(t, migrate.Apply(ctx, dsn, []migrate.Set{{Name: migrate.PlatformSetName, FS: migrations.Platform()}}, discard))
-	db, err := dedup.Connect(ctx, dsn, dedup.PoolConfig{MaxConns: 8})
+	db, err := dedup.Connect(ctx, dsn, dedup.ConnectConfig{MaxConns: 8})
 	require.NoError(t, err)
 	t.Cleanup(db.Close)
 	_, err = outbox.EnsureArchivePartitions(ctx, db, 1)

@@ -21,7 +21,7 @@ const archiveTimeout = time.Minute
 // creates the partitions ahead.
 // Safe to run on several daemons at once (the work runs under an advisory
 // lock and is idempotent).
-func (s *Scheduler) scheduledArchive(ctx context.Context, svc *ServiceConfig) {
+func (s *Scheduler) scheduledArchive(ctx context.Context, svc *Service) {
 	if !s.enter() {
 		return
 	}

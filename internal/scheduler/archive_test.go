@@ -31,7 +31,7 @@ func TestArchiveJobDropsPastDays(t *testing.T) {
 		SELECT gen_random_uuid(), 'x', $1, '{}', $1, $1 FROM generate_series(1, 10)`, old.Add(time.Hour))
 	require.NoError(t, err)
 
-	s := newScheduler(t, scheduler.Config{Services: []scheduler.ServiceConfig{{
+	s := newScheduler(t, scheduler.Config{Services: []scheduler.Service{{
 		Name: "stock", DB: b.db, DefaultHorizon: 336 * time.Hour, MinHorizon: 24 * time.Hour, Every: -1,
 		Archive: 72 * time.Hour, ArchiveEvery: time.Hour,
 	}}, RowEstimateEvery: -1})

@@ -110,7 +110,7 @@ func TestPurgeConsumerThroughput(t *testing.T) {
 	require.NoError(t, err)
 	consumers := b.pool(t, 8)
 	p := dedup.NewProcessor(consumers, dedup.ProcessorConfig{Routes: routes})
-	s := newScheduler(t, scheduler.Config{Services: []scheduler.ServiceConfig{{
+	s := newScheduler(t, scheduler.Config{Services: []scheduler.Service{{
 		Name: "stock", DB: b.pool(t, 4), DefaultHorizon: time.Hour, MinHorizon: time.Minute, Every: -1,
 	}}})
 

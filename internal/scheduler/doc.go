@@ -4,7 +4,7 @@
 // # Jobs
 //
 // A Scheduler runs one gocron v2 job per service, named "purge:<service>",
-// every ServiceConfig.Every, in singleton mode (a run still going when the
+// every Service.Every, in singleton mode (a run still going when the
 // next is due makes gocron skip that one). The first run comes one period
 // after Start, not at Start: a fleet of daemons restarting together does not
 // purge all at once, and a daemon crash-looping does not purge at every
@@ -17,7 +17,7 @@
 // Every run, scheduled or asked for with RunNow, first takes the service's
 // purge lease, the row 'platformd.purge.<service>' of platform.lease (package
 // lease), by the database's clock: held for the run, renewed every TTL/3
-// (ServiceConfig.LeaseTTL, default lease.TTLDefault), and released after it.
+// (Service.LeaseTTL, default lease.TTLDefault), and released after it.
 // Unlike a session advisory lock it holds no connection between its
 // statements (they run on the daemon's control session when ControlFunc is
 // set), so it works through a transaction-mode pooler. A run that does not

@@ -22,7 +22,7 @@ const failuresTimeout = time.Minute
 // sets the failed-events gauge from its counts. Safe to run on several
 // daemons at once: a row is deleted once, and each daemon's gauge reads
 // the same rows.
-func (s *Scheduler) scheduledFailures(ctx context.Context, svc *ServiceConfig) {
+func (s *Scheduler) scheduledFailures(ctx context.Context, svc *Service) {
 	if !s.enter() {
 		return
 	}

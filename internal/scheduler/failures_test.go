@@ -27,7 +27,7 @@ func TestFailuresJobKeepsTheStoreToItsRetention(t *testing.T) {
 		             (6, 'decode', 'discarded', now() - interval '31 days'), (7, 'permanent', 'resolved', now())) v(i, r, s, u)`)
 	require.NoError(t, err)
 	m := metrics.New()
-	s := newScheduler(t, scheduler.Config{Services: []scheduler.ServiceConfig{{
+	s := newScheduler(t, scheduler.Config{Services: []scheduler.Service{{
 		Name: "stock", DB: b.db, DefaultHorizon: 336 * time.Hour, MinHorizon: 24 * time.Hour, Every: -1,
 		FailureRetention: 720 * time.Hour, FailuresEvery: time.Hour,
 	}}, RowEstimateEvery: -1, Metrics: m})

@@ -14,7 +14,7 @@ func PurgeLockName(service string) string { return "platformd.purge." + service 
 // purgeLease returns service's purge lease for one run, its statements run
 // by svc.ControlFunc when set (the daemon's control session), else on the
 // pool.
-func (s *Scheduler) purgeLease(svc *ServiceConfig) (*lease.Lease, error) {
+func (s *Scheduler) purgeLease(svc *Service) (*lease.Lease, error) {
 	l, err := lease.New(lease.Config{
 		Name: PurgeLockName(svc.Name), Holder: s.daemon + ":" + lease.DefaultHolder(),
 		TTL: svc.LeaseTTL, DB: svc.DB, DoFunc: svc.ControlFunc, Logger: s.logger,
@@ -30,7 +30,7 @@ func (s *Scheduler) purgeLease(svc *ServiceConfig) (*lease.Lease, error) {
 // context ends when the lease is lost (not renewed in time): every chunk
 // of the purge runs under it, so a purger that lost its lease deletes
 // nothing more. The lease is released after fn, even when ctx ended.
-func (s *Scheduler) withPurgeLease(ctx context.Context, svc *ServiceConfig, fn func(ctx context.Context)) error {
+func (s *Scheduler) withPurgeLease(ctx context.Context, svc *Service, fn func(ctx context.Context)) error {
 	l, err := s.purgeLease(svc)
 	if err != nil {
 		return err

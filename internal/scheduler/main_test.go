@@ -47,7 +47,7 @@ func setup(t testing.TB, handlers ...string) *testBundle {
 // pool opens another pool on the bundle's database, closed when t ends.
 func (b *testBundle) pool(t testing.TB, maxConns int32) *pgxpool.Pool {
 	t.Helper()
-	db, err := dedup.Connect(context.Background(), b.dsn, dedup.PoolConfig{MaxConns: maxConns})
+	db, err := dedup.Connect(context.Background(), b.dsn, dedup.ConnectConfig{MaxConns: maxConns})
 	require.NoError(t, err)
 	t.Cleanup(db.Close)
 	return db
@@ -109,10 +109,10 @@ func (r *logRecorder) atLeast(level slog.Level) []logRecord {
 	return out
 }
 
-// service returns a ServiceConfig named "stock" on db with horizon h (and
+// service returns a Service named "stock" on db with horizon h (and
 // a min horizon of a minute).
-func service(db *pgxpool.Pool, h time.Duration) scheduler.ServiceConfig {
-	return scheduler.ServiceConfig{Name: "stock", DB: db, DefaultHorizon: h, MinHorizon: time.Minute, Every: -1}
+func service(db *pgxpool.Pool, h time.Duration) scheduler.Service {
+	return scheduler.Service{Name: "stock", DB: db, DefaultHorizon: h, MinHorizon: time.Minute, Every: -1}
 }
 
 // newScheduler returns a Scheduler stopped when t ends.

@@ -38,7 +38,7 @@ func TestRunNowPartitioned(t *testing.T) {
 	logs := &logRecorder{}
 	sc := service(b.db, 30*time.Hour)
 	sc.Ahead = 4
-	s := newScheduler(t, scheduler.Config{Services: []scheduler.ServiceConfig{sc}, Metrics: m, Logger: slog.New(logs), RowEstimateEvery: time.Hour})
+	s := newScheduler(t, scheduler.Config{Services: []scheduler.Service{sc}, Metrics: m, Logger: slog.New(logs), RowEstimateEvery: time.Hour})
 	dry, err := s.RunNow(ctx, "stock", true, "ops")
 	require.NoError(t, err)
 	require.EqualValues(t, 100, dry.Deleted)

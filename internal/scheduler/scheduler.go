@@ -24,9 +24,9 @@ import (
 	"github.com/platformd/platformd/internal/state"
 )
 
-// Defaults of ServiceConfig and Config fields left zero.
+// Defaults of Service and Config fields left zero.
 const (
-	// ChunkTimeoutDefault is ServiceConfig.ChunkTimeout's default.
+	// ChunkTimeoutDefault is Service.ChunkTimeout's default.
 	ChunkTimeoutDefault = 5 * time.Second
 	// RowEstimateEveryDefault is Config.RowEstimateEvery's default.
 	RowEstimateEveryDefault = time.Minute
@@ -81,8 +81,8 @@ func (e *PurgeInProgressError) Reason() string {
 // Unwrap makes errors.Is(err, ErrPurgeInProgress) true.
 func (e *PurgeInProgressError) Unwrap() error { return ErrPurgeInProgress }
 
-// ServiceConfig is one service whose processed_event table is purged.
-type ServiceConfig struct {
+// Service is one service whose processed_event table is purged.
+type Service struct {
 	// Name identifies the service (unique); the jobs are named
 	// "purge:<Name>" and "rows:<Name>".
 	Name string
@@ -136,7 +136,7 @@ type ServiceConfig struct {
 // Config configures a Scheduler.
 type Config struct {
 	// Services are the services to purge.
-	Services []ServiceConfig
+	Services []Service
 	// Daemon identifies this daemon instance in platform.purge_run
 	// (default "<hostname>:<pid>").
 	Daemon string
@@ -157,8 +157,8 @@ type Config struct {
 // Scheduler purges the processed_event table of each configured service,
 // on a schedule and through RunNow. It is safe for concurrent use.
 type Scheduler struct {
-	services map[string]*ServiceConfig
-	order    []*ServiceConfig
+	services map[string]*Service
+	order    []*Service
 	daemon   string
 	logger   *slog.Logger
 	metrics  *metrics.Metrics
@@ -188,7 +188,7 @@ type Scheduler struct {
 // with a negative BatchSize or ChunkTimeout.
 func New(cfg Config) (*Scheduler, error) {
 	s := &Scheduler{
-		services: make(map[string]*ServiceConfig, len(cfg.Services)),
+		services: make(map[string]*Service, len(cfg.Services)),
 		daemon:   cmp.Or(cfg.Daemon, defaultDaemon()),
 		logger:   cfg.Logger,
 		metrics:  cfg.Metrics,
@@ -216,7 +216,7 @@ func New(cfg Config) (*Scheduler, error) {
 	return s, nil
 }
 
-func validateService(sc ServiceConfig) error {
+func validateService(sc Service) error {
 	switch {
 	case sc.Name == "":
 		return errors.New("name is required")
@@ -301,8 +301,8 @@ func (s *Scheduler) addJobs(cron gocron.Scheduler) error {
 // addJob adds svc's job kind ("kind:<service>") running task every
 // period: in singleton mode (a run that overlaps the next is rescheduled)
 // under the scheduler's run context, its first run at once when now.
-func (s *Scheduler) addJob(cron gocron.Scheduler, svc *ServiceConfig, kind string, every time.Duration, now bool,
-	task func(context.Context, *ServiceConfig),
+func (s *Scheduler) addJob(cron gocron.Scheduler, svc *Service, kind string, every time.Duration, now bool,
+	task func(context.Context, *Service),
 ) error {
 	opts := []gocron.JobOption{
 		gocron.WithName(kind + ":" + svc.Name),
@@ -380,7 +380,7 @@ func (s *Scheduler) RunNow(ctx context.Context, service string, dryRun bool, act
 }
 
 // scheduledPurge is the body of a "purge:<service>" job.
-func (s *Scheduler) scheduledPurge(ctx context.Context, svc *ServiceConfig) {
+func (s *Scheduler) scheduledPurge(ctx context.Context, svc *Service) {
 	if !s.enter() {
 		return
 	}
@@ -397,7 +397,7 @@ func (s *Scheduler) scheduledPurge(ctx context.Context, svc *ServiceConfig) {
 // take it, record, read the horizon, delete, record the outcome, release.
 // Its outcome is logged here, except for the lease being held elsewhere,
 // which the callers handle.
-func (s *Scheduler) purge(ctx context.Context, svc *ServiceConfig, trigger string, dryRun bool, actor string) (state.PurgeRun, error) {
+func (s *Scheduler) purge(ctx context.Context, svc *Service, trigger string, dryRun bool, actor string) (state.PurgeRun, error) {
 	var run state.PurgeRun
 	var runErr error
 	err := s.withPurgeLease(ctx, svc, func(lctx context.Context) {
@@ -415,7 +415,7 @@ func (s *Scheduler) purge(ctx context.Context, svc *ServiceConfig, trigger strin
 
 // purgeLeased is a run while the purge lease is held; ctx ends when it is
 // lost.
-func (s *Scheduler) purgeLeased(ctx context.Context, svc *ServiceConfig, trigger string, dryRun bool, actor string) (state.PurgeRun, error) {
+func (s *Scheduler) purgeLeased(ctx context.Context, svc *Service, trigger string, dryRun bool, actor string) (state.PurgeRun, error) {
 
 	// The run is recorded, start and end, even when ctx ends meanwhile: a
 	// start INSERT interrupted by a cancellation may have committed, and
@@ -495,7 +495,7 @@ func (s *Scheduler) logFailure(ctx context.Context, trigger, msg string, attrs .
 }
 
 // purgeRows reads the horizon in force and purges against it.
-func (s *Scheduler) purgeRows(ctx context.Context, svc *ServiceConfig, dryRun bool) (time.Duration, dedup.PurgeResult, error) {
+func (s *Scheduler) purgeRows(ctx context.Context, svc *Service, dryRun bool) (time.Duration, dedup.PurgeResult, error) {
 	h, err := state.GetHorizon(ctx, svc.DB, svc.Name, svc.DefaultHorizon, svc.MinHorizon)
 	if err != nil {
 		return 0, dedup.PurgeResult{}, err
@@ -536,7 +536,7 @@ func (s *Scheduler) observe(service string, dryRun bool, deleted int64, took tim
 }
 
 // control runs fn through ControlFunc when set, else on DB.
-func (sc *ServiceConfig) control(ctx context.Context, fn func(context.Context, query.Querier) error) error {
+func (sc *Service) control(ctx context.Context, fn func(context.Context, query.Querier) error) error {
 	if sc.ControlFunc != nil {
 		return sc.ControlFunc(ctx, fn)
 	}
@@ -545,7 +545,7 @@ func (sc *ServiceConfig) control(ctx context.Context, fn func(context.Context, q
 
 // estimateRows is the body of a "rows:<service>" job: it sets the
 // processed_event row estimate from the planner's statistics (no scan).
-func (s *Scheduler) estimateRows(ctx context.Context, svc *ServiceConfig) {
+func (s *Scheduler) estimateRows(ctx context.Context, svc *Service) {
 	if !s.enter() {
 		return
 	}

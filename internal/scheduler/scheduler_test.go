@@ -33,31 +33,31 @@ func TestNewValidation(t *testing.T) {
 	b := setup(t)
 	ok := service(b.db, time.Hour)
 	for name, tc := range map[string]struct {
-		mutate func(*scheduler.ServiceConfig)
+		mutate func(*scheduler.Service)
 		is     error
 	}{
-		"no name":            {mutate: func(sc *scheduler.ServiceConfig) { sc.Name = "" }},
-		"no database":        {mutate: func(sc *scheduler.ServiceConfig) { sc.DB = nil }},
-		"zero horizon":       {mutate: func(sc *scheduler.ServiceConfig) { sc.DefaultHorizon = 0 }},
-		"horizon under min":  {mutate: func(sc *scheduler.ServiceConfig) { sc.MinHorizon = 2 * time.Hour }, is: state.ErrBelowMinHorizon},
-		"negative batch":     {mutate: func(sc *scheduler.ServiceConfig) { sc.BatchSize = -1 }},
-		"negative chunk t/o": {mutate: func(sc *scheduler.ServiceConfig) { sc.ChunkTimeout = -time.Second }},
+		"no name":            {mutate: func(sc *scheduler.Service) { sc.Name = "" }},
+		"no database":        {mutate: func(sc *scheduler.Service) { sc.DB = nil }},
+		"zero horizon":       {mutate: func(sc *scheduler.Service) { sc.DefaultHorizon = 0 }},
+		"horizon under min":  {mutate: func(sc *scheduler.Service) { sc.MinHorizon = 2 * time.Hour }, is: state.ErrBelowMinHorizon},
+		"negative batch":     {mutate: func(sc *scheduler.Service) { sc.BatchSize = -1 }},
+		"negative chunk t/o": {mutate: func(sc *scheduler.Service) { sc.ChunkTimeout = -time.Second }},
 	} {
 		t.Run(name, func(t *testing.T) {
 			sc := ok
 			tc.mutate(&sc)
-			_, err := scheduler.New(scheduler.Config{Services: []scheduler.ServiceConfig{sc}})
+			_, err := scheduler.New(scheduler.Config{Services: []scheduler.Service{sc}})
 			require.Error(t, err)
 			if tc.is != nil {
 				require.ErrorIs(t, err, tc.is)
 			}
 		})
 	}
-	_, err := scheduler.New(scheduler.Config{Services: []scheduler.ServiceConfig{ok, ok}})
+	_, err := scheduler.New(scheduler.Config{Services: []scheduler.Service{ok, ok}})
 	require.ErrorContains(t, err, "duplicate")
 
 	// Defaults: a service with only the required fields purges.
-	s := newScheduler(t, scheduler.Config{Services: []scheduler.ServiceConfig{
+	s := newScheduler(t, scheduler.Config{Services: []scheduler.Service{
 		{Name: "stock", DB: b.db, DefaultHorizon: time.Hour},
 	}})
 	b.seed(t, 10, 2*time.Hour)
@@ -78,7 +78,7 @@ func TestRunNowDeletesExpiredRows(t *testing.T) {
 	sc := service(b.db, horizon)
 	sc.BatchSize = 100
 	sc.Pause = -1
-	s := newScheduler(t, scheduler.Config{Services: []scheduler.ServiceConfig{sc}, Metrics: m,
+	s := newScheduler(t, scheduler.Config{Services: []scheduler.Service{sc}, Metrics: m,
 		Daemon: "daemon-a", Logger: slog.New(logs)})
 	ctx := context.Background()
 
@@ -135,7 +135,7 @@ func TestRunNowDryRun(t *testing.T) {
 	t.Parallel()
 	b := setup(t)
 	m := metrics.New()
-	s := newScheduler(t, scheduler.Config{Services: []scheduler.ServiceConfig{service(b.db, time.Hour)}, Metrics: m})
+	s := newScheduler(t, scheduler.Config{Services: []scheduler.Service{service(b.db, time.Hour)}, Metrics: m})
 	ctx := context.Background()
 	b.seed(t, 120, 2*time.Hour)
 	b.seed(t, 30, time.Minute)
@@ -164,7 +164,7 @@ func TestRunNowDryRun(t *testing.T) {
 func TestRunsPruneTheHistory(t *testing.T) {
 	t.Parallel()
 	b := setup(t)
-	s := newScheduler(t, scheduler.Config{Services: []scheduler.ServiceConfig{service(b.db, time.Hour)}, PurgeRunsKeep: 3})
+	s := newScheduler(t, scheduler.Config{Services: []scheduler.Service{service(b.db, time.Hour)}, PurgeRunsKeep: 3})
 	ctx := context.Background()
 	var ids []int64
 	for range 5 {
@@ -182,7 +182,7 @@ func TestRunsPruneTheHistory(t *testing.T) {
 func TestRunNowErrors(t *testing.T) {
 	t.Parallel()
 	b := setup(t)
-	s := newScheduler(t, scheduler.Config{Services: []scheduler.ServiceConfig{service(b.db, time.Hour)}})
+	s := newScheduler(t, scheduler.Config{Services: []scheduler.Service{service(b.db, time.Hour)}})
 	ctx := context.Background()
 	b.seed(t, 20, 2*time.Hour)
 
@@ -231,7 +231,7 @@ func TestHorizonChangeAppliesAtNextRun(t *testing.T) {
 	sc := service(b.db, 2*time.Hour)
 	sc.MinHorizon = time.Hour
 	sc.Every = 200 * time.Millisecond
-	s := newScheduler(t, scheduler.Config{Services: []scheduler.ServiceConfig{sc}})
+	s := newScheduler(t, scheduler.Config{Services: []scheduler.Service{sc}})
 	b.seed(t, 50, 3*time.Hour)
 	b.seed(t, 40, 90*time.Minute)
 	b.seed(t, 30, 45*time.Minute)
@@ -249,11 +249,11 @@ func TestHorizonChangeAppliesAtNextRun(t *testing.T) {
 	s.Stop()
 
 	// Stored when the minimum was lower, not forced: purged at the minimum.
-	s2 := newScheduler(t, scheduler.Config{Services: []scheduler.ServiceConfig{service(b.db, 2*time.Hour)}})
+	s2 := newScheduler(t, scheduler.Config{Services: []scheduler.Service{service(b.db, 2*time.Hour)}})
 	_, err = state.SetHorizon(ctx, b.db, "stock", 30*time.Minute, time.Minute, false, "ops")
 	require.NoError(t, err)
 	sc.Every = -1
-	s3 := newScheduler(t, scheduler.Config{Services: []scheduler.ServiceConfig{sc}})
+	s3 := newScheduler(t, scheduler.Config{Services: []scheduler.Service{sc}})
 	run, err := s3.RunNow(ctx, "stock", false, "ops")
 	require.NoError(t, err)
 	require.Zero(t, run.Deleted, "45m rows are inside the 1h minimum")
@@ -278,7 +278,7 @@ func TestFirstRunAfterOnePeriod(t *testing.T) {
 	b := setup(t)
 	sc := service(b.db, time.Hour)
 	sc.Every = 700 * time.Millisecond
-	s := newScheduler(t, scheduler.Config{Services: []scheduler.ServiceConfig{sc}})
+	s := newScheduler(t, scheduler.Config{Services: []scheduler.Service{sc}})
 	b.seed(t, 10, 2*time.Hour)
 	purged := &s.TestSignals().PurgeFinished
 	purged.Init(t)
@@ -322,7 +322,7 @@ func TestSchedulersDoNotOverlap(t *testing.T) {
 				sc.Every = 150 * time.Millisecond
 				sc.BatchSize = 10
 				sc.Pause = 10 * time.Millisecond
-				scheds[i] = newScheduler(t, scheduler.Config{Services: []scheduler.ServiceConfig{sc},
+				scheds[i] = newScheduler(t, scheduler.Config{Services: []scheduler.Service{sc},
 					Daemon: fmt.Sprintf("daemon-%d", i), Logger: slog.New(logs)})
 			}
 			for _, s := range scheds {
@@ -374,7 +374,7 @@ func TestOverlappingPurgesDeleteExactlyExpired(t *testing.T) {
 	sc := service(b.db, time.Hour)
 	sc.BatchSize = 50
 	sc.Pause = -1
-	s := newScheduler(t, scheduler.Config{Services: []scheduler.ServiceConfig{sc}})
+	s := newScheduler(t, scheduler.Config{Services: []scheduler.Service{sc}})
 	b.seed(t, 4000, time.Hour+2*time.Second)
 	b.seed(t, 300, time.Hour-2*time.Minute)
 
@@ -412,7 +412,7 @@ func TestOverlappingPurgesDeleteExactlyExpired(t *testing.T) {
 func TestStopBeforeStartAndTwice(t *testing.T) {
 	t.Parallel()
 	b := setup(t)
-	s, err := scheduler.New(scheduler.Config{Services: []scheduler.ServiceConfig{service(b.db, time.Hour)}})
+	s, err := scheduler.New(scheduler.Config{Services: []scheduler.Service{service(b.db, time.Hour)}})
 	require.NoError(t, err)
 	s.Stop()
 	s.Stop()
@@ -421,7 +421,7 @@ func TestStopBeforeStartAndTwice(t *testing.T) {
 	_, err = s.RunNow(context.Background(), "stock", false, "ops")
 	require.ErrorIs(t, err, scheduler.ErrStopped)
 
-	s2, err := scheduler.New(scheduler.Config{Services: []scheduler.ServiceConfig{service(b.db, time.Hour)}})
+	s2, err := scheduler.New(scheduler.Config{Services: []scheduler.Service{service(b.db, time.Hour)}})
 	require.NoError(t, err)
 	require.NoError(t, s2.Start(context.Background()))
 	require.ErrorIs(t, s2.Start(context.Background()), startstop.ErrStarted, "a second Start, as startstop.Base answers it")
@@ -435,7 +435,7 @@ func TestStopBeforeStartAndTwice(t *testing.T) {
 
 // slowService makes each run take about 10s: 3000 expired rows deleted 10
 // at a time with a 30ms pause.
-func slowService(t *testing.T, b *testBundle) scheduler.ServiceConfig {
+func slowService(t *testing.T, b *testBundle) scheduler.Service {
 	t.Helper()
 	b.seed(t, 3000, 2*time.Hour)
 	sc := service(b.db, time.Hour)
@@ -473,7 +473,7 @@ func TestStopDuringScheduledRun(t *testing.T) {
 	logs := &logRecorder{}
 	sc := slowService(t, b)
 	sc.Every = 100 * time.Millisecond
-	s := newScheduler(t, scheduler.Config{Services: []scheduler.ServiceConfig{sc}, Logger: slog.New(logs)})
+	s := newScheduler(t, scheduler.Config{Services: []scheduler.Service{sc}, Logger: slog.New(logs)})
 	require.NoError(t, s.Start(context.Background()))
 	waitPurging(t, b)
 
@@ -492,7 +492,7 @@ func TestStopDuringScheduledRun(t *testing.T) {
 func TestStopDuringRunNow(t *testing.T) {
 	t.Parallel()
 	b := setup(t)
-	s := newScheduler(t, scheduler.Config{Services: []scheduler.ServiceConfig{slowService(t, b)}})
+	s := newScheduler(t, scheduler.Config{Services: []scheduler.Service{slowService(t, b)}})
 	require.NoError(t, s.Start(context.Background()))
 	errc := make(chan error, 1)
 	go func() {
@@ -514,7 +514,7 @@ func TestStartContextCancel(t *testing.T) {
 	b := setup(t)
 	sc := slowService(t, b)
 	sc.Every = 100 * time.Millisecond
-	s := newScheduler(t, scheduler.Config{Services: []scheduler.ServiceConfig{sc}})
+	s := newScheduler(t, scheduler.Config{Services: []scheduler.Service{sc}})
 	ctx, cancel := context.WithCancel(context.Background())
 	purged := &s.TestSignals().PurgeFinished
 	purged.Init(t)
@@ -531,7 +531,7 @@ func TestStartContextCancel(t *testing.T) {
 func TestRunNowContextCancel(t *testing.T) {
 	t.Parallel()
 	b := setup(t)
-	s := newScheduler(t, scheduler.Config{Services: []scheduler.ServiceConfig{slowService(t, b)}})
+	s := newScheduler(t, scheduler.Config{Services: []scheduler.Service{slowService(t, b)}})
 	ctx, cancel := context.WithCancel(context.Background())
 	errc := make(chan error, 1)
 	go func() {
@@ -556,7 +556,7 @@ func TestRowEstimate(t *testing.T) {
 	b.seed(t, 1000, time.Minute)
 	_, err := b.db.Exec(context.Background(), `ANALYZE processed_event`)
 	require.NoError(t, err)
-	s := newScheduler(t, scheduler.Config{Services: []scheduler.ServiceConfig{service(b.db, time.Hour)},
+	s := newScheduler(t, scheduler.Config{Services: []scheduler.Service{service(b.db, time.Hour)},
 		Metrics: m, RowEstimateEvery: 100 * time.Millisecond})
 	s.TestSignals().RowsEstimated.Init(t)
 	require.NoError(t, s.Start(context.Background()))
@@ -566,7 +566,7 @@ func TestRowEstimate(t *testing.T) {
 	// Never analyzed: reltuples is -1, reported as 0.
 	b2 := setup(t)
 	m2 := metrics.New()
-	s2 := newScheduler(t, scheduler.Config{Services: []scheduler.ServiceConfig{service(b2.db, time.Hour)},
+	s2 := newScheduler(t, scheduler.Config{Services: []scheduler.Service{service(b2.db, time.Hour)},
 		Metrics: m2, RowEstimateEvery: 100 * time.Millisecond})
 	var reltuples float64
 	require.NoError(t, b2.db.QueryRow(context.Background(),
@@ -588,7 +588,7 @@ func TestStartStopStress(t *testing.T) {
 	sc.Every = 5 * time.Millisecond
 	var longest time.Duration
 	for i := range 20 {
-		s, err := scheduler.New(scheduler.Config{Services: []scheduler.ServiceConfig{sc}, Metrics: metrics.New(),
+		s, err := scheduler.New(scheduler.Config{Services: []scheduler.Service{sc}, Metrics: metrics.New(),
 			RowEstimateEvery: 5 * time.Millisecond})
 		require.NoError(t, err)
 		require.NoError(t, s.Start(context.Background()))

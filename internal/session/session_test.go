@@ -19,7 +19,7 @@ func TestMain(m *testing.M) { goleak.VerifyTestMain(m) }
 
 func newDB(t *testing.T) *pgxpool.Pool {
 	t.Helper()
-	db, err := dedup.Connect(context.Background(), testdb.New(t, "session"), dedup.PoolConfig{MaxConns: 3, MaxConnIdleTime: time.Second})
+	db, err := dedup.Connect(context.Background(), testdb.New(t, "session"), dedup.ConnectConfig{MaxConns: 3, MaxConnIdleTime: time.Second})
 	require.NoError(t, err)
 	t.Cleanup(db.Close)
 	return db

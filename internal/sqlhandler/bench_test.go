@@ -79,7 +79,7 @@ func benchReserve(b *testing.B, kind string, lines int) {
 	if err := migrate.Apply(ctx, dsn, sets, slog.New(slog.NewTextHandler(io.Discard, nil))); err != nil {
 		b.Fatal(err)
 	}
-	db, err := dedup.Connect(ctx, dsn, dedup.PoolConfig{MaxConns: 1})
+	db, err := dedup.Connect(ctx, dsn, dedup.ConnectConfig{MaxConns: 1})
 	if err != nil {
 		b.Fatal(err)
 	}

@@ -41,7 +41,7 @@ func setup(t *testing.T, ddl string) *bundle {
 	dsn := testdb.New(t, t.Name())
 	require.NoError(t, migrate.Apply(ctx, dsn, []migrate.Set{{Name: migrate.PlatformSetName, FS: migrations.Platform()}},
 		slog.New(slog.NewTextHandler(io.Discard, nil))))
-	db, err := dedup.Connect(ctx, dsn, dedup.PoolConfig{})
+	db, err := dedup.Connect(ctx, dsn, dedup.ConnectConfig{})
 	require.NoError(t, err)
 	t.Cleanup(db.Close)
 	if ddl != "" {

@@ -107,7 +107,7 @@ func TestAuditMigrationKeepsHorizonHistory(t *testing.T) {
 	_, err = p.Up(ctx)
 	require.NoError(t, err)
 
-	db, err := dedup.Connect(ctx, dsn, dedup.PoolConfig{MaxConns: 2})
+	db, err := dedup.Connect(ctx, dsn, dedup.ConnectConfig{MaxConns: 2})
 	require.NoError(t, err)
 	defer db.Close()
 	got, err := state.ListAudit(ctx, db, 10)

@@ -29,7 +29,7 @@ func newStateDB(t testing.TB) *pgxpool.Pool {
 	sets, err := migrate.Sets(consumer.NewRegistry(), nil)
 	require.NoError(t, err)
 	require.NoError(t, migrate.Apply(ctx, dsn, sets, slog.New(slog.NewTextHandler(io.Discard, nil))))
-	db, err := dedup.Connect(ctx, dsn, dedup.PoolConfig{MaxConns: 4})
+	db, err := dedup.Connect(ctx, dsn, dedup.ConnectConfig{MaxConns: 4})
 	require.NoError(t, err)
 	t.Cleanup(db.Close)
 	return db

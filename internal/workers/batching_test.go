@@ -26,7 +26,7 @@ import (
 // batch at once, and one arriving a moment later is the next batch.
 func TestCollectLingersOnlyWhenBusy(t *testing.T) {
 	t.Parallel()
-	p := &Pool{cfg: PoolConfig{Concurrency: 1, Prefetch: 4, BatchSize: 4, BatchWait: time.Minute}, log: slog.New(slog.NewTextHandler(io.Discard, nil))}
+	p := &Pool{cfg: Config{Concurrency: 1, Prefetch: 4, BatchSize: 4, BatchWait: time.Minute}, log: slog.New(slog.NewTextHandler(io.Discard, nil))}
 	w := newWorker(p, 0)
 	deliveries := make(chan amqp.Delivery)
 	sendLater := func(tags ...uint64) *sync.WaitGroup {
@@ -76,7 +76,7 @@ func TestCollectLingersOnlyWhenBusy(t *testing.T) {
 // lingering for deliveries the broker will not send.
 func TestCollectStopsAtThePrefetchWindow(t *testing.T) {
 	t.Parallel()
-	p := &Pool{cfg: PoolConfig{Concurrency: 2, Prefetch: 8, BatchSize: 1000, BatchWait: time.Minute}, log: slog.New(slog.NewTextHandler(io.Discard, nil))}
+	p := &Pool{cfg: Config{Concurrency: 2, Prefetch: 8, BatchSize: 1000, BatchWait: time.Minute}, log: slog.New(slog.NewTextHandler(io.Discard, nil))}
 	w := newWorker(p, 0)
 	require.Equal(t, 4, w.prefetch, "each of two workers gets half the capped prefetch")
 	w.lastBatch = 4 // busy: its last batch filled the window
@@ -99,7 +99,7 @@ func TestCollectStopsAtThePrefetchWindow(t *testing.T) {
 // batch.wait, and closes it once a gap is longer.
 func TestCollectIdleFollowsAStream(t *testing.T) {
 	t.Parallel()
-	p := &Pool{cfg: PoolConfig{Concurrency: 1, Prefetch: 8, BatchSize: 8, BatchWait: time.Minute}, log: slog.New(slog.NewTextHandler(io.Discard, nil))}
+	p := &Pool{cfg: Config{Concurrency: 1, Prefetch: 8, BatchSize: 8, BatchWait: time.Minute}, log: slog.New(slog.NewTextHandler(io.Discard, nil))}
 	w := newWorker(p, 0)
 	w.idleLinger = 250 * time.Millisecond // generous, so that scheduling noise cannot matter
 	deliveries := make(chan amqp.Delivery)

@@ -51,7 +51,7 @@ type bundle struct {
 	url      string
 	exchange string
 	queue    string
-	cfg      PoolConfig
+	cfg      Config
 	reg      *consumer.Registry
 	metrics  *metrics.Metrics
 	logger   *slog.Logger
@@ -113,14 +113,14 @@ func newBundle(t testing.TB, opts ...bundleOpt) *bundle {
 	sets, err := migrate.Sets(b.reg, []string{shop.HandlerStockReserve, shop.HandlerShippingTrack})
 	require.NoError(t, err)
 	require.NoError(t, migrate.Apply(ctx, b.dsn, sets, slog.New(slog.NewTextHandler(io.Discard, nil))))
-	b.db, err = dedup.Connect(ctx, b.dsn, dedup.PoolConfig{MaxConns: 8})
+	b.db, err = dedup.Connect(ctx, b.dsn, dedup.ConnectConfig{MaxConns: 8})
 	require.NoError(t, err)
 	t.Cleanup(b.db.Close)
 	b.check, err = pgxpool.New(ctx, b.dsn)
 	require.NoError(t, err)
 	t.Cleanup(b.check.Close)
 
-	b.cfg = PoolConfig{
+	b.cfg = Config{
 		Name: "stock-" + suffix, Service: "stock",
 		Topology: broker.Topology{
 			Exchange: b.exchange, Queue: b.queue, QueueType: "classic",

@@ -39,8 +39,8 @@ const (
 	StateStopped    = "stopped"
 )
 
-// PoolConfig configures one pool.
-type PoolConfig struct {
+// Config configures one pool.
+type Config struct {
 	Name    string
 	Service string
 	broker.Topology
@@ -153,7 +153,7 @@ type DuplicateCounts struct {
 // queue) and returns once every worker has; it is idempotent and safe
 // before Start.
 type Pool struct {
-	cfg  PoolConfig
+	cfg  Config
 	deps Deps
 	log  *slog.Logger
 
@@ -182,7 +182,7 @@ type Pool struct {
 }
 
 // NewPool validates cfg and returns a stopped pool.
-func NewPool(cfg PoolConfig, deps Deps) (*Pool, error) {
+func NewPool(cfg Config, deps Deps) (*Pool, error) {
 	if cfg.Name == "" || cfg.Queue == "" || cfg.Exchange == "" {
 		return nil, errors.New("workers: pool needs a name, a queue and an exchange")
 	}
@@ -245,7 +245,7 @@ func NewPool(cfg PoolConfig, deps Deps) (*Pool, error) {
 func (p *Pool) Name() string { return p.cfg.Name }
 
 // Config returns the pool's configuration.
-func (p *Pool) Config() PoolConfig { return p.cfg }
+func (p *Pool) Config() Config { return p.cfg }
 
 // DeclareTopology declares the pool's exchange, queue, bindings and shared
 // delay queues on channels of its own (the workers declare them again whenever they

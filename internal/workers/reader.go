@@ -8,7 +8,7 @@ import (
 	amqp "github.com/rabbitmq/amqp091-go"
 )
 
-// reader is a partitioned pool's one consumer (PoolConfig.PartitionKey):
+// reader is a partitioned pool's one consumer (Config.PartitionKey):
 // it reads the queue on one channel, in queue order, and hands each
 // delivery to the worker that owns its key (a hash of the value at the
 // key's pointer, modulo the pool's concurrency), so that within a daemon

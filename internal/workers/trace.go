@@ -64,7 +64,7 @@ type tracer struct {
 	attrs []attribute.KeyValue
 }
 
-func newTracer(cfg PoolConfig, t trace.Tracer) tracer {
+func newTracer(cfg Config, t trace.Tracer) tracer {
 	if t == nil {
 		return tracer{}
 	}

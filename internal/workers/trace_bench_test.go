@@ -85,7 +85,7 @@ type benchWorker struct {
 }
 
 func newBenchWorker(tr trace.Tracer) *benchWorker {
-	p := &Pool{cfg: PoolConfig{Name: "stock-events", Service: "stock", Topology: broker.Topology{Queue: "stock.events",
+	p := &Pool{cfg: Config{Name: "stock-events", Service: "stock", Topology: broker.Topology{Queue: "stock.events",
 		RetryDelays: []time.Duration{time.Second}}}}
 	bw := &benchWorker{w: &worker{pool: p, tr: newTracer(p.cfg, tr)}, msgs: make([]message, benchBatchSize),
 		events: make([]consumer.Event, benchBatchSize), ids: make([]uuid.UUID, benchBatchSize)}

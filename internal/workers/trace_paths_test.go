@@ -51,7 +51,7 @@ func runTracedBatches(t *testing.T, rcv *tracingtest.Receiver) tracedRun {
 	tp, err := tracing.New(context.Background(), tracing.Config{Endpoint: rcv.HTTPEndpoint, Logger: slog.New(slog.DiscardHandler)})
 	require.NoError(t, err)
 	defer tp.Stop()
-	p := &Pool{cfg: PoolConfig{Name: "stock-events", Service: "stock", Topology: broker.Topology{Queue: "stock.events",
+	p := &Pool{cfg: Config{Name: "stock-events", Service: "stock", Topology: broker.Topology{Queue: "stock.events",
 		RetryDelays: []time.Duration{time.Second, time.Minute}}}}
 	w := &worker{pool: p, tr: newTracer(p.cfg, tp.Tracer())}
 

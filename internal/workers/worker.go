@@ -74,7 +74,7 @@ func newWorker(p *Pool, id int) *worker {
 
 // orderKeyOf returns the sequence key finder of an ordered pool, nil for
 // another.
-func orderKeyOf(cfg PoolConfig) *partitionKey {
+func orderKeyOf(cfg Config) *partitionKey {
 	if !cfg.OrderedFailures {
 		return nil
 	}
