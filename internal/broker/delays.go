@@ -158,6 +158,13 @@ func isPreconditionFailed(err error) bool {
 	return errors.As(err, &aerr) && aerr.Code == amqp.PreconditionFailed
 }
 
+// IsNotFound reports whether err is the broker's 404: a queue or exchange
+// that does not exist (it closes the channel it was asked on).
+func IsNotFound(err error) bool {
+	var aerr *amqp.Error
+	return errors.As(err, &aerr) && aerr.Code == amqp.NotFound
+}
+
 // ErrQueueNotFound is the error of a queue that does not exist.
 var ErrQueueNotFound = errors.New("queue does not exist")
 
@@ -194,9 +201,8 @@ func QueueDepths(ctx context.Context, conn ChannelOpener, names []string) []Queu
 			}
 		}
 		q, err := ch.QueueDeclarePassive(name, true, false, false, false, nil)
-		var aerr *amqp.Error
 		switch {
-		case errors.As(err, &aerr) && aerr.Code == amqp.NotFound:
+		case IsNotFound(err):
 			out[i].Err = fmt.Errorf("%s: %w", name, ErrQueueNotFound)
 		case err != nil:
 			out[i].Err = fmt.Errorf("inspect %s: %w", name, err)

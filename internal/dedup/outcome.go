@@ -3,6 +3,7 @@ package dedup
 import (
 	"errors"
 	"fmt"
+	"strings"
 )
 
 // Outcome is what happened to one event of a batch.
@@ -98,3 +99,15 @@ func (e *refusal) Unwrap() error { return e.cause }
 // ErrRefused is the error of an event whose id a partitioned
 // processed_event refused (Result.Err wraps it).
 var ErrRefused = errors.New("processed_event refused the event id")
+
+// ErrorText is the text a failed result is stored and reported with: its
+// error, prefixed with the failing handler's name once, whether or not the
+// handler's own error already starts with it (the shop's handlers write
+// "stock.reserve: event ...: payload: ...").
+func (r Result) ErrorText() string {
+	text := r.Err.Error()
+	if r.Handler == "" || strings.HasPrefix(text, r.Handler+": ") {
+		return text
+	}
+	return r.Handler + ": " + text
+}

@@ -250,7 +250,7 @@ func notMigrated(err error) error {
 
 // failureOf turns a failed result into what the pool would do with it.
 func failureOf(res dedup.Result, ev consumer.Event, pool *config.PoolConfig) *Failure {
-	f := &Failure{Handler: res.Handler, Message: errorText(res), SQLState: sqlState(res.Err)}
+	f := &Failure{Handler: res.Handler, Message: res.ErrorText(), SQLState: sqlState(res.Err)}
 	var delays []time.Duration
 	if pool != nil {
 		delays = pool.Retry.Delays
@@ -278,16 +278,6 @@ func failureOf(res dedup.Result, ev consumer.Event, pool *config.PoolConfig) *Fa
 			ev.Attempt+1, len(delays))
 	}
 	return f
-}
-
-// errorText is the error as the failure store keeps it: prefixed with the
-// failing handler's name once.
-func errorText(res dedup.Result) string {
-	text := res.Err.Error()
-	if res.Handler == "" || strings.HasPrefix(text, res.Handler+": ") {
-		return text
-	}
-	return res.Handler + ": " + text
 }
 
 func sqlState(err error) string {

@@ -76,13 +76,21 @@ func (p *Pool) SetMembers(n int) {
 // RateShare returns this daemon's share of the pool's rate (0: none) and
 // the daemons counted.
 func (p *Pool) RateShare() (float64, int) {
+	_, share, members := p.rateLimits()
+	return share, members
+}
+
+// rateLimits returns the pool's rate (0: none), this daemon's share of it
+// and the daemons counted, read together.
+func (p *Pool) rateLimits() (rate, share float64, members int) {
 	l := &p.limits
 	l.mu.Lock()
 	defer l.mu.Unlock()
+	members = max(l.members, 1)
 	if l.rate == 0 {
-		return 0, max(l.members, 1)
+		return 0, 0, members
 	}
-	return l.rate / float64(max(l.members, 1)), max(l.members, 1)
+	return l.rate, l.rate / float64(members), members
 }
 
 // applyShareLocked sets the token bucket to this daemon's share; l.mu held.

@@ -63,8 +63,7 @@ func (p *Pool) drainOldRetryQueue(ctx context.Context, pub *broker.Publisher, na
 	}
 	defer func() { _ = ch.Close() }()
 	if _, err := ch.QueueDeclarePassive(name, true, false, false, false, nil); err != nil {
-		var aerr *amqp.Error
-		if errors.As(err, &aerr) && aerr.Code == amqp.NotFound {
+		if broker.IsNotFound(err) {
 			return 0, nil
 		}
 		return 0, err
@@ -148,18 +147,11 @@ func (p *Pool) deleteOldRetryQueue(ctx context.Context, ch *amqp.Channel, name s
 }
 
 // oldRetryArgs are the arguments an older version declared its delay
-// queue of delay for queue with.
+// queue of delay for queue with: a shared delay queue's, but
+// dead-lettering to queue by name rather than by the message's routing key.
 func oldRetryArgs(queueType, queue string, delay time.Duration) amqp.Table {
-	args := amqp.Table{
-		amqp.QueueTypeArg:           queueType,
-		"x-message-ttl":             delay.Milliseconds(),
-		"x-dead-letter-exchange":    "",
-		"x-dead-letter-routing-key": queue,
-	}
-	if queueType == amqp.QueueTypeQuorum {
-		args["x-dead-letter-strategy"] = "at-least-once"
-		args["x-overflow"] = "reject-publish"
-	}
+	args := broker.DelayQueueArgs(queueType, delay)
+	args["x-dead-letter-routing-key"] = queue
 	return args
 }
 

@@ -561,10 +561,7 @@ func (p *Pool) Info() Info {
 	if e := p.dbErr.Load(); e != nil && st == StateConnecting {
 		dbErr = (*e).Error()
 	}
-	p.limits.mu.Lock()
-	rateLimit := p.limits.rate
-	p.limits.mu.Unlock()
-	share, members := p.RateShare()
+	rateLimit, share, members := p.rateLimits()
 	return Info{
 		RateLimit: rateLimit, RateShare: share, Members: members,
 		Name: p.cfg.Name, Service: p.cfg.Service, Queue: p.cfg.Queue,

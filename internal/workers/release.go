@@ -87,8 +87,7 @@ func (p *Pool) drain(ctx context.Context) (int, error) {
 	name := broker.FailedQueue(p.cfg.Queue)
 	q, err := ch.QueueDeclarePassive(name, true, false, false, false, nil)
 	if err != nil {
-		var aerr *amqp.Error
-		if errors.As(err, &aerr) && aerr.Code == amqp.NotFound {
+		if broker.IsNotFound(err) {
 			return 0, nil
 		}
 		return 0, err

@@ -2,7 +2,6 @@ package workers
 
 import (
 	"fmt"
-	"strings"
 	"time"
 
 	"github.com/google/uuid"
@@ -158,7 +157,7 @@ func (r rules) settlementOf(d *amqp.Delivery, ev consumer.Event, res dedup.Resul
 		s.kind, s.reason, s.outcome = settlePark, failure.ReasonParked, metrics.OutcomeRetried
 		s.err = fmt.Sprintf("parked: an earlier event of key %q failed in the same batch", ev.Delivery.SequenceKey)
 	default:
-		s.err = handlerErrorText(res)
+		s.err = res.ErrorText()
 		s.handler = res.Handler
 		switch {
 		case res.BeyondHorizon: // refused by a partitioned processed_event
@@ -172,16 +171,4 @@ func (r rules) settlementOf(d *amqp.Delivery, ev consumer.Event, res dedup.Resul
 		}
 	}
 	return s
-}
-
-// handlerErrorText is the x-error text of a failed result: the error,
-// prefixed with the failing handler's name once, whether or not the
-// handler's own error already starts with it (the shop's handlers write
-// "stock.reserve: event ...: payload: ...").
-func handlerErrorText(res dedup.Result) string {
-	text := res.Err.Error()
-	if res.Handler == "" || strings.HasPrefix(text, res.Handler+": ") {
-		return text
-	}
-	return res.Handler + ": " + text
 }

@@ -183,8 +183,7 @@ func (st *settler) publishCopies(ctx context.Context, batch []message) bool {
 // delay queue behind its exchange (returned unroutable) or no exchange
 // (404, which closes the publishing channel).
 func missingDelayQueue(err error) bool {
-	var aerr *amqp.Error
-	return errors.Is(err, broker.ErrReturned) || errors.As(err, &aerr) && aerr.Code == amqp.NotFound
+	return errors.Is(err, broker.ErrReturned) || broker.IsNotFound(err)
 }
 
 // hold adds batch's settled deliveries (up to tag) to the held ack,
