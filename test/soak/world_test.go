@@ -21,6 +21,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/google/uuid"
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgxpool"
 	"google.golang.org/grpc"
@@ -50,6 +51,8 @@ type world struct {
 	token  string
 
 	remote *remoteHandler
+
+	seededInside map[string][]uuid.UUID // per consumer database: the seeded rows no purge may delete
 
 	mu    sync.Mutex
 	pools map[string]*pgxpool.Pool
