@@ -18,6 +18,7 @@ import (
 	"github.com/platformd/platformd/internal/config"
 	"github.com/platformd/platformd/internal/connbudget"
 	"github.com/platformd/platformd/internal/dbpool"
+	"github.com/platformd/platformd/internal/dbutil"
 	"github.com/platformd/platformd/internal/dedup"
 	"github.com/platformd/platformd/internal/failure"
 	"github.com/platformd/platformd/internal/outbox"
@@ -615,11 +616,14 @@ func migrateService(ctx context.Context, s config.ServiceConfig, reg *consumer.R
 
 // unreachable reports whether err says the database could not be reached
 // (no server answered, or it refused the connection itself: down, starting,
-// not accepting connections, missing), rather than a migration or a
+// not accepting connections, missing) or went away under the statement (a
+// connection or operator-intervention SQLSTATE: a restart or
+// pg_terminate_backend while a migration runs, which the soak's
+// pg-terminate fault met at a daemon's start), rather than a migration or a
 // statement it refused.
 func unreachable(err error) bool {
 	var connErr *pgconn.ConnectError
-	if errors.As(err, &connErr) {
+	if errors.As(err, &connErr) || dbutil.Classify(err) == dbutil.FaultInfra {
 		return true
 	}
 	var pgErr *pgconn.PgError
