@@ -65,7 +65,7 @@ func TestImageRunsUnderPodman(t *testing.T) {
 	mounted := filepath.Join(dir, "platformd.yaml")
 	require.NoError(t, os.WriteFile(mounted, raw, 0o644))
 	require.NoError(t, os.Chmod(mounted, 0o644))
-	migrations, err := filepath.Abs(filepath.Join("..", "..", "examples", "shop", "migrations"))
+	migrations, err := filepath.Abs(filepath.Join("..", "..", "internal", "fixture", "shop", "migrations"))
 	require.NoError(t, err)
 
 	name := "platformd-test-" + e.suffix

@@ -34,18 +34,19 @@ import (
 	"google.golang.org/protobuf/types/known/durationpb"
 
 	adminv1 "github.com/platformd/platformd/api/gen/platform/admin/v1"
-	"github.com/platformd/platformd/examples/shop"
 	"github.com/platformd/platformd/internal/envelope"
+	"github.com/platformd/platformd/internal/fixture/shop"
 	"github.com/platformd/platformd/internal/lease"
 	"github.com/platformd/platformd/internal/scheduler"
 	"github.com/platformd/platformd/internal/testdb"
 )
 
 // binary is the release binary (this package's main: no Go handler);
-// shopBinary is the example shop's daemon (examples/shop/cmd/shopd: the
-// same command line with the shop's Go handlers). A test runs the one its
-// config needs: SQL and remote handlers run through binary, which is the
-// point of those tests; the shop's Go handlers need shopBinary.
+// shopBinary is the tests' shop daemon (internal/fixture/shop/shopd: the
+// same command line with the fixture shop's Go handlers, kept apart from
+// the example shop so that the example may change freely). A test runs the
+// one its config needs: SQL and remote handlers run through binary, which
+// is the point of those tests; the shop's Go handlers need shopBinary.
 var binary, shopBinary, ctlBinary, grpcurlBinary string
 
 func TestMain(m *testing.M) {
@@ -59,7 +60,7 @@ func TestMain(m *testing.M) {
 	grpcurlBinary = filepath.Join(dir, "grpcurl")
 	for _, b := range [][]string{
 		{"build", "-race", "-o", binary, "."},
-		{"build", "-race", "-o", shopBinary, "../../examples/shop/cmd/shopd"},
+		{"build", "-race", "-o", shopBinary, "../../internal/fixture/shop/shopd"},
 		{"build", "-o", ctlBinary, "../platformctl"},
 		// grpcurl is pinned in a tool module of its own.
 		{"build", "-modfile=../../tools/grpcurl/go.mod", "-o", grpcurlBinary, "github.com/fullstorydev/grpcurl/cmd/grpcurl"},

@@ -22,8 +22,8 @@ import (
 	"github.com/stretchr/testify/require"
 
 	adminv1 "github.com/platformd/platformd/api/gen/platform/admin/v1"
-	"github.com/platformd/platformd/examples/shop"
 	"github.com/platformd/platformd/internal/envelope"
+	"github.com/platformd/platformd/internal/fixture/shop"
 	"github.com/platformd/platformd/internal/testdb"
 )
 

@@ -20,7 +20,7 @@ import (
 	"google.golang.org/grpc/health/grpc_health_v1"
 
 	adminv1 "github.com/platformd/platformd/api/gen/platform/admin/v1"
-	"github.com/platformd/platformd/examples/shop"
+	"github.com/platformd/platformd/internal/fixture/shop"
 )
 
 // stockHandler is the shop's stock effect as a remote handler: a Go HTTP
@@ -138,7 +138,7 @@ func (e *env) remoteConfig(t *testing.T, url, timeout string) string {
 	t.Helper()
 	e.adminAddr, e.metrics = freePort(t), freePort(t)
 	e.bin = binary
-	migrations, err := filepath.Abs(filepath.Join("..", "..", "examples", "shop", "migrations"))
+	migrations, err := filepath.Abs(filepath.Join("..", "..", "internal", "fixture", "shop", "migrations"))
 	require.NoError(t, err)
 	cfg := fmt.Sprintf(`log: {level: info, format: json}
 admin:

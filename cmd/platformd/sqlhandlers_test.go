@@ -21,8 +21,8 @@ import (
 	"github.com/stretchr/testify/require"
 
 	adminv1 "github.com/platformd/platformd/api/gen/platform/admin/v1"
-	"github.com/platformd/platformd/examples/shop"
 	"github.com/platformd/platformd/internal/envelope"
+	"github.com/platformd/platformd/internal/fixture/shop"
 	"github.com/platformd/platformd/internal/testdb"
 )
 
@@ -47,7 +47,7 @@ func (e *env) sqlConfig(t *testing.T) string {
 	t.Helper()
 	e.adminAddr, e.metrics = freePort(t), freePort(t)
 	e.bin = binary
-	migrations, err := filepath.Abs(filepath.Join("..", "..", "examples", "shop", "migrations"))
+	migrations, err := filepath.Abs(filepath.Join("..", "..", "internal", "fixture", "shop", "migrations"))
 	require.NoError(t, err)
 	cfg := fmt.Sprintf(`log: {level: info, format: json}
 admin:

@@ -17,8 +17,8 @@ import (
 	amqp "github.com/rabbitmq/amqp091-go"
 	"github.com/stretchr/testify/require"
 
-	"github.com/platformd/platformd/examples/shop"
 	"github.com/platformd/platformd/internal/envelope"
+	"github.com/platformd/platformd/internal/fixture/shop"
 	"github.com/platformd/platformd/internal/tracing/tracingtest"
 )
 

@@ -11,9 +11,9 @@ import (
 	amqp "github.com/rabbitmq/amqp091-go"
 	"github.com/stretchr/testify/require"
 
-	"github.com/platformd/platformd/examples/shop"
 	"github.com/platformd/platformd/internal/admin"
 	"github.com/platformd/platformd/internal/broker"
+	"github.com/platformd/platformd/internal/fixture/shop"
 	"github.com/platformd/platformd/internal/testdb"
 )
 

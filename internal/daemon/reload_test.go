@@ -25,10 +25,10 @@ import (
 
 	adminv1 "github.com/platformd/platformd/api/gen/platform/admin/v1"
 	"github.com/platformd/platformd/consumer"
-	"github.com/platformd/platformd/examples/shop"
 	"github.com/platformd/platformd/internal/admin"
 	"github.com/platformd/platformd/internal/config"
 	"github.com/platformd/platformd/internal/faultproxy"
+	"github.com/platformd/platformd/internal/fixture/shop"
 	"github.com/platformd/platformd/internal/metrics"
 	"github.com/platformd/platformd/internal/testdb"
 	"github.com/platformd/platformd/internal/testsignal"

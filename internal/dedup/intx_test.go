@@ -8,8 +8,8 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/platformd/platformd/consumer"
-	"github.com/platformd/platformd/examples/shop"
 	"github.com/platformd/platformd/internal/dedup"
+	"github.com/platformd/platformd/internal/fixture/shop"
 )
 
 // A Processor in a caller's transaction runs the same step, in savepoints:

@@ -12,8 +12,8 @@ import (
 	"go.uber.org/goleak"
 
 	"github.com/platformd/platformd/consumer"
-	"github.com/platformd/platformd/examples/shop"
 	"github.com/platformd/platformd/internal/dedup"
+	"github.com/platformd/platformd/internal/fixture/shop"
 	"github.com/platformd/platformd/internal/migrate"
 	"github.com/platformd/platformd/internal/scheduler"
 	"github.com/platformd/platformd/internal/testdb"

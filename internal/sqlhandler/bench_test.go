@@ -15,9 +15,9 @@ import (
 	"github.com/jackc/pgx/v5/pgxpool"
 
 	"github.com/platformd/platformd/consumer"
-	"github.com/platformd/platformd/examples/shop"
 	"github.com/platformd/platformd/internal/config"
 	"github.com/platformd/platformd/internal/dedup"
+	"github.com/platformd/platformd/internal/fixture/shop"
 	"github.com/platformd/platformd/internal/migrate"
 	"github.com/platformd/platformd/internal/procstat"
 	"github.com/platformd/platformd/internal/sqlhandler"
@@ -48,7 +48,7 @@ const shopReserveSQL = "stock.reserve_sql"
 // BenchmarkStockReserve is the shop's stock effect, through the dedup step
 // as the daemon runs it (one transaction per batch of 100 new events, the
 // processed_event insert included), by the Go batch handler
-// (examples/shop/stock.go: one INSERT over unnest'ed arrays), by the SQL
+// (internal/fixture/shop/stock.go: one INSERT over unnest'ed arrays), by the SQL
 // handler of examples/shop-sql as the daemon runs it (its batch form: the
 // INSERT ... SELECT once over the batch's unnest'ed events), and by the
 // same SQL handler statement by statement (one INSERT per event, the

@@ -16,8 +16,8 @@ import (
 	amqp "github.com/rabbitmq/amqp091-go"
 	"github.com/stretchr/testify/require"
 
-	"github.com/platformd/platformd/examples/shop"
 	"github.com/platformd/platformd/internal/config"
+	"github.com/platformd/platformd/internal/fixture/shop"
 	"github.com/platformd/platformd/internal/metrics"
 )
 

@@ -6,8 +6,8 @@ import (
 
 	"github.com/stretchr/testify/require"
 
-	"github.com/platformd/platformd/examples/shop"
 	"github.com/platformd/platformd/internal/envelope"
+	"github.com/platformd/platformd/internal/fixture/shop"
 )
 
 // A pool writes the duplicates' ages at most once per interval, not per

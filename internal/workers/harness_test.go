@@ -24,10 +24,10 @@ import (
 	"go.uber.org/goleak"
 
 	"github.com/platformd/platformd/consumer"
-	"github.com/platformd/platformd/examples/shop"
 	"github.com/platformd/platformd/internal/broker"
 	"github.com/platformd/platformd/internal/dedup"
 	"github.com/platformd/platformd/internal/envelope"
+	"github.com/platformd/platformd/internal/fixture/shop"
 	"github.com/platformd/platformd/internal/metrics"
 	"github.com/platformd/platformd/internal/migrate"
 	"github.com/platformd/platformd/internal/testdb"

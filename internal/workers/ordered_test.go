@@ -13,10 +13,10 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/platformd/platformd/consumer"
-	"github.com/platformd/platformd/examples/shop"
 	"github.com/platformd/platformd/internal/broker"
 	"github.com/platformd/platformd/internal/envelope"
 	"github.com/platformd/platformd/internal/failure"
+	"github.com/platformd/platformd/internal/fixture/shop"
 )
 
 // An ordered pool keeps a key's events behind its failed one: with key K's

@@ -8,9 +8,9 @@ import (
 	amqp "github.com/rabbitmq/amqp091-go"
 	"github.com/stretchr/testify/require"
 
-	"github.com/platformd/platformd/examples/shop"
 	"github.com/platformd/platformd/internal/config"
 	"github.com/platformd/platformd/internal/envelope"
+	"github.com/platformd/platformd/internal/fixture/shop"
 )
 
 // BenchmarkPauseSettle measures how long a pause takes to settle what a

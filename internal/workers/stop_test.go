@@ -6,9 +6,9 @@ import (
 
 	"github.com/stretchr/testify/require"
 
-	"github.com/platformd/platformd/examples/shop"
 	"github.com/platformd/platformd/internal/broker"
 	"github.com/platformd/platformd/internal/broker/brokertest"
+	"github.com/platformd/platformd/internal/fixture/shop"
 )
 
 // A broker that stops answering without closing anything (a partition, a

@@ -17,10 +17,10 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/platformd/platformd/consumer"
-	"github.com/platformd/platformd/examples/shop"
 	"github.com/platformd/platformd/internal/broker"
 	"github.com/platformd/platformd/internal/dedup"
 	"github.com/platformd/platformd/internal/envelope"
+	"github.com/platformd/platformd/internal/fixture/shop"
 	"github.com/platformd/platformd/internal/metrics"
 )
 

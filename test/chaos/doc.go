@@ -1,6 +1,6 @@
 // Package chaos is platformd's black-box chaos suite (`make chaos`). It has
 // no code of its own outside its tests: they build the real daemon with
-// the shop's handlers (./examples/shop/cmd/shopd), run it as a subprocess
+// the tests' shop handlers (./internal/fixture/shop/shopd), run it as a subprocess
 // (two instances sharing the service databases for part of the run)
 // against the local PostgreSQL and RabbitMQ, and, while a producer publishes shop events with duplicates
 // from the seed's three causes (relay republish, broker redelivery, replay),

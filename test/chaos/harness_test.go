@@ -59,9 +59,10 @@ func TestMain(m *testing.M) {
 		if os.Getenv("CHAOS_DAEMON_RACE") == "1" {
 			args = append(args, "-race")
 		}
-		// The shop's daemon: the chaos tests run the shop's Go handlers,
-		// which the release binary (cmd/platformd) does not register.
-		args = append(args, "github.com/platformd/platformd/examples/shop/cmd/shopd")
+		// The tests' shop daemon: the chaos tests run the shop's Go
+		// handlers, which the release binary (cmd/platformd) does not
+		// register; the fixture's copy, so that the example may change.
+		args = append(args, "github.com/platformd/platformd/internal/fixture/shop/shopd")
 		goCmd := os.Getenv("GO")
 		if goCmd == "" {
 			goCmd = "go"
@@ -186,7 +187,7 @@ type env struct {
 	problems []string // log lines that break a rule
 }
 
-// Pool and service names of the shop (the shop's own package, examples/shop).
+// Pool and service names of the shop (the tests' shop, internal/fixture/shop).
 const (
 	svcStock  = "stock"
 	svcShip   = "shipping"

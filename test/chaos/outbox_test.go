@@ -16,7 +16,7 @@ import (
 	"github.com/jackc/pgx/v5"
 
 	adminv1 "github.com/platformd/platformd/api/gen/platform/admin/v1"
-	"github.com/platformd/platformd/examples/shop"
+	"github.com/platformd/platformd/internal/fixture/shop"
 	"github.com/platformd/platformd/internal/testdb"
 )
 

@@ -14,7 +14,7 @@ import (
 	"github.com/chromedp/chromedp"
 	"github.com/stretchr/testify/require"
 
-	"github.com/platformd/platformd/examples/shop"
+	"github.com/platformd/platformd/internal/fixture/shop"
 )
 
 // chromiumPath returns Debian's chromium. Without it the browser tests

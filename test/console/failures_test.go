@@ -8,7 +8,7 @@ import (
 	"github.com/google/uuid"
 	"github.com/stretchr/testify/require"
 
-	"github.com/platformd/platformd/examples/shop"
+	"github.com/platformd/platformd/internal/fixture/shop"
 )
 
 // TestFailuresInBrowser: two bad messages of two causes reach stock's pool

@@ -29,8 +29,8 @@ import (
 	"github.com/platformd/platformd/consumer"
 	"github.com/platformd/platformd/daemon"
 	"github.com/platformd/platformd/daemon/daemontest"
-	"github.com/platformd/platformd/examples/shop"
 	"github.com/platformd/platformd/internal/envelope"
+	"github.com/platformd/platformd/internal/fixture/shop"
 	"github.com/platformd/platformd/internal/testdb"
 )
 
