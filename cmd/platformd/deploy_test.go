@@ -413,6 +413,7 @@ func TestDashboardCovers(t *testing.T) {
 		"platformd_batch_duration_seconds_bucket", "platformd_pool_paused", "platformd_pool_in_flight",
 		"platformd_outbox_pending", "platformd_outbox_oldest_seconds", "platformd_purge_rows_deleted_total",
 		"platformd_purge_last_success_timestamp_seconds", "platformd_config_reloads_total", "platformd_tx_conflicts_total",
+		"platformd_queue_messages_ready",
 	} {
 		require.True(t, used[n], "the dashboard does not show %s", n)
 	}

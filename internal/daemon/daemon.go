@@ -146,6 +146,9 @@ type Options struct {
 	// testSignals, set by this package's tests only, are the daemon's
 	// test signals (nil: a set of its own that nobody initialises).
 	testSignals *TestSignals
+	// queueDepthEvery, set by this package's tests only, is how often the
+	// queue depth gauges are refreshed (0: QueueDepthRefreshDefault).
+	queueDepthEvery time.Duration
 	// budget, set by Run, is the connection budget its migrations ran
 	// under (nil: start makes the config's).
 	budget *connbudget.Budget

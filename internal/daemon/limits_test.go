@@ -32,6 +32,8 @@ type limitsEnv struct {
 	db   *pgxpool.Pool
 	conn *amqp.Connection
 	ch   *amqp.Channel
+	// depthEvery is the daemons' queue depth refresh (0: the default).
+	depthEvery time.Duration
 }
 
 func newLimitsEnv(t *testing.T, name string) *limitsEnv {
@@ -173,7 +175,7 @@ services:
 	require.NoError(t, Migrate(ctx, cfg, full, false, logger))
 	ds := make([]*Daemon, n)
 	for i := range ds {
-		var opts Options
+		opts := Options{queueDepthEvery: e.depthEvery}
 		if i < len(sigs) {
 			opts.testSignals = sigs[i]
 		}

@@ -43,8 +43,8 @@ import (
 //     pool as SetPoolLimits applies them; a limit an operator stored with
 //     SetPoolLimits stays in force over the config's). A concurrency
 //     change that would change each worker's prefetch (an explicit
-//     prefetch, or one capped by max_unacked_bytes), or of a partitioned
-//     pool (its keys are spread over a fixed set of workers), restarts
+//     prefetch, or one capped by max_unacked_bytes), or a partitioned
+//     pool's total prefetch (its reader's channel keeps it), restarts
 //     that pool alone instead.
 //
 // The reload is logged, counted (platformd_config_reloads_total{result})

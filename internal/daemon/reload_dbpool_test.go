@@ -341,6 +341,10 @@ func TestResizable(t *testing.T) {
 		{"capped, fewer workers", capped, with(capped, derived(1)), true},
 		{"partitioned, more workers", with(base, func(pc *config.PoolConfig) { pc.PartitionKey = "/order_id" }),
 			with(base, func(pc *config.PoolConfig) { derived(4)(pc); pc.PartitionKey = "/order_id" }), false},
+		{"partitioned, explicit prefetch, more workers", with(base, func(pc *config.PoolConfig) { pc.PartitionKey = "/order_id" }),
+			with(base, func(pc *config.PoolConfig) { pc.Concurrency = 4; pc.PartitionKey = "/order_id" }), true},
+		{"partitioned, explicit prefetch, fewer workers", with(base, func(pc *config.PoolConfig) { pc.PartitionKey = "/order_id" }),
+			with(base, func(pc *config.PoolConfig) { pc.Concurrency = 1; pc.PartitionKey = "/order_id" }), true},
 	} {
 		require.Equal(t, tc.want, resizable(tc.was, tc.pc, workerPrefetch(tc.was, maxBody), maxBody), tc.name)
 	}

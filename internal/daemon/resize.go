@@ -74,9 +74,10 @@ func (s *service) resizeDB(ctx context.Context, sc config.ServiceConfig) (bool, 
 // resizable reports whether a running pool configured as was, whose
 // workers each consume with prefetch perWorker, can take the config pc in
 // place: nothing differs but its concurrency (with the prefetch derived
-// from it) and its limits block, and a concurrency change is not a
-// partitioned pool's (its keys are spread over a fixed set of workers)
-// and keeps the pool within its prefetch bound. Running workers keep
+// from it) and its limits block, and a concurrency change keeps the pool
+// within its prefetch bound. A partitioned pool's one reader keeps the
+// pool's prefetch (its channel's), so its concurrency changes in place
+// when that prefetch stays the same (an explicit one). Running workers keep
 // their prefetch (a consumer's cannot change without cancelling it) and
 // new ones take the same, so the bound holds when each worker's prefetch
 // is the new config's, or when concurrency x perWorker stays within the
@@ -94,7 +95,11 @@ func resizable(was, pc config.PoolConfig, perWorker, maxBody int) bool {
 		return was.Prefetch == pc.Prefetch
 	}
 	if pc.PartitionKey != "" {
-		return false
+		// One reader consumes for all the workers with the pool's whole
+		// prefetch, which it keeps: in place when that stays as it is.
+		wasTotal, _ := was.PrefetchFor(maxBody)
+		total, _ := pc.PrefetchFor(maxBody)
+		return wasTotal == total
 	}
 	total, _ := pc.PrefetchFor(maxBody)
 	return perWorker > 0 && (perWorker == workerPrefetch(pc, maxBody) || perWorker*pc.Concurrency <= max(total, pc.Concurrency))

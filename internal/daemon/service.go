@@ -259,7 +259,8 @@ func (s *service) Start(ctx context.Context) error {
 		// (the pool in force: resizeDB registers its replacement).
 		s.registerDB(s.db.Pool())
 		health := startstop.NewLoop(s.watchHealth)
-		lims := startstop.NewLoop(s.watchLimits) // limits.go
+		lims := startstop.NewLoop(s.watchLimits)        // limits.go
+		depths := startstop.NewLoop(s.watchQueueDepths) // queuedepth.go
 		s.subscribe()
 		done := make(chan struct{})
 		go func() {
@@ -321,6 +322,7 @@ func (s *service) Start(ctx context.Context) error {
 		}()
 		_ = health.Start(runCtx)
 		_ = lims.Start(runCtx)
+		_ = depths.Start(runCtx)
 		return func() {
 			cancel()
 			<-done
@@ -334,7 +336,7 @@ func (s *service) Start(ctx context.Context) error {
 			startstop.Stages(
 				// lims first: a daemon leaving gives its share of the
 				// pools' rates to the others at once.
-				[]startstop.Stopper{sched, lims},
+				[]startstop.Stopper{sched, lims, depths},
 				pools,
 				[]startstop.Stopper{relay, replayer, retrier},
 				[]startstop.Stopper{s.ctl, health},

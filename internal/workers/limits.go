@@ -27,9 +27,10 @@ type limits struct {
 	rateGauge prometheus.Gauge
 	throttled prometheus.Counter
 
-	// warnedConc is the concurrency a partitioned pool last warned it
-	// cannot take at runtime (once per value).
-	warnedConc int
+	// resized is closed and replaced whenever a partitioned pool's
+	// concurrency changes: its reader then moves its keys to the new
+	// number of workers (reader.resize).
+	resized chan struct{}
 
 	// run is set while the pool runs unpartitioned: what adding or
 	// stopping a worker needs.
@@ -162,23 +163,27 @@ func settleTokens(lim *rate.Limiter, n, taken int) {
 // SetConcurrency changes the number of the pool's workers while it runs,
 // without restarting it: new workers start consuming, or the newest
 // workers cancel their consumers, settle what they hold (no redelivery)
-// and end; the others keep their consumers. A partitioned pool, or one not
-// running, takes it at its next start (a partitioned one from its
-// config). Safe for concurrent use.
+// and end; the others keep their consumers. A partitioned pool's reader
+// keeps its consumer and stops handing deliveries on, lets its workers
+// finish what they hold, then spreads the keys over the new number of
+// workers (reader.resize): a key's events stay in order, never two at
+// once. A pool not running takes it at its next start. Safe for
+// concurrent use.
 func (p *Pool) SetConcurrency(n int) {
 	if n < 1 {
 		return
 	}
 	if p.cfg.PartitionKey != "" {
-		// The reader hands keys to a fixed set of workers.
 		l := &p.limits
 		l.mu.Lock()
-		warn := n != int(p.conc.Load()) && n != l.warnedConc
-		l.warnedConc = n
-		l.mu.Unlock()
-		if warn {
-			p.log.Warn("workers: a partitioned pool's concurrency changes at its next start (a reload or a restart)", slog.Int("concurrency", n))
+		defer l.mu.Unlock()
+		if int(p.conc.Load()) == n {
+			return
 		}
+		p.conc.Store(int64(n))
+		close(l.resized)
+		l.resized = make(chan struct{})
+		p.log.Info("workers: concurrency changed", slog.Int("concurrency", n))
 		return
 	}
 	l := &p.limits
@@ -242,6 +247,15 @@ func (p *Pool) startWorkers(fetchCtx, workCtx context.Context, wg *sync.WaitGrou
 		p.startWorkerLocked(run) //nolint:contextcheck // run holds fetchCtx and workCtx
 	}
 	l.run = run
+}
+
+// resizeState returns a partitioned pool's concurrency in force and the
+// channel closed on its next change.
+func (p *Pool) resizeState() (int, <-chan struct{}) {
+	l := &p.limits
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return int(p.conc.Load()), l.resized
 }
 
 // workerCount is the pool's concurrency in force.

@@ -229,6 +229,7 @@ func NewPool(cfg Config, deps Deps) (*Pool, error) {
 	p.count.m = newPoolMetrics(deps.Metrics, cfg.Service, cfg.Name)
 	p.conc.Store(int64(cfg.Concurrency))
 	p.limits.members = 1
+	p.limits.resized = make(chan struct{})
 	p.limits.rateGauge = deps.Metrics.Limits.PoolRateLimit.WithLabelValues(cfg.Service, cfg.Name)
 	p.limits.throttled = deps.Metrics.Limits.PoolThrottled.WithLabelValues(cfg.Service, cfg.Name)
 	p.limits.rateGauge.Set(0)
@@ -289,11 +290,10 @@ func (p *Pool) Start(ctx context.Context) error {
 				wg.Go(func() { p.releaseParked(fetchCtx) })
 			}
 			if p.cfg.PartitionKey != "" {
-				workers := make([]*worker, p.cfg.Concurrency)
-				for i := range workers {
-					workers[i] = newWorker(p, i)
-				}
-				r := newReader(p, workers)
+				// As many workers as the concurrency in force (stored
+				// limits may have changed the config's), which
+				// SetConcurrency then changes through the reader.
+				r := newReader(p, int(p.conc.Load()))
 				wg.Go(func() { r.run(fetchCtx, workCtx) })
 			} else {
 				// Workers that SetConcurrency may add to or stop.

@@ -51,9 +51,11 @@ func (p *Pool) keepSession(fetchCtx context.Context, log *slog.Logger, session f
 // session opens a fresh channel, declares the topology, sets prefetch and
 // consumes through the consumeFunc that start returns for the channel,
 // again after each pause, until the channel dies or fetchCtx ends. workers
-// are the ids of the workers the session serves, for the pause
-// bookkeeping; name tells the session's consumer tags apart.
-func (p *Pool) session(fetchCtx context.Context, name string, prefetch int, workers []int, start func(ch *amqp.Channel) consumeFunc) error {
+// returns the ids of the workers the session serves, for the pause
+// bookkeeping (a partitioned pool's reader changes them within a consume,
+// and counts the change itself); name tells the session's consumer tags
+// apart.
+func (p *Pool) session(fetchCtx context.Context, name string, prefetch int, workers func() []int, start func(ch *amqp.Channel) consumeFunc) error {
 	ch, err := p.deps.Consume.Channel(fetchCtx)
 	if err != nil {
 		return err
@@ -69,17 +71,17 @@ func (p *Pool) session(fetchCtx context.Context, name string, prefetch int, work
 	if err := ch.Qos(prefetch, 0, false); err != nil {
 		return fmt.Errorf("qos: %w", err)
 	}
-	p.testSignals.Connected.Signal(p.connected.Add(int64(len(workers))))
-	defer p.connected.Add(-int64(len(workers)))
+	p.testSignals.Connected.Signal(p.connected.Add(int64(len(workers()))))
+	defer func() { p.connected.Add(-int64(len(workers()))) }()
 	p.markUpWhenServing()
 	// Without a channel a worker applies nothing: whatever its consumer had
 	// been sent goes back to the queue with the channel.
-	defer p.setIdle(workers, true)
+	defer func() { p.setIdle(workers(), true) }()
 	consume := start(ch)
 	for n := 1; ; n++ {
 		paused, changed := p.pauseState()
 		if paused {
-			p.setIdle(workers, true)
+			p.setIdle(workers(), true)
 			select {
 			case <-changed:
 				continue
@@ -89,7 +91,7 @@ func (p *Pool) session(fetchCtx context.Context, name string, prefetch int, work
 				return fmt.Errorf("channel closed while paused: %w", amqpErr(e))
 			}
 		}
-		p.setIdle(workers, false)
+		p.setIdle(workers(), false)
 		tag := fmt.Sprintf("platformd.%s.%s.%d.%d", p.cfg.Name, name, time.Now().UnixNano(), n)
 		deliveries, err := ch.Consume(p.cfg.Queue, tag, false, false, false, false, nil)
 		if err != nil {

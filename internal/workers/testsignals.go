@@ -19,6 +19,10 @@ type PoolTestSignals struct {
 	// Quiesced fires when the pool is paused and every worker has
 	// cancelled its consumer and settled its batch.
 	Quiesced testsignal.Signal[struct{}]
+	// Resized fires when a partitioned pool's reader has moved its keys
+	// to a new number of workers on its running consumer (value: how
+	// many).
+	Resized testsignal.Signal[int]
 	// Resumed fires when a resume is applied.
 	Resumed testsignal.Signal[struct{}]
 	// BatchSettled fires whenever settled deliveries are counted in Info:

@@ -130,3 +130,19 @@ func (v trackerView) IsClosed() bool {
 	v.t.mu.Unlock()
 	return dead || v.t.ch.IsClosed()
 }
+
+// resize makes the tracker's workers n, once every worker has settled
+// what it was handed (a partitioned pool's reader changing its
+// concurrency): false, and no change, while a delivery is outstanding.
+// The watermark carries on: tags keep counting on the same channel.
+func (t *tracker) resize(n int) bool {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	for _, out := range t.out {
+		if len(out) > 0 {
+			return false
+		}
+	}
+	t.out = make([][]uint64, n)
+	return true
+}

@@ -51,7 +51,12 @@ type worker struct {
 }
 
 func newWorker(p *Pool, id int) *worker {
-	prefetch := WorkerPrefetch(p.cfg.Prefetch, p.cfg.Concurrency, p.cfg.BatchSize)
+	return newWorkerWith(p, id, WorkerPrefetch(p.cfg.Prefetch, p.cfg.Concurrency, p.cfg.BatchSize))
+}
+
+// newWorkerWith returns worker id of p whose window (its consumer's
+// prefetch, or a partitioned worker's share of the reader's) is prefetch.
+func newWorkerWith(p *Pool, id, prefetch int) *worker {
 	t := time.NewTimer(time.Hour)
 	t.Stop()
 	return &worker{
@@ -86,7 +91,8 @@ func (w *worker) run(fetchCtx, workCtx context.Context) {
 	defer w.pub.Close()
 	defer w.pool.setIdle([]int{w.id}, true)
 	w.pool.keepSession(fetchCtx, w.log, func() error {
-		return w.pool.session(fetchCtx, strconv.Itoa(w.id), w.prefetch, []int{w.id}, func(ch *amqp.Channel) consumeFunc {
+		ids := []int{w.id}
+		return w.pool.session(fetchCtx, strconv.Itoa(w.id), w.prefetch, func() []int { return ids }, func(ch *amqp.Channel) consumeFunc {
 			st := w.newSettler(ch)
 			return func(tag string, deliveries <-chan amqp.Delivery, changed <-chan struct{}) sessionEnd {
 				return w.consume(fetchCtx, workCtx, ch, st, tag, deliveries, changed)
