@@ -33,7 +33,7 @@ func newReader(p *Pool, workers []*worker) *reader {
 	return r
 }
 
-// run keeps the reader's session alive until fetchCtx ends.
+// run keeps the reader's consumer channel alive until fetchCtx ends.
 func (r *reader) run(fetchCtx, workCtx context.Context) {
 	defer func() {
 		for _, w := range r.workers {
@@ -41,10 +41,10 @@ func (r *reader) run(fetchCtx, workCtx context.Context) {
 		}
 	}()
 	defer r.pool.setIdle(r.ids, true)
-	r.pool.keepSession(fetchCtx, r.log, func() error {
-		return r.pool.session(fetchCtx, "reader", r.pool.cfg.Prefetch, r.ids, func(ch *amqp.Channel) consumeFunc {
+	r.pool.keepChannel(fetchCtx, r.log, func() error {
+		return r.pool.runChannel(fetchCtx, "reader", r.pool.cfg.Prefetch, r.ids, func(ch *amqp.Channel) consumeFunc {
 			trk := newTracker(ch, len(r.workers))
-			return func(tag string, deliveries <-chan amqp.Delivery, changed <-chan struct{}) sessionEnd {
+			return func(tag string, deliveries <-chan amqp.Delivery, changed <-chan struct{}) channelEnd {
 				return r.consume(fetchCtx, workCtx, ch, trk, tag, deliveries, changed)
 			}
 		})
@@ -64,7 +64,7 @@ func (r *reader) owner(d *amqp.Delivery) int {
 // fetchCtx ends or the channel dies. On a pause or a stop it cancels the
 // consumer and hands on what the broker had already sent; it returns once
 // every worker has settled what it was given.
-func (r *reader) consume(fetchCtx, workCtx context.Context, ch *amqp.Channel, trk *tracker, tag string, deliveries <-chan amqp.Delivery, changed <-chan struct{}) sessionEnd {
+func (r *reader) consume(fetchCtx, workCtx context.Context, ch *amqp.Channel, trk *tracker, tag string, deliveries <-chan amqp.Delivery, changed <-chan struct{}) channelEnd {
 	ins := make([]chan amqp.Delivery, len(r.workers))
 	var wg sync.WaitGroup
 	for i, w := range r.workers {
