@@ -21,6 +21,15 @@
 // repository needs nothing else of platformd's but these packages and
 // consumer: configuration, pools, the dedup step, the scheduler and the
 // admin API come with them.
+//
+// Who owns what: this package owns the public surface only, the names a
+// module outside this repository compiles against (Main, Config and its
+// loaders, the Options, Daemon with Run once, Ready and Stop) and their
+// lifecycle contract. Everything a daemon does (the configuration's
+// checks, migrations, services and pools, reloads, the admin API, the
+// order of shutdown) is package internal/daemon's: Main and Run call it
+// and repeat none of it, so a change of behaviour is made there once, and
+// a change here is a change of the public API.
 package daemon
 
 import (

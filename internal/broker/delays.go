@@ -43,7 +43,8 @@ func DelayQueueArgs(queueType string, delay time.Duration) amqp.Table {
 
 // delaysLogged remembers the delay queues found with other arguments than
 // a pool wanted, by name and what was found, so that each is logged once
-// per process rather than at every session of every pool.
+// per process rather than at every channel run of every pool (each
+// consumer channel a pool opens declares them).
 var delaysLogged sync.Map
 
 // DeclareDelays declares the shared delay queue of each of t's retry

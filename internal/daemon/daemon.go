@@ -2,6 +2,11 @@
 // service databases and their migrations, worker pools, the purge
 // scheduler, the admin gRPC server and the metrics endpoint. It owns the
 // order of start and of graceful shutdown.
+//
+// The public package daemon (with daemontest) is its one importer: thin
+// wrappers over Main and Run that add the embedding API's lifecycle (a
+// Daemon run once, Ready, Stop from another goroutine) and keep this
+// package's types out of the public API, so that they may change.
 package daemon
 
 import (

@@ -83,10 +83,14 @@ func (h *Handler) call(ctx context.Context, evs []consumer.Event) (answers []*an
 			return nil, fmt.Errorf("remote handler %s: waiting for a call slot: %w", h.name, err)
 		}
 	}
+	h.testSignals.CallStarted.Signal(len(evs))
 	start := time.Now()
 	result := metrics.RemoteOK
 	var status int
 	var data []byte
+	// Deferred first, so it runs last: the call counted, its slot freed
+	// and the limit moved before a test sees the end.
+	defer func() { h.testSignals.CallEnded.Signal(result) }()
 	defer func() {
 		recordExchange(ctx, Exchange{Handler: h.name, URL: h.url, Request: body, Status: status, Answer: data,
 			Duration: time.Since(start), Err: err})

@@ -80,6 +80,9 @@ type Handler struct {
 	// lim bounds the calls at once; nil (no max_in_flight, not adaptive)
 	// costs nothing.
 	lim *callLimiter
+	// testSignals are the handler's test signals (testsignals.go); the
+	// limiter reports through them too.
+	testSignals HandlerTestSignals
 }
 
 var _ consumer.BatchHandler = (*Handler)(nil)
@@ -104,6 +107,9 @@ func New(cfg Config) (*Handler, error) {
 		h.timeout = TimeoutDefault
 	}
 	h.lim = newCallLimiter(cfg.MaxInFlight, cfg.Adaptive)
+	if h.lim != nil {
+		h.lim.signals = &h.testSignals
+	}
 	for k, v := range cfg.Headers {
 		h.headers.Set(k, v)
 	}

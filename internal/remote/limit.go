@@ -60,6 +60,9 @@ type callLimiter struct {
 	probeAt   time.Time
 	wake      chan struct{} // closed and replaced when a slot frees
 	gauge     prometheus.Gauge
+	// signals are the handler's test signals (SlotWaited, LimitChanged);
+	// nil in a limiter of its own.
+	signals *HandlerTestSignals
 }
 
 // newCallLimiter returns the limiter of a handler with maxInFlight (0:
@@ -105,8 +108,11 @@ func (l *callLimiter) acquire(ctx context.Context) error {
 			l.mu.Unlock()
 			return nil
 		}
-		wake := l.wake
+		wake, limit := l.wake, int(l.limit)
 		l.mu.Unlock()
+		if l.signals != nil {
+			l.signals.SlotWaited.Signal(limit)
+		}
 		select {
 		case <-wake:
 		case <-ctx.Done():
@@ -161,7 +167,14 @@ func (l *callLimiter) adaptLocked(overloaded bool, start time.Time, d time.Durat
 		}
 		l.limit = max(min(top, l.limit+1/l.limit), 1)
 	}
-	if int(l.limit) != before && l.gauge != nil {
-		l.gauge.Set(math.Floor(l.limit))
+	if int(l.limit) != before {
+		if l.gauge != nil {
+			l.gauge.Set(math.Floor(l.limit))
+		}
+		if l.signals != nil {
+			// Signal never blocks: safe under l.mu, and CallLimit
+			// reports this value until the next change.
+			l.signals.LimitChanged.Signal(int(l.limit))
+		}
 	}
 }

@@ -98,6 +98,7 @@ func TestMaxInFlightBoundsCalls(t *testing.T) {
 		b.answerAll(w, c)
 	}
 	h := b.handler(func(c *remote.Config) { c.MaxInFlight = 2; c.MaxConns = 8 })
+	h.TestSignals().SlotWaited.Init(t)
 	p := b.processor(dedup.Route{Name: h.Name(), Handler: h})
 	var wg sync.WaitGroup
 	for range 8 {
@@ -111,4 +112,5 @@ func TestMaxInFlightBoundsCalls(t *testing.T) {
 	wg.Wait()
 	require.Equal(t, int64(2), most.Load())
 	require.Equal(t, 2, h.CallLimit())
+	require.Equal(t, 2, h.TestSignals().SlotWaited.WaitOrTimeout(), "calls waited for a slot at the limit")
 }

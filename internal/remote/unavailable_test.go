@@ -107,7 +107,9 @@ func TestUnavailable(t *testing.T) {
 	}
 }
 
-// The batch's own end (a daemon stopping) ends the call at once.
+// The batch's own end (a daemon stopping) ends the call at once: the
+// batch ends while its call is in flight (CallStarted), not after a timer
+// that may fire before the call was sent.
 func TestCallEndsWithTheBatch(t *testing.T) {
 	t.Parallel()
 	b := setup(t)
@@ -117,10 +119,21 @@ func TestCallEndsWithTheBatch(t *testing.T) {
 	h := b.handler(func(c *remote.Config) { c.Timeout = time.Minute })
 	m := metrics.New()
 	h.Instrument(m, nil)
-	ctx, cancel := context.WithTimeout(context.Background(), 200*time.Millisecond)
+	sig := h.TestSignals()
+	sig.CallStarted.Init(t)
+	sig.CallEnded.Init(t)
+	ctx, cancel := context.WithCancel(context.Background())
 	defer cancel()
-	_, err := b.processor(dedup.Route{Name: h.Name(), Handler: h}).Process(ctx, []consumer.Event{event(`1`)})
-	require.ErrorIs(t, err, context.DeadlineExceeded)
+	errc := make(chan error, 1)
+	go func() {
+		_, err := b.processor(dedup.Route{Name: h.Name(), Handler: h}).Process(ctx, []consumer.Event{event(`1`)})
+		errc <- err
+	}()
+	require.Equal(t, 1, sig.CallStarted.WaitOrTimeout())
+	cancel()
+	err := <-errc
+	require.ErrorIs(t, err, context.Canceled)
+	require.Empty(t, sig.CallEnded.WaitOrTimeout(), "cut by the batch: no result")
 	var u *remote.UnavailableError
 	require.NotErrorAs(t, err, &u, "the batch's own end is not the handler's")
 	for _, r := range []string{metrics.RemoteOK, metrics.RemoteUnavailable, metrics.RemoteTimeout, metrics.RemoteBadAnswer} {

@@ -7,7 +7,7 @@ import (
 )
 
 // Defaults of Backoff: the waits of every retry loop of the daemon after a
-// fault (a broker dial, a consumer session, the control session, a LISTEN,
+// fault (a broker dial, a consumer channel, the control session, a LISTEN,
 // a pool's state read, the relay, the replay runner, a service's
 // bring-up).
 const (

@@ -222,7 +222,7 @@ func NewPool(cfg Config, deps Deps) (*Pool, error) {
 		idled:   make(chan struct{}),
 	}
 	// A worker that has no consumer yet applies nothing: quiet until its
-	// session starts consuming.
+	// channel starts consuming.
 	for i := range cfg.Concurrency {
 		p.idle[i] = true
 	}

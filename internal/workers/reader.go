@@ -63,10 +63,10 @@ func (r *reader) setWorkers(n int, idle bool) {
 }
 
 // workerIDs returns the ids of the reader's workers in force, for its
-// session's bookkeeping.
+// channel's bookkeeping.
 func (r *reader) workerIDs() []int { return r.ids }
 
-// run keeps the reader's session alive until fetchCtx ends.
+// run keeps the reader's consumer channel alive until fetchCtx ends.
 func (r *reader) run(fetchCtx, workCtx context.Context) {
 	defer func() {
 		for _, w := range r.workers {
@@ -74,10 +74,10 @@ func (r *reader) run(fetchCtx, workCtx context.Context) {
 		}
 	}()
 	defer func() { r.pool.setIdle(r.ids, true) }()
-	r.pool.keepSession(fetchCtx, r.log, func() error {
-		return r.pool.session(fetchCtx, "reader", r.pool.cfg.Prefetch, r.workerIDs, func(ch *amqp.Channel) consumeFunc {
+	r.pool.keepChannel(fetchCtx, r.log, func() error {
+		return r.pool.runChannel(fetchCtx, "reader", r.pool.cfg.Prefetch, r.workerIDs, func(ch *amqp.Channel) consumeFunc {
 			trk := newTracker(ch, len(r.workers))
-			return func(tag string, deliveries <-chan amqp.Delivery, changed <-chan struct{}) sessionEnd {
+			return func(tag string, deliveries <-chan amqp.Delivery, changed <-chan struct{}) channelEnd {
 				return r.consume(fetchCtx, workCtx, ch, trk, tag, deliveries, changed)
 			}
 		})
@@ -160,7 +160,7 @@ func (r *reader) resize(fetchCtx, workCtx context.Context, trk *tracker, cur *se
 // resizes the workers on the same consumer (resize). On a pause or a stop
 // it cancels the consumer and hands on what the broker had already sent;
 // it returns once every worker has settled what it was given.
-func (r *reader) consume(fetchCtx, workCtx context.Context, ch *amqp.Channel, trk *tracker, tag string, deliveries <-chan amqp.Delivery, changed <-chan struct{}) sessionEnd {
+func (r *reader) consume(fetchCtx, workCtx context.Context, ch *amqp.Channel, trk *tracker, tag string, deliveries <-chan amqp.Delivery, changed <-chan struct{}) channelEnd {
 	// A change made while no consumer ran: every worker is idle and has
 	// settled everything, so the new ones start at once.
 	n, resized := r.pool.resizeState()

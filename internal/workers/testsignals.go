@@ -7,7 +7,7 @@ import "github.com/platformd/platformd/internal/testsignal"
 // code never initialises them: each costs a nil check. Every signal fires
 // after the state it reports is visible through Info.
 type PoolTestSignals struct {
-	// Connected fires when a session's channel is open and its workers
+	// Connected fires when a consumer channel is open and its workers
 	// count as connected (value: the workers connected now).
 	Connected testsignal.Signal[int64]
 	// ConsumerStarted fires when a consumer (re)starts: after a connect,

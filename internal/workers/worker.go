@@ -86,15 +86,15 @@ func orderKeyOf(cfg Config) *partitionKey {
 	return newPartitionKey(cfg.PartitionKey)
 }
 
-// run keeps the worker's consuming session alive until fetchCtx ends.
+// run keeps the worker's consumer channel alive until fetchCtx ends.
 func (w *worker) run(fetchCtx, workCtx context.Context) {
 	defer w.pub.Close()
 	defer w.pool.setIdle([]int{w.id}, true)
-	w.pool.keepSession(fetchCtx, w.log, func() error {
+	w.pool.keepChannel(fetchCtx, w.log, func() error {
 		ids := []int{w.id}
-		return w.pool.session(fetchCtx, strconv.Itoa(w.id), w.prefetch, func() []int { return ids }, func(ch *amqp.Channel) consumeFunc {
+		return w.pool.runChannel(fetchCtx, strconv.Itoa(w.id), w.prefetch, func() []int { return ids }, func(ch *amqp.Channel) consumeFunc {
 			st := w.newSettler(ch)
-			return func(tag string, deliveries <-chan amqp.Delivery, changed <-chan struct{}) sessionEnd {
+			return func(tag string, deliveries <-chan amqp.Delivery, changed <-chan struct{}) channelEnd {
 				return w.consume(fetchCtx, workCtx, ch, st, tag, deliveries, changed)
 			}
 		})
@@ -104,7 +104,7 @@ func (w *worker) run(fetchCtx, workCtx context.Context) {
 // consume reads deliveries into batches and handles them until the pool is
 // paused, fetchCtx ends (both: cancel the consumer, then drain and handle
 // what the broker already sent) or the deliveries channel closes.
-func (w *worker) consume(fetchCtx, workCtx context.Context, ch *amqp.Channel, st *settler, tag string, deliveries <-chan amqp.Delivery, changed <-chan struct{}) sessionEnd {
+func (w *worker) consume(fetchCtx, workCtx context.Context, ch *amqp.Channel, st *settler, tag string, deliveries <-chan amqp.Delivery, changed <-chan struct{}) channelEnd {
 	// A new consumer: the old one's deliveries are gone (settled before
 	// it was cancelled, or with its channel).
 	w.deliveries, w.held, w.hasHeld = deliveries, amqp.Delivery{}, false

@@ -21,6 +21,7 @@ import (
 
 	"github.com/platformd/platformd/consumer"
 	"github.com/platformd/platformd/daemon"
+	"github.com/platformd/platformd/daemon/daemontest"
 	"github.com/platformd/platformd/internal/testdb"
 	"github.com/platformd/platformd/test/exactly"
 )
@@ -177,35 +178,19 @@ services:
 	path := filepath.Join(dir, "platformd.yaml")
 	require.NoError(t, os.WriteFile(path, []byte(sb.String()), 0o600))
 
-	reg := consumer.NewRegistry()
-	cfg, err := daemon.LoadConfig(path, reg)
-	require.NoError(t, err)
-	d, err := daemon.New(cfg, reg, daemon.WithCreateDatabases())
-	require.NoError(t, err)
-	f.d = d
 	// The peak while the services come up, sampled on a connection of
 	// its own.
 	stopSampling := samplePeak(t, f.prefix)
-	runCtx, cancel := context.WithCancel(ctx)
-	errc := make(chan error, 1)
 	start := time.Now()
-	go func() { errc <- d.Run(runCtx) }()
-	t.Cleanup(func() {
-		cancel()
-		require.NoError(t, <-errc)
-	})
-	select {
-	case <-d.Ready():
-	case err := <-errc:
-		t.Fatalf("daemon ended: %v", err)
-	case <-time.After(3 * upWithin):
-		t.Fatalf("not all %d services up after %s", fc.n, 3*upWithin)
-	}
+	// daemontest waits for Ready at most ReadyTimeoutDefault (upWithin):
+	// a slower start fails there, as the proof's bound would after it.
+	f.d = daemontest.Start(t, path, consumer.NewRegistry(), daemon.WithCreateDatabases())
 	f.allUp = time.Since(start)
 	peak, peakWhat := stopSampling()
 	t.Logf("%d services (%s): all up after %s; at most %d connections to their databases meanwhile:\n%s",
 		fc.n, f.mode(), f.allUp.Round(time.Millisecond), peak, peakWhat)
 
+	var err error
 	f.admin, err = pgx.Connect(ctx, testdb.AdminURL())
 	require.NoError(t, err)
 	t.Cleanup(func() { _ = f.admin.Close(context.Background()) })

@@ -12,11 +12,13 @@ import (
 	"github.com/platformd/platformd/internal/startstop"
 )
 
-// sessionEnd is why one consumer of a session ended.
-type sessionEnd uint8
+// channelEnd is why one consumer of a channel run ended. A channel run is
+// one consumer channel's life, from its opening to its death or a stop:
+// not a database session (package session is the control session).
+type channelEnd uint8
 
 const (
-	endPaused      sessionEnd = iota + 1 // the pool was paused: consume again on resume
+	endPaused      channelEnd = iota + 1 // the pool was paused: consume again on resume
 	endStopping                          // fetchCtx ended
 	endChannelGone                       // the channel died or the broker cancelled the consumer
 )
@@ -24,16 +26,16 @@ const (
 // consumeFunc runs one consumer, tagged tag, over its deliveries until the
 // pool's pause state changes to paused (changed is closed on any change),
 // fetchCtx ends or the channel dies, and says which.
-type consumeFunc func(tag string, deliveries <-chan amqp.Delivery, changed <-chan struct{}) sessionEnd
+type consumeFunc func(tag string, deliveries <-chan amqp.Delivery, changed <-chan struct{}) channelEnd
 
-// keepSession runs session again and again, with backoff and jitter after
-// a failure, until fetchCtx ends: amqp091-go does not reconnect by itself,
-// and every session gets a fresh channel.
-func (p *Pool) keepSession(fetchCtx context.Context, log *slog.Logger, session func() error) {
+// keepChannel runs run (a channel run) again and again, with backoff and
+// jitter after a failure, until fetchCtx ends: amqp091-go does not
+// reconnect by itself, and every run gets a fresh channel.
+func (p *Pool) keepChannel(fetchCtx context.Context, log *slog.Logger, run func() error) {
 	var backoff startstop.Backoff
 	for fetchCtx.Err() == nil {
 		start := time.Now()
-		err := session()
+		err := run()
 		if fetchCtx.Err() != nil {
 			return
 		}
@@ -41,6 +43,8 @@ func (p *Pool) keepSession(fetchCtx context.Context, log *slog.Logger, session f
 			backoff.Reset()
 		}
 		wait := backoff.Next()
+		// The message keeps its older words: a test of the delays reads
+		// them.
 		log.WarnContext(fetchCtx, "workers: consumer session ended, restarting", slog.Any("error", err), slog.Duration("backoff", wait))
 		if !startstop.Sleep(fetchCtx, wait) {
 			return
@@ -48,14 +52,14 @@ func (p *Pool) keepSession(fetchCtx context.Context, log *slog.Logger, session f
 	}
 }
 
-// session opens a fresh channel, declares the topology, sets prefetch and
+// runChannel opens a fresh channel, declares the topology, sets prefetch and
 // consumes through the consumeFunc that start returns for the channel,
 // again after each pause, until the channel dies or fetchCtx ends. workers
-// returns the ids of the workers the session serves, for the pause
+// returns the ids of the workers the channel serves, for the pause
 // bookkeeping (a partitioned pool's reader changes them within a consume,
-// and counts the change itself); name tells the session's consumer tags
+// and counts the change itself); name tells the channel's consumer tags
 // apart.
-func (p *Pool) session(fetchCtx context.Context, name string, prefetch int, workers func() []int, start func(ch *amqp.Channel) consumeFunc) error {
+func (p *Pool) runChannel(fetchCtx context.Context, name string, prefetch int, workers func() []int, start func(ch *amqp.Channel) consumeFunc) error {
 	ch, err := p.deps.Consume.Channel(fetchCtx)
 	if err != nil {
 		return err
