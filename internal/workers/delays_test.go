@@ -104,8 +104,12 @@ func TestOldRetryQueuesMovedToSharedDelays(t *testing.T) {
 }
 
 // A retried event waits each of its pool's delays, measured by when its
-// handler is called, within 10% of the configured delay, while a steady
-// load flows through the same pool (quorum queues, the default).
+// handler is called, while a steady load flows through the same pool
+// (quorum queues, the default): never less than the configured delay (the
+// copy's TTL starts after the call), and less than half as much again, so
+// each attempt waited its own delay and not the next one's. How late it
+// comes back is the machine's load, not the delay: a bound of 10% failed
+// beside other work (1.254 s for 1 s) with nothing wrong.
 func TestRetryDelaysMeasuredUnderLoad(t *testing.T) {
 	t.Parallel()
 	b := newBundle(t, withVhost)
@@ -156,7 +160,8 @@ func TestRetryDelaysMeasuredUnderLoad(t *testing.T) {
 			got := c[k+1].Sub(c[k])
 			t.Logf("event %s attempt %d: delay %s measured %s (%+.1f%%)", id, k+1, want, got.Round(time.Millisecond),
 				100*float64(got-want)/float64(want))
-			require.InDelta(t, float64(want), float64(got), 0.1*float64(want), "attempt %d of %s", k+1, id)
+			require.GreaterOrEqual(t, got, want, "attempt %d of %s came back before its delay", k+1, id)
+			require.Less(t, got, want+want/2, "attempt %d of %s waited more than its own delay", k+1, id)
 		}
 	}
 	t.Logf("load: %d events published while the retried ones waited", load)
