@@ -20,7 +20,6 @@ import (
 type reader struct {
 	pool    *Pool
 	workers []*worker
-	ids     []int
 	key     *partitionKey
 	turn    int // next worker of a keyless delivery
 	log     *slog.Logger
@@ -44,10 +43,9 @@ func (r *reader) setWorkers(n int, idle bool) {
 	}
 	p := r.pool
 	prefetch := WorkerPrefetch(p.cfg.Prefetch, n, p.cfg.BatchSize)
-	r.workers, r.ids = make([]*worker, n), make([]int, n)
+	r.workers = make([]*worker, n)
 	for i := range r.workers {
 		r.workers[i] = newWorkerWith(p, i, prefetch)
-		r.ids[i] = i
 	}
 	r.turn = 0
 	p.mu.Lock()
@@ -56,15 +54,22 @@ func (r *reader) setWorkers(n int, idle bool) {
 			delete(p.idle, id)
 		}
 	}
-	for _, id := range r.ids {
+	for id := range n {
 		p.idle[id] = idle
 	}
 	p.mu.Unlock()
 }
 
-// workerIDs returns the ids of the reader's workers in force, for its
-// channel's bookkeeping.
-func (r *reader) workerIDs() []int { return r.ids }
+// workerIDs returns the ids of the reader's workers in force (always 0 to
+// n-1), for its channel's bookkeeping: asked on a connect or a pause, never
+// per message, so they are derived rather than kept beside the workers.
+func (r *reader) workerIDs() []int {
+	ids := make([]int, len(r.workers))
+	for i := range ids {
+		ids[i] = i
+	}
+	return ids
+}
 
 // run keeps the reader's consumer channel alive until fetchCtx ends.
 func (r *reader) run(fetchCtx, workCtx context.Context) {
@@ -73,7 +78,7 @@ func (r *reader) run(fetchCtx, workCtx context.Context) {
 			w.pub.Close()
 		}
 	}()
-	defer func() { r.pool.setIdle(r.ids, true) }()
+	defer func() { r.pool.setIdle(r.workerIDs(), true) }()
 	r.pool.keepChannel(fetchCtx, r.log, func() error {
 		return r.pool.runChannel(fetchCtx, "reader", r.pool.cfg.Prefetch, r.workerIDs, func(ch *amqp.Channel) consumeFunc {
 			trk := newTracker(ch, len(r.workers))
