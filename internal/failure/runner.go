@@ -46,10 +46,21 @@ const (
 	// RunnerChunkEveryDefault is the time one chunk stands for at the
 	// retry's rate: a chunk is rate x RunnerChunkEvery copies (at most
 	// RunnerChunkMax), published and confirmed together, then marked sent
-	// in one transaction.
-	RunnerChunkEveryDefault = 500 * time.Millisecond
+	// in one transaction. It is also how soon a retry gives way to a
+	// backlog (RunnerConfig.Backlog), and how many copies at most were
+	// already sent when it does: 400 at 2,000/s.
+	RunnerChunkEveryDefault = 200 * time.Millisecond
 	// RunnerChunkMax is the most copies of one chunk.
 	RunnerChunkMax = 1000
+	// RunnerYieldShareDefault is the share of its rate a retry keeps
+	// while a pool it does not send to has a backlog (RunnerConfig.Backlog):
+	// live traffic goes first, and the retry never stops outright, so a
+	// pool that is always behind cannot starve it.
+	RunnerYieldShareDefault = 0.1
+	// RunnerYieldHoldDefault is how long a retry keeps giving way after
+	// the backlog it gave way to has left the queue: the pool still works
+	// through what it holds (its prefetch).
+	RunnerYieldHoldDefault = time.Second
 	// RunnerUnhostedTimeoutDefault is how long a retry waits, with no
 	// progress, for a daemon hosting the pools of its unsent items before
 	// it is finished (done, its error naming what was not sent).
@@ -94,6 +105,21 @@ type RunnerConfig struct {
 	ChunkEvery time.Duration
 	// UnhostedTimeout: see RunnerUnhostedTimeoutDefault.
 	UnhostedTimeout time.Duration
+	// Backlog, when set, names a pool of this daemon with a backlog right
+	// now ("service/pool"), or returns "" when none has; it leaves out
+	// this service's pools in targets (those the retry sends to: their
+	// live traffic shares its queue with the copies, at the rate the
+	// operator chose). It is asked before each chunk; while it names
+	// one, and YieldHold after, the retry sends at YieldShare of its
+	// rate. Default: none.
+	Backlog func(ctx context.Context, targets []string) string
+	// YieldShare: see RunnerYieldShareDefault. YieldHold: see
+	// RunnerYieldHoldDefault.
+	YieldShare float64
+	YieldHold  time.Duration
+	// Yielded, when set, is told the time each chunk sent while giving
+	// way to a backlog stands for (platformd_failure_retry_yield_seconds_total).
+	Yielded func(time.Duration)
 	// ControlFunc, when set, runs the runner's small statements (its idle
 	// poll for an open retry, its lease) on the service's control
 	// session, so that an idle runner holds no pooled connection;
@@ -110,6 +136,9 @@ type RunnerTestSignals struct {
 	// CanaryWaiting fires each time the runner found canary copies still
 	// waiting for their outcome (value: how many).
 	CanaryWaiting testsignal.Signal[int64]
+	// Yielding fires when a retry starts giving way to a backlog (value:
+	// the pool, "service/pool") and when it goes back to its rate ("").
+	Yielding testsignal.Signal[string]
 }
 
 // Runner sends the retries of one service database, oldest first: one
@@ -137,6 +166,11 @@ func NewRunner(cfg RunnerConfig) (*Runner, error) {
 	cfg.LeaseTTL = cmp.Or(cfg.LeaseTTL, RunnerLeaseTTLDefault)
 	cfg.ChunkEvery = cmp.Or(cfg.ChunkEvery, RunnerChunkEveryDefault)
 	cfg.UnhostedTimeout = cmp.Or(cfg.UnhostedTimeout, RunnerUnhostedTimeoutDefault)
+	cfg.YieldShare = cmp.Or(cfg.YieldShare, RunnerYieldShareDefault)
+	if cfg.YieldShare <= 0 || cfg.YieldShare > 1 {
+		return nil, fmt.Errorf("failure: runner: yield share %v is not in (0, 1]", cfg.YieldShare)
+	}
+	cfg.YieldHold = cmp.Or(cfg.YieldHold, RunnerYieldHoldDefault)
 	if cfg.ControlFunc == nil {
 		db := cfg.Store.db
 		cfg.ControlFunc = func(ctx context.Context, fn func(context.Context, query.Querier) error) error { return fn(ctx, db) }
@@ -404,6 +438,50 @@ type sender struct {
 	override bool
 	chunk    int
 	log      *slog.Logger
+	// yieldingTo is the pool the retry gives way to, "" at its rate;
+	// backlogSeen is when Backlog last named one.
+	yieldingTo  string
+	backlogSeen time.Time
+}
+
+// pace returns the size of the next chunk and the rate it is sent at:
+// the retry's, or YieldShare of it while a pool other than targets has a
+// backlog, and YieldHold after (RunnerConfig.Backlog).
+func (s *sender) pace(ctx context.Context, targets []string) (chunk int, rate float64) {
+	r := s.r
+	rate = float64(s.rec.Rate)
+	who := ""
+	if r.cfg.Backlog != nil {
+		who = r.cfg.Backlog(ctx, targets)
+	}
+	switch {
+	case who != "":
+		s.backlogSeen = time.Now()
+	case s.yieldingTo != "" && time.Since(s.backlogSeen) < r.cfg.YieldHold:
+		who = s.yieldingTo
+	}
+	if who != s.yieldingTo {
+		// The retry's error says why it is slow while it is (cleared
+		// when it is not), for an operator who reads the retry.
+		note := ""
+		if who != "" {
+			note = fmt.Sprintf("waiting: giving way to the backlog of %s, at %g copies/s", who, rate*r.cfg.YieldShare)
+			s.log.InfoContext(ctx, "failure: retry gives way to a pool's backlog", slog.String("backlog", who),
+				slog.Float64("rate", rate*r.cfg.YieldShare))
+		} else {
+			s.log.InfoContext(ctx, "failure: retry back to its rate", slog.Float64("rate", rate))
+		}
+		if _, err := setRetryError.Run(ctx, r.cfg.Store.db, retryErrorParams{ID: s.rec.ID, Error: note}); err != nil && ctx.Err() == nil {
+			s.log.WarnContext(ctx, "failure: retry's note not written", slog.Any("error", err))
+		}
+		s.yieldingTo = who
+		r.testSignals.Yielding.Signal(who)
+	}
+	if who == "" {
+		return s.chunk, rate
+	}
+	rate *= r.cfg.YieldShare
+	return min(max(int(rate*r.cfg.ChunkEvery.Seconds()), 1), s.chunk), rate
 }
 
 // send publishes the phase's unsent items of hosted pools in seq order,
@@ -426,6 +504,12 @@ func (s *sender) send(ctx context.Context, canaryOnly bool) (stopped bool, err e
 	}
 	queues := map[string]hosting{}
 	var after int64
+	// The pools the phase sends to, whose own traffic does not make it
+	// give way (pace).
+	targets, err := unsentPools.All(ctx, db, phaseParams{ID: s.rec.ID, CanaryOnly: canaryOnly})
+	if err != nil {
+		return false, fmt.Errorf("failure: retry %s: pools: %w", s.rec.ID, err)
+	}
 	// Pacing is a schedule: each chunk moves the next send time by
 	// len(chunk)/rate, so that a slow chunk (a busy database) is made up
 	// by the next ones; the schedule never lags the clock by more than
@@ -435,7 +519,8 @@ func (s *sender) send(ctx context.Context, canaryOnly bool) (stopped bool, err e
 		if err := r.held(ctx); err != nil {
 			return false, err
 		}
-		items, err := nextChunk.All(ctx, db, chunkParams{ID: s.rec.ID, AfterSeq: after, CanaryOnly: canaryOnly, Limit: s.chunk})
+		limit, rate := s.pace(ctx, targets)
+		items, err := nextChunk.All(ctx, db, chunkParams{ID: s.rec.ID, AfterSeq: after, CanaryOnly: canaryOnly, Limit: limit})
 		if err != nil {
 			return false, fmt.Errorf("failure: retry %s: next chunk: %w", s.rec.ID, err)
 		}
@@ -494,10 +579,14 @@ func (s *sender) send(ctx context.Context, canaryOnly bool) (stopped bool, err e
 			s.log.InfoContext(ctx, "failure: retry stopped", slog.String("state", st))
 			return true, nil
 		}
-		if len(items) < s.chunk {
+		if len(items) < limit {
 			continue // the next read finds none
 		}
-		next = later(next, time.Now().Add(-time.Second)).Add(time.Duration(len(items)) * time.Second / time.Duration(s.rec.Rate))
+		d := time.Duration(float64(len(items)) * float64(time.Second) / rate)
+		if s.yieldingTo != "" && r.cfg.Yielded != nil {
+			r.cfg.Yielded(d)
+		}
+		next = later(next, time.Now().Add(-time.Second)).Add(d)
 		if !startstop.Sleep(ctx, time.Until(next)) {
 			return false, ctx.Err()
 		}

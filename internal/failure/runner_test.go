@@ -7,6 +7,7 @@ import (
 	"os"
 	"slices"
 	"sort"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -45,6 +46,7 @@ func setupRunner(t *testing.T, cfg RunnerConfig, unhosted ...string) *runnerBund
 		return b.queue, true
 	}
 	cfg.Poll = cmp.Or(cfg.Poll, 20*time.Millisecond)
+	cfg.ChunkEvery = cmp.Or(cfg.ChunkEvery, 500*time.Millisecond) // the tests' chunk sizes
 	cfg.LockRetry = 20 * time.Millisecond
 	r, err := NewRunner(cfg)
 	require.NoError(t, err)
@@ -362,5 +364,74 @@ func TestRunnerThroughput(t *testing.T) {
 		n, rate, took.Round(time.Millisecond), float64(n)/took.Seconds(), steady, spread)
 	if rate == 2000 {
 		require.Greater(t, steady, 1900.0)
+	}
+}
+
+// While a pool the retry does not send to has a backlog, the retry sends
+// at a tenth of its rate, in chunks to match, and goes back to its rate
+// once the backlog has been gone for YieldHold: live traffic first.
+func TestRunnerGivesWayToABacklog(t *testing.T) {
+	t.Parallel()
+	busy, none := "other/live", ""
+	var backlog atomic.Pointer[string]
+	backlog.Store(&busy)
+	var targets atomic.Pointer[[]string]
+	var yielded atomic.Int64
+	b := setupRunner(t, RunnerConfig{
+		ChunkEvery: 100 * time.Millisecond,
+		Backlog: func(_ context.Context, tg []string) string {
+			targets.Store(&tg)
+			return *backlog.Load()
+		},
+		Yielded:   func(d time.Duration) { yielded.Add(int64(d)) },
+		YieldHold: 300 * time.Millisecond,
+	})
+	ctx := t.Context()
+	seed(t, b.db, "p", 1000, 1)
+	// 1,000/s: chunks of 100 every 100 ms; giving way, 100/s: chunks of 10.
+	r, err := b.store.CreateRetry(ctx, RetryRequest{Filter: Filter{Pool: "p"}, Rate: 1000}, "op")
+	require.NoError(t, err)
+	sig := b.runner.TestSignals()
+	sig.ChunkSent.Init(t)
+	sig.Yielding.Init(t)
+	b.start(t)
+
+	require.Equal(t, busy, sig.Yielding.WaitOrTimeout())
+	got, err := b.store.GetRetry(ctx, r.ID)
+	require.NoError(t, err)
+	require.Equal(t, "waiting: giving way to the backlog of other/live, at 100 copies/s", got.Error, "why it is slow, for an operator")
+	for range 3 {
+		require.Equal(t, 10, sig.ChunkSent.WaitOrTimeout(), "a tenth of the rate")
+	}
+	require.Equal(t, []string{"p"}, *targets.Load(), "the pools the retry sends to are not asked about")
+	require.GreaterOrEqual(t, time.Duration(yielded.Load()), 2*100*time.Millisecond, "each chunk of 10 stands for 100 ms")
+
+	backlog.Store(&none)
+	gone := time.Now()
+	require.Empty(t, sig.Yielding.WaitOrTimeout(), "back to its rate")
+	// The hold counts from the last chunk that saw the backlog, at most
+	// a chunk (100 ms) before it went.
+	require.GreaterOrEqual(t, time.Since(gone), 200*time.Millisecond, "after the pool worked through what it held")
+	got, err = b.store.GetRetry(ctx, r.ID)
+	require.NoError(t, err)
+	require.Empty(t, got.Error, "the note gone with the backlog")
+	n := sig.ChunkSent.WaitOrTimeout()
+	for n == 10 { // chunks sent before the backlog went
+		n = sig.ChunkSent.WaitOrTimeout()
+	}
+	require.Equal(t, 100, n, "the whole rate again")
+	got = b.waitState(t, r.ID, RetryDone)
+	require.EqualValues(t, 1000, got.Sent, "every copy sent, whatever the pace")
+}
+
+// A yield share outside (0, 1] is refused, naming it.
+func TestRunnerRefusesAYieldShareOutOfRange(t *testing.T) {
+	t.Parallel()
+	conn := broker.NewConn([]string{testenv.AMQPURL()}, "failure-test", nil, discardLog)
+	t.Cleanup(conn.Close)
+	for _, share := range []float64{-0.5, 1.5} {
+		_, err := NewRunner(RunnerConfig{Store: NewStore(database(t)), Broker: conn, Logger: discardLog, YieldShare: share,
+			QueueOf: func(string) (string, bool) { return "", false }})
+		require.ErrorContains(t, err, "yield share")
 	}
 }

@@ -19,6 +19,10 @@ type FailureMetrics struct {
 	// FailedEvents is platformd_failed_events{service,pool,reason,state}:
 	// the rows of each service's platform.failed_event, as last counted.
 	FailedEvents *prometheus.GaugeVec
+	// RetryYieldSeconds is platformd_failure_retry_yield_seconds_total{service}:
+	// the time the service's retries spent at a share of their rate,
+	// giving way to another pool's backlog.
+	RetryYieldSeconds *prometheus.CounterVec
 
 	mu *sync.Mutex // serializes SetFailedEvents' delete-then-set
 }
@@ -27,6 +31,8 @@ func newFailureMetrics(f factory) FailureMetrics {
 	return FailureMetrics{
 		FailedEvents: f.gauge("platformd_failed_events", "Stored failures (platform.failed_event rows), by pool, reason and state.",
 			"service", "pool", "reason", "state"),
+		RetryYieldSeconds: f.counter("platformd_failure_retry_yield_seconds_total",
+			"Time the service's failure retries sent at a share of their rate, giving way to a backlog of another pool.", "service"),
 		mu: &sync.Mutex{},
 	}
 }

@@ -1,0 +1,34 @@
+package workers
+
+import (
+	"testing"
+
+	"github.com/stretchr/testify/require"
+
+	"github.com/platformd/platformd/internal/fixture/shop"
+)
+
+// A pool is at full speed only while it consumes with nothing holding it
+// back: not while paused, not under a rate limit, not once stopped.
+func TestPoolAtFullSpeed(t *testing.T) {
+	t.Parallel()
+	b := newBundle(t)
+	p := b.startPool(false, shop.HandlerStockReserve)
+	p.testSignals.Connected.WaitUntil("pool connected", func() bool { return p.connected.Load() == int64(b.cfg.Concurrency) })
+	require.True(t, p.AtFullSpeed())
+
+	_, err := p.Pause(b.ctx, "hold", "test")
+	require.NoError(t, err)
+	require.False(t, p.AtFullSpeed(), "paused")
+	_, err = p.Resume(b.ctx, "test")
+	require.NoError(t, err)
+	require.True(t, p.AtFullSpeed())
+
+	p.SetLimits(100, 100)
+	require.False(t, p.AtFullSpeed(), "under a rate limit")
+	p.SetLimits(0, 0)
+	require.True(t, p.AtFullSpeed(), "the limit lifted")
+
+	b.stop()
+	require.False(t, p.AtFullSpeed(), "stopped")
+}
