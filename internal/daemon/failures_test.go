@@ -192,7 +192,7 @@ func TestFailureRetryGivesWayToABacklog(t *testing.T) {
 // BenchmarkLivePoolUnderFailureRetry measures what a server-side retry of
 // 100,000 failures at 2,000/s (a canary of 100 first) costs a live pool of
 // another service: the time stock2's pool takes to drain a backlog of
-// 50,000 events, without then with the retry running (its copies applied by
+// 100,000 events, without then with the retry running (its copies applied by
 // stock's pool meanwhile), the order alternating from one round to the
 // next. It reports the throughput kept (kept-%: the median of the rounds'
 // ratios, and their extremes). While the live pool drains at full speed
@@ -210,7 +210,7 @@ func BenchmarkLivePoolUnderFailureRetry(b *testing.B) {
 	defer conn.Close()
 	ch, err := conn.Channel()
 	require.NoError(b, err)
-	const k = 50_000
+	const k = 100_000
 	// load puts a backlog of k events in stock2's queue, the pool paused;
 	// drain resumes it and returns how long it took to apply them.
 	load := func() uint64 {
