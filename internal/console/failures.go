@@ -56,10 +56,14 @@ type retryView struct {
 	Selection string
 	// Live is true while it has not finished (the page polls it).
 	Live bool
+	// Waiting is true when its error is a note on why a live retry is
+	// slow ("waiting: ..."), not a fault: shown as a hint.
+	Waiting bool
 }
 
 func viewRetry(r admin.FailureRetry) retryView {
-	return retryView{FailureRetry: r, Selection: filterSummary(r.Filter), Live: r.State == failure.RetryCanary || r.State == failure.RetryRunning}
+	live := r.State == failure.RetryCanary || r.State == failure.RetryRunning
+	return retryView{FailureRetry: r, Selection: filterSummary(r.Filter), Live: live, Waiting: live && strings.HasPrefix(r.Error, "waiting: ")}
 }
 
 // failuresData reads the failures page of service; the error is the

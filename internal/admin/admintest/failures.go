@@ -428,6 +428,7 @@ func failureRetryFixture() []admin.FailureRetry {
 			ID: FailureRunningRetryID, State: failure.RetryRunning,
 			Filter: failure.Filter{Pool: "stock-events", Reason: "permanent"}, Canary: 1, Rate: 50,
 			OverrideBeyondHorizon: true, Selected: 4, Sent: 2, Resolved: 1, CreatedBy: "ops",
+			Error:     "waiting: giving way to the backlog of stock2/stock2-events, at 5 copies/s",
 			CreatedAt: Now.Add(-10 * time.Minute), UpdatedAt: Now.Add(-time.Minute),
 		}},
 	}
