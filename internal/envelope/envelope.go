@@ -246,3 +246,15 @@ func appendEscaped(dst []byte, s string) []byte {
 	}
 	return append(dst, s[start:]...)
 }
+
+// EventTime is the time platformd judges an event's age by (the
+// beyond-horizon guard, duplicate ages, replays): the timestamp of a UUID
+// v7 event_id, which the producer set when it wrote its outbox row, else
+// occurred_at.
+func EventTime(id uuid.UUID, occurredAt time.Time) time.Time {
+	if id.Version() == 7 {
+		sec, nsec := id.Time().UnixTime()
+		return time.Unix(sec, nsec)
+	}
+	return occurredAt
+}

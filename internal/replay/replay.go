@@ -9,6 +9,7 @@ import (
 	"sync"
 	"time"
 
+	"github.com/platformd/platformd/internal/envelope"
 	"github.com/platformd/platformd/internal/query"
 
 	"github.com/google/uuid"
@@ -76,16 +77,6 @@ type Item struct {
 	ID         uuid.UUID
 	Name       string
 	OccurredAt time.Time
-}
-
-// EventTime is the time the beyond-horizon guard judges an event by: its
-// UUID v7 time, else its occurred_at (as the workers do).
-func EventTime(id uuid.UUID, occurredAt time.Time) time.Time {
-	if id.Version() == 7 {
-		sec, nsec := id.Time().UnixTime()
-		return time.Unix(sec, nsec)
-	}
-	return occurredAt
 }
 
 // Select reads the events s matches from the producer's archive, among
@@ -230,7 +221,7 @@ func dryRunOne(ctx context.Context, items []Item, t Target, targeted bool, now t
 				continue
 			}
 		}
-		if t.beyond(EventTime(it.ID, it.OccurredAt), now) {
+		if t.beyond(envelope.EventTime(it.ID, it.OccurredAt), now) {
 			pc.BeyondHorizon++
 			continue
 		}

@@ -17,6 +17,7 @@ import (
 
 	"github.com/platformd/platformd/internal/broker"
 	"github.com/platformd/platformd/internal/dbpool"
+	"github.com/platformd/platformd/internal/envelope"
 	"github.com/platformd/platformd/internal/lease"
 	"github.com/platformd/platformd/internal/outbox"
 	"github.com/platformd/platformd/internal/query"
@@ -461,7 +462,7 @@ func (r *Runner) publishChunk(ctx context.Context, pub *txChannel, rec *Record, 
 		h[HeaderReplay] = rec.ID.String()
 		o := broker.Outgoing{Exchange: r.cfg.Exchange, RoutingKey: row.Name}
 		if targeted && len(targets) == 1 {
-			if targets[0].beyond(EventTime(it.ID, row.At), now) {
+			if targets[0].beyond(envelope.EventTime(it.ID, row.At), now) {
 				if !rec.IncludeBeyondHorizon {
 					continue
 				}

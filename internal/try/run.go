@@ -488,11 +488,7 @@ func eventOf(env envelope.Envelope, pool *config.PoolConfig, f *failure.Failure)
 // horizonNote says when the pool's beyond-horizon guard would stop ev
 // before its handler.
 func horizonNote(s *config.ServiceConfig, ev consumer.Event) []string {
-	at := ev.OccurredAt
-	if ev.ID.Version() == 7 {
-		sec, nsec := ev.ID.Time().UnixTime()
-		at = time.Unix(sec, nsec)
-	}
+	at := envelope.EventTime(ev.ID, ev.OccurredAt)
 	if s.Horizon <= 0 || time.Since(at) <= s.Horizon {
 		return nil
 	}

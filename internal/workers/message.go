@@ -42,13 +42,6 @@ func toEvent(env envelope.Envelope, d *amqp.Delivery, pool, queue string) consum
 	}
 }
 
-// eventTime is the time the beyond-horizon guard judges an event by: the
-// timestamp of a UUID v7 id (set by the producer when it wrote its outbox
-// row), else occurred_at.
-func eventTime(ev consumer.Event) time.Time {
-	if ev.ID.Version() == 7 {
-		sec, nsec := ev.ID.Time().UnixTime()
-		return time.Unix(sec, nsec)
-	}
-	return ev.OccurredAt
-}
+// eventTime is the time the beyond-horizon guard judges an event by
+// (envelope.EventTime).
+func eventTime(ev consumer.Event) time.Time { return envelope.EventTime(ev.ID, ev.OccurredAt) }
