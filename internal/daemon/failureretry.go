@@ -74,7 +74,10 @@ func (s *service) backlogBesides(ctx context.Context, targets []string) string {
 	var cands []candidate
 	for _, other := range s.d.serviceList() {
 		for _, p := range other.workerPools() {
-			if (other == s && slices.Contains(targets, p.Name())) || !p.AtFullSpeed() {
+			// A pool that is not working has no backlog it works
+			// through: no broker round trip for it (most pools of a
+			// daemon of many tenants are idle at any moment).
+			if (other == s && slices.Contains(targets, p.Name())) || !p.AtFullSpeed() || !p.Working() {
 				continue
 			}
 			cands = append(cands, candidate{other.name, p})

@@ -1,5 +1,13 @@
 package workers
 
+import "time"
+
+// WorkingWindowDefault is how recently a pool must have finished a batch
+// to count as working (Working), or twice its batch.wait if that is
+// longer: more than the gap between two batches of a busy pool, which is
+// at most its batch.wait.
+const WorkingWindowDefault = 100 * time.Millisecond
+
 // AtFullSpeed reports whether the pool consumes as fast as it can: a
 // worker on a live consumer, not paused, no rate limit in force, and its
 // database answering. Messages ready in the queue of such a pool are a
@@ -13,4 +21,16 @@ func (p *Pool) AtFullSpeed() bool {
 	}
 	paused, _ := p.pauseState()
 	return !paused
+}
+
+// Working reports whether the pool has deliveries in hand or finished a
+// batch within the last WorkingWindowDefault: a pool with a backlog always
+// is, so that a look at queues for one can pass over the pools that are
+// not (two atomic loads, no broker round trip). Safe for concurrent use.
+func (p *Pool) Working() bool {
+	if p.inFlight.Load() > 0 {
+		return true
+	}
+	at := p.workedAt.Load()
+	return at != 0 && time.Since(time.Unix(0, at)) < max(WorkingWindowDefault, 2*p.cfg.BatchWait)
 }

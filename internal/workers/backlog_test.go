@@ -32,3 +32,20 @@ func TestPoolAtFullSpeed(t *testing.T) {
 	b.stop()
 	require.False(t, p.AtFullSpeed(), "stopped")
 }
+
+// A pool is working while it handles deliveries and for a moment after
+// its last batch, and not once it has been idle for longer.
+func TestPoolWorking(t *testing.T) {
+	t.Parallel()
+	b := newBundle(t)
+	p := b.start(shop.HandlerStockReserve, "test.probe")
+	require.False(t, p.Working(), "a pool that has handled nothing")
+	release := b.holdHandlers()
+	env, _ := b.order(1)
+	b.publishEnv(env, nil)
+	b.waitFor("the event in a handler", func() bool { return b.holding.Load() == 1 })
+	require.True(t, p.Working(), "a delivery in hand")
+	release()
+	b.waitSettled("the event settled", func() bool { return p.Info().Processed == 1 })
+	b.waitFor("idle past the window", func() bool { return !p.Working() })
+}

@@ -159,6 +159,7 @@ type Pool struct {
 
 	count     counters
 	inFlight  atomic.Int64
+	workedAt  atomic.Int64          // unix nanos a worker last finished a batch (Working)
 	dbErr     atomic.Pointer[error] // the service database's last error; nil once it answers
 	connected atomic.Int64          // workers with a live consumer or paused on a live channel
 

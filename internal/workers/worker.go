@@ -264,6 +264,7 @@ func (w *worker) handle(workCtx, fetchCtx context.Context, st *settler, first am
 	w.pool.count.m.inFlight.Add(float64(len(batch)))
 	ok := w.processBatch(workCtx, st, batch)
 	w.pool.inFlight.Add(-int64(len(batch)))
+	w.pool.workedAt.Store(time.Now().UnixNano())
 	w.pool.count.m.inFlight.Sub(float64(len(batch)))
 	if w.wait > 0 && fetchCtx != nil {
 		// The last batch could not be committed (database down?): do not
