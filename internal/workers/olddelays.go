@@ -72,39 +72,21 @@ func (p *Pool) drainOldRetryQueue(ctx context.Context, pub *broker.Publisher, na
 	if err := shared.DeclareDelays(ctx, p.deps.Consume, p.log); err != nil {
 		return 0, err
 	}
-	moved := 0
-	for ctx.Err() == nil {
-		out := make([]broker.Outgoing, 0, drainChunk)
-		var last uint64
-		for len(out) < drainChunk {
-			m, ok, err := ch.Get(name, false)
-			if err != nil {
-				return moved, fmt.Errorf("get from %s: %w", name, err)
-			}
-			if !ok {
-				break
-			}
-			out = append(out, broker.Outgoing{Exchange: broker.DelayQueue(d), RoutingKey: p.cfg.Queue, Msg: broker.CopyOf(&m)})
-			last = m.DeliveryTag
+	moved, err := moveQueue(ctx, ch, name, drainChunk, -1, func(ctx context.Context, ms []amqp.Delivery) error {
+		out := make([]broker.Outgoing, len(ms))
+		for i := range ms {
+			out[i] = broker.Outgoing{Exchange: broker.DelayQueue(d), RoutingKey: p.cfg.Queue, Msg: broker.CopyOf(&ms[i])}
 		}
-		if len(out) == 0 {
-			return moved, p.deleteOldRetryQueue(ctx, ch, name, d)
-		}
+		// A chunk that fails goes back whole: the copies that were
+		// confirmed come back once more, as duplicates.
 		pctx, cancel := context.WithTimeout(ctx, SettleTimeoutDefault)
-		err := errors.Join(pub.Publish(pctx, out)...)
-		cancel()
-		if err != nil {
-			// Back to the old queue, all of the chunk: the copies that
-			// were confirmed come back once more, as duplicates.
-			_ = ch.Nack(last, true, true)
-			return moved, err
-		}
-		if err := ch.Ack(last, true); err != nil {
-			return moved, fmt.Errorf("ack moved messages: %w", err)
-		}
-		moved += len(out)
+		defer cancel()
+		return errors.Join(pub.Publish(pctx, out)...)
+	})
+	if err != nil {
+		return moved, err
 	}
-	return moved, ctx.Err()
+	return moved, p.deleteOldRetryQueue(ctx, ch, name, d)
 }
 
 // deleteOldRetryQueue deletes the old delay queue name once it is empty.

@@ -3,7 +3,6 @@ package workers
 import (
 	"context"
 	"errors"
-	"fmt"
 	"log/slog"
 
 	amqp "github.com/rabbitmq/amqp091-go"
@@ -92,35 +91,14 @@ func (p *Pool) drain(ctx context.Context) (int, error) {
 		}
 		return 0, err
 	}
-	moved := 0
-	for left := q.Messages; left > 0 && ctx.Err() == nil; {
-		var entries []failure.Entry
-		var last uint64
-		for len(entries) < drainChunk && left > 0 {
-			d, ok, err := ch.Get(name, false)
-			if err != nil {
-				return moved, err
-			}
-			if !ok {
-				left = 0
-				break
-			}
-			left--
-			entries = append(entries, p.oldFailure(&d))
-			last = d.DeliveryTag
+	return moveQueue(ctx, ch, name, drainChunk, q.Messages, func(ctx context.Context, ms []amqp.Delivery) error {
+		entries := make([]failure.Entry, len(ms))
+		for i := range ms {
+			entries[i] = p.oldFailure(&ms[i])
 		}
-		if len(entries) == 0 {
-			break
-		}
-		if _, err := p.deps.Failures.Write(ctx, entries); err != nil {
-			return moved, err
-		}
-		if err := ch.Ack(last, true); err != nil {
-			return moved, fmt.Errorf("ack moved failures: %w", err)
-		}
-		moved += len(entries)
-	}
-	return moved, ctx.Err()
+		_, err := p.deps.Failures.Write(ctx, entries)
+		return err
+	})
 }
 
 // oldFailure is the row of a message of an old failure queue.
