@@ -3,6 +3,7 @@ package workers
 import (
 	"io"
 	"log/slog"
+	"slices"
 	"strings"
 	"testing"
 	"time"
@@ -205,7 +206,11 @@ func TestTwoPoolsInTwoDaemonsShareDelayQueues(t *testing.T) {
 		require.Len(t, x.attempts, 4, "only the pool's own events reach it")
 		for i, id := range ids[x] {
 			want := []int{0, 1, 2}[:i%3+1]
-			require.Equal(t, want, x.attempts[id], "event %d of %s", i, x.queue)
+			// A batch in which another event failed is replayed event by
+			// event: its other events' handlers run again at the same
+			// attempt (when the machine is slow, two of these events share
+			// a batch).
+			require.Equal(t, want, slices.Compact(slices.Clone(x.attempts[id])), "event %d of %s", i, x.queue)
 		}
 		x.mu.Unlock()
 	}
