@@ -69,15 +69,7 @@ services:
 	d, err := start(ctx, cfg, full, Options{testSignals: sigs}, map[string]bool{"stock": true}, logger)
 	require.NoError(t, err)
 	t.Cleanup(d.Stop)
-	var p *workers.Pool
-	require.Eventually(t, func() bool {
-		for _, s := range d.serviceList() {
-			if s.up.Load() {
-				p, _ = s.pool("seq-events")
-			}
-		}
-		return p != nil
-	}, 30*time.Second, 10*time.Millisecond)
+	p := daemonPool(t, d, "seq-events")
 	p.TestSignals().ConsumerStarted.WaitOrTimeout()
 
 	// Seq-major: every key's events are spread over the whole stream.

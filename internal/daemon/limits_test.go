@@ -190,11 +190,17 @@ services:
 // poolOf returns d's stock-events pool, once the service is up.
 func poolOf(t *testing.T, d *Daemon) *workers.Pool {
 	t.Helper()
+	return daemonPool(t, d, "stock-events")
+}
+
+// daemonPool returns d's pool called name, once its service is up.
+func daemonPool(t *testing.T, d *Daemon, name string) *workers.Pool {
+	t.Helper()
 	var p *workers.Pool
 	require.Eventually(t, func() bool {
 		for _, s := range d.serviceList() {
 			if s.up.Load() {
-				p, _ = s.pool("stock-events")
+				p, _ = s.pool(name)
 			}
 		}
 		return p != nil

@@ -460,14 +460,14 @@ func (s *sender) pace(ctx context.Context, targets []string) (chunk int, rate fl
 	case s.yieldingTo != "" && time.Since(s.backlogSeen) < r.cfg.YieldHold:
 		who = s.yieldingTo
 	}
+	slow := rate * r.cfg.YieldShare
 	if who != s.yieldingTo {
 		// The retry's error says why it is slow while it is (cleared
 		// when it is not), for an operator who reads the retry.
 		note := ""
 		if who != "" {
-			note = fmt.Sprintf("waiting: giving way to the backlog of %s, at %g copies/s", who, rate*r.cfg.YieldShare)
-			s.log.InfoContext(ctx, "failure: retry gives way to a pool's backlog", slog.String("backlog", who),
-				slog.Float64("rate", rate*r.cfg.YieldShare))
+			note = fmt.Sprintf("waiting: giving way to the backlog of %s, at %g copies/s", who, slow)
+			s.log.InfoContext(ctx, "failure: retry gives way to a pool's backlog", slog.String("backlog", who), slog.Float64("rate", slow))
 		} else {
 			s.log.InfoContext(ctx, "failure: retry back to its rate", slog.Float64("rate", rate))
 		}
@@ -480,8 +480,7 @@ func (s *sender) pace(ctx context.Context, targets []string) (chunk int, rate fl
 	if who == "" {
 		return s.chunk, rate
 	}
-	rate *= r.cfg.YieldShare
-	return min(max(int(rate*r.cfg.ChunkEvery.Seconds()), 1), s.chunk), rate
+	return min(max(int(slow*r.cfg.ChunkEvery.Seconds()), 1), s.chunk), slow
 }
 
 // send publishes the phase's unsent items of hosted pools in seq order,

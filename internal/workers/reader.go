@@ -60,6 +60,16 @@ func (r *reader) setWorkers(n int, idle bool) {
 	p.mu.Unlock()
 }
 
+// replaceWorkers puts n new workers, at work on a live consumer, in place
+// of the old ones, which have settled everything (setWorkers), and counts
+// the difference as connected; it returns how many there were.
+func (r *reader) replaceWorkers(n int) (old int) {
+	old = len(r.workers)
+	r.setWorkers(n, false)
+	r.pool.connected.Add(int64(n - old))
+	return old
+}
+
 // workerIDs returns the ids of the reader's workers in force (always 0 to
 // n-1), for its channel's bookkeeping: asked on a connect or a pause, never
 // per message, so they are derived rather than kept beside the workers.
@@ -152,9 +162,7 @@ func (r *reader) resize(fetchCtx, workCtx context.Context, trk *tracker, cur *se
 		// Finished already: nothing left for consume's own finish.
 		return &serving{}, false
 	}
-	old := len(r.workers)
-	r.setWorkers(n, false)
-	r.pool.connected.Add(int64(n - old))
+	old := r.replaceWorkers(n)
 	r.pool.testSignals.Resized.Signal(n)
 	r.log.Info("workers: partitioned pool resized", slog.Int("from", old), slog.Int("to", n), slog.Duration("took", time.Since(start)))
 	return r.serve(fetchCtx, workCtx, trk), true
@@ -170,9 +178,7 @@ func (r *reader) consume(fetchCtx, workCtx context.Context, ch *amqp.Channel, tr
 	// settled everything, so the new ones start at once.
 	n, resized := r.pool.resizeState()
 	if n != len(r.workers) && trk.resize(n) {
-		old := len(r.workers)
-		r.setWorkers(n, false)
-		r.pool.connected.Add(int64(n - old))
+		r.replaceWorkers(n)
 	}
 	cur := r.serve(fetchCtx, workCtx, trk)
 	defer func() { cur.finish() }()
