@@ -186,9 +186,12 @@ services:
 	var back int
 	require.NoError(t, applied.QueryRow(ctx, `SELECT count(*) FROM applied WHERE event_id = ANY($1)`, lost).Scan(&back))
 	require.Equal(t, len(lost), back)
-	// The runner released its lease when the replay was done, and left no
-	// session lock on the pooler's server connections.
-	require.Zero(t, count(order, `SELECT count(*) FROM platform.lease WHERE name = 'platformd.replay'`))
+	// The runner releases its lease once the replay is done (after it
+	// marked it done, so a moment later), and leaves no session lock on
+	// the pooler's server connections.
+	require.Eventually(t, func() bool {
+		return count(order, `SELECT count(*) FROM platform.lease WHERE name = 'platformd.replay'`) == 0
+	}, 30*time.Second, 20*time.Millisecond, "the replay's lease released")
 	require.Zero(t, count(order, `SELECT count(*) FROM pg_locks WHERE locktype = 'advisory'
 		AND database = (SELECT oid FROM pg_database WHERE datname = current_database())`), "a session lock left on a server connection")
 	t.Logf("through PgBouncer (transaction mode): %d events archived; replay %s published %d copies: %d applied, %d replay duplicates",
